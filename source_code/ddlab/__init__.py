@@ -1,0 +1,19 @@
+"""ddlab: the code behind the course "Distributed Deep Learning: GPU System Topology".
+
+One module per concept of the notebooks: hardware, topology, nccl_log, p2p, collectives,
+launch, experiments, cost_model, data, plots, widgets, checks, cli.
+"""
+__version__ = "0.1.0"
+
+import os as _os
+
+# NVLink multicast (NVLS) stays off everywhere the course launches NCCL: on shared
+# machines a program that uses it can take the host's GPUs out of service.
+_os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+_os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+# Horovod's Keras API must use tf.keras (tf-keras), never Keras 3.
+_os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+REPO_ROOT = _os.path.dirname(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+SOURCE_DIR = _os.path.join(REPO_ROOT, "source_code")
+REFERENCE_DIR = _os.path.join(SOURCE_DIR, "reference")

@@ -1,0 +1,41 @@
+"""The ``ddlab`` command. Each sub-command lives in the module named for what it does;
+this file only dispatches, so a learner finds the code behind a command in one hop."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> (module, function taking argv and returning an exit code, one-line help)
+COMMANDS = {
+    "doctor": ("ddlab.hardware", "cli", "what this machine has (GPUs, driver, CUDA, NCCL, frameworks, data)"),
+    "data": ("ddlab.data", "cli", "make Fashion-MNIST available offline and verify it"),
+    "topo": ("ddlab.topology", "cli", "read nvidia-smi topo -m (this machine or --file), rank pairs, best subsets"),
+    "nccl-log": ("ddlab.nccl_log", "cli", "parse an NCCL_DEBUG=INFO log into a transport table"),
+    "p2p": ("ddlab.p2p", "cli", "build and run the course's CUDA p2p bandwidth/latency test"),
+    "allreduce": ("ddlab.collectives", "cli", "all-reduce bandwidth sweep under NCCL paths (or gloo on CPU)"),
+    "train": ("ddlab.experiments", "cli_train", "one Fashion-MNIST training run"),
+    "experiment": ("ddlab.experiments", "cli_experiment", "named experiments: scaling, nccl-paths"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: ddlab COMMAND [options]   (ddlab COMMAND --help for each)", "", "commands:"]
+    lines += [f"  {name:<12} {h}" for name, (_, _, h) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"ddlab: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, func, _ = COMMANDS[name]
+    return int(getattr(importlib.import_module(module), func)(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

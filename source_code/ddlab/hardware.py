@@ -1,0 +1,366 @@
+"""What this machine has: GPUs, driver, CUDA, NCCL, frameworks, Horovod, nvcc.
+
+NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``) is asked first because it
+needs no subprocess and gives NUMA nodes; ``nvidia-smi`` is the fallback. With no GPU
+the inventory is simply empty: nothing here raises because hardware is missing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class GPU:
+    index: int
+    name: str
+    memory_mib: Optional[int] = None
+    compute_capability: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    numa_node: Optional[int] = None
+
+
+@dataclass
+class Inventory:
+    gpus: list = field(default_factory=list)
+    source: str = "none"              # "nvml", "nvidia-smi" or "none"
+    driver: Optional[str] = None
+    cuda_driver: Optional[str] = None  # newest CUDA the driver supports
+    cuda_runtime: Optional[str] = None  # CUDA that torch was built with
+    nccl: Optional[str] = None
+    torch: Optional[str] = None
+    tensorflow: Optional[str] = None
+    horovod: Optional[str] = None
+    horovod_build: dict = field(default_factory=dict)
+    nvcc: Optional[str] = None
+    python: str = platform.python_version()
+    hostname: str = socket.gethostname()
+    cuda_visible_devices: Optional[str] = None
+    dataset: Optional[str] = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def mode(self) -> str:
+        """The course's hardware mode: "cpu", "single-gpu" or "multi-gpu"."""
+        n = self.gpu_count
+        return "cpu" if n == 0 else ("single-gpu" if n == 1 else "multi-gpu")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["gpu_count"] = self.gpu_count
+        d["mode"] = self.mode
+        return d
+
+
+# --------------------------------------------------------------------------- NVML
+def _nvml_gpus(notes: list) -> tuple[list, Optional[str], Optional[str]]:
+    try:
+        import pynvml  # provided by nvidia-ml-py
+    except ImportError:
+        notes.append("nvidia-ml-py is not installed; NVML not used")
+        return [], None, None
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        notes.append(f"NVML unavailable ({exc})")
+        return [], None, None
+    try:
+        driver = _s(pynvml.nvmlSystemGetDriverVersion())
+        cuda = None
+        try:
+            v = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+            cuda = f"{v // 1000}.{(v % 1000) // 10}"
+        except Exception:
+            pass
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            bus = _s(pynvml.nvmlDeviceGetPciInfo(h).busId)
+            try:
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                cc = f"{major}.{minor}"
+            except Exception:
+                cc = None
+            gpus.append(GPU(index=i, name=_s(pynvml.nvmlDeviceGetName(h)),
+                            memory_mib=int(pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20),
+                            compute_capability=cc, pci_bus_id=normalise_bus_id(bus),
+                            numa_node=_numa_node(bus)))
+        return gpus, driver, cuda
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def normalise_bus_id(bus: str) -> str:
+    """NVML prints 00000000:1B:00.0, nvidia-smi 00000000:1B:00.0, sysfs 0000:1b:00.0."""
+    bus = bus.strip()
+    m = re.fullmatch(r"([0-9A-Fa-f]+):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])", bus)
+    if not m:
+        return bus
+    dom, b, d, f = m.groups()
+    return f"{int(dom, 16):08X}:{b.upper()}:{d.upper()}.{f}"
+
+
+def _numa_node(bus: str) -> Optional[int]:
+    m = re.fullmatch(r"[0-9A-Fa-f]+:([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])", bus.strip())
+    if not m:
+        return None
+    path = f"/sys/bus/pci/devices/0000:{m.group(1).lower()}/numa_node"
+    try:
+        node = int(open(path).read().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
+# --------------------------------------------------------------------------- nvidia-smi
+SMI_QUERY = "index,name,memory.total,compute_cap,pci.bus_id,driver_version"
+
+
+def parse_smi_query(text: str) -> tuple[list, Optional[str]]:
+    """Parse ``nvidia-smi --query-gpu=<SMI_QUERY> --format=csv,noheader,nounits``.
+
+    Raises ValueError naming the line when the text is not in that format."""
+    gpus, driver = [], None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 6:
+            raise ValueError(f"nvidia-smi line {lineno}: expected 6 comma-separated fields "
+                             f"({SMI_QUERY}), got {len(parts)}: {line!r}")
+        idx, name, mem, cc, bus, drv = parts
+        try:
+            index = int(idx)
+        except ValueError:
+            raise ValueError(f"nvidia-smi line {lineno}: GPU index {idx!r} is not a number") from None
+        gpus.append(GPU(index=index, name=name,
+                        memory_mib=int(float(mem)) if _num(mem) else None,
+                        compute_capability=cc if re.fullmatch(r"\d+\.\d+", cc) else None,
+                        pci_bus_id=normalise_bus_id(bus), numa_node=_numa_node(bus)))
+        driver = drv or driver
+    return gpus, driver
+
+
+def _num(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _smi_gpus(notes: list) -> tuple[list, Optional[str]]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        notes.append("nvidia-smi not found")
+        return [], None
+    try:
+        out = subprocess.run([exe, f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        notes.append(f"nvidia-smi failed to run ({exc})")
+        return [], None
+    if out.returncode != 0:
+        notes.append(f"nvidia-smi exited {out.returncode}: {(out.stderr or out.stdout).strip()[:200]}")
+        return [], None
+    try:
+        return parse_smi_query(out.stdout)
+    except ValueError as exc:
+        notes.append(f"could not read nvidia-smi output: {exc}")
+        return [], None
+
+
+# --------------------------------------------------------------------------- CUDA_VISIBLE_DEVICES
+def check_visible_devices(value: Optional[str], gpus: list) -> Optional[str]:
+    """Return a warning when CUDA_VISIBLE_DEVICES names GPUs this machine does not have.
+
+    CUDA accepts indices and UUIDs (GPU-...); it silently stops at the first invalid entry,
+    which hides GPUs from every framework, so we say it plainly."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value == "":
+        return "CUDA_VISIBLE_DEVICES is set but empty: CUDA will see no GPU"
+    seen = set()
+    for entry in value.split(","):
+        e = entry.strip()
+        if re.fullmatch(r"(GPU|MIG)-[0-9A-Za-z-]+", e):
+            continue
+        if not re.fullmatch(r"\d+", e):
+            return (f"CUDA_VISIBLE_DEVICES={value!r}: entry {e!r} is neither a GPU index nor a UUID; "
+                    "CUDA ignores it and every entry after it")
+        i = int(e)
+        if gpus and i >= len(gpus):
+            return (f"CUDA_VISIBLE_DEVICES={value!r}: GPU {i} does not exist (this machine has "
+                    f"{len(gpus)}: 0..{len(gpus) - 1}); CUDA ignores it and every entry after it")
+        if i in seen:
+            return f"CUDA_VISIBLE_DEVICES={value!r}: GPU {i} is listed twice"
+        seen.add(i)
+    return None
+
+
+# --------------------------------------------------------------------------- software
+def _version(dist: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def tensorflow_version() -> Optional[str]:
+    return _version("tensorflow") or _version("tensorflow-cpu")
+
+
+def nvcc_version() -> Optional[str]:
+    exe = shutil.which("nvcc") or (os.path.exists("/usr/local/cuda/bin/nvcc") and "/usr/local/cuda/bin/nvcc")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"release ([\d.]+), V([\d.]+)", out)
+    return m.group(2) if m else out.strip().splitlines()[-1] if out.strip() else None
+
+
+def torch_facts(notes: list) -> dict:
+    """torch version, the CUDA it was built with and NCCL's version (imports torch)."""
+    facts = {"torch": _version("torch"), "cuda_runtime": None, "nccl": None}
+    if not facts["torch"]:
+        return facts
+    try:
+        import torch
+        facts["cuda_runtime"] = torch.version.cuda
+        if torch.cuda.is_available() or torch.version.cuda:
+            try:
+                v = torch.cuda.nccl.version()
+                facts["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            except Exception:
+                pass
+    except Exception as exc:
+        notes.append(f"torch failed to import: {exc}")
+    return facts
+
+
+def parse_check_build(text: str) -> dict:
+    """Parse ``horovodrun --check-build`` into {"frameworks": [...], "controllers": [...],
+    "tensor_operations": [...]} listing what is built ([X])."""
+    section, out = None, {"frameworks": [], "controllers": [], "tensor_operations": []}
+    for line in text.splitlines():
+        s = line.strip().lower()
+        if s.startswith("available frameworks"):
+            section = "frameworks"
+        elif s.startswith("available controllers"):
+            section = "controllers"
+        elif s.startswith("available tensor operations"):
+            section = "tensor_operations"
+        else:
+            m = re.match(r"\s*\[([ xX])\]\s+(.+?)\s*$", line)
+            if m and section and m.group(1).lower() == "x":
+                out[section].append(m.group(2))
+    return out
+
+
+def horovod_build(notes: list) -> dict:
+    exe = shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    if not _version("horovod") or not os.path.exists(exe):
+        return {}
+    try:
+        out = subprocess.run([exe, "--check-build"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        notes.append(f"horovodrun --check-build failed: {exc}")
+        return {}
+    if out.returncode != 0:
+        notes.append(f"horovodrun --check-build exited {out.returncode}: {out.stderr.strip()[-300:]}")
+        return {}
+    return parse_check_build(out.stdout)
+
+
+# --------------------------------------------------------------------------- inventory
+def inventory(software: bool = True, dataset: bool = True) -> Inventory:
+    """Collect what this machine has. Never raises for missing hardware or software."""
+    inv = Inventory(cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    gpus, driver, cuda = _nvml_gpus(inv.notes)
+    if gpus:
+        inv.source = "nvml"
+    else:
+        gpus, driver = _smi_gpus(inv.notes)
+        if gpus:
+            inv.source = "nvidia-smi"
+    inv.gpus, inv.driver, inv.cuda_driver = gpus, driver, cuda
+    warn = check_visible_devices(inv.cuda_visible_devices, gpus)
+    if warn:
+        inv.notes.append(warn)
+    if software:
+        f = torch_facts(inv.notes)
+        inv.torch, inv.cuda_runtime, inv.nccl = f["torch"], f["cuda_runtime"], f["nccl"]
+        inv.tensorflow = tensorflow_version()
+        inv.horovod = _version("horovod")
+        inv.horovod_build = horovod_build(inv.notes)
+        inv.nvcc = nvcc_version()
+    if dataset:
+        from . import data
+        inv.dataset = data.dataset_status()
+    return inv
+
+
+def format_inventory(inv: Inventory) -> str:
+    lines = []
+    if inv.gpus:
+        lines.append(f"GPUs: {inv.gpu_count} (read with {inv.source})")
+        hdr = f"  {'#':>2}  {'name':<28} {'memory':>10}  {'CC':>4}  {'PCI bus id':<16} {'NUMA':>4}"
+        lines.append(hdr)
+        for g in inv.gpus:
+            mem = f"{g.memory_mib} MiB" if g.memory_mib is not None else "?"
+            lines.append(f"  {g.index:>2}  {g.name[:28]:<28} {mem:>10}  {g.compute_capability or '?':>4}  "
+                         f"{g.pci_bus_id or '?':<16} {'' if g.numa_node is None else g.numa_node:>4}")
+    else:
+        lines.append("GPUs: none found. The course runs in CPU mode: real gloo runs on CPU "
+                     "processes, and recorded GPU results shown as recorded.")
+    lines.append(f"mode: {inv.mode}")
+    rows = [("driver", inv.driver), ("CUDA (driver supports)", inv.cuda_driver),
+            ("CUDA (torch built with)", inv.cuda_runtime), ("NCCL (torch's)", inv.nccl),
+            ("torch", inv.torch), ("tensorflow", inv.tensorflow), ("horovod", inv.horovod)]
+    if inv.horovod_build:
+        hb = inv.horovod_build
+        rows.append(("horovod built for", ", ".join(hb.get("frameworks", [])) or "-"))
+        rows.append(("horovod controllers", ", ".join(hb.get("controllers", [])) or "-"))
+        rows.append(("horovod tensor ops", ", ".join(hb.get("tensor_operations", [])) or "-"))
+    rows += [("nvcc", inv.nvcc), ("python", inv.python), ("host", inv.hostname),
+             ("CUDA_VISIBLE_DEVICES", inv.cuda_visible_devices), ("Fashion-MNIST", inv.dataset)]
+    for k, v in rows:
+        lines.append(f"{k:<24} {v if v is not None else 'not found'}")
+    for n in inv.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+def cli(argv: list) -> int:
+    import argparse
+    import json
+    p = argparse.ArgumentParser(prog="ddlab doctor", description="What this machine has, for the course.")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a = p.parse_args(argv)
+    inv = inventory()
+    print(json.dumps(inv.to_dict(), indent=2) if a.json else format_inventory(inv))
+    return 0

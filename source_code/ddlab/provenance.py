@@ -1,0 +1,53 @@
+"""Provenance: where and how a result was measured. Every recorded result carries one."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shlex
+import subprocess
+from typing import Optional, Sequence, Union
+
+from . import REPO_ROOT
+
+
+def _git_commit() -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[str] = None,
+            inventory=None) -> dict:
+    """Describe this machine and run. ``machine`` labels it (default: $DDLAB_MACHINE or host name)."""
+    from . import hardware
+    inv = inventory or hardware.inventory(dataset=False)
+    names = sorted({g.name for g in inv.gpus})
+    if command is not None and not isinstance(command, str):
+        command = shlex.join(str(c) for c in command)
+    return {
+        "machine": machine or os.environ.get("DDLAB_MACHINE") or inv.hostname,
+        "gpu_model": ", ".join(names) if names else None,
+        "gpu_count": inv.gpu_count,
+        "driver": inv.driver,
+        "cuda_driver": inv.cuda_driver,
+        "cuda_runtime": inv.cuda_runtime,
+        "nccl": inv.nccl,
+        "torch": inv.torch,
+        "tensorflow": inv.tensorflow,
+        "horovod": inv.horovod,
+        "python": inv.python,
+        "hostname": inv.hostname,
+        "command": command,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "ddlab_commit": _git_commit(),
+        "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+    }
+
+
+def label(prov: dict) -> str:
+    """One line for a figure caption: 'recorded on 2x NVIDIA H200, 2026-11-22'."""
+    gpus = f"{prov.get('gpu_count')}x {prov.get('gpu_model')}" if prov.get("gpu_count") else "CPU only"
+    return f"{prov.get('machine')} ({gpus}), {str(prov.get('date', ''))[:10]}"
