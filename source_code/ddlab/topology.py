@@ -1,0 +1,1060 @@
+"""How the GPUs of a machine are connected: read ``nvidia-smi topo -m``, rank the pairs,
+pick the best subset of k GPUs, describe it in words, and draw it.
+
+The input is the text ``nvidia-smi topo -m`` prints, in any of the shapes people paste:
+
+* cells separated by tabs (what nvidia-smi writes) or by spaces (after a copy from a web
+  page or a terminal), CRLF line ends, blank lines between rows, a shell prompt above;
+* the header row underlined with ANSI escape codes (nvidia-smi does that on a terminal);
+* NIC rows and columns, named either directly (``mlx5_0``) or ``NIC0`` .. ``NICn`` with a
+  ``NIC Legend`` block below that maps them to device names;
+* with or without the ``CPU Affinity``, ``NUMA Affinity`` and ``GPU NUMA ID`` columns, whose
+  cells may be ``N/A`` or empty (nvidia-smi pads some of them with an extra tab);
+* with or without the legend; 1 to 16 GPUs (more also works);
+* the link labels ``X``, ``NV<n>``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS`` and the old
+  ``SOC`` (drivers before about 2017), which means what ``SYS`` means now.
+
+Quick use::
+
+    from ddlab import topology
+    topo = topology.Topology.from_system()        # this machine (raises NoGPUError without one)
+    topo = topology.recorded("dgx1-v100")          # a recorded machine, see recorded_names()
+    topo.link(0, 1).label, topo.ranked_pairs(), topo.best_subset(4), print(topo.summary())
+    topo.draw()
+
+Link quality is one number, ``Link.rank``: ``100 + n`` for ``NV<n>`` (more bonded NVLinks is
+better), then PIX 50 > PXB 40 > PHB 30 > NODE 20 > SYS 10. The order is the one nvidia-smi's
+legend describes (each step adds a longer PCIe/CPU path) and the one NCCL_P2P_LEVEL uses.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+REFERENCE_KIND = "topologies"  # source_code/reference/topologies/<name>.json
+
+
+class TopologyParseError(ValueError):
+    """The text is not a ``nvidia-smi topo -m`` matrix; the message names the line and what
+    was expected there."""
+
+
+class NoGPUError(RuntimeError):
+    """This machine has no usable NVIDIA GPU or no ``nvidia-smi``."""
+
+
+# ----------------------------------------------------------------------------- link kinds
+_PCIE_X16 = ("PCIe x16, per direction: 15.75 GB/s Gen3, 31.5 GB/s Gen4, 63 GB/s Gen5 "
+             "(16 lanes x 8/16/32 GT/s with 128b/130b encoding)")
+_PCIE_SOURCE = ("PCI-SIG, PCI Express Base Specification 3.0 / 4.0 / 5.0: 8, 16 and 32 GT/s per "
+                "lane with 128b/130b encoding (x16 per direction = rate x 16 x 128/130 / 8 bits)")
+_NCCL_ENV_SOURCE = ("NVIDIA NCCL User Guide, 'Environment Variables', NCCL_P2P_LEVEL: the level is the "
+                    "maximum distance at which NCCL uses P2P (LOC, NVL, PIX, PXB, PHB, SYS)")
+_SMI_LEGEND_SOURCE = "the legend printed by `nvidia-smi topo -m` (NVIDIA driver)"
+
+# Per-link NVLink rates as NVIDIA publishes them (per direction; "total" is both directions
+# summed over all links of one GPU, which is how NVIDIA states it).
+NVLINK_GENERATIONS = [
+    {"generation": "NVLink 1", "gpu": "P100", "links_per_gpu": 4, "GB_s_per_link_per_direction": 20,
+     "total_GB_s": 160, "source": "NVIDIA Tesla P100 white paper (WP-08019-001, 2016): four NVLinks, "
+                                  "160 GB/s total bidirectional"},
+    {"generation": "NVLink 2", "gpu": "V100", "links_per_gpu": 6, "GB_s_per_link_per_direction": 25,
+     "total_GB_s": 300, "source": "NVIDIA DGX-1 with Tesla V100 System Architecture white paper "
+                                  "(WP-08437-002): six NVLinks per V100, each 25 GB/s in each direction"},
+    {"generation": "NVLink 3", "gpu": "A100", "links_per_gpu": 12, "GB_s_per_link_per_direction": 25,
+     "total_GB_s": 600, "source": "NVIDIA A100 Tensor Core GPU Architecture white paper (2020) and "
+                                  "NVIDIA's NVLink page: twelve third-generation NVLinks, 600 GB/s total"},
+    {"generation": "NVLink 4", "gpu": "H100 / H200", "links_per_gpu": 18, "GB_s_per_link_per_direction": 25,
+     "total_GB_s": 900, "source": "NVIDIA H100 Tensor Core GPU Architecture white paper (2022) and "
+                                  "NVIDIA's NVLink page: eighteen fourth-generation NVLinks, 900 GB/s total"},
+    {"generation": "NVLink 5", "gpu": "B200", "links_per_gpu": 18, "GB_s_per_link_per_direction": 50,
+     "total_GB_s": 1800, "source": "NVIDIA's NVLink page (nvidia.com/data-center/nvlink): fifth "
+                                   "generation, 18 links, 1.8 TB/s total per GPU"},
+]
+
+# What each kind means, what bounds its bandwidth, and how far the data travels. Latency is
+# given as a path description, not a number: vendors publish no per-hop latency, so the
+# course measures it (`ddlab p2p`) instead of quoting one.
+LINK_KINDS = {
+    "NVLINK": {
+        "labels": "NV1 .. NV18 (NV<n>)",
+        "legend": "Connection traversing a bonded set of # NVLinks",
+        "path": "GPU to GPU over n bonded NVLinks (directly, or through an NVSwitch); no PCIe, no CPU",
+        "typical_bandwidth": ("n x the per-link rate of the generation, per direction: 20 GB/s (NVLink 1, "
+                              "P100), 25 GB/s (NVLink 2-4: V100, A100, H100/H200), 50 GB/s (NVLink 5, "
+                              "B200); e.g. NV18 on H100/H200 = 450 GB/s per direction. `nvidia-smi "
+                              "nvlink -s` prints the raw per-link rate of your machine."),
+        "typical_latency": "the shortest path there is: one GPU-to-GPU hop (or GPU-switch-GPU)",
+        "nccl_p2p_level": "NVL",
+        "sources": [g["source"] for g in NVLINK_GENERATIONS] + [_SMI_LEGEND_SOURCE],
+    },
+    "PIX": {
+        "labels": "PIX",
+        "legend": "Connection traversing at most a single PCIe bridge",
+        "path": "both devices hang off the same PCIe switch; traffic turns around in that switch",
+        "typical_bandwidth": "bounded by the devices' PCIe links: " + _PCIE_X16,
+        "typical_latency": "one PCIe switch hop; the CPU is not on the path",
+        "nccl_p2p_level": "PIX",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
+    },
+    "PXB": {
+        "labels": "PXB",
+        "legend": "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+        "path": "through several PCIe switches, but below the CPU's host bridge",
+        "typical_bandwidth": "bounded by the narrowest PCIe link on the path: " + _PCIE_X16,
+        "typical_latency": "several PCIe switch hops; the CPU is not on the path",
+        "nccl_p2p_level": "PXB",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
+    },
+    "PHB": {
+        "labels": "PHB",
+        "legend": "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+        "path": "up to the CPU's PCIe host bridge (root complex) and back down",
+        "typical_bandwidth": ("at most the PCIe link rate (" + _PCIE_X16 + "); peer-to-peer through a "
+                              "root complex is often slower or unsupported, and then data is staged "
+                              "through host memory"),
+        "typical_latency": "PCIe hops plus the CPU's root complex",
+        "nccl_p2p_level": "PHB",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
+    },
+    "NODE": {
+        "labels": "NODE",
+        "legend": ("Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
+                   "within a NUMA node"),
+        "path": "between two host bridges of the same CPU socket / NUMA node",
+        "typical_bandwidth": "at most the PCIe link rate (" + _PCIE_X16 + "), often less",
+        "typical_latency": "PCIe hops plus the on-chip fabric between root complexes",
+        "nccl_p2p_level": "PHB",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
+    },
+    "SYS": {
+        "labels": "SYS (older drivers: SOC)",
+        "legend": ("Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+                   "(e.g., QPI/UPI)"),
+        "path": "across the link between CPU sockets / NUMA nodes (QPI/UPI, Infinity Fabric)",
+        "typical_bandwidth": ("at most the PCIe link rate (" + _PCIE_X16 + "); GPU peer-to-peer across "
+                              "sockets is frequently unsupported, so data goes through host memory"),
+        "typical_latency": "the longest path in one machine: PCIe, both root complexes and the socket link",
+        "nccl_p2p_level": "SYS",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
+    },
+}
+
+_BASE_RANK = {"PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
+_LABEL_HELP = "X, NV<n>, PIX, PXB, PHB, NODE, SYS or SOC"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One cell of the matrix: ``label`` as printed, ``kind`` (NVLINK, PIX, PXB, PHB, NODE,
+    SYS), ``nvlinks`` (bonded NVLinks, 0 when not NVLink) and ``rank`` (higher is better)."""
+    label: str
+    kind: str
+    nvlinks: int
+    rank: int
+
+    @property
+    def description(self) -> str:
+        if self.kind == "NVLINK":
+            return f"{self.nvlinks} bonded NVLink{'s' if self.nvlinks != 1 else ''}"
+        return LINK_KINDS[self.kind]["path"]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def parse_link(label: str) -> Link:
+    """The :class:`Link` for one printed label (not ``X``). Raises ValueError when unknown."""
+    m = re.fullmatch(r"NV(\d+)", label)
+    if m:
+        n = int(m.group(1))
+        if n < 1:
+            raise ValueError(f"link label {label!r}: an NVLink bond has at least one link")
+        return Link(label, "NVLINK", n, 100 + n)
+    kind = "SYS" if label == "SOC" else label
+    if kind in _BASE_RANK:
+        return Link(label, kind, 0, _BASE_RANK[kind])
+    raise ValueError(f"unknown link label {label!r}; expected {_LABEL_HELP}")
+
+
+# ----------------------------------------------------------------------------- parsing
+_ANSI = re.compile(r"(?:\x1b|\^\[)?\[[0-9;]*m|\x1b\][^\x07]*\x07|\x1b[()][A-Za-z0-9]")
+_GPU = re.compile(r"GPU(\d+)")
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+# A device column name is one word; "CPU Affinity" etc. start with these reserved words.
+_RESERVED_WORDS = {"CPU", "NUMA", "GPU", "Affinity", "ID"}
+_KNOWN_PHRASES = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
+_AFFINITY_KEYS = {"CPU Affinity": "cpu_affinity", "NUMA Affinity": "numa_affinity", "NUMA": "numa_affinity",
+                  "GPU NUMA ID": "gpu_numa_id"}
+_CPU_LIST = r"N/A|\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*"
+_COLUMN_PATTERNS = {"cpu_affinity": re.compile(rf"(?:{_CPU_LIST})"),
+                    "numa_affinity": re.compile(rf"(?:{_CPU_LIST})"),
+                    "gpu_numa_id": re.compile(r"N/A|\d+")}
+
+
+def _clean(text: str) -> list:
+    text = _ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    out = []
+    for ln in text.split("\n"):
+        # A matrix pasted as a Markdown table: "| GPU0 | X | NV18 |" and a "|---|---|" rule.
+        if re.fullmatch(r"\s*\|.*\|\s*", ln):
+            if re.fullmatch(r"[\s|:-]*", ln):
+                continue
+            ln = "\t".join(c.strip() for c in ln.strip().strip("|").split("|"))
+        out.append(ln.rstrip())
+    return out
+
+
+_GLUED_PART = r"(?:GPU|NIC)\d+|mlx\d+_(?:bond_)?\d+"
+
+
+def _split_glued_gpus(tok: str) -> list:
+    # A header whose tabs were lost in a Markdown paste reads "GPU0GPU1GPU2mlx5_0".
+    if tok.startswith("GPU") and re.fullmatch(rf"(?:{_GLUED_PART}){{2,}}", tok):
+        return re.findall(_GLUED_PART, tok)
+    return [tok]
+
+
+def _header_columns(line: str) -> tuple:
+    """(device column names, trailing column names) of a header line."""
+    if "\t" in line:
+        raw = [c.strip() for c in line.split("\t") if c.strip()]
+        toks = [t for c in raw for t in (_split_glued_gpus(c) if " " not in c else [c])]
+    else:
+        words = [t for w in line.split() for t in _split_glued_gpus(w)]
+        toks, i = [], 0
+        while i < len(words):
+            for phrase in _KNOWN_PHRASES:
+                if tuple(words[i:i + len(phrase)]) == phrase:
+                    toks.append(" ".join(phrase))
+                    i += len(phrase)
+                    break
+            else:
+                toks.append(words[i])
+                i += 1
+    devices = []
+    for t in toks:
+        if " " in t or t in _RESERVED_WORDS or not re.fullmatch(r"[A-Za-z][\w.:-]*", t):
+            break
+        devices.append(t)
+    return devices, toks[len(devices):]
+
+
+def _is_header(line: str) -> bool:
+    words = line.split()
+    if not words:
+        return False
+    first = _split_glued_gpus(words[0])
+    if not re.fullmatch(r"GPU\d+", first[0]):
+        return False
+    rest = first[1:] + words[1:]
+    return not rest or not _looks_like_label(rest[0])
+
+
+def _looks_like_label(tok: str) -> bool:
+    return tok == "X" or re.fullmatch(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC", tok) is not None
+
+
+def _assign_trailing(tokens: list, keys: list) -> Optional[list]:
+    """Place ``tokens`` (in order) into ``keys`` so that each value fits its column's pattern;
+    the earliest columns win when several placements fit. None when nothing fits."""
+    for chosen in itertools.combinations(range(len(keys)), len(tokens)):
+        ok = all(keys[c] not in _COLUMN_PATTERNS or _COLUMN_PATTERNS[keys[c]].fullmatch(t)
+                 for c, t in zip(chosen, tokens))
+        if ok:
+            out = [None] * len(keys)
+            for c, t in zip(chosen, tokens):
+                out[c] = t
+            return out
+    return None
+
+
+def parse_topo_matrix(text: str) -> "Topology":
+    """Parse the text of ``nvidia-smi topo -m`` into a :class:`Topology`.
+
+    Raises :class:`TopologyParseError` naming the line and what was expected when the text
+    has no header, ragged rows, unknown labels, missing or extra rows, or an asymmetric matrix."""
+    if not isinstance(text, str):
+        raise TypeError(f"parse_topo_matrix needs the text of `nvidia-smi topo -m`, got {type(text).__name__}")
+    lines = _clean(text)
+    head = next((i for i, ln in enumerate(lines) if _is_header(ln)), None)
+    if head is None:
+        first_row = next((i for i, ln in enumerate(lines) if ln.split() and re.fullmatch(r"GPU\d+", ln.split()[0])), None)
+        where = (f"line {first_row + 1} ({lines[first_row].strip()[:40]!r}) is a matrix row, but no header row "
+                 f"came before it" if first_row is not None else "no line starts with GPU0")
+        raise TopologyParseError(f"not `nvidia-smi topo -m` output: {where}; expected a header row naming the "
+                                 f"columns, such as 'GPU0  GPU1  CPU Affinity'")
+    devices, trailing = _header_columns(lines[head])
+    hl = head + 1
+    if not devices:
+        raise TopologyParseError(f"line {hl}: the header names no device columns (expected GPU0 GPU1 ...)")
+    dup = sorted({d for d in devices if devices.count(d) > 1})
+    if dup:
+        raise TopologyParseError(f"line {hl}: the header names {', '.join(dup)} twice")
+    gpu_cols = [d for d in devices if _GPU.fullmatch(d)]
+    if not gpu_cols:
+        raise TopologyParseError(f"line {hl}: the header names no GPU column (expected GPU0 ...)")
+    keys = [_AFFINITY_KEYS.get(t, t) for t in trailing]
+    n = len(devices)
+
+    cells: dict = {}        # (row device, column device) -> label
+    row_line: dict = {}     # device -> line number (1-based) of its row
+    extras: dict = {}       # GPU device -> {key: value or None}
+    i = head + 1
+    while i < len(lines) and len(row_line) < n:
+        ln = lines[i]
+        words = ln.split()
+        if not words:
+            i += 1
+            continue
+        label = words[0]
+        if label not in devices:
+            if _GPU.fullmatch(label) or (len(words) > 1 and _looks_like_label(words[1])):
+                raise TopologyParseError(f"line {i + 1}: row {label!r} is not a column of the header "
+                                         f"(line {hl}: {' '.join(devices)})")
+            break  # the matrix ended (legend, prompt, other text)
+        if label in row_line:
+            raise TopologyParseError(f"line {i + 1}: a second row for {label} (the first is line {row_line[label]})")
+        vals = words[1:]
+        good = 0
+        while good < min(n, len(vals)) and _looks_like_label(vals[good]):
+            good += 1
+        if good < n:
+            if good < len(vals) and not re.fullmatch(_CPU_LIST, vals[good]):
+                col = devices[good]
+                raise TopologyParseError(f"line {i + 1} (row {label}, column {col}): unknown link label "
+                                         f"{vals[good]!r}; expected {_LABEL_HELP}")
+            raise TopologyParseError(f"line {i + 1}: row {label} has {good} link cells, expected {n} "
+                                     f"(one per column: {' '.join(devices)})")
+        for col, lab in zip(devices, vals[:n]):
+            cells[(label, col)] = lab
+        rest = vals[n:]
+        if label in gpu_cols:
+            if len(rest) > len(keys):
+                raise TopologyParseError(f"line {i + 1}: row {label} has {len(rest)} values after its {n} link "
+                                         f"cells but the header has {len(keys)} more columns "
+                                         f"({', '.join(trailing) or 'none'})")
+            placed = None
+            if "\t" in ln:
+                # nvidia-smi separates cells by tabs; when the count matches the header exactly,
+                # an empty cell is a real empty value and position decides.
+                raw = [c.strip() for c in ln.split("\t")]
+                raw = raw[1 + n:] if raw and raw[0] == label else None
+                while raw and raw[-1] == "":
+                    raw.pop()
+                if raw is not None and len(raw) == len(keys):
+                    placed = [c or None for c in raw]
+            if placed is None:
+                placed = _assign_trailing(rest, keys)
+            if placed is None:
+                raise TopologyParseError(f"line {i + 1}: row {label}: cannot match the values {rest} to the "
+                                         f"columns {trailing}")
+            extras[label] = {k: (None if v in (None, "", "N/A") else v) for k, v in zip(keys, placed)}
+        row_line[label] = i + 1
+        i += 1
+    j = i
+    while j < len(lines) and not lines[j].split():
+        j += 1
+    if j < len(lines) and len(row_line) == n:
+        words = lines[j].split()
+        if _GPU.fullmatch(words[0]) or (len(words) > 1 and _looks_like_label(words[1])):
+            raise TopologyParseError(f"line {j + 1}: row {words[0]!r} is not a column of the header "
+                                     f"(line {hl}: {' '.join(devices)})")
+    missing = [d for d in devices if d not in row_line]
+    if missing:
+        raise TopologyParseError(f"line {i + 1 if i < len(lines) else len(lines)}: the matrix ended without a row "
+                                 f"for {', '.join(missing)} (the header on line {hl} names it)")
+
+    links: dict = {}
+    for a in devices:
+        for b in devices:
+            lab = cells[(a, b)]
+            if a == b:
+                if lab != "X":
+                    raise TopologyParseError(f"line {row_line[a]} (row {a}): the diagonal cell must be 'X' "
+                                             f"(a device to itself), found {lab!r}")
+                continue
+            if lab == "X":
+                raise TopologyParseError(f"line {row_line[a]} (row {a}, column {b}): 'X' means self and may "
+                                         f"appear only on the diagonal")
+            if cells[(b, a)] != lab:
+                raise TopologyParseError(f"line {row_line[a]} (row {a}): {a}-{b} is {lab!r} but line {row_line[b]} "
+                                         f"(row {b}) says {b}-{a} is {cells[(b, a)]!r}; expected a symmetric "
+                                         f"matrix")
+            try:
+                links[(a, b)] = parse_link(lab)
+            except ValueError as exc:
+                raise TopologyParseError(f"line {row_line[a]} (row {a}, column {b}): {exc}") from None
+
+    legend = {}
+    for ln in lines[i:]:
+        m = _NIC_LEGEND.match(ln)
+        if m:
+            legend[m.group(1)] = m.group(2)
+    return Topology(text=text, devices=devices, links=links, extras=extras, nic_legend=legend,
+                    affinity_columns=list(trailing))
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class PairGroup:
+    """Pairs whose links are equally good. ``place`` 1 is the best group."""
+    place: int
+    label: str
+    kind: str
+    rank: int
+    pairs: list
+
+    def to_dict(self) -> dict:
+        return {"place": self.place, "label": self.label, "kind": self.kind, "rank": self.rank,
+                "pairs": [list(p) for p in self.pairs]}
+
+
+@dataclass
+class Subset:
+    """k GPUs, the weakest link among them and the sum of their pairwise link ranks."""
+    gpus: tuple
+    weakest: Optional[Link]
+    total_rank: int
+
+    def to_dict(self) -> dict:
+        return {"gpus": list(self.gpus), "weakest": self.weakest.label if self.weakest else None,
+                "total_rank": self.total_rank}
+
+
+def _ranges(nums: list) -> str:
+    """[0, 1, 2, 5] -> 'GPU0-2, GPU5' for summaries."""
+    out, nums = [], sorted(nums)
+    start = prev = None
+    for x in nums + [None]:
+        if start is None:
+            start = prev = x
+        elif x is not None and x == prev + 1:
+            prev = x
+        else:
+            out.append(f"GPU{start}" if start == prev else f"GPU{start}-{prev}")
+            start = prev = x
+    return ", ".join(out)
+
+
+@dataclass
+class Topology:
+    """A parsed ``nvidia-smi topo -m``. Build it with :func:`parse_topo_matrix`,
+    :meth:`from_system`, :meth:`from_file`, :meth:`from_dict` or :func:`recorded`."""
+    text: str
+    devices: list
+    links: dict
+    extras: dict = field(default_factory=dict)
+    nic_legend: dict = field(default_factory=dict)
+    affinity_columns: list = field(default_factory=list)
+    name: Optional[str] = None
+    description: Optional[str] = None
+    provenance: Optional[dict] = None
+    gpu_names: dict = field(default_factory=dict)
+
+    # -- what is in it
+    @property
+    def gpus(self) -> list:
+        return sorted(int(_GPU.fullmatch(d).group(1)) for d in self.devices if _GPU.fullmatch(d))
+
+    @property
+    def nic_columns(self) -> list:
+        """NIC columns as the matrix prints them (``NIC0`` or ``mlx5_0``)."""
+        return [d for d in self.devices if not _GPU.fullmatch(d)]
+
+    @property
+    def nics(self) -> list:
+        """NIC names: the legend's device name where a ``NIC Legend`` maps ``NICn``."""
+        return [self.nic_legend.get(c, c) for c in self.nic_columns]
+
+    def _extra(self, key: str) -> dict:
+        return {g: self.extras.get(f"GPU{g}", {}).get(key) for g in self.gpus}
+
+    @property
+    def cpu_affinity(self) -> dict:
+        return self._extra("cpu_affinity")
+
+    @property
+    def numa_affinity(self) -> dict:
+        return self._extra("numa_affinity")
+
+    @property
+    def gpu_numa_id(self) -> dict:
+        return self._extra("gpu_numa_id")
+
+    def _gpu_col(self, i: int) -> str:
+        col = f"GPU{int(i)}"
+        if col not in self.devices:
+            raise KeyError(f"no GPU {i} in this topology (GPUs: {self.gpus})")
+        return col
+
+    def _nic_col(self, nic: Union[str, int]) -> str:
+        cols = self.nic_columns
+        if isinstance(nic, int) and not isinstance(nic, bool):
+            if not 0 <= nic < len(cols):
+                raise KeyError(f"no NIC number {nic}; this topology has {len(cols)} NICs: {self.nics}")
+            return cols[nic]
+        if nic in cols:
+            return nic
+        for c in cols:
+            if self.nic_legend.get(c) == nic:
+                return c
+        raise KeyError(f"no NIC {nic!r} in this topology (NICs: {', '.join(self.nics) or 'none'})")
+
+    def link(self, i: int, j: int) -> Link:
+        """The link between GPU ``i`` and GPU ``j``."""
+        a, b = self._gpu_col(i), self._gpu_col(j)
+        if a == b:
+            raise ValueError(f"GPU{i} and GPU{j} are the same GPU; a link joins two different GPUs")
+        return self.links[(a, b)]
+
+    def nic_link(self, gpu: int, nic: Union[str, int]) -> Link:
+        """The link between GPU ``gpu`` and a NIC (its name, ``NICn`` or its position in ``nics``)."""
+        return self.links[(self._gpu_col(gpu), self._nic_col(nic))]
+
+    def pairs(self) -> list:
+        return list(itertools.combinations(self.gpus, 2))
+
+    # -- analysis
+    def ranked_pairs(self) -> list:
+        """GPU pairs from best link to worst, ties kept together: a list of :class:`PairGroup`
+        (``place``, ``label``, ``kind``, ``rank``, ``pairs``), best first."""
+        by_rank: dict = {}
+        for i, j in self.pairs():
+            by_rank.setdefault(self.link(i, j).rank, []).append((i, j))
+        groups = []
+        for place, r in enumerate(sorted(by_rank, reverse=True), 1):
+            ps = sorted(by_rank[r])
+            labels = sorted({self.link(i, j).label for i, j in ps})
+            first = self.link(*ps[0])
+            groups.append(PairGroup(place, "/".join(labels), first.kind, r, ps))
+        return groups
+
+    def best_subset(self, k: int) -> Subset:
+        """The k GPUs whose weakest pairwise link is best; among those, the largest sum of
+        link ranks; among those, the lowest GPU numbers.
+
+        Works by threshold: for each link rank from the best down, look for k GPUs that are
+        all joined at least that well (a k-clique, found by backtracking with pruning); the
+        first rank that has one is the best possible weakest link. Then a branch-and-bound
+        search over those cliques maximises the total. Fast for any k up to 16+ GPUs."""
+        gpus = self.gpus
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= len(gpus):
+            raise ValueError(f"k must be a whole number from 1 to {len(gpus)} (the GPUs in this topology), got {k!r}")
+        if k == 1:
+            return Subset((gpus[0],), None, 0)
+        rank = {(i, j): self.link(i, j).rank for i in gpus for j in gpus if i != j}
+        for threshold in sorted(set(rank.values()), reverse=True):
+            adj = {i: [j for j in gpus if j != i and rank[(i, j)] >= threshold] for i in gpus}
+            best = self._best_clique(gpus, adj, rank, k)
+            if best is not None:
+                members, total = best
+                weakest = min((self.link(a, b) for a, b in itertools.combinations(members, 2)),
+                              key=lambda ln: ln.rank)
+                return Subset(tuple(members), weakest, total)
+        raise AssertionError("unreachable: the lowest threshold admits every subset")
+
+    @staticmethod
+    def _best_clique(gpus: list, adj: dict, rank: dict, k: int):
+        max_rank = max(rank.values())
+        best = [None, -1]
+
+        def grow(members: list, total: int, candidates: list):
+            if len(members) == k:
+                if total > best[1]:
+                    best[0], best[1] = list(members), total
+                return
+            if len(members) + len(candidates) < k:
+                return
+            m = len(members)
+            # Every pair still to add is worth at most max_rank: prune when even that cannot
+            # beat the best found (ties keep the first, i.e. the lowest GPU numbers).
+            if total + (k * (k - 1) // 2 - m * (m - 1) // 2) * max_rank <= best[1]:
+                return
+            for idx, v in enumerate(candidates):
+                gain = sum(rank[(v, u)] for u in members)
+                rest = [w for w in candidates[idx + 1:] if w in adj[v]]
+                grow(members + [v], total + gain, rest)
+
+        grow([], 0, list(gpus))
+        return (best[0], best[1]) if best[0] is not None else None
+
+    def numa_groups(self) -> list:
+        """GPUs grouped by NUMA node (NUMA Affinity, else identical CPU Affinity): a list of
+        (label, [gpu indices]); one group with label None when the matrix does not say."""
+        groups: dict = {}
+        for g in self.gpus:
+            numa, cpu = self.numa_affinity[g], self.cpu_affinity[g]
+            if numa is not None:
+                key = f"NUMA {numa}" + (f" (CPUs {cpu})" if cpu else "")
+            elif cpu is not None:
+                key = f"CPUs {cpu}"
+            else:
+                key = None
+            groups.setdefault(key, []).append(g)
+        return list(groups.items())
+
+    def summary(self) -> str:
+        """A few plain sentences describing the machine."""
+        gpus = self.gpus
+        n = len(gpus)
+        out = [f"{n} GPU{'s' if n != 1 else ''}" + (f" ({self.name})" if self.name else "") + "."]
+        if n >= 2:
+            groups = self.ranked_pairs()
+            npairs = n * (n - 1) // 2
+            if len(groups) == 1:
+                g = groups[0]
+                if g.kind == "NVLINK":
+                    what = (f"all {npairs} pairs {g.label} ({self.link(*g.pairs[0]).description} each): every GPU "
+                            f"reaches every other at the same NVLink bandwidth, as through an NVSwitch "
+                            f"(NVSwitch-class)") if n > 2 else (
+                        f"the pair GPU{gpus[0]}-GPU{gpus[1]} is {g.label} ({self.link(*g.pairs[0]).description})")
+                else:
+                    what = (f"all {npairs} pairs {g.label}: no NVLink, every pair goes "
+                            f"{LINK_KINDS[g.kind]['path']}") if n > 2 else (
+                        f"the pair GPU{gpus[0]}-GPU{gpus[1]} is {g.label}: no NVLink; it goes {LINK_KINDS[g.kind]['path']}")
+                out.append(what[0].upper() + what[1:] + ".")
+            else:
+                parts = [f"{len(g.pairs)} pair{'s' if len(g.pairs) != 1 else ''} {g.label}" for g in groups]
+                out.append(f"Links between GPU pairs, best first: {', '.join(parts)}.")
+                best, worst = groups[0], groups[-1]
+                out.append(f"Best: {self._pair_list(best.pairs)} ({best.label}, "
+                           f"{self.link(*best.pairs[0]).description}). Worst: {self._pair_list(worst.pairs)} "
+                           f"({worst.label}, {self.link(*worst.pairs[0]).description}).")
+                nv = [p for g in groups if g.kind == "NVLINK" for p in g.pairs]
+                if nv and len(nv) < npairs:
+                    out.append(f"{npairs - len(nv)} of {npairs} pairs have no NVLink: traffic between them "
+                               f"takes PCIe (or is relayed by NCCL through another GPU).")
+        numa = [grp for grp in self.numa_groups() if grp[0] is not None]
+        if len(numa) > 1:
+            out.append("CPU/NUMA locality: " + "; ".join(f"{_ranges(gs)} on {key}" for key, gs in numa) + ".")
+        elif len(numa) == 1:
+            out.append(f"All GPUs are local to {numa[0][0]}.")
+        for col, name in zip(self.nic_columns, self.nics):
+            ranked = sorted(((self.links[(f"GPU{g}", col)], g) for g in gpus), key=lambda t: -t[0].rank)
+            best_rank = ranked[0][0].rank
+            near = [g for ln, g in ranked if ln.rank == best_rank]
+            ln = ranked[0][0]
+            if ln.kind == "PIX":
+                rel = "share a PCIe switch with" if len(near) > 1 else "shares a PCIe switch with"
+            elif ln.kind == "PXB":
+                rel = "sit below the same PCIe switches as" if len(near) > 1 else "sits below the same PCIe switches as"
+            else:
+                rel = "are closest to" if len(near) > 1 else "is closest to"
+            out.append(f"{_ranges(near).replace(', ', ' and ')} {rel} {name} ({ln.label}).")
+        return " ".join(out)
+
+    @staticmethod
+    def _pair_list(pairs: list, limit: int = 6) -> str:
+        shown = ", ".join(f"GPU{i}-GPU{j}" for i, j in pairs[:limit])
+        return shown + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "")
+
+    # -- output
+    def matrix_table(self) -> str:
+        """The matrix re-printed with aligned columns (NIC names from the legend)."""
+        names = {c: self.nic_legend.get(c, c) for c in self.devices}
+        cols = [names[c] for c in self.devices]
+        has = {k: any(v is not None for v in self._extra(k).values()) for k in ("cpu_affinity", "numa_affinity",
+                                                                               "gpu_numa_id")}
+        extra_titles = [("cpu_affinity", "CPU Affinity"), ("numa_affinity", "NUMA Affinity"),
+                        ("gpu_numa_id", "GPU NUMA ID")]
+        extra_titles = [(k, t) for k, t in extra_titles if has[k]]
+        rows = [[""] + cols + [t for _, t in extra_titles]]
+        for r in self.devices:
+            row = [names[r]] + ["X" if r == c else self.links[(r, c)].label for c in self.devices]
+            ex = self.extras.get(r, {})
+            row += [ex.get(k) or ("-" if _GPU.fullmatch(r) else "") for k, _ in extra_titles]
+            rows.append(row)
+        widths = [max(len(str(row[c])) for row in rows) for c in range(len(rows[0]))]
+        return "\n".join("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows)
+
+    def to_dict(self) -> dict:
+        """Everything needed to rebuild it (the raw text) plus the parsed facts for readers."""
+        gp = self.gpus
+        return {
+            "name": self.name,
+            "description": self.description,
+            "provenance": self.provenance,
+            "text": self.text,
+            "gpus": gp,
+            "nics": self.nics,
+            "gpu_names": {str(k): v for k, v in self.gpu_names.items()},
+            "links": {f"{i}-{j}": self.link(i, j).label for i, j in self.pairs()},
+            "nic_links": {str(g): {name: self.nic_link(g, col).label for col, name in zip(self.nic_columns, self.nics)}
+                          for g in gp} if self.nic_columns else {},
+            "cpu_affinity": {str(g): v for g, v in self.cpu_affinity.items()},
+            "numa_affinity": {str(g): v for g, v in self.numa_affinity.items()},
+            "gpu_numa_id": {str(g): v for g, v in self.gpu_numa_id.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Topology":
+        """Rebuild from :meth:`to_dict` output (or a recorded JSON): the raw ``text`` is parsed
+        again, and the parsed links are checked against the stored ones when present."""
+        if not isinstance(d, dict) or not isinstance(d.get("text"), str):
+            raise ValueError("a topology record needs the raw `nvidia-smi topo -m` text under 'text'")
+        topo = parse_topo_matrix(d["text"])
+        topo.name, topo.description, topo.provenance = d.get("name"), d.get("description"), d.get("provenance")
+        topo.gpu_names = {int(k): v for k, v in (d.get("gpu_names") or {}).items()}
+        stored = d.get("links") or {}
+        for key, label in stored.items():
+            i, j = (int(x) for x in key.split("-"))
+            if topo.link(i, j).label != label:
+                raise ValueError(f"topology record {d.get('name')!r}: link {key} is stored as {label!r} but its "
+                                 f"text says {topo.link(i, j).label!r}")
+        return topo
+
+    @classmethod
+    def from_file(cls, path: str) -> "Topology":
+        with open(path, encoding="utf-8", errors="replace") as f:
+            topo = parse_topo_matrix(f.read())
+        topo.name = os.path.splitext(os.path.basename(path))[0]
+        return topo
+
+    @classmethod
+    def from_system(cls, timeout: float = 30.0) -> "Topology":
+        """This machine's topology from ``nvidia-smi topo -m``. Raises :class:`NoGPUError`
+        with a plain message when there is no ``nvidia-smi``, no driver or no GPU."""
+        exe = shutil.which("nvidia-smi")
+        hint = (" To explore without a GPU, load a recorded machine: ddlab.topology.recorded(NAME) with NAME one "
+                f"of {', '.join(recorded_names()) or '(none recorded)'}, or parse a saved file with "
+                "Topology.from_file(PATH).")
+        if not exe:
+            raise NoGPUError("nvidia-smi was not found, so this machine has no NVIDIA driver (and no usable NVIDIA "
+                             "GPU)." + hint)
+        try:
+            out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise NoGPUError(f"`nvidia-smi topo -m` did not answer within {timeout:.0f} s (a hung driver or a "
+                             f"GPU in a bad state)." + hint) from None
+        except OSError as exc:
+            raise NoGPUError(f"`nvidia-smi topo -m` could not be started ({exc})." + hint) from None
+        said = (out.stderr or out.stdout or "").strip().splitlines()
+        if out.returncode != 0:
+            raise NoGPUError(f"`nvidia-smi topo -m` failed (exit code {out.returncode}): "
+                             f"{said[0] if said else 'no message'}." + hint)
+        if not any(_is_header(ln) for ln in _clean(out.stdout)):
+            raise NoGPUError("`nvidia-smi topo -m` lists no GPU on this machine"
+                             + (f" ({said[0]})" if said else "") + "." + hint)
+        topo = parse_topo_matrix(out.stdout)
+        topo.name = "this machine"
+        topo.gpu_names = _gpu_names()
+        return topo
+
+    # -- drawing
+    def draw(self, ax=None, title: Optional[str] = None):
+        """Draw the GPUs (boxes), NICs and CPU/NUMA groups with links styled by kind and
+        labelled. Returns the matplotlib Axes. GPU boxes carry gid ``gpu:<i>``, NIC boxes
+        ``nic:<name>`` and link lines ``link:<i>-<j>`` / ``niclink:<i>-<name>``."""
+        return _draw(self, ax=ax, title=title)
+
+
+def _gpu_names() -> dict:
+    """GPU model names by index from ddlab.hardware (NVML, else nvidia-smi); empty when unknown.
+    Only a label for drawings and summaries, so a failure here must not stop the topology."""
+    try:
+        from . import hardware
+        inv = hardware.inventory(software=False, dataset=False)
+    except Exception:  # noqa: BLE001 - decoration only; the matrix itself is already read
+        return {}
+    return {g.index: g.name for g in inv.gpus}
+
+
+# ----------------------------------------------------------------------------- drawing
+# One colour and dash per kind, so a figure reads without its labels: solid green NVLink
+# (thicker with more links), blue dashes within PCIe switches, orange through the CPU's
+# host bridge, red dots across CPU sockets.
+KIND_STYLE = {
+    "NVLINK": {"color": "#2e8b57", "linestyle": "-"},
+    "PIX": {"color": "#1f77b4", "linestyle": "--"},
+    "PXB": {"color": "#5b8fd0", "linestyle": "--"},
+    "PHB": {"color": "#e08a00", "linestyle": "-."},
+    "NODE": {"color": "#c8652a", "linestyle": "-."},
+    "SYS": {"color": "#b22222", "linestyle": ":"},
+}
+_GROUP_COLORS = ("#dbe9f6", "#fde2cf", "#dff0d8", "#eadcf0", "#fff3bf", "#e0e0e0", "#f6d6dc", "#d5f1ee")
+
+
+def _line_width(link: Link) -> float:
+    return min(1.2 + 0.22 * link.nvlinks, 5.0) if link.kind == "NVLINK" else 1.4
+
+
+def _draw(topo: Topology, ax=None, title: Optional[str] = None):
+    import math
+
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import FancyBboxPatch, Patch, Wedge
+
+    gpus = topo.gpus
+    n = len(gpus)
+    if ax is None:
+        size = 5.5 if n <= 2 else (6.5 if n <= 4 else 8.0)
+        _, ax = plt.subplots(figsize=(size + 1.5, size))
+    # GPUs on one circle, NUMA groups contiguous: chords between points of a circle never cross
+    # another GPU's box, and each group gets its own arc of the ring.
+    groups = topo.numa_groups()
+    order = [g for _, members in groups for g in members]
+    radius = 2.0 if n <= 2 else max(2.2, 0.6 * n)
+    angle = {}
+    for pos, g in enumerate(order):
+        a = math.pi if n == 1 else (math.pi / 2 - 2 * math.pi * pos / n + (math.pi / n if n == 2 else 0))
+        angle[g] = a
+    xy = {g: ((0.0, 0.0) if n == 1 else (radius * math.cos(angle[g]), radius * math.sin(angle[g]))) for g in gpus}
+    box_w, box_h = 1.15, 0.62
+    placed_labels: list = []
+    boxes: list = [(x, y, box_w, box_h) for x, y in xy.values()]  # centre and size of every box
+
+    def free_spot(p0, p1):
+        # Try points along the line until one is clear of the boxes and of earlier labels.
+        for t in (0.5, 0.38, 0.62, 0.3, 0.7, 0.44, 0.56, 0.25, 0.75):
+            x, y = p0[0] + t * (p1[0] - p0[0]), p0[1] + t * (p1[1] - p0[1])
+            if all(math.hypot(x - u, y - v) > 0.55 for u, v in placed_labels) and \
+                    all(abs(x - bx) > bw / 2 + 0.3 or abs(y - by) > bh / 2 + 0.15 for bx, by, bw, bh in boxes):
+                return x, y
+        return p0[0] + 0.5 * (p1[0] - p0[0]), p0[1] + 0.5 * (p1[1] - p0[1])
+
+    def label_at(p0, p1, text, color):
+        x, y = free_spot(p0, p1)
+        placed_labels.append((x, y))
+        ax.text(x, y, text, ha="center", va="center", fontsize=8, color=color, zorder=6,
+                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9})
+
+    # CPU / NUMA groups: a shaded band along the ring behind the group's GPUs, named in the legend.
+    known_groups = [(k, m) for k, m in groups if k is not None]
+    group_handles = []
+    if known_groups:
+        step = 360.0 / max(n, 1)
+        for gi, (key, members) in enumerate(known_groups):
+            color = _GROUP_COLORS[gi % len(_GROUP_COLORS)]
+            if n == 1:
+                band = FancyBboxPatch((-0.95, -0.6), 1.9, 1.2, boxstyle="round,pad=0.05", fc=color, ec="none", zorder=0)
+            else:
+                degs = [math.degrees(angle[g]) for g in members]
+                lo, hi = min(degs) - step / 2.2, max(degs) + step / 2.2
+                if len(members) == n:
+                    lo, hi = 0.0, 360.0
+                band = Wedge((0, 0), radius + 0.85, lo, hi, width=1.7, facecolor=color, edgecolor="none",
+                             alpha=0.85, zorder=0)
+            band.set_gid(f"numa:{key}")
+            ax.add_patch(band)
+            group_handles.append(Patch(facecolor=color, edgecolor="none", label=key))
+
+    kinds_used = set()
+    pair_links = {(i, j): topo.link(i, j) for i, j in topo.pairs()}
+    labels = {ln.label for ln in pair_links.values()}
+    all_same_nv = n >= 3 and len(labels) == 1 and next(iter(pair_links.values())).kind == "NVLINK"
+    any_nv = any(ln.kind == "NVLINK" for ln in pair_links.values())
+    if all_same_nv:
+        # Every pair equal over NVLink: draw the fabric as a hub instead of n(n-1)/2 chords.
+        ln = next(iter(pair_links.values()))
+        kinds_used.add("NVLINK")
+        st = KIND_STYLE["NVLINK"]
+        for g in gpus:
+            line, = ax.plot([0, xy[g][0]], [0, xy[g][1]], color=st["color"], linestyle=st["linestyle"],
+                            linewidth=_line_width(ln), zorder=2)
+            line.set_gid(f"link:{g}-hub")
+        hub = FancyBboxPatch((-1.3, -0.42), 2.6, 0.84, boxstyle="round,pad=0.05", fc="#e8f5ec", ec=st["color"], zorder=5)
+        hub.set_gid("nvlink-hub")
+        ax.add_patch(hub)
+        ax.text(0, 0, f"NVLink all-to-all\nevery pair {ln.label}", ha="center", va="center", fontsize=8, zorder=6)
+    else:
+        for (i, j), ln in sorted(pair_links.items(), key=lambda kv: kv[1].rank):
+            st = KIND_STYLE[ln.kind]
+            kinds_used.add(ln.kind)
+            faint = any_nv and ln.kind != "NVLINK"
+            line, = ax.plot([xy[i][0], xy[j][0]], [xy[i][1], xy[j][1]], color=st["color"], linestyle=st["linestyle"],
+                            linewidth=0.9 if faint else _line_width(ln), alpha=0.45 if faint else 0.95,
+                            zorder=1.5 if faint else 2)
+            line.set_gid(f"link:{i}-{j}")
+            # Label every NVLink; label PCIe-class pairs too unless NVLink pairs would be buried.
+            if not faint or n <= 4:
+                label_at(xy[i], xy[j], ln.label, st["color"])
+
+    # NICs outside the ring, next to the GPUs they are closest to.
+    nic_r = radius + 2.3
+    used_angles: list = []
+    for col, name in zip(topo.nic_columns, topo.nics):
+        lk = {g: topo.links[(f"GPU{g}", col)] for g in gpus}
+        best = max(ln.rank for ln in lk.values())
+        near = [g for g in gpus if lk[g].rank == best]
+        if n == 1:
+            a = -math.pi / 2
+        else:
+            a = math.atan2(sum(math.sin(angle[g]) for g in near), sum(math.cos(angle[g]) for g in near))
+            if len(near) == n:
+                a = -math.pi / 2
+        for _ in range(24):  # step aside from NICs already placed at this angle
+            if all(abs(math.atan2(math.sin(a - u), math.cos(a - u))) >= 0.22 for u in used_angles):
+                break
+            a += 0.24
+        used_angles.append(a)
+        p = (nic_r * math.cos(a), nic_r * math.sin(a)) if n > 1 else (2.2 * len(used_angles) - 2.2, -2.2)
+        boxes.append((p[0], p[1], 1.0, 0.4))
+        nb = FancyBboxPatch((p[0] - 0.5, p[1] - 0.2), 1.0, 0.4, boxstyle="round,pad=0.04", fc="#f4f4f4",
+                            ec="#666666", zorder=5)
+        nb.set_gid(f"nic:{name}")
+        ax.add_patch(nb)
+        ax.text(p[0], p[1], name, ha="center", va="center", fontsize=7.5, zorder=6)
+        for g in near:
+            ln = lk[g]
+            st = KIND_STYLE[ln.kind]
+            kinds_used.add(ln.kind)
+            line, = ax.plot([p[0], xy[g][0]], [p[1], xy[g][1]], color=st["color"], linestyle=st["linestyle"],
+                            linewidth=1.0, alpha=0.8, zorder=1.8)
+            line.set_gid(f"niclink:{g}-{name}")
+            label_at(p, xy[g], ln.label, st["color"])
+
+    for g in gpus:
+        x, y = xy[g]
+        gb = FancyBboxPatch((x - box_w / 2, y - box_h / 2), box_w, box_h, boxstyle="round,pad=0.04",
+                            fc="#76b900", ec="#2f4f00", zorder=7)
+        gb.set_gid(f"gpu:{g}")
+        ax.add_patch(gb)
+        model = topo.gpu_names.get(g, "")
+        short = model.replace("NVIDIA ", "").split()[0] if model else ""
+        ax.text(x, y, f"GPU{g}" + (f"\n{short}" if short else ""), ha="center", va="center", fontsize=9,
+                fontweight="bold", color="white", zorder=8)
+
+    handles = []
+    for kind in ("NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS"):
+        if kind in kinds_used:
+            st = KIND_STYLE[kind]
+            name = "NV# (NVLink)" if kind == "NVLINK" else ("SYS/SOC" if kind == "SYS" else kind)
+            handles.append(Line2D([], [], color=st["color"], linestyle=st["linestyle"], linewidth=2, label=name))
+    if handles or group_handles:
+        ax.legend(handles=handles + group_handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+                  frameon=False, title="link kind / CPU-NUMA group", title_fontsize=8)
+    extent = (nic_r + 0.8) if topo.nic_columns else (radius + 1.2)
+    if n == 1:
+        extent = 2.5 if not topo.nic_columns else 3.5
+    ax.set_xlim(-extent, extent)
+    ax.set_ylim(-extent, extent)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title or f"{topo.name or 'topology'}: {n} GPU{'s' if n != 1 else ''}"
+                 + (f", {len(topo.nics)} NIC{'s' if len(topo.nics) != 1 else ''}" if topo.nics else ""))
+    return ax
+
+
+# ----------------------------------------------------------------------------- recorded machines
+def recorded_names() -> list:
+    """Names of the recorded machines under source_code/reference/topologies/."""
+    from . import reference
+    return reference.names(REFERENCE_KIND)
+
+
+def recorded(name: str) -> Topology:
+    """A recorded machine by name (see :func:`recorded_names`), with its provenance."""
+    from . import reference
+    obj = reference.load(REFERENCE_KIND, name)
+    obj.setdefault("name", name)
+    return Topology.from_dict(obj)
+
+
+def save_recorded(name: str, topo: Topology, provenance: dict, description: Optional[str] = None) -> str:
+    """Store ``topo`` (its raw text and parsed facts) as reference/topologies/<name>.json."""
+    from . import reference
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
+        raise ValueError(f"recorded names are letters, digits, '-', '_' and '.', got {name!r}")
+    topo.name, topo.provenance = name, provenance
+    if description:
+        topo.description = description
+    return reference.save(REFERENCE_KIND, name, topo.to_dict())
+
+
+# ----------------------------------------------------------------------------- report and CLI
+def report(topo: Topology) -> str:
+    """What ``ddlab topo`` prints: matrix, ranked pairs, best subsets, summary."""
+    lines = []
+    title = topo.name or "topology"
+    lines.append(f"== {title}" + (f": {topo.description}" if topo.description else ""))
+    prov = topo.provenance or {}
+    if prov.get("cited"):
+        lines.append(f"   (written from published facts, not measured: {prov.get('source')})")
+    elif prov.get("illustrative"):
+        lines.append(f"   (illustrative example, not a measurement: {prov.get('note', '')})")
+    elif prov.get("date"):
+        lines.append(f"   (captured on {prov.get('machine')} {str(prov.get('date'))[:10]})")
+    lines += ["", topo.matrix_table(), ""]
+    gpus = topo.gpus
+    if len(gpus) >= 2:
+        lines.append("GPU pairs, best link first (ties on one line):")
+        for g in topo.ranked_pairs():
+            lines.append(f"  {g.place:>2}. {g.label:<6} {topo._pair_list(g.pairs, limit=12)}")
+        lines.append("")
+    if len(gpus) >= 3:
+        lines.append("Best subsets (weakest link first, then the sum of link ranks):")
+        for k in range(2, len(gpus)):
+            s = topo.best_subset(k)
+            lines.append(f"  k={k:<2} GPUs {','.join(map(str, s.gpus)):<24} weakest {s.weakest.label}")
+        lines.append("")
+    lines.append(topo.summary())
+    return "\n".join(lines)
+
+
+def _report_dict(topo: Topology) -> dict:
+    d = topo.to_dict()
+    d["ranked_pairs"] = [g.to_dict() for g in topo.ranked_pairs()] if len(topo.gpus) >= 2 else []
+    d["best_subsets"] = {str(k): topo.best_subset(k).to_dict() for k in range(2, len(topo.gpus))}
+    d["summary"] = topo.summary()
+    return d
+
+
+def cli(argv: list) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="ddlab topo", description="Read `nvidia-smi topo -m` (this machine, a file "
+                                "or a recorded machine): matrix, ranked GPU pairs, best subsets, summary.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--file", metavar="F", help="a saved `nvidia-smi topo -m` output")
+    src.add_argument("--recorded", metavar="NAME", help="a recorded machine (see --list)")
+    p.add_argument("--list", action="store_true", help="list the recorded machines and exit")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--save", metavar="NAME", help="record this machine's topology (with provenance) as "
+                   "reference/topologies/NAME.json")
+    a = p.parse_args(argv)
+    if a.list:
+        for name in recorded_names():
+            try:
+                t = recorded(name)
+                print(f"{name:<14} {len(t.gpus)} GPUs  {t.description or ''}")
+            except (ValueError, OSError) as exc:
+                print(f"{name:<14} unreadable: {exc}")
+        return 0
+    if a.save and (a.file or a.recorded):
+        print("ddlab topo: --save records this machine's live topology; it cannot be combined with --file or "
+              "--recorded")
+        return 2
+    try:
+        if a.file:
+            topo = Topology.from_file(a.file)
+        elif a.recorded:
+            topo = recorded(a.recorded)
+        else:
+            topo = Topology.from_system()
+    except NoGPUError as exc:
+        print(f"ddlab topo: {exc}")
+        print(f"Recorded machines: {', '.join(recorded_names()) or 'none'} "
+              f"(e.g. ddlab topo --recorded {(recorded_names() or ['NAME'])[0]})")
+        return 1
+    except TopologyParseError as exc:
+        print(f"ddlab topo: {a.file or a.recorded or 'nvidia-smi output'}: {exc}")
+        return 1
+    except (OSError, ValueError) as exc:  # missing file, unknown recorded name, bad record
+        print(f"ddlab topo: {exc}")
+        return 1
+    if a.save:
+        from . import provenance
+        prov = provenance.collect(command="nvidia-smi topo -m")
+        prov["kind"] = "measured"
+        path = save_recorded(a.save, topo, prov, description=f"{prov.get('gpu_count')}x {prov.get('gpu_model')}")
+        print(f"saved {path}", file=sys.stderr)
+    print(json.dumps(_report_dict(topo), indent=1) if a.json else report(topo))
+    return 0

@@ -1,0 +1,522 @@
+"""ddlab.topology: parsing every shape of `nvidia-smi topo -m`, analysis, drawing, recorded
+machines, the live path and the `ddlab topo` command."""
+import glob
+import itertools
+import json
+import os
+import stat
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from ddlab import cli as ddlab_cli  # noqa: E402
+from ddlab import reference  # noqa: E402
+from ddlab import topology  # noqa: E402
+from ddlab.topology import NoGPUError, Topology, TopologyParseError, parse_topo_matrix  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOPO_DIR = os.path.join(HERE, "fixtures", "topo")
+H200_TOPO = os.path.join(TOPO_DIR, "h200x2.txt")
+
+
+def fixture(name):
+    return Topology.from_file(os.path.join(TOPO_DIR, name))
+
+
+# ------------------------------------------------------------------------ every fixture variation
+# name -> (gpus, nics, {pair: label}, gpu0 cpu affinity, gpu0 numa affinity, gpu0 GPU NUMA ID)
+EXPECTED = {
+    "a100x8_nic_legend_tabs.txt": (8, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_6", "mlx5_bond_0"],
+                                   {(0, 7): "NV12", (3, 4): "NV12"}, "0-31,64-95", "0", None),
+    "rtx2x_nv4_ansi_header.txt": (2, [], {(0, 1): "NV4"}, "0-23", "0", None),
+    "p100x8_dgx1_mlx5_soc.txt": (8, ["mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"],
+                                 {(0, 1): "NV1", (0, 4): "NV1", (0, 5): "SOC", (3, 7): "NV1"}, "0-19,40-59", None, None),
+    "k80x4_spaces_mlx4_oldest_legend.txt": (4, ["mlx4_0"], {(0, 1): "PIX", (0, 2): "PHB", (2, 3): "PIX"},
+                                            "0-11", None, None),
+    "pcie4x_spaces_node_sys_no_legend.txt": (4, [], {(0, 1): "NODE", (1, 2): "SYS"}, "0-15,32-47", "0", None),
+    "gh200x1_gpu_numa_id.txt": (1, [], {}, "0-71", "0", "1"),
+    "v100x16_nv6_all_pairs.txt": (16, [], {(0, 15): "NV6", (7, 8): "NV6"}, "0-23,48-71", "0", None),
+    "pcie3x_no_affinity_crlf.txt": (3, [], {(0, 1): "PIX", (1, 2): "PXB", (0, 2): "PHB"}, None, None, None),
+    "h100x2_forum_paste_double_spaced.txt": (2, ["mlx5_0", "mlx5_1"], {(0, 1): "NV18"}, "0-63", "0", None),
+    "v100x4_glued_header.txt": (4, ["mlx5_0"], {(0, 1): "NV2", (1, 2): "SYS"}, "0-9,20-29", None, None),
+    "vm2x_na_affinity.txt": (2, [], {(0, 1): "PHB"}, "0-7", None, None),
+    "pcie8x_two_switch_levels.txt": (8, ["mlx5_0", "mlx5_1"], {(0, 1): "PIX", (0, 3): "PXB", (3, 4): "SYS"},
+                                     "0-23,48-71", "0", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_parses_to_the_expected_facts(name):
+    n, nics, links, cpu, numa, gpu_numa = EXPECTED[name]
+    t = fixture(name)
+    assert t.gpus == list(range(n))
+    assert t.nics == nics
+    for (i, j), label in links.items():
+        assert t.link(i, j).label == label
+        assert t.link(j, i).label == label
+    assert t.cpu_affinity[0] == cpu
+    assert t.numa_affinity[0] == numa
+    assert t.gpu_numa_id[0] == gpu_numa
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(TOPO_DIR, "*.txt"))),
+                         ids=lambda p: os.path.basename(p))
+def test_every_topo_fixture_is_consistent(path):
+    """Runs over every file in tests/fixtures/topo, including captures added later."""
+    t = Topology.from_file(path)
+    assert t.gpus, "a topology has at least one GPU"
+    pairs = [p for g in t.ranked_pairs() for p in g.pairs]
+    assert sorted(pairs) == t.pairs()  # every pair ranked exactly once
+    ranks = [g.rank for g in t.ranked_pairs()]
+    assert ranks == sorted(ranks, reverse=True) and len(set(ranks)) == len(ranks)
+    for col in t.nic_columns:
+        for g in t.gpus:
+            assert t.nic_link(g, col).kind in topology.LINK_KINDS
+
+
+def test_h200x2_capture_shows_nv18():
+    if not os.path.exists(H200_TOPO):
+        pytest.skip(f"{H200_TOPO} is absent: it is captured with `nvidia-smi topo -m` on the 2x H200 machine")
+    t = Topology.from_file(H200_TOPO)
+    assert t.gpus == [0, 1]
+    link = t.link(0, 1)
+    assert (link.label, link.kind, link.nvlinks) == ("NV18", "NVLINK", 18)
+
+
+def test_nic_legend_maps_nic_columns_and_nic_link_accepts_every_name():
+    t = fixture("a100x8_nic_legend_tabs.txt")
+    assert t.nic_columns == ["NIC0", "NIC1", "NIC2", "NIC3", "NIC4", "NIC5"]
+    assert t.nic_link(0, "mlx5_0").label == "PXB"
+    assert t.nic_link(0, "NIC0").label == "PXB"
+    assert t.nic_link(0, 0).label == "PXB"
+    assert t.nic_link(5, "mlx5_bond_0").label == "NODE"
+    assert t.nic_link(0, "mlx5_bond_0").label == "SYS"
+    with pytest.raises(KeyError, match="mlx5_9"):
+        t.nic_link(0, "mlx5_9")
+
+
+def test_mlx5_columns_without_legend_keep_their_printed_names():
+    t = fixture("p100x8_dgx1_mlx5_soc.txt")
+    assert t.nic_columns == t.nics == ["mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"]
+    assert t.nic_link(0, "mlx5_0").label == "PIX"
+    assert t.nic_link(4, "mlx5_0").kind == "SYS"  # SOC is the old name of SYS
+
+
+def test_ansi_codes_are_stripped_also_when_the_escape_byte_was_lost():
+    with_esc = "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\x1b[0m\nGPU0\t X \tNV8\t0-7\nGPU1\tNV8\t X \t0-7\n"
+    lost_esc = "\t[4mGPU0\tGPU1\tCPU Affinity[0m\nGPU0\t X \tNV8\t0-7\nGPU1\tNV8\t X \t0-7\n"
+    for text in (with_esc, lost_esc):
+        t = parse_topo_matrix(text)
+        assert t.link(0, 1).label == "NV8" and t.cpu_affinity == {0: "0-7", 1: "0-7"}
+
+
+def test_tab_cells_keep_position_when_a_value_is_empty():
+    # Three trailing cells for three columns: the empty first one is an empty CPU Affinity.
+    text = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tSYS\t\t0\tN/A\nGPU1\tSYS\t X \t\t1\tN/A\n"
+    t = parse_topo_matrix(text)
+    assert t.cpu_affinity == {0: None, 1: None}
+    assert t.numa_affinity == {0: "0", 1: "1"}
+    assert t.gpu_numa_id == {0: None, 1: None}
+
+
+def test_nvidia_smi_extra_tab_before_gpu_numa_id_is_not_an_empty_column():
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-23\t1\t\t3\n"
+    t = parse_topo_matrix(text)
+    assert (t.cpu_affinity[0], t.numa_affinity[0], t.gpu_numa_id[0]) == ("0-23", "1", "3")
+
+
+def test_space_separated_row_missing_a_value_is_placed_by_pattern():
+    # Spaces hide empty cells: values are placed in order into the columns they fit, the
+    # earliest column first, and a column no value fits stays None.
+    text = "GPU0 GPU1 CPU Affinity NUMA Affinity\nGPU0 X PHB 0-7\nGPU1 PHB X 0-7\n"
+    t = parse_topo_matrix(text)
+    assert t.cpu_affinity == {0: "0-7", 1: "0-7"} and t.numa_affinity == {0: None, 1: None}
+    text = "GPU0 CPU Affinity GPU NUMA ID\nGPU0 X N/A 2\n"
+    assert parse_topo_matrix(text).gpu_numa_id == {0: "2"}
+
+
+def test_markdown_table_paste():
+    text = ("| | GPU0 | GPU1 | NIC0 |\n|---|---|---|---|\n| GPU0 | X | NV18 | PIX |\n"
+            "| GPU1 | NV18 | X | SYS |\n| NIC0 | PIX | SYS | X |\n")
+    t = parse_topo_matrix(text)
+    assert t.link(0, 1).label == "NV18" and t.nic_link(1, "NIC0").label == "SYS"
+
+
+def test_header_phrases_are_recognised_without_tabs():
+    t = fixture("pcie4x_spaces_node_sys_no_legend.txt")
+    assert t.affinity_columns == ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
+    assert t.numa_affinity == {0: "0", 1: "0", 2: "1", 3: "1"}
+
+
+def test_prompt_lines_legend_and_crlf_are_ignored():
+    t = fixture("pcie3x_no_affinity_crlf.txt")
+    assert t.gpus == [0, 1, 2] and t.affinity_columns == []
+    with open(os.path.join(TOPO_DIR, "pcie3x_no_affinity_crlf.txt"), newline="") as f:
+        assert "\r\n" in f.read()  # the fixture really has Windows line ends
+
+
+def test_text_is_kept_verbatim():
+    path = os.path.join(TOPO_DIR, "rtx2x_nv4_ansi_header.txt")
+    with open(path) as f:
+        raw = f.read()
+    assert Topology.from_file(path).text == raw
+
+
+# ------------------------------------------------------------------------ links and ranks
+def test_link_kinds_and_rank_order():
+    labels = ["NV18", "NV12", "NV2", "NV1", "PIX", "PXB", "PHB", "NODE", "SYS"]
+    ranks = [topology.parse_link(x).rank for x in labels]
+    assert ranks == sorted(ranks, reverse=True) and len(set(ranks)) == len(ranks)
+    assert topology.parse_link("SOC").rank == topology.parse_link("SYS").rank
+    assert topology.parse_link("SOC").kind == "SYS" and topology.parse_link("SOC").label == "SOC"
+    nv = topology.parse_link("NV12")
+    assert (nv.kind, nv.nvlinks) == ("NVLINK", 12)
+    assert topology.parse_link("PXB").nvlinks == 0
+    with pytest.raises(ValueError, match="unknown link label"):
+        topology.parse_link("QPI")
+    with pytest.raises(ValueError):
+        topology.parse_link("NV0")
+
+
+def test_link_kinds_legend_is_complete_and_cited():
+    assert set(topology.LINK_KINDS) == {"NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS"}
+    for kind, info in topology.LINK_KINDS.items():
+        for key in ("legend", "path", "typical_bandwidth", "typical_latency", "nccl_p2p_level", "sources"):
+            assert info[key], (kind, key)
+    assert "PCI-SIG" in " ".join(topology.LINK_KINDS["PIX"]["sources"])
+    gens = topology.NVLINK_GENERATIONS
+    for g in gens:  # per-link rate x links x 2 directions = NVIDIA's stated total
+        assert g["GB_s_per_link_per_direction"] * g["links_per_gpu"] * 2 == g["total_GB_s"], g
+        assert g["source"]
+
+
+def test_link_errors():
+    t = fixture("rtx2x_nv4_ansi_header.txt")
+    with pytest.raises(ValueError, match="same GPU"):
+        t.link(0, 0)
+    with pytest.raises(KeyError, match="no GPU 5"):
+        t.link(0, 5)
+
+
+# ------------------------------------------------------------------------ malformed input
+BAD = [
+    ("no header at all", "hello\nworld\n", r"no line starts with GPU0"),
+    ("rows without a header", "GPU0\t X \tNV1\nGPU1\tNV1\t X \n", r"line 1 .*no header row"),
+    ("ragged row", "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tPIX\tPIX\nGPU1\tPIX\t X \nGPU2\tPIX\tPIX\t X \n",
+     r"line 3: row GPU1 has 2 link cells, expected 3"),
+    ("ragged row before affinity", "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \t0-7\nGPU1\tPIX\t X \t0-7\n",
+     r"line 2: row GPU0 has 1 link cells, expected 2"),
+    ("unknown label", "\tGPU0\tGPU1\nGPU0\t X \tQPI\nGPU1\tQPI\t X \n",
+     r"line 2 \(row GPU0, column GPU1\): unknown link label 'QPI'"),
+    ("asymmetric", "\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tPIX\t X \n",
+     r"line 2 \(row GPU0\): GPU0-GPU1 is 'NV2' but line 3 \(row GPU1\) says GPU1-GPU0 is 'PIX'; expected a symmetric"),
+    ("missing row", "\tGPU0\tGPU1\tNIC0\nGPU0\t X \tPIX\tPIX\nGPU1\tPIX\t X \tPIX\n\nLegend:\n",
+     r"without a row for NIC0 \(the header on line 1"),
+    ("duplicate row", "\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU0\t X \tPIX\nGPU1\tPIX\t X \n",
+     r"line 3: a second row for GPU0 \(the first is line 2\)"),
+    ("row not in header", "\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU2\tPIX\t X \n",
+     r"line 3: row 'GPU2' is not a column of the header"),
+    ("extra row after the matrix", "\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tPIX\t X \nGPU2\tPIX\tPIX\t X \n",
+     r"line 4: row 'GPU2' is not a column of the header"),
+    ("X off the diagonal", "\tGPU0\tGPU1\nGPU0\t X \t X \nGPU1\t X \t X \n", r"may appear only on the diagonal"),
+    ("diagonal not X", "\tGPU0\tGPU1\nGPU0\tPIX\tPIX\nGPU1\tPIX\t X \n", r"line 2 \(row GPU0\): the diagonal cell must"),
+    ("too many values", "\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\t0\t5\n", r"line 2: row GPU0 has 3 values after"),
+    ("empty", "", r"no line starts with GPU0"),
+]
+
+
+@pytest.mark.parametrize("what,text,message", BAD, ids=[b[0] for b in BAD])
+def test_malformed_text_raises_a_clear_error(what, text, message):
+    with pytest.raises(TopologyParseError, match=message):
+        parse_topo_matrix(text)
+
+
+def test_parse_error_is_a_value_error_and_needs_text():
+    assert issubclass(TopologyParseError, ValueError)
+    with pytest.raises(TypeError):
+        parse_topo_matrix(None)
+
+
+# ------------------------------------------------------------------------ analysis
+def brute_force(t, k):
+    best = None
+    for combo in itertools.combinations(t.gpus, k):
+        ranks = [t.link(a, b).rank for a, b in itertools.combinations(combo, 2)]
+        key = (min(ranks), sum(ranks))
+        if best is None or key > best[0]:
+            best = (key, combo)
+    return best
+
+
+@pytest.mark.parametrize("name", ["p100x8_dgx1_mlx5_soc.txt", "pcie8x_two_switch_levels.txt",
+                                  "k80x4_spaces_mlx4_oldest_legend.txt", "v100x4_glued_header.txt",
+                                  "pcie3x_no_affinity_crlf.txt"])
+def test_best_subset_matches_brute_force_for_every_k(name):
+    t = fixture(name)
+    for k in range(2, len(t.gpus) + 1):
+        s = t.best_subset(k)
+        (weakest, total), combo = brute_force(t, k)
+        assert s.weakest.rank == weakest and s.total_rank == total, (name, k)
+        assert s.gpus == combo  # ties go to the lowest GPU numbers, like the brute force
+
+
+def test_best_subset_on_recorded_dgx1_avoids_the_sys_pairs():
+    t = topology.recorded("dgx1-v100")
+    s4 = t.best_subset(4)
+    assert s4.weakest.kind == "NVLINK"  # a fully NVLink-connected quad exists
+    assert all(t.link(a, b).kind == "NVLINK" for a, b in itertools.combinations(s4.gpus, 2))
+    assert t.best_subset(2).weakest.label == "NV2"
+    assert t.best_subset(5).weakest.kind == "SYS"  # no 5 GPUs are all NVLink-connected
+
+
+def test_best_subset_is_fast_on_16_gpus_and_checks_k():
+    t = fixture("v100x16_nv6_all_pairs.txt")
+    start = time.perf_counter()
+    for k in range(1, 17):
+        s = t.best_subset(k)
+        assert len(s.gpus) == k
+    assert time.perf_counter() - start < 2.0
+    assert t.best_subset(8).gpus == tuple(range(8))
+    assert t.best_subset(1).weakest is None
+    for bad in (0, 17, 2.5, "2"):
+        with pytest.raises(ValueError, match="k must be"):
+            t.best_subset(bad)
+
+
+def test_ranked_pairs_groups_ties_best_first():
+    t = fixture("pcie8x_two_switch_levels.txt")
+    groups = t.ranked_pairs()
+    assert [(g.place, g.label, len(g.pairs)) for g in groups] == [(1, "PIX", 4), (2, "PXB", 8), (3, "SYS", 16)]
+    assert groups[0].pairs == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert groups[0].to_dict()["pairs"][0] == [0, 1]
+    assert fixture("gh200x1_gpu_numa_id.txt").ranked_pairs() == []
+
+
+def test_summary_in_plain_language():
+    a100 = fixture("a100x8_nic_legend_tabs.txt").summary()
+    assert a100.startswith("8 GPUs")
+    assert "All 28 pairs NV12" in a100 and "NVSwitch" in a100
+    assert "GPU0-1 sit below the same PCIe switches as mlx5_0 (PXB)" in a100
+    assert "GPU0-3 on NUMA 0 (CPUs 0-31,64-95)" in a100
+    dgx1 = topology.recorded("dgx1-v100").summary()
+    assert "8 pairs NV2, 8 pairs NV1, 12 pairs SYS" in dgx1
+    assert "GPU0-1 share a PCIe switch with mlx5_0 (PIX)" in dgx1
+    assert "12 of 28 pairs have no NVLink" in dgx1
+    two = fixture("vm2x_na_affinity.txt").summary()
+    assert "GPU0-GPU1 is PHB: no NVLink" in two
+
+
+def test_matrix_table_realigns_and_names_nics():
+    table = fixture("a100x8_nic_legend_tabs.txt").matrix_table().splitlines()
+    assert table[0].split()[:9] == ["GPU0", "GPU1", "GPU2", "GPU3", "GPU4", "GPU5", "GPU6", "GPU7", "mlx5_0"]
+    assert table[1].split()[:3] == ["GPU0", "X", "NV12"]
+    assert any(line.startswith("mlx5_bond_0") for line in table)
+
+
+# ------------------------------------------------------------------------ dict round trip and recorded machines
+def test_to_dict_from_dict_round_trip_through_json():
+    t = fixture("a100x8_nic_legend_tabs.txt")
+    d = json.loads(json.dumps(t.to_dict()))
+    assert d["links"]["0-1"] == "NV12" and d["nic_links"]["0"]["mlx5_0"] == "PXB"
+    back = Topology.from_dict(d)
+    assert back.text == t.text and back.nics == t.nics and back.link(2, 6).label == "NV12"
+    d["links"]["0-1"] = "PIX"
+    with pytest.raises(ValueError, match="stored as 'PIX'"):
+        Topology.from_dict(d)
+    with pytest.raises(ValueError, match="raw"):
+        Topology.from_dict({"name": "x"})
+
+
+def test_recorded_machines_exist_with_provenance():
+    names = topology.recorded_names()
+    assert {"dgx1-v100", "dgx-a100", "pcie-4gpu"} <= set(names)
+    for name in names:
+        t = topology.recorded(name)
+        assert t.provenance, name
+        assert t.text.strip(), name
+
+
+def test_recorded_dgx1_is_a_hybrid_cube_mesh_and_cited():
+    t = topology.recorded("dgx1-v100")
+    assert t.provenance["cited"] is True and "white paper" in t.provenance["source"]
+    assert len(t.gpus) == 8 and len(t.nics) == 4
+    for g in t.gpus:  # six NVLinks per V100, as the white paper says
+        assert sum(t.link(g, h).nvlinks for h in t.gpus if h != g) == 6
+    nv_pairs = [(a, b) for a, b in t.pairs() if t.link(a, b).kind == "NVLINK"]
+    assert len(nv_pairs) == 16  # twelve cube edges plus four face diagonals
+
+
+def test_recorded_dgx_a100_and_pcie_box():
+    a100 = topology.recorded("dgx-a100")
+    assert a100.provenance["cited"] is True and a100.provenance["source"]
+    assert {a100.link(a, b).label for a, b in a100.pairs()} == {"NV12"}
+    assert a100.nics == [f"mlx5_{i}" for i in range(8)]
+    assert a100.nic_link(0, "mlx5_0").label == "PXB" and a100.nic_link(0, "mlx5_7").label == "SYS"
+    box = topology.recorded("pcie-4gpu")
+    assert box.provenance["illustrative"] is True and box.provenance["cited"] is False
+    labels = {box.link(a, b).label for a, b in box.pairs()} | {box.nic_link(g, n).label for g in box.gpus
+                                                                for n in box.nics}
+    assert labels == {"PIX", "PXB", "NODE", "SYS"}
+    assert all(box.link(a, b).kind != "NVLINK" for a, b in box.pairs())
+
+
+def test_recorded_unknown_name_lists_the_known_ones():
+    with pytest.raises(reference.ReferenceMissing, match="dgx1-v100"):
+        topology.recorded("no-such-machine")
+
+
+def test_recorded_loads_any_json_in_the_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
+    t = fixture("rtx2x_nv4_ansi_header.txt")
+    path = topology.save_recorded("my-box", t, {"cited": False, "source": "a test"}, description="two GPUs")
+    assert path == str(tmp_path / "topologies" / "my-box.json")
+    assert topology.recorded_names() == ["my-box"]
+    back = topology.recorded("my-box")
+    assert back.link(0, 1).label == "NV4" and back.provenance == {"cited": False, "source": "a test"}
+    assert back.description == "two GPUs"
+    with pytest.raises(ValueError, match="names are letters"):
+        topology.save_recorded("../evil", t, {"cited": False})
+
+
+# ------------------------------------------------------------------------ this machine
+def fake_smi(tmp_path, monkeypatch, script):
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def test_from_system_without_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(topology.shutil, "which", lambda name: None)
+    with pytest.raises(NoGPUError, match="nvidia-smi was not found") as err:
+        Topology.from_system()
+    assert isinstance(err.value, RuntimeError)
+    assert "dgx1-v100" in str(err.value)
+
+
+def test_from_system_driver_failure_is_a_clear_message(tmp_path, monkeypatch):
+    fake_smi(tmp_path, monkeypatch, "echo \"NVIDIA-SMI has failed because it couldn't communicate with the "
+                                    "NVIDIA driver.\" >&2\nexit 9\n")
+    with pytest.raises(NoGPUError, match=r"exit code 9\): NVIDIA-SMI has failed"):
+        Topology.from_system()
+
+
+def test_from_system_times_out_cleanly(tmp_path, monkeypatch):
+    fake_smi(tmp_path, monkeypatch, "exec sleep 5\n")
+    with pytest.raises(NoGPUError, match="did not answer within 1 s"):
+        Topology.from_system(timeout=1)
+
+
+def test_from_system_reads_the_matrix(tmp_path, monkeypatch):
+    src = os.path.join(TOPO_DIR, "a100x8_nic_legend_tabs.txt")
+    fake_smi(tmp_path, monkeypatch, f'if [ "$1" = topo ]; then cat "{src}"; else exit 6; fi\n')
+    t = Topology.from_system()
+    assert t.gpus == list(range(8)) and t.link(0, 1).label == "NV12" and t.name == "this machine"
+
+
+def test_from_system_with_no_gpu_listed(tmp_path, monkeypatch):
+    fake_smi(tmp_path, monkeypatch, "echo 'No devices were found'\n")
+    with pytest.raises(NoGPUError, match="lists no GPU"):
+        Topology.from_system()
+
+
+# ------------------------------------------------------------------------ drawing
+def gids(ax, prefix):
+    return sorted(a.get_gid() for a in ax.patches + ax.lines if (a.get_gid() or "").startswith(prefix))
+
+
+@pytest.mark.parametrize("name,n", [("h100x2_forum_paste_double_spaced.txt", 2), ("v100x4_glued_header.txt", 4),
+                                    ("p100x8_dgx1_mlx5_soc.txt", 8), ("gh200x1_gpu_numa_id.txt", 1)])
+def test_draw_has_one_box_per_gpu_and_nic(name, n):
+    t = fixture(name)
+    ax = t.draw()
+    try:
+        assert gids(ax, "gpu:") == sorted(f"gpu:{g}" for g in t.gpus)
+        assert len(gids(ax, "nic:")) == len(t.nics)
+        texts = {x.get_text().split("\n")[0] for x in ax.texts}
+        assert {f"GPU{g}" for g in t.gpus} <= texts
+        assert len(gids(ax, "link:")) == n * (n - 1) // 2
+    finally:
+        plt.close(ax.figure)
+
+
+def test_draw_styles_links_by_kind_and_labels_them():
+    t = topology.recorded("dgx1-v100")
+    fig, ax = plt.subplots()
+    try:
+        assert t.draw(ax=ax) is ax
+        lines = {ln.get_gid(): ln for ln in ax.lines if ln.get_gid()}
+        assert lines["link:0-3"].get_linewidth() > lines["link:0-1"].get_linewidth()  # NV2 thicker than NV1
+        assert lines["link:0-1"].get_color() != lines["link:0-5"].get_color()  # NVLink vs SYS
+        assert lines["link:0-5"].get_linestyle() == ":"
+        labels = [x.get_text() for x in ax.texts]
+        assert labels.count("NV2") == 8 and labels.count("NV1") == 8
+        assert len(gids(ax, "numa:")) == 2  # two CPU groups drawn
+        legend = [x.get_text() for x in ax.get_legend().get_texts()]
+        assert "NV# (NVLink)" in legend and "SYS/SOC" in legend
+    finally:
+        plt.close(fig)
+
+
+def test_draw_all_to_all_nvlink_as_a_hub():
+    t = fixture("a100x8_nic_legend_tabs.txt")
+    ax = t.draw()
+    try:
+        assert gids(ax, "nvlink-hub") == ["nvlink-hub"]
+        assert len([g for g in gids(ax, "link:") if g.endswith("-hub")]) == 8
+        assert any("every pair NV12" in x.get_text() for x in ax.texts)
+        assert len(gids(ax, "niclink:")) > 0
+    finally:
+        plt.close(ax.figure)
+
+
+# ------------------------------------------------------------------------ ddlab topo
+def test_cli_file_prints_matrix_pairs_subsets_and_summary(capsys):
+    assert topology.cli(["--file", os.path.join(TOPO_DIR, "pcie8x_two_switch_levels.txt")]) == 0
+    out = capsys.readouterr().out
+    assert "GPU0    X     PIX   PXB" in out
+    assert "1. PIX    GPU0-GPU1, GPU2-GPU3, GPU4-GPU5, GPU6-GPU7" in out
+    for k in range(2, 8):
+        assert f"k={k}" in out
+    assert "k=8" not in out
+    assert "GPU0-1 share a PCIe switch with mlx5_0 (PIX)" in out
+
+
+def test_cli_json(capsys):
+    assert topology.cli(["--recorded", "dgx1-v100", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["links"]["0-3"] == "NV2" and d["best_subsets"]["4"]["weakest"] == "NV1"
+    assert d["ranked_pairs"][0]["label"] == "NV2" and d["provenance"]["cited"] is True
+    assert d["summary"].startswith("8 GPUs")
+
+
+def test_cli_without_gpu_says_so_and_lists_recorded_machines(capsys, monkeypatch):
+    monkeypatch.setattr(topology.shutil, "which", lambda name: None)
+    assert topology.cli([]) == 1
+    out = capsys.readouterr().out
+    assert "nvidia-smi was not found" in out
+    assert "Recorded machines:" in out and "dgx1-v100" in out and "pcie-4gpu" in out
+    assert "Traceback" not in out
+
+
+def test_cli_errors_are_one_line_not_tracebacks(capsys, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tPIX\t X \n")
+    assert topology.cli(["--file", str(bad)]) == 1
+    assert "expected a symmetric matrix" in capsys.readouterr().out
+    assert topology.cli(["--file", str(tmp_path / "missing.txt")]) == 1
+    assert "missing.txt" in capsys.readouterr().out
+    assert topology.cli(["--recorded", "nope"]) == 1
+    assert "available: " in capsys.readouterr().out
+    assert topology.cli(["--file", str(bad), "--save", "x"]) == 2
+
+
+def test_cli_list_and_dispatch_through_ddlab(capsys):
+    assert topology.cli(["--list"]) == 0
+    assert "dgx-a100" in capsys.readouterr().out
+    assert ddlab_cli.main(["topo", "--recorded", "pcie-4gpu"]) == 0
+    assert "illustrative example, not a measurement" in capsys.readouterr().out
