@@ -51,6 +51,7 @@ class LaunchResult:
     duration_s: float
     env: dict = field(default_factory=dict)
     timed_out: bool = False
+    launch_id: str = ""
 
     @property
     def ok(self) -> bool:
@@ -225,7 +226,8 @@ def run(argv: Sequence[str], *, launcher: str = "python", nproc: int = 1,
     kill_tree(proc, launch_id)
     reader.join(timeout=10)
     result = LaunchResult(command=cmd, returncode=proc.returncode, output="".join(lines),
-                          duration_s=time.monotonic() - start, env=overrides, timed_out=timed_out)
+                          duration_s=time.monotonic() - start, env=overrides, timed_out=timed_out,
+                          launch_id=launch_id)
     shown = " ".join(cmd[:8]) + (" ..." if len(cmd) > 8 else "")
     if timed_out:
         raise LaunchTimeout(f"{launcher} launch of {nproc} process(es) timed out after {timeout:.0f} s "

@@ -1,0 +1,135 @@
+"""ddlab.data: the real Fashion-MNIST, the search order, and every way the data can be bad."""
+import gzip
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from ddlab import data
+
+REAL_DIR = data.find_dataset()  # the real data, found before any test re-points the search
+
+
+@pytest.fixture
+def no_search_path(monkeypatch, tmp_path):
+    """Point every search location at empty folders."""
+    monkeypatch.setenv("DDLAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DDLAB_DATA_DIR", raising=False)
+    monkeypatch.setattr(data, "DEBIAN_DIR", str(tmp_path / "debian"))
+    return tmp_path
+
+
+def write_tiny(d, n_train=12, n_test=4, gz=True):
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(0)
+    ext = ".gz" if gz else ""
+    data.write_idx(os.path.join(d, "train-images-idx3-ubyte" + ext), rng.integers(0, 256, (n_train, 28, 28)))
+    data.write_idx(os.path.join(d, "train-labels-idx1-ubyte" + ext), np.arange(n_train) % 10)
+    data.write_idx(os.path.join(d, "t10k-images-idx3-ubyte" + ext), rng.integers(0, 256, (n_test, 28, 28)))
+    data.write_idx(os.path.join(d, "t10k-labels-idx1-ubyte" + ext), np.arange(n_test) % 10)
+
+
+def test_real_dataset_shapes_and_class_balance():
+    x, y, xt, yt = data.load_fashion_mnist()
+    assert x.shape == (60000, 28, 28) and y.shape == (60000,)
+    assert xt.shape == (10000, 28, 28) and yt.shape == (10000,)
+    assert x.dtype == y.dtype == np.uint8
+    assert np.bincount(y).tolist() == [6000] * 10
+    assert np.bincount(yt).tolist() == [1000] * 10
+    assert 0 < x.mean() < 255
+
+
+def test_missing_data_says_where_it_looked_and_how_to_get_it(no_search_path):
+    with pytest.raises(data.DatasetError) as ei:
+        data.load_fashion_mnist()
+    msg = str(ei.value)
+    assert "not found" in msg and str(no_search_path / "cache") in msg and str(no_search_path / "debian") in msg
+    assert "make data" in msg and "DDLAB_DATA_DIR" in msg
+
+
+def test_search_order_path_then_env_then_cache(no_search_path, monkeypatch):
+    a, b, c = (str(no_search_path / n) for n in "abc")
+    write_tiny(c, n_train=3)
+    monkeypatch.setenv("DDLAB_CACHE_DIR", c)
+    assert data.find_dataset() == c
+    write_tiny(b, n_train=2)
+    monkeypatch.setenv("DDLAB_DATA_DIR", b)
+    assert data.find_dataset() == b
+    write_tiny(a, n_train=1, gz=False)  # plain, not gzipped, is accepted too
+    assert data.find_dataset(a) == a
+    assert data.load_fashion_mnist(a, verify=False)[0].shape == (1, 28, 28)
+
+
+def test_tiny_files_fail_checksum_verification(no_search_path):
+    d = str(no_search_path / "tiny")
+    write_tiny(d)
+    with pytest.raises(data.DatasetError, match="wrong content"):
+        data.load_fashion_mnist(d)
+
+
+def test_truncated_gzip_is_reported(no_search_path):
+    d = str(no_search_path / "t")
+    write_tiny(d)
+    p = os.path.join(d, "train-images-idx3-ubyte.gz")
+    raw = open(p, "rb").read()
+    open(p, "wb").write(raw[: len(raw) // 2])
+    with pytest.raises(data.DatasetError, match="truncated|cannot be read"):
+        data.load_fashion_mnist(d, verify=False)
+
+
+def test_truncated_idx_payload_is_reported(no_search_path):
+    d = str(no_search_path / "t")
+    write_tiny(d)
+    p = os.path.join(d, "t10k-labels-idx1-ubyte.gz")
+    raw = gzip.open(p).read()
+    with gzip.open(p, "wb") as f:
+        f.write(raw[:-1])
+    with pytest.raises(data.DatasetError, match="truncated or padded"):
+        data.load_fashion_mnist(d, verify=False)
+
+
+def test_wrong_magic_number_is_reported(no_search_path):
+    d = str(no_search_path / "m")
+    write_tiny(d)
+    with gzip.open(os.path.join(d, "train-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write(b"PK\x03\x04" + bytes(20))
+    with pytest.raises(data.DatasetError, match="magic number"):
+        data.load_fashion_mnist(d, verify=False)
+
+
+def test_one_wrong_byte_in_real_data_is_caught(no_search_path):
+    d = str(no_search_path / "copy")
+    shutil.copytree(REAL_DIR, d)
+    p = os.path.join(d, "t10k-labels-idx1-ubyte.gz")
+    raw = bytearray(gzip.open(p).read())
+    raw[100] = (raw[100] + 1) % 10
+    with gzip.open(p, "wb") as f:
+        f.write(bytes(raw))
+    with pytest.raises(data.DatasetError, match="wrong content.*SHA-256"):
+        data.load_fashion_mnist(d)
+
+
+def test_cli_reports_ok_and_missing(no_search_path, capsys, monkeypatch):
+    assert data.cli(["--no-download"]) == 1
+    assert "not found" in capsys.readouterr().out
+    write_tiny(str(no_search_path / "cache"))
+    assert data.cli(["--no-download"]) == 1  # tiny files are not the real data set
+    assert "wrong content" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_shards_are_disjoint_equal_and_cover_the_data(world):
+    n = 1000
+    shards = [data.shard_indices(n, r, world, seed=7) for r in range(world)]
+    assert all(len(s) == n // world for s in shards)
+    allidx = np.concatenate(shards)
+    assert len(np.unique(allidx)) == len(allidx) == (n // world) * world
+    # a new epoch reshuffles; the same epoch and seed gives the same shard
+    assert not np.array_equal(data.shard_indices(n, 0, world, 7, epoch=1), shards[0]) or world == n
+    assert np.array_equal(data.shard_indices(n, 0, world, 7), shards[0])
+
+
+def test_shard_rejects_bad_rank():
+    with pytest.raises(ValueError):
+        data.shard_indices(10, 2, 2, seed=0)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Source this on the lent GPU machine (no registries there) before the other gpu_*.sh scripts:
+# installs the carried wheels (.whl/) and Horovod (a carried wheel in .carry/, else a build
+# from the carried sdist), and keeps NVLink multicast off.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+HVD_OK=0
+if python3 -c 'import horovod.torch' 2>/dev/null; then HVD_OK=1
+elif ls .carry/horovod-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-deps --no-index .carry/horovod-*.whl && HVD_OK=1
+elif ls .carry/horovod-*.whl.part* >/dev/null 2>&1; then
+  w=$(ls .carry/horovod-*.whl.part* | head -1); w=${w%.part*}
+  cat "$w".part* > "/tmp/$(basename "$w")" && python3 -m pip install -q --no-deps --no-index "/tmp/$(basename "$w")" && HVD_OK=1
+fi
+export HVD_OK
+echo "[gpu_setup] HVD_OK=$HVD_OK python=$(python3 -V 2>&1) torch=$(python3 -c 'import torch;print(torch.__version__, torch.cuda.device_count(), "GPUs")' 2>&1)"
