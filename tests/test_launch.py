@@ -13,8 +13,9 @@ SMOKE = ["-m", "ddlab.smoke"]
 
 
 def smoke_lines(output, check):
-    return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in output.splitlines()
-            if line.startswith(f"SMOKE {check} ")]
+    # launchers prefix worker lines (horovodrun: "[1]<stdout>:"), so look anywhere in the line
+    return [dict(re.findall(r"(\w+)=(\S+)", line[line.index("SMOKE "):])) for line in output.splitlines()
+            if f"SMOKE {check} " in line]
 
 
 def test_command_for_each_launcher():
