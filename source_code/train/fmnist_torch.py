@@ -1,0 +1,551 @@
+#!/usr/bin/env python3
+"""Fashion-MNIST, data-parallel, in PyTorch: one process, DDP or Horovod, one script.
+
+    python fmnist_torch.py --launcher none                          # one process
+    torchrun --standalone --nproc-per-node=2 fmnist_torch.py --launcher ddp
+    horovodrun -np 2 -H localhost:2 --gloo python fmnist_torch.py --launcher horovod
+    ddlab train --framework torch --launcher ddp --workers 2        # the same, via ddlab.launch
+
+What every worker does (the data-parallel recipe of notebook 3):
+  1. joins the group (DDP: ``init_process_group``; Horovod: ``hvd.init``) and takes the GPU
+     of its local rank;
+  2. builds the same model and starts from rank 0's parameters (DDP broadcasts them in its
+     constructor; Horovod: ``broadcast_parameters`` and ``broadcast_optimizer_state``);
+  3. trains on its own shard of the 60,000 training images (``ddlab.data.shard_indices``:
+     disjoint and equal across ranks, reshuffled every epoch), with its own random seed for
+     dropout;
+  4. averages gradients every step (DDP's bucketed all-reduce during backward;
+     ``hvd.DistributedOptimizer``), so all ranks take identical optimizer steps;
+  5. only rank 0 prints and writes the result.
+
+Throughput is honest (``ddlab.throughput``): images all workers processed in the steps
+after the warm-up, divided by the wall time between two points where the GPU has finished
+its queued work and all workers have met at a barrier. Per-step times come from CUDA events
+recorded after every step and read once at the end, so timing adds no host synchronisation.
+Every ``--log-interval`` steps rank 0 reads the loss, which waits for the GPU once; that is
+all the synchronisation inside the timed steps.
+
+Speed on a GPU (the training set lives on the GPU, batches are slices of a per-epoch
+shuffled copy there, nothing waits for the host):
+  * ``--precision bf16``: autocast to bfloat16 (parameters, gradients and the all-reduce
+    stay float32);
+  * ``--cuda-graph``: the whole step (forward, backward, DDP's all-reduce, the fused Adam
+    update) is captured once as a CUDA graph and replayed: one launch per step instead of
+    hundreds, which is what a small CNN at batch 512 is limited by. Default on for a GPU
+    with ``--launcher none|ddp``; Horovod cannot be captured (its all-reduce runs in a
+    background thread and the optimizer waits on the host);
+  * ``--compile``: ``torch.compile`` (fuses element-wise kernels); ``--channels-last``.
+
+The result (``--json PATH``) is one JSON object: see ``result`` near the end of ``main``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+# The script runs as a file (torchrun/horovodrun start it by path); find the ddlab package.
+_SOURCE = Path(__file__).resolve().parents[1]
+if str(_SOURCE) not in sys.path:
+    sys.path.insert(0, str(_SOURCE))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from ddlab import data as ddata  # noqa: E402
+from ddlab import models_torch, throughput  # noqa: E402
+
+FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530   # of the 60,000 training images, pixels in [0, 1]
+DDP_EAGER_BEFORE_CAPTURE = 20  # PyTorch's CUDA-graph notes: >= 11 DDP iterations before capture;
+# DDP also times iterations 1-10 and every 100th with CUDA events, which must not fall in a capture.
+EAGER_BEFORE_CAPTURE = 3       # one process: warm cuDNN, cuBLAS and the optimizer state first
+
+
+class Failure(SystemExit):
+    """A clear one-line error for bad input or an impossible setting (exit status 2)."""
+
+    def __init__(self, msg: str):
+        super().__init__(f"fmnist_torch.py: error: {msg}")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--launcher", choices=["none", "ddp", "horovod"], default="none",
+                   help="none: one process; ddp: run under torchrun; horovod: run under horovodrun")
+    p.add_argument("--model", choices=models_torch.MODELS, default="cnn")
+    p.add_argument("--batch-size", type=int, default=128, help="images per worker per step")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=int, help="total optimizer steps, warm-up included")
+    g.add_argument("--epochs", type=float, help="total steps = epochs x steps per epoch of a shard (default 1)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="untimed steps first (default: a fifth of the steps, at most 50)")
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate for one worker")
+    p.add_argument("--scale-lr", action="store_true", help="multiply the learning rate by the number of workers")
+    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam", help="sgd: momentum 0.9")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--cuda-graph", choices=["auto", "on", "off"], default="auto",
+                   help="capture the whole step as a CUDA graph (auto: on for a GPU with launcher none or ddp and no --compile)")
+    p.add_argument("--compile", choices=["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+                   default="none", help="torch.compile mode")
+    p.add_argument("--channels-last", action="store_true", help="NHWC memory format for the convolutions")
+    p.add_argument("--cpu-threads", type=int, default=1,
+                   help="threads per worker on CPU: 1 makes each worker play one device, so 1 vs 2 workers "
+                        "compares 1 vs 2 cores")
+    p.add_argument("--data-dir", help="folder with the four Fashion-MNIST IDX files (default: ddlab.data's search)")
+    p.add_argument("--test-samples", type=int, default=10000, help="test images to evaluate at the end")
+    p.add_argument("--log-interval", type=int, default=None, help="steps between printed lines (default: ~10 lines)")
+    p.add_argument("--json", metavar="PATH", help="write the result here (rank 0)")
+    a = p.parse_args(argv)
+    if a.batch_size < 1:
+        raise Failure(f"--batch-size must be at least 1, got {a.batch_size}")
+    if a.steps is not None and a.steps < 2:
+        raise Failure(f"--steps must be at least 2 (warm-up plus timed steps), got {a.steps}")
+    if a.epochs is not None and not a.epochs > 0:
+        raise Failure(f"--epochs must be positive, got {a.epochs}")
+    if a.warmup_steps is not None and a.warmup_steps < 0:
+        raise Failure("--warmup-steps cannot be negative")
+    if not a.lr > 0:
+        raise Failure(f"--lr must be positive, got {a.lr}")
+    if not 1 <= a.test_samples <= 10000:
+        raise Failure("--test-samples must be within 1..10000")
+    if a.cpu_threads < 1:
+        raise Failure("--cpu-threads must be at least 1")
+    return a
+
+
+# ----------------------------------------------------------------------------- workers
+class Workers:
+    """What the training loop needs from the launcher: rank, size, local rank, a barrier
+    and an all-gather of small Python objects. One class, three launchers."""
+
+    def __init__(self, launcher: str, use_cuda: bool, plan_graph: bool):
+        self.launcher = launcher
+        self.hvd = None
+        env = os.environ
+        if launcher == "none":
+            if int(env.get("WORLD_SIZE", "1")) > 1 or int(env.get("HOROVOD_SIZE", "1")) > 1 \
+                    or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
+                raise Failure("--launcher none runs one process, but this was started as one of several "
+                              "workers: use --launcher ddp under torchrun or --launcher horovod under horovodrun")
+            self.rank, self.size, self.local_rank, self.local_size = 0, 1, 0, 1
+            self.backend = "none"
+        elif launcher == "ddp":
+            if "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
+                raise Failure("--launcher ddp must be started by torchrun, e.g. `torchrun --standalone "
+                              "--nproc-per-node=2 fmnist_torch.py --launcher ddp` (or `ddlab train --launcher ddp`)")
+            import torch.distributed as dist
+            self.dist = dist
+            self.local_rank = int(env["LOCAL_RANK"])
+            self.local_size = int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]))
+            kw = {}
+            if use_cuda:
+                self._pin_gpu()
+                kw["device_id"] = torch.device("cuda", self.local_rank)
+                if plan_graph:
+                    # PyTorch's CUDA-graph notes: DDP capture needs NCCL's async error
+                    # handling off, set before the process group exists.
+                    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+                    env.setdefault("NCCL_ASYNC_ERROR_HANDLING", "0")
+            self.backend = "nccl" if use_cuda else "gloo"
+            dist.init_process_group(backend=self.backend, **kw)
+            self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        elif launcher == "horovod":
+            try:
+                import horovod.torch as hvd
+            except ImportError as exc:
+                raise Failure(f"--launcher horovod needs Horovod for PyTorch ({exc}); build it with "
+                              "`make horovod` (tools/build_horovod.sh)") from None
+            hvd.init()
+            self.hvd = hvd
+            self.rank, self.size = hvd.rank(), hvd.size()
+            self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
+            if use_cuda:
+                self._pin_gpu()
+            self.backend = "horovod-" + ("nccl" if use_cuda and hvd.nccl_built() else "gloo")
+        else:
+            raise Failure(f"unknown launcher {launcher!r}")
+
+    def _pin_gpu(self):
+        n = torch.cuda.device_count()
+        if self.local_rank >= n:
+            raise Failure(f"local rank {self.local_rank} has no GPU: only {n} visible "
+                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        torch.cuda.set_device(self.local_rank)
+
+    def barrier(self):
+        if self.launcher == "ddp":
+            self.dist.barrier()
+        elif self.launcher == "horovod":
+            self.hvd.barrier()
+
+    def allgather(self, obj) -> list:
+        if self.launcher == "ddp":
+            out = [None] * self.size
+            self.dist.all_gather_object(out, obj)
+            return out
+        if self.launcher == "horovod":
+            return list(self.hvd.allgather_object(obj))
+        return [obj]
+
+    def shutdown(self):
+        if self.launcher == "ddp":
+            self.dist.destroy_process_group()
+        elif self.launcher == "horovod":
+            self.hvd.shutdown()
+
+
+# ----------------------------------------------------------------------------- helpers
+def resolve_device(choice: str) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise Failure("--device cuda, but torch sees no CUDA GPU (CPU-only torch, or no visible GPU)")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def graph_decision(args, use_cuda: bool):
+    """(use a CUDA graph?, why) from --cuda-graph, the device, the launcher and --compile."""
+    if args.cuda_graph == "off":
+        return False, "off (--cuda-graph off)"
+    problems = []
+    if not use_cuda:
+        problems.append("CUDA graphs need a GPU")
+    if args.launcher == "horovod":
+        problems.append("Horovod all-reduces in a background thread and its optimizer waits on the host, "
+                        "which a CUDA graph cannot capture")
+    if args.compile == "reduce-overhead":
+        problems.append("--compile reduce-overhead already uses CUDA graphs")
+    if args.compile != "none" and args.launcher == "ddp":
+        problems.append("capturing a compiled DDP model is not supported here")
+    if args.cuda_graph == "on":
+        if problems:
+            raise Failure("--cuda-graph on is impossible: " + "; ".join(problems))
+        return True, "on (--cuda-graph on)"
+    if problems:
+        return False, "off: " + problems[0]
+    if args.compile != "none":
+        return False, "off: --compile given (add --cuda-graph on to capture the compiled step too)"
+    return True, "on (auto: GPU, launcher " + args.launcher + ")"
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """A distinct, reproducible seed per rank (dropout masks must differ between workers)."""
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
+
+
+def weights_checksum(model: torch.nn.Module) -> dict:
+    """float64 sum and sum of squares of all parameters: equal on every rank when the ranks
+    agree (they take identical steps), different as soon as one rank drifts."""
+    with torch.no_grad():
+        s = sum(p.detach().sum(dtype=torch.float64) for p in model.parameters())
+        q = sum(torch.linalg.vector_norm(p.detach(), dtype=torch.float64) ** 2 for p in model.parameters())
+    return {"sum": float(s), "sumsq": float(q)}
+
+
+def nccl_version() -> str:
+    v = torch.cuda.nccl.version()
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def env_with(prefixes) -> dict:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+
+@torch.no_grad()
+def evaluate(model, x, y, batch: int, autocast) -> float:
+    model.eval()
+    correct = torch.zeros((), dtype=torch.int64, device=x.device)
+    for i in range(0, x.shape[0], batch):
+        with autocast():
+            logits = model(x[i:i + batch])
+        correct += (logits.argmax(dim=1) == y[i:i + batch]).sum()
+    model.train()
+    return correct.item() / x.shape[0]
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    t_launch = time.time()
+    device = resolve_device(args.device)
+    use_cuda = device.type == "cuda"
+    use_graph, graph_reason = graph_decision(args, use_cuda)
+    workers = Workers(args.launcher, use_cuda, use_graph)
+    rank, world = workers.rank, workers.size
+    if use_cuda:
+        device = torch.device("cuda", torch.cuda.current_device())
+        torch.backends.cudnn.benchmark = True   # fixed shapes: let cuDNN pick its fastest kernels
+    else:
+        torch.set_num_threads(args.cpu_threads)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    notes = []
+
+    # ---- data: the real Fashion-MNIST, this rank's shard, resident on the device
+    x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir)
+    n = x_train.shape[0]
+    per_rank = n // world
+    steps_per_epoch = per_rank // args.batch_size
+    if steps_per_epoch < 1:
+        raise Failure(f"a shard of {per_rank} images (60,000 / {world} workers) holds no full batch of {args.batch_size}")
+    total = args.steps if args.steps is not None else max(2, int(round((args.epochs or 1) * steps_per_epoch)))
+    warmup = args.warmup_steps if args.warmup_steps is not None else max(1, min(50, total // 5))
+    eager_needed = (DDP_EAGER_BEFORE_CAPTURE if args.launcher == "ddp" else EAGER_BEFORE_CAPTURE) if use_graph else 0
+    if use_graph and warmup < eager_needed:
+        notes.append(f"warm-up raised from {warmup} to {eager_needed} steps: the CUDA-graph capture "
+                     f"needs {eager_needed} eager steps first")
+        warmup = eager_needed
+    if total <= warmup:
+        raise Failure(f"{total} steps leave no timed step after {warmup} warm-up steps: raise --steps "
+                      f"or lower --warmup-steps")
+    epochs_needed = math.ceil(total / steps_per_epoch)
+    # One permutation per epoch, identical on all ranks, cut into disjoint equal shards.
+    order = np.stack([ddata.shard_indices(n, rank, world, args.seed, epoch=e) for e in range(epochs_needed)])
+    order_t = torch.from_numpy(order).to(device)
+    X = torch.tensor(x_train).to(device).float().div_(255).sub_(FMNIST_MEAN).div_(FMNIST_STD).unsqueeze(1)
+    Y = torch.from_numpy(y_train.astype(np.int64)).to(device)
+    Xt = torch.tensor(x_test[:args.test_samples]).to(device).float().div_(255).sub_(FMNIST_MEAN).div_(FMNIST_STD).unsqueeze(1)
+    Yt = torch.from_numpy(y_test[:args.test_samples].astype(np.int64)).to(device)
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    if args.channels_last:
+        X, Xt = X.contiguous(memory_format=memory_format), Xt.contiguous(memory_format=memory_format)
+    del x_train, y_train
+
+    epoch_data = {"epoch": -1}
+
+    def batch_at(step: int):
+        """Views of this rank's batch for ``step``; the shard is gathered once per epoch."""
+        epoch, pos = divmod(step, steps_per_epoch)
+        if epoch != epoch_data["epoch"]:
+            idx = order_t[epoch]
+            epoch_data.update(epoch=epoch, x=X.index_select(0, idx), y=Y.index_select(0, idx))
+        s = pos * args.batch_size
+        return epoch_data["x"][s:s + args.batch_size], epoch_data["y"][s:s + args.batch_size]
+
+    # ---- model: same initial weights everywhere (same seed, then rank 0's broadcast)
+    torch.manual_seed(args.seed)
+    model = models_torch.build(args.model).to(device=device, memory_format=memory_format)
+    n_params = models_torch.count_parameters(model)
+    grad_bytes = models_torch.gradient_bytes(model)
+    torch.manual_seed(rank_seed(args.seed, rank))   # dropout masks differ per rank
+    lr = args.lr * (world if args.scale_lr else 1)
+    if args.optimizer == "adam":
+        # fused: one kernel updates all parameters; capturable: the step count lives on the GPU.
+        opt = torch.optim.Adam(model.parameters(), lr=lr, fused=use_cuda, capturable=use_graph)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+
+    side = torch.cuda.Stream() if use_graph else None
+    net = model
+    if args.launcher == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ids = [workers.local_rank] if use_cuda else None
+        # For a full-step capture DDP must be built on the side stream the capture will use.
+        with (torch.cuda.stream(side) if use_graph else contextlib.nullcontext()):
+            net = DDP(model, device_ids=ids)   # broadcasts rank 0's parameters
+    elif args.launcher == "horovod":
+        hvd = workers.hvd
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+    if args.compile != "none":
+        net = torch.compile(net, mode=args.compile)
+    start_checksum = weights_checksum(model)
+
+    def autocast():
+        if args.precision == "bf16":
+            # cache_enabled=False: autocast's weight-cast cache must not outlive a graph capture.
+            return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=not use_graph)
+        return contextlib.nullcontext()
+
+    loss_sum = torch.zeros((), dtype=torch.float32, device=device)   # summed on the device, read at log time
+
+    def forward_backward_step(x, y):
+        with autocast():
+            loss = F.cross_entropy(net(x).float(), y)
+        loss.backward()
+        opt.step()
+        loss_sum.add_(loss.detach())
+
+    def eager_step(step: int):
+        x, y = batch_at(step)
+        opt.zero_grad()   # set_to_none (the default): backward writes fresh gradients
+        forward_backward_step(x, y)
+
+    global_batch = args.batch_size * world
+    log_every = args.log_interval or max(1, total // 10)
+    say(f"fmnist_torch | model {args.model} ({n_params:,} parameters, {grad_bytes / 1e6:.1f} MB of gradients "
+        f"per step) | launcher {args.launcher} ({workers.backend}), {world} worker(s) x batch {args.batch_size} "
+        f"= {global_batch} | {device.type}" + (f" ({torch.cuda.get_device_name(device)})" if use_cuda else "")
+        + f" | {args.precision} | cuda-graph {graph_reason} | compile {args.compile} | {args.optimizer} lr {lr:g}"
+        + (f" (x{world} scaled)" if args.scale_lr and world > 1 else "")
+        + f" | {total} steps, {warmup} warm-up, shard {per_rank} images = {steps_per_epoch} steps/epoch")
+    for note in notes:
+        say("note: " + note)
+
+    # ---- the step loop
+    state = {"t_log": time.perf_counter(), "step_log": 0, "last_loss": float("nan")}
+
+    def log_line(step_done: int, force: bool = False):
+        if rank != 0 or not (force or step_done % log_every == 0 or step_done == total):
+            return
+        loss = loss_sum.item() / max(1, step_done - state["step_log"])   # waits for the GPU (rank 0 only)
+        loss_sum.zero_()
+        t = time.perf_counter()
+        dt = t - state["t_log"]
+        rate = (step_done - state["step_log"]) * global_batch / dt if dt > 0 else float("nan")
+        phase = "warm-up" if step_done <= warmup else "timed"
+        print(f"step {step_done:>6}/{total} | loss {loss:.4f} | {1e3 * dt / max(1, step_done - state['step_log']):8.2f} "
+              f"ms/step | {rate:>11,.0f} img/s (all workers, {phase})", flush=True)
+        state.update(t_log=t, step_log=step_done, last_loss=loss)
+
+    graph = None
+    static_x = static_y = None
+    step = 0
+    if use_graph:
+        # Eager warm-up on the side stream (PyTorch's whole-network capture recipe), then one capture.
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for step in range(eager_needed):
+                eager_step(step)
+        torch.cuda.current_stream().wait_stream(side)
+        step = eager_needed
+        log_line(step, force=True)
+        static_x = torch.empty((args.batch_size, 1, 28, 28), device=device).contiguous(memory_format=memory_format)
+        static_y = torch.empty((args.batch_size,), dtype=torch.int64, device=device)
+        opt.zero_grad()   # set to None: gradients are then allocated inside the graph's memory pool
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=side):
+                forward_backward_step(static_x, static_y)
+            graph = g
+            graph_reason += f", captured after {eager_needed} eager steps"
+        except Exception as exc:  # the reason is printed and recorded; the run goes on uncaptured
+            if args.launcher == "ddp":
+                # DDP's reducer is left mid-iteration by a failed capture: stop with the reason.
+                raise Failure(f"CUDA-graph capture of the DDP step failed ({type(exc).__name__}: {exc}); "
+                              "rerun with --cuda-graph off") from None
+            torch.cuda.synchronize()
+            graph_reason = f"off: capture failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            notes.append("CUDA-graph capture failed, ran eagerly: " + graph_reason)
+            say("note: " + notes[-1])
+            use_graph = False
+        loss_sum.zero_()
+        state.update(t_log=time.perf_counter(), step_log=step)
+
+    def run_step(step: int):
+        if graph is not None:
+            x, y = batch_at(step)
+            static_x.copy_(x)
+            static_y.copy_(y)
+            graph.replay()
+        else:
+            eager_step(step)
+
+    while step < warmup:
+        run_step(step)
+        step += 1
+        log_line(step)
+
+    # ---- timed steps, between synchronisations
+    def sync_all():
+        if use_cuda:
+            torch.cuda.synchronize()
+        workers.barrier()
+        if use_cuda:
+            torch.cuda.synchronize()
+
+    # One CUDA event per step boundary, created up front; read only after the last step.
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(total - warmup + 1)] if use_cuda else []
+    host_times = []
+    sync_all()
+    t0 = time.perf_counter()
+    if use_cuda:
+        events[0].record()
+    t_prev = t0
+    while step < total:
+        run_step(step)
+        step += 1
+        if use_cuda:
+            events[step - warmup].record()
+        else:
+            t = time.perf_counter()
+            host_times.append((t - t_prev) * 1e3)
+            t_prev = t
+        log_line(step)
+    sync_all()
+    elapsed = time.perf_counter() - t0
+    step_ms = [a.elapsed_time(b) for a, b in zip(events, events[1:])] if use_cuda else host_times
+    timed = total - warmup
+    speed = throughput.summarize(timed, args.batch_size, world, elapsed, step_ms)
+
+    # ---- agreement across ranks, test accuracy, result
+    checksum = weights_checksum(model)
+    gathered = workers.allgather({"rank": rank, "checksum": checksum, "elapsed_s": elapsed,
+                                  "step_time_ms_median": speed["step_time_ms"]["median"]})
+    if rank == 0:
+        if not use_cuda:
+            torch.set_num_threads(os.cpu_count() or 1)   # the others wait at the barrier: use every core
+        accuracy = evaluate(model, Xt, Yt, 1000, autocast)
+        sums = [g["checksum"]["sum"] for g in gathered]
+        agree = all(g["checksum"] == gathered[0]["checksum"] for g in gathered)
+        from ddlab.experiments import run_provenance
+        command = os.environ.get("DDLAB_COMMAND") or shlex.join([sys.executable, *sys.argv])
+        result = {
+            "model": args.model, "params": n_params, "gradient_bytes_per_step": grad_bytes,
+            "framework": "torch", "launcher": args.launcher, "backend": workers.backend,
+            "workers": world, "batch_per_worker": args.batch_size, "global_batch": global_batch,
+            "steps": total, "warmup_steps": warmup, "timed_steps": timed,
+            "epochs": round(total / steps_per_epoch, 4), "steps_per_epoch": steps_per_epoch,
+            "images_per_s": speed["images_per_s"], "images_per_s_per_worker": speed["images_per_s_per_worker"],
+            "images_timed": speed["images_timed"], "elapsed_s": elapsed,
+            "step_time_ms": speed["step_time_ms"],
+            "step_times_ms": [round(v, 5) for v in step_ms],
+            "test_accuracy": accuracy, "test_samples": int(Yt.shape[0]),
+            "final_loss": state["last_loss"],
+            "final_loss_note": "mean training loss of rank 0 over the last logging interval",
+            "precision": args.precision, "device": device.type,
+            "device_name": torch.cuda.get_device_name(device) if use_cuda else None,
+            "cuda_graph": graph is not None, "cuda_graph_reason": graph_reason,
+            "compile": args.compile, "channels_last": args.channels_last,
+            "optimizer": args.optimizer, "lr": lr, "lr_base": args.lr, "scale_lr": args.scale_lr,
+            "seed": args.seed, "cpu_threads": None if use_cuda else args.cpu_threads,
+            "checksum": checksum, "start_checksum": start_checksum,
+            "rank_checksums": [g["checksum"] for g in gathered],
+            "ranks_agree": agree, "rank_checksum_spread": max(sums) - min(sums),
+            "rank_elapsed_s": [g["elapsed_s"] for g in gathered],
+            "nccl_env": env_with(("NCCL_",)),
+            "framework_env": env_with(("TORCH_NCCL_", "HOROVOD_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")),
+            "torch": torch.__version__,
+            "nccl_version": nccl_version() if use_cuda else None,
+            "notes": notes,
+            "wall_s": time.time() - t_launch,
+            "provenance": run_provenance(command),
+        }
+        sm = speed["step_time_ms"]
+        print(f"timed {timed} steps after {warmup} warm-up: {speed['images_per_s']:,.0f} img/s "
+              f"({world} worker(s)); step median {sm['median']:.3f} ms (p10 {sm['p10']:.3f}, p90 {sm['p90']:.3f}) "
+              f"| test accuracy {accuracy:.4f} on {result['test_samples']:,} images "
+              f"| ranks agree on weights: {'yes' if agree else 'NO'}", flush=True)
+        if args.json:
+            tmp = args.json + ".part"
+            with open(tmp, "w") as f:
+                json.dump(result, f, indent=1)
+                f.write("\n")
+            os.replace(tmp, args.json)
+    workers.barrier()   # rank 0 evaluates while the others wait, then all leave together
+    workers.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The training scripts for real, on CPU processes: sharding, one process, and a 2-process
+run per launcher (torch DDP via torchrun, torch Horovod and Keras Horovod via horovodrun
+--gloo) that must end with identical weights on both ranks."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ddlab import data, experiments, launch
+
+TINY = dict(model="mlp-small", batch_size=16, steps=6, warmup_steps=2, device="cpu", timeout=240)
+
+
+# ----------------------------------------------------------------------------- sharding
+@pytest.mark.parametrize("n,world", [(60000, 2), (60000, 7), (10, 3)])
+def test_shards_are_disjoint_equal_and_cover_the_data(n, world):
+    shards = [data.shard_indices(n, r, world, seed=3, epoch=0) for r in range(world)]
+    assert all(len(s) == n // world for s in shards)
+    union = np.concatenate(shards)
+    assert len(np.unique(union)) == len(union) == (n // world) * world   # disjoint, n % world dropped
+    assert union.min() >= 0 and union.max() < n
+
+
+def test_shards_reshuffle_per_epoch_and_are_reproducible():
+    a0 = data.shard_indices(60000, 0, 2, seed=1, epoch=0)
+    assert np.array_equal(a0, data.shard_indices(60000, 0, 2, seed=1, epoch=0))
+    a1 = data.shard_indices(60000, 0, 2, seed=1, epoch=1)
+    assert not np.array_equal(np.sort(a0), np.sort(a1))   # a new epoch deals other images to rank 0
+    assert not np.array_equal(a0, data.shard_indices(60000, 0, 2, seed=2, epoch=0))
+    with pytest.raises(ValueError):
+        data.shard_indices(100, 2, 2, seed=0)
+
+
+# ----------------------------------------------------------------------------- checks of a result
+def check_result(r, framework, launcher, workers):
+    assert (r["framework"], r["launcher"], r["workers"]) == (framework, launcher, workers)
+    assert r["params"] == 242_762 and r["gradient_bytes_per_step"] == 4 * 242_762
+    assert r["global_batch"] == workers * r["batch_per_worker"] == workers * 16
+    assert (r["steps"], r["warmup_steps"], r["timed_steps"]) == (6, 2, 4)
+    # honest throughput: what ran after the warm-up, over the synchronised interval
+    assert r["images_timed"] == 4 * 16 * workers
+    assert r["images_per_s"] == pytest.approx(r["images_timed"] / r["elapsed_s"])
+    st = r["step_time_ms"]
+    assert st["n"] == 4 and len(r["step_times_ms"]) == 4 and 0 < st["p10"] <= st["median"] <= st["p90"]
+    assert sum(r["step_times_ms"]) <= 1e3 * r["elapsed_s"] * 1.001
+    assert 0.0 <= r["test_accuracy"] <= 1.0 and r["test_samples"] == 10000
+    assert r["final_loss"] > 0 and np.isfinite(r["final_loss"])
+    # every rank reported, all hold the same weights, and training changed them
+    assert len(r["rank_checksums"]) == workers and r["ranks_agree"] is True
+    assert all(c == r["rank_checksums"][0] for c in r["rank_checksums"])
+    assert r["checksum"] != r["start_checksum"]
+    assert r["nccl_env"].get("NCCL_NVLS_ENABLE") == "0"
+    prov = r["provenance"]
+    assert prov["command"] and prov["date"] and "machine" in prov
+
+
+@pytest.mark.slow
+def test_one_process_cnn_run():
+    r = experiments.train("torch", "none", 1, "cnn", batch_size=8, steps=4, warmup_steps=1, device="cpu",
+                          test_samples=500, timeout=240)
+    assert r["params"] == 1_199_882 and r["timed_steps"] == 3 and r["images_timed"] == 24
+    assert r["backend"] == "none" and r["cuda_graph"] is False and "need a GPU" in r["cuda_graph_reason"]
+    assert r["rank_checksums"] == [r["checksum"]] and r["test_samples"] == 500
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_agree():
+    r = experiments.train("torch", "ddp", 2, **TINY)
+    check_result(r, "torch", "ddp", 2)
+    assert r["backend"] == "gloo" and "torch.distributed.run" in r["provenance"]["command"]
+
+
+def _need_horovod(framework):
+    ok, why = experiments.availability(framework, "horovod")
+    if not ok:
+        pytest.skip(why)
+
+
+@pytest.mark.slow
+def test_horovod_torch_two_processes_agree():
+    _need_horovod("torch")
+    r = experiments.train("torch", "horovod", 2, **TINY)
+    check_result(r, "torch", "horovod", 2)
+    assert r["backend"] == "horovod-gloo" and "horovodrun" in r["provenance"]["command"]
+
+
+@pytest.mark.slow
+def test_horovod_keras_two_processes_agree():
+    _need_horovod("keras")
+    r = experiments.train("keras", "horovod", 2, **TINY)
+    check_result(r, "keras", "horovod", 2)
+    assert r["backend"] == "horovod-gloo"
+
+
+def load_script(name):
+    """The training script as a module, to call its main() in this process (fast: torch is loaded)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"_{name}_under_test", experiments.SCRIPTS[name])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--launcher", "ddp"], "must be started by torchrun"),
+    (["--steps", "3", "--warmup-steps", "3", "--device", "cpu"], "no timed step"),
+    (["--device", "cpu", "--cuda-graph", "on"], "CUDA graphs need a GPU"),
+    (["--device", "cpu", "--launcher", "horovod", "--cuda-graph", "on"], "background thread"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+])
+def test_torch_script_refuses_bad_setups_with_one_clear_line(args, message, monkeypatch):
+    for var in ("LOCAL_RANK", "WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    mod = load_script("torch")
+    with pytest.raises(SystemExit) as ei:
+        mod.main(args)
+    assert message in str(ei.value.code) and str(ei.value.code).startswith("fmnist_torch.py: error:")
+
+
+@pytest.mark.slow
+def test_error_exit_shows_no_traceback():
+    out = subprocess.run([sys.executable, experiments.SCRIPTS["keras"], "--steps", "1"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and "--steps must be at least 2" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_failed_run_raises_launch_error_quoting_the_script():
+    with pytest.raises(launch.LaunchError, match="unrecognized arguments: --no-such-flag"):
+        experiments.train("torch", "none", 1, "mlp-small", steps=4, warmup_steps=1, device="cpu",
+                          extra_args=["--no-such-flag"], timeout=120)

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Record the Fashion-MNIST training experiments of issue 5 on a 2-GPU machine (made for the
+# lent 2x H200, NV18):
+#
+#   OUT=/some/dir tools/gpu_train.sh [perf] [ddp] [horovod]     (default: all three)
+#
+#   perf     one GPU, model cnn, batch 512: plain fp32, bf16, CUDA graph (fp32, bf16,
+#            bf16 + channels-last), torch.compile, compile + CUDA graph  -> which reaches 400k img/s
+#   ddp      PyTorch DDP (torchrun), models cnn and wide: 1 GPU, then 2 GPUs under the NCCL
+#            paths default / shm / socket (NCCL_DEBUG=INFO, transport read from the log)
+#   horovod  the same with Horovod (horovodrun --gloo; gradients over NCCL); skipped unless
+#            HVD_OK=1 (tools/gpu_setup.sh sets it when `import horovod.torch` works)
+#
+# Writes $OUT/experiments/<experiment>-torch-<launcher>-<model>.json (ready to commit to
+# source_code/reference/experiments/), and $OUT/experiments/train.txt (everything printed,
+# ending with a summary table). Needs Fashion-MNIST on the machine: carry .cache/fashion-mnist
+# (a copy of /usr/share/datasets/fashion-mnist) or set DDLAB_DATA_DIR.
+#
+# Time: about 7 minutes for all three sections on 2x H200 (each run starts a fresh process:
+# ~10 s of start-up, a second or two of training; the two torch.compile runs compile for
+# ~1 minute each). Split it over two calls if a call is limited to less: `perf`, then `ddp horovod`.
+# A failed run is reported in its row and the rest goes on; every launch has a timeout.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT/experiments"
+# Horovod and the carried wheels come from gpu_setup.sh unless the caller sourced it already.
+[ -n "${HVD_OK:-}" ] || source tools/gpu_setup.sh
+export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}"
+export DDLAB_MACHINE=${DDLAB_MACHINE:-lent nvidia-h200-x2}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+start=$SECONDS
+
+sections=${*:-perf ddp horovod}
+if [ "${HVD_OK:-0}" != 1 ] && [[ " $sections " == *" horovod "* ]]; then
+  echo "gpu_train.sh: HVD_OK is not 1 (Horovod for PyTorch not importable): skipping the horovod section"
+  sections=${sections//horovod/}
+fi
+
+"$PY" -m ddlab data --no-download || {
+  echo "gpu_train.sh: Fashion-MNIST is not on this machine: carry .cache/fashion-mnist or set DDLAB_DATA_DIR"
+  exit 2; }
+"$PY" - <<'EOF' || exit 2
+import sys, torch
+n = torch.cuda.device_count()
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL "
+      f"{'.'.join(map(str, torch.cuda.nccl.version())) if n else '-'}, {n} x "
+      f"{torch.cuda.get_device_name(0) if n else 'no GPU'}")
+if n < 1:
+    sys.exit("gpu_train.sh: no GPU visible to torch")
+EOF
+
+OUT="$OUT" SECTIONS="$sections" "$PY" - <<'EOF' 2>&1 | tee "$OUT/experiments/train.txt"
+import os
+from ddlab import experiments
+sections = os.environ["SECTIONS"].split()
+print(f"gpu_train.sh: sections {sections}", flush=True)
+done = experiments.record_gpu_set(os.path.join(os.environ["OUT"], "experiments"), sections=sections)
+failed = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
+          or any(r.get("error") for r in v.rows)]
+print("gpu_train.sh: " + ("all measurements done" if not failed else "with failures or skips: " + ", ".join(failed)))
+EOF
+echo "gpu_train.sh: done in $((SECONDS - start)) s; results in $OUT/experiments"
