@@ -1,0 +1,360 @@
+"""Exercise checks for the notebooks: each answers right or wrong *and says why*.
+
+* :func:`check_best_worst_pair` - notebook 2, section 3: name the best and the worst GPU
+  pair of a machine from its ``nvidia-smi topo -m`` matrix.
+* :func:`check_path_ordering` - notebook 2, section 6: predict the order of the three NCCL
+  paths (default, shm, socket) before running the experiment.
+* :data:`QUIZ`, :func:`check_quiz_answer` and :func:`quiz` - the self-check quiz at the end
+  of notebook 2.
+
+Every check returns a :class:`CheckResult`; it is truthy when the answer is right and
+prints as a sentence. Malformed answers raise ``ValueError`` with what was expected.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+# --------------------------------------------------------------------------- results
+@dataclass
+class CheckResult:
+    correct: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.correct
+
+    def __str__(self) -> str:
+        return self.message
+
+    def _repr_markdown_(self) -> str:
+        mark = "&#9989;" if self.correct else "&#10060;"
+        return f"{mark} {self.message}"
+
+
+# --------------------------------------------------------------------------- GPU pairs
+# Link quality, best first, as `ddlab.topology` ranks it: more NVLinks beat fewer beat PIX
+# beat PXB beat PHB beat NODE beat SYS. Kept here as a key on `.kind` and `.nvlinks` so the
+# check explains itself with the same words the legend uses.
+KIND_ORDER = {"NVLINK": 6, "PIX": 5, "PXB": 4, "PHB": 3, "NODE": 2, "SYS": 1}
+
+KIND_WORDS = {
+    "PIX": "no NVLink; both GPUs sit under one PCIe switch, so peer-to-peer stays inside that switch",
+    "PXB": "no NVLink; the path crosses several PCIe switches but not the CPU",
+    "PHB": "no NVLink; the path goes up to the CPU's PCIe host bridge and back down",
+    "NODE": "no NVLink; the path crosses two PCIe host bridges inside one CPU socket",
+    "SYS": ("no NVLink; the path crosses the link between the two CPU sockets (QPI/UPI), where peer "
+            "access is often unavailable and data is staged through host memory"),
+}
+
+
+def _quality(link) -> tuple:
+    kind = str(link.kind).upper()
+    if kind not in KIND_ORDER:
+        raise ValueError(f"unknown link kind {link.kind!r} (label {getattr(link, 'label', '?')!r})")
+    return (KIND_ORDER[kind], int(link.nvlinks or 0) if kind == "NVLINK" else 0)
+
+
+def describe_link(link) -> str:
+    """'NV2: two bonded NVLinks' / 'SYS: no NVLink; the path crosses ...'."""
+    kind = str(link.kind).upper()
+    if kind == "NVLINK":
+        n = int(link.nvlinks)
+        count = {1: "one NVLink", 2: "two bonded NVLinks", 3: "three bonded NVLinks",
+                 4: "four bonded NVLinks"}.get(n, f"{n} bonded NVLinks")
+        return f"{link.label} ({count}, {n} x 25 GB/s per direction on V100 to H200)"
+    return f"{link.label} ({KIND_WORDS.get(kind, kind)})"
+
+
+def parse_pair(pair) -> tuple:
+    """(0, 3) from (0, 3), [3, 0], "0-3", "GPU0-GPU3", "0,3" or "GPU0 GPU3"."""
+    if isinstance(pair, str):
+        nums = re.findall(r"\d+", pair)
+        if len(nums) != 2 or re.sub(r"(?i)gpu|\d+|[\s,\-–—/:&]|and", "", pair):
+            raise ValueError(f"a GPU pair is two GPU numbers, like (0, 3) or 'GPU0-GPU3'; got {pair!r}")
+        a, b = int(nums[0]), int(nums[1])
+    else:
+        try:
+            a, b = pair
+            a, b = int(a), int(b)
+        except (TypeError, ValueError):
+            raise ValueError(f"a GPU pair is two GPU numbers, like (0, 3) or 'GPU0-GPU3'; got {pair!r}") from None
+    if a == b:
+        raise ValueError(f"a pair needs two different GPUs; got GPU{a} twice")
+    return (min(a, b), max(a, b))
+
+
+def _name(pair) -> str:
+    return f"GPU{pair[0]}–GPU{pair[1]}"
+
+
+def _all_pairs(topology) -> list:
+    gpus = list(topology.gpus)
+    return [(gpus[i], gpus[j]) for i in range(len(gpus)) for j in range(i + 1, len(gpus))]
+
+
+def _list(pairs, limit: int = 6) -> str:
+    names = [_name(p) for p in pairs]
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_best_worst_pair(topology, best, worst) -> CheckResult:
+    """Is ``best`` one of the best-connected GPU pairs of ``topology`` and ``worst`` one of
+    the worst? Ties count as right. The message gives the links and the reason."""
+    pairs = _all_pairs(topology)
+    if not pairs:
+        raise ValueError("this topology has fewer than two GPUs: there is no pair to choose")
+    best, worst = parse_pair(best), parse_pair(worst)
+    gpus = set(topology.gpus)
+    for p in (best, worst):
+        missing = [g for g in p if g not in gpus]
+        if missing:
+            raise ValueError(f"GPU{missing[0]} is not on this machine (GPUs: "
+                             f"{', '.join(f'GPU{g}' for g in topology.gpus)})")
+    q = {p: _quality(topology.link(*p)) for p in pairs}
+    top, bottom = max(q.values()), min(q.values())
+    best_pairs = [p for p in pairs if q[p] == top]
+    worst_pairs = [p for p in pairs if q[p] == bottom]
+    link = lambda p: topology.link(*p)  # noqa: E731 - a short alias keeps the sentences readable
+
+    if top == bottom:
+        ok = True
+        msgs = [f"Every pair on this machine has the same link, {describe_link(link(best))}, so any pair is "
+                f"both the best and the worst: on such a machine, which GPUs you pick does not matter."]
+        return CheckResult(ok, " ".join(msgs))
+
+    msgs = []
+    best_ok, worst_ok = q[best] == top, q[worst] == bottom
+    if best_ok:
+        others = [p for p in best_pairs if p != best]
+        msgs.append(f"Best: right. {_name(best)} is {describe_link(link(best))}, the best link on this machine"
+                    + (f" (equally good: {_list(others)})." if others else "."))
+    else:
+        b = best_pairs[0]
+        msgs.append(f"Best: not quite. {_name(best)} is {describe_link(link(best))}, but {_name(b)} is "
+                    f"{describe_link(link(b))}, which is better"
+                    + (f"; the best pairs are {_list(best_pairs)}." if len(best_pairs) > 1 else "."))
+    if worst_ok:
+        others = [p for p in worst_pairs if p != worst]
+        msgs.append(f"Worst: right. {_name(worst)} is {describe_link(link(worst))}, the slowest path here"
+                    + (f" (equally slow: {_list(others)})." if others else "."))
+    else:
+        w = worst_pairs[0]
+        msgs.append(f"Worst: not quite. {_name(worst)} is {describe_link(link(worst))}, but {_name(w)} is "
+                    f"{describe_link(link(w))}, which is slower"
+                    + (f"; the worst pairs are {_list(worst_pairs)}." if len(worst_pairs) > 1 else "."))
+    return CheckResult(best_ok and worst_ok, " ".join(msgs))
+
+
+# --------------------------------------------------------------------------- NCCL paths
+PATHS = ("default", "shm", "socket")
+PATH_ALIASES = {
+    "default": "default", "p2p": "default", "nvlink": "default",
+    "shm": "shm", "shared memory": "shm", "p2p off": "shm", "host": "shm",
+    "socket": "socket", "sockets": "socket", "net": "socket", "tcp": "socket", "net/socket": "socket",
+}
+PATH_WHY = {
+    "default": ("default: NCCL's P2P transport, each GPU writing straight into its peer's memory over "
+                "NVLink where there is one (hundreds of GB/s), otherwise over PCIe"),
+    "shm": ("shm (NCCL_P2P_LEVEL=LOC or NCCL_P2P_DISABLE=1): no peer access, so data is staged through "
+            "shared host memory: GPU to host over PCIe, then host to GPU, tens of GB/s at best"),
+    "socket": ("socket (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1): NCCL's network transport over TCP, as "
+               "between two nodes without InfiniBand; the kernel copies every byte and each message "
+               "costs tens of microseconds"),
+}
+
+
+def parse_ordering(prediction) -> tuple:
+    """('default', 'shm', 'socket') from a sequence of path names or 'default > shm > socket'."""
+    if isinstance(prediction, str):
+        parts = [p for p in re.split(r"\s*(?:>|,|;)\s*", prediction.strip()) if p]
+    else:
+        try:
+            parts = list(prediction)
+        except TypeError:
+            parts = None
+    if parts is None or not all(isinstance(p, str) for p in parts):
+        raise ValueError(f"give the three paths fastest first, e.g. 'default > shm > socket'; got {prediction!r}")
+    names = []
+    for p in parts:
+        key = PATH_ALIASES.get(p.strip().lower())
+        if key is None:
+            raise ValueError(f"unknown path {p!r}; the paths are default, shm and socket")
+        names.append(key)
+    if sorted(names) != sorted(PATHS):
+        raise ValueError(f"name each of default, shm and socket exactly once, fastest first; got {prediction!r}")
+    return tuple(names)
+
+
+def measured_rates(measured) -> dict:
+    """path -> images/s from a dict, or from an experiment result whose ``rows`` carry
+    ``path`` and ``images_per_s`` (ddlab.experiments.nccl_path_comparison). Rows that are not
+    an NCCL path (the one-worker baseline) or that failed are left out."""
+    if hasattr(measured, "rows"):
+        measured = {r["path"]: r["images_per_s"] for r in measured.rows
+                    if r.get("path") in PATHS and not r.get("error") and r.get("images_per_s") is not None}
+    if not isinstance(measured, dict):
+        raise ValueError(f"measured must map path -> images/s, or be an experiment result; got {type(measured).__name__}")
+    unknown = [k for k in measured if PATH_ALIASES.get(str(k).lower()) is None]
+    if unknown:
+        raise ValueError(f"measured results name unknown paths {unknown}; expected default, shm, socket")
+    return {PATH_ALIASES[str(k).lower()]: float(v) for k, v in measured.items()}
+
+
+def check_path_ordering(prediction, measured=None, noise: float = 0.05) -> CheckResult:
+    """Check a prediction of the NCCL path ordering (fastest first) for a communication-heavy
+    model on GPUs joined by NVLink, and set it beside a measurement when one is given.
+
+    ``measured`` maps path -> images/s (or any higher-is-better rate), or is the result of
+    ddlab.experiments.nccl_path_comparison. Differences smaller than ``noise`` (5%) are
+    called a tie: a single run cannot order them."""
+    order = parse_ordering(prediction)
+    right = order == PATHS
+    if right:
+        msg = ["Right: default > shm > socket."]
+    else:
+        msg = [f"Not quite: you predicted {' > '.join(order)}, but the bandwidth of the three paths orders "
+               f"them default > shm > socket."]
+    msg.append("Why: " + "; ".join(PATH_WHY[p] for p in PATHS) + ".")
+    rates = measured_rates(measured) if measured is not None else {}
+    if measured is not None and len(rates) < 2:
+        msg.append(f"The measurement has {' and '.join(rates) or 'no path'} only (CPU processes use gloo, not "
+                   f"NCCL, so the paths cannot be compared there): compare with a GPU result.")
+    elif rates:
+        seen = sorted(rates, key=rates.get, reverse=True)
+        fast, slow = rates[seen[0]], rates[seen[-1]]
+        spread = (fast - slow) / fast if fast else 0.0
+        listing = ", ".join(f"{p} {rates[p]:,.0f}" for p in seen)
+        if spread < noise:
+            msg.append(f"Measured: {listing}. These are within {noise:.0%} of each other: for this model "
+                       f"communication is a small part of each step, so the path hardly matters and a single "
+                       f"run cannot order them.")
+        else:
+            agrees = tuple(seen) == tuple(p for p in order if p in rates)
+            msg.append(f"Measured: {listing} (fastest first), which "
+                       + ("matches your prediction." if agrees else "differs from your prediction."))
+    return CheckResult(right, " ".join(msg))
+
+
+# --------------------------------------------------------------------------- quiz
+@dataclass(frozen=True)
+class Question:
+    prompt: str
+    choices: tuple
+    answer: int                      # index into choices
+    explanation: str
+    why_not: dict = field(default_factory=dict)   # index -> why that choice is wrong
+
+
+QUIZ = (
+    Question(
+        "A link has latency alpha = 4 us and bandwidth beta = 16 GB/s. For a 64 KiB message, which term of "
+        "T = alpha + n/beta is larger?",
+        ("the latency term", "the bandwidth term", "they are about equal"), 2,
+        "64 KiB = 65,536 bytes; 65,536 B / 16e9 B/s = 4.1 us, the same as alpha. The crossover size "
+        "alpha x beta = 4e-6 s x 16e9 B/s = 64,000 bytes, close to 64 KiB.",
+        {0: "Only below about 64 KB (alpha x beta) does the latency term win.",
+         1: "Check the units: 65,536 B / 16e9 B/s is 4.1 us, not 41 us."}),
+    Question(
+        "Two GPUs are joined by NVLink. You set NCCL_P2P_LEVEL=PIX. What does NCCL use between them?",
+        ("PCIe through one switch", "still NVLink", "shared host memory"), 1,
+        "NCCL_P2P_LEVEL is a maximum distance for using P2P (LOC < NVL < PIX < PXB < PHB < SYS). NVLink "
+        "(NVL) is closer than PIX, so P2P over NVLink stays allowed. Only LOC switches P2P off.",
+        {0: "The level does not choose a path; it caps how far apart two GPUs may be for P2P.",
+         2: "Shared memory is what NCCL_P2P_LEVEL=LOC (or NCCL_P2P_DISABLE=1) gives."}),
+    Question(
+        "`nvidia-smi topo -m` shows SYS between GPU0 and GPU5. What does that tell you?",
+        ("they share a PCIe switch", "the path crosses the link between CPU sockets",
+         "they are joined by a system NVSwitch"), 1,
+        "SYS: the path traverses PCIe and the SMP interconnect between NUMA nodes (QPI/UPI). It is the "
+        "slowest label; peer access is often unavailable there and data is staged through host memory.",
+        {0: "Sharing one PCIe switch is PIX.", 2: "NVSwitch connections show as NV# (e.g. NV12, NV18)."}),
+    Question(
+        "Host staging copies GPU0 -> GPU1 without peer access. How many times does the data cross PCIe?",
+        ("once", "twice", "never"), 1,
+        "GPU0 -> PCIe -> host memory, then host memory -> PCIe -> GPU1: two PCIe crossings plus a pass "
+        "through host memory, and the CPU driver orchestrates both copies. Peer-to-peer crosses once "
+        "(PCIe) or not at all (NVLink).",
+        {0: "Once is peer-to-peer over PCIe.", 2: "Never is NVLink peer-to-peer."}),
+    Question(
+        "Which settings make two GPUs in one machine talk as if they were on different nodes without InfiniBand?",
+        ("NCCL_P2P_LEVEL=SYS", "NCCL_P2P_DISABLE=1", "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1"), 2,
+        "With both P2P and shared memory off, NCCL falls back to its network transport (sockets here).",
+        {0: "SYS is the widest level: it allows P2P at every distance.",
+         1: "With only P2P off, NCCL still uses shared host memory (SHM)."}),
+    Question(
+        "Why does the small CNN (about 1.2M parameters) barely notice whether NCCL uses NVLink or sockets?",
+        ("its gradients are small, so communication is a small part of each step",
+         "NCCL compresses its gradients", "it does not all-reduce gradients"), 0,
+        "About 1.2M fp32 parameters are about 5 MB of gradients per step; even a slow path moves that in a "
+        "few milliseconds, next to the compute of each step. The wide model's gradients are tens of times "
+        "larger, so the bandwidth term takes over.",
+        {1: "NCCL does not compress; it moves the bytes you give it.",
+         2: "Every data-parallel step all-reduces the gradients, whatever the model."}),
+)
+
+
+def _choice_index(q: Question, choice) -> int:
+    if isinstance(choice, bool):
+        raise ValueError("answer with a letter (a, b, c) or a choice number starting at 0")
+    if isinstance(choice, int):
+        idx = choice
+    elif isinstance(choice, str) and len(choice.strip()) == 1 and choice.strip().isalpha():
+        idx = ord(choice.strip().lower()) - ord("a")
+    else:
+        raise ValueError(f"answer with a letter (a, b, c) or a choice number starting at 0; got {choice!r}")
+    if not 0 <= idx < len(q.choices):
+        raise ValueError(f"this question has choices a to {chr(ord('a') + len(q.choices) - 1)}; got {choice!r}")
+    return idx
+
+
+def check_quiz_answer(question: int, choice) -> CheckResult:
+    """Check the answer to quiz question ``question`` (1-based) given as a letter or an index."""
+    if isinstance(question, bool) or not isinstance(question, int) or not 1 <= question <= len(QUIZ):
+        raise ValueError(f"the quiz has questions 1 to {len(QUIZ)}; got {question!r}")
+    q = QUIZ[question - 1]
+    idx = _choice_index(q, choice)
+    if idx == q.answer:
+        return CheckResult(True, f"Right. {q.explanation}")
+    right = f"{chr(ord('a') + q.answer)}) {q.choices[q.answer]}"
+    return CheckResult(False, f"Not quite. {q.why_not.get(idx, '')} The answer is {right}. {q.explanation}".replace("  ", " "))
+
+
+def quiz_text() -> str:
+    out = []
+    for n, q in enumerate(QUIZ, 1):
+        out.append(f"{n}. {q.prompt}")
+        out += [f"   {chr(ord('a') + i)}) {c}" for i, c in enumerate(q.choices)]
+    return "\n".join(out)
+
+
+def quiz():
+    """The quiz as widgets: one set of radio buttons and a Check button per question.
+
+    Without ipywidgets, prints the questions and how to check answers with
+    :func:`check_quiz_answer`, and returns None."""
+    try:
+        import ipywidgets as w
+    except ImportError:
+        print("ipywidgets is not installed; answer with ddlab.checks.check_quiz_answer(question, 'a'):\n")
+        print(quiz_text())
+        return None
+    boxes = []
+    for n, q in enumerate(QUIZ, 1):
+        radio = w.RadioButtons(options=[(f"{chr(ord('a') + i)}) {c}", i) for i, c in enumerate(q.choices)],
+                               value=None, layout=w.Layout(width="auto"))
+        button = w.Button(description="Check")
+        out = w.HTML()
+
+        def on_click(_, n=n, radio=radio, out=out):
+            if radio.value is None:
+                out.value = "<i>pick an answer first</i>"
+                return
+            r = check_quiz_answer(n, radio.value)
+            colour = "#1b7837" if r.correct else "#b2182b"
+            out.value = f"<span style='color:{colour}'>{r.message}</span>"
+
+        button.on_click(on_click)
+        boxes.append(w.VBox([w.HTML(f"<b>{n}.</b> {q.prompt}"), radio, button, out]))
+    return w.VBox(boxes)

@@ -1,0 +1,156 @@
+"""Drawings of the data path between two GPUs, for notebook 2 and ``make images``.
+
+* :func:`host_staging` - peer access off: GPU0 -> PCIe -> CPU -> host memory, then host
+  memory -> CPU -> PCIe -> GPU1. Two PCIe crossings and a stop in host memory.
+* :func:`peer_to_peer` - peer access on: GPU0 -> NVLink -> GPU1, or without NVLink
+  GPU0 -> PCIe switch -> GPU1. One hop, host memory untouched.
+* :func:`data_paths` - both side by side.
+
+Both panels draw the same machine (two GPUs under one PCIe switch, the switch under the
+CPU, host memory beside the CPU, an NVLink bridge between the GPUs) so that only the path
+changes. Each function takes an optional matplotlib ``ax`` and returns the Figure.
+Nothing random, fixed sizes: the PNGs ``tools/make_images.py`` writes are reproducible.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+# Colours: a colour-blind-safe palette (ColorBrewer Dark2).
+STAGED = "#d95f02"    # host staging path
+NVLINK = "#1b9e77"    # NVLink path
+PCIE = "#7570b3"      # PCIe peer-to-peer path
+HW = "#4d4d4d"        # hardware outlines and wires
+FADED = "#bdbdbd"
+
+# The machine, in axis units (10 x 6.4): x, y, width, height, label.
+BOXES = {
+    "mem": (0.3, 4.6, 3.0, 1.1, "Host memory (DRAM)\npinned staging buffer"),
+    "cpu": (4.3, 4.6, 2.0, 1.1, "CPU\nPCIe root complex"),
+    "sw": (4.3, 2.6, 2.0, 0.8, "PCIe switch"),
+    "gpu0": (0.3, 0.3, 2.6, 1.4, "GPU0\nHBM"),
+    "gpu1": (7.1, 0.3, 2.6, 1.4, "GPU1\nHBM"),
+}
+# The wires between them (end points on the box edges).
+WIRES = {
+    "bus": ((3.3, 5.15), (4.3, 5.15)),
+    "up": ((5.3, 3.4), (5.3, 4.6)),
+    "left": ((2.3, 1.7), (4.3, 2.75)),
+    "right": ((7.7, 1.7), (6.3, 2.75)),
+    "nvlink": ((2.9, 0.8), (7.1, 0.8)),
+}
+
+
+def _box(ax, key, faded=False):
+    x, y, w, h, text = BOXES[key]
+    colour = FADED if faded else HW
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.12",
+                                linewidth=1.6, edgecolor=colour, facecolor="white", zorder=2))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9.5,
+            color=FADED if faded else "black", zorder=3)
+
+
+def _wire(ax, key, label=None, faded=False, side=-1.0):
+    """A physical link: a thick grey line, its label on the ``side`` opposite the data arrows."""
+    a, b = WIRES[key]
+    ax.plot([a[0], b[0]], [a[1], b[1]], color=FADED if faded else "#969696", linewidth=5,
+            solid_capstyle="butt", zorder=1, alpha=0.6)
+    if label:
+        (x, y), (nx, ny) = _mid(a, b), _normal(a, b)
+        ax.text(x + side * 0.32 * nx, y + side * 0.32 * ny, label, fontsize=8.5,
+                color=FADED if faded else "#525252", ha="center", va="center", zorder=3)
+
+
+def _normal(a, b):
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    n = (dx * dx + dy * dy) ** 0.5
+    return (-dy / n, dx / n)
+
+
+def _mid(a, b):
+    return ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)
+
+
+def _along(key, offset, reverse=False, trim=0.12):
+    """A segment parallel to wire ``key``, ``offset`` to its left (negative: right)."""
+    a, b = WIRES[key]
+    if reverse:
+        a, b = b, a
+        offset = -offset
+    nx, ny = _normal(a, b)
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    n = (dx * dx + dy * dy) ** 0.5
+    tx, ty = dx / n * trim, dy / n * trim
+    return ((a[0] + nx * offset + tx, a[1] + ny * offset + ty), (b[0] + nx * offset - tx, b[1] + ny * offset - ty))
+
+
+def _arrows(ax, segments, colour, step=None, dashed=False):
+    """The data path, one arrow per wire it crosses, a numbered marker at its start."""
+    for a, b in segments:
+        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=14, linewidth=2.2, color=colour,
+                                     linestyle="--" if dashed else "-", shrinkA=0, shrinkB=0, zorder=4))
+    if step is not None:
+        (x, y), _ = segments[0]
+        ax.text(x, y, str(step), ha="center", va="center", fontsize=9, fontweight="bold", color="white",
+                zorder=5, bbox=dict(boxstyle="circle,pad=0.25", facecolor=colour, edgecolor="none"))
+
+
+def _machine(ax, fade_host=False):
+    for key in BOXES:
+        _box(ax, key, faded=fade_host and key in ("mem", "cpu"))
+    _wire(ax, "bus", faded=fade_host)
+    _wire(ax, "up", "PCIe", faded=fade_host, side=-2.4)
+    _wire(ax, "left", "PCIe", side=-1.0)
+    _wire(ax, "right", "PCIe", side=1.0)
+    _wire(ax, "nvlink", "NVLink", side=-1.0)
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.9, 6.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+
+
+def _new_ax(ax, size=(8.0, 5.6)):
+    if ax is None:
+        fig, ax = plt.subplots(figsize=size, dpi=100)
+        return fig, ax
+    return ax.figure, ax
+
+
+def host_staging(ax=None):
+    """Peer access off: the copy goes through host memory (two PCIe crossings)."""
+    fig, ax = _new_ax(ax)
+    _machine(ax)
+    # 1: GPU0 -> PCIe -> switch -> CPU -> host memory
+    _arrows(ax, [_along("left", 0.25), _along("up", 0.25), _along("bus", 0.2, reverse=True)], STAGED, step=1)
+    # 2: host memory -> CPU -> switch -> PCIe -> GPU1
+    _arrows(ax, [_along("bus", -0.2), _along("up", -0.25, reverse=True), _along("right", -0.25, reverse=True)],
+            STAGED, step=2, dashed=True)
+    ax.set_title("Host staging (peer access off)", fontsize=11, fontweight="bold")
+    ax.text(5.0, -0.25, "1: GPU0 to host memory over PCIe.  2: host memory to GPU1 over PCIe.\n"
+            "Two PCIe crossings, a stop in host memory, and the CPU drives both copies.",
+            ha="center", va="top", fontsize=8.5, color=STAGED)
+    return fig
+
+
+def peer_to_peer(ax=None):
+    """Peer access on: GPU0 writes straight into GPU1's memory, over NVLink or a PCIe switch."""
+    fig, ax = _new_ax(ax)
+    _machine(ax, fade_host=True)
+    _arrows(ax, [_along("nvlink", 0.25)], NVLINK, step=1)
+    _arrows(ax, [_along("left", 0.25), _along("right", -0.25, reverse=True)], PCIE, step=2, dashed=True)
+    ax.text(6.5, 5.15, "not on the path", fontsize=8.5, color=FADED, ha="left", va="center", style="italic")
+    ax.set_title("Peer-to-peer (peer access on)", fontsize=11, fontweight="bold")
+    ax.text(5.0, -0.25, "1: over NVLink, GPU to GPU directly.\n"
+            "2: without NVLink, through the PCIe switch; host memory is never touched.",
+            ha="center", va="top", fontsize=8.5, color="#333333")
+    return fig
+
+
+def data_paths():
+    """Host staging and peer-to-peer side by side, on the same machine."""
+    fig, axes = plt.subplots(1, 2, figsize=(12.8, 5.0), dpi=100)
+    host_staging(axes[0])
+    peer_to_peer(axes[1])
+    fig.suptitle("How data gets from GPU0 to GPU1", fontsize=13, fontweight="bold")
+    fig.tight_layout()
+    return fig

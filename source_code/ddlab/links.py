@@ -1,0 +1,321 @@
+"""Link technologies between GPUs and between nodes: bandwidth per direction and latency.
+
+This is the catalogue behind the alpha-beta calculator of notebook 2 and behind the link
+legend of the topology drawings. Every figure carries its source:
+
+* bandwidth comes from a specification or a vendor document and is *derived* here in code
+  from the signalling facts (lanes x rate x encoding), so a learner can check the arithmetic;
+* latency is the fixed cost of one small message *as a program sees it* (driver, copy
+  engine, switch hops, protocol), which is why it barely changes between generations of a
+  link. Those figures are published measurements or vendor figures, named below, and they
+  are orders of magnitude, not properties of your machine: measure yours in section 7.
+
+Units: GB/s means 10**9 bytes per second (how link specs are quoted); KiB, MiB, GiB are
+powers of two (how message sizes are usually chosen). Mixing the two is a classic source
+of small errors; the calculator keeps them apart.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+GB = 1e9  # link rates are decimal
+
+
+@dataclass(frozen=True)
+class LinkTech:
+    """One link technology. ``bandwidth_gbs`` is per direction, in GB/s (10**9 B/s)."""
+    key: str
+    name: str
+    family: str               # "PCIe", "NVLink", "InfiniBand", "Ethernet"
+    bandwidth_gbs: float
+    latency_us: float
+    derivation: str           # how the bandwidth follows from the specification
+    bandwidth_source: str
+    latency_source: str
+    links: int = 1            # bonded NVLinks (NV<links> in nvidia-smi topo -m)
+    note: str = ""
+    raw_gbs: Optional[float] = None   # signalling rate per direction, where a source gives it (NVLink 4)
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        return self.bandwidth_gbs * GB
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.bandwidth_gbs:.4g} GB/s per direction, ~{self.latency_us:g} us"
+
+
+# --------------------------------------------------------------------------- sources
+# Specifications and vendor documents (bandwidth).
+PCIE_SPEC = {
+    3: "PCI-SIG, PCI Express Base Specification Revision 3.0 (2010): 8.0 GT/s per lane, 128b/130b encoding",
+    4: "PCI-SIG, PCI Express Base Specification Revision 4.0 (2017): 16.0 GT/s per lane, 128b/130b encoding",
+    5: "PCI-SIG, PCI Express Base Specification Revision 5.0 (2019): 32.0 GT/s per lane, 128b/130b encoding",
+}
+NVLINK_SPEC = {
+    2: ("NVIDIA Tesla V100 GPU Architecture whitepaper (2017) and NVIDIA DGX-1 with Tesla V100 System "
+        "Architecture whitepaper: NVLink 2.0, 25 GB/s per direction per link, 6 links per V100 (300 GB/s total)"),
+    3: ("NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): third-generation NVLink, 12 links per "
+        "A100, 600 GB/s total (25 GB/s per direction per link)"),
+    4: ("NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): fourth-generation NVLink, 18 links per "
+        "H100, 900 GB/s total (25 GB/s per direction per link); H200 uses the same NVLink"),
+}
+NVLINK4_SIGNALLING = ("`nvidia-smi nvlink --status` reports 26.562 GB/s per NVLink-4 link on H100 (shown in "
+                      "stas00/ml-engineering, 'Troubleshooting NVIDIA GPUs'): the raw signalling rate, of which "
+                      "25 GB/s is the data rate NVIDIA quotes")
+IB_SPEC = {
+    "HDR": ("InfiniBand Trade Association roadmap; NVIDIA ConnectX-6 VPI user manual: HDR, 4 lanes x 50 Gb/s "
+            "= 200 Gb/s per port"),
+    "NDR": ("InfiniBand Trade Association roadmap; NVIDIA ConnectX-7 user manual: NDR, 4 lanes x 100 Gb/s "
+            "= 400 Gb/s per port"),
+}
+ETH_SPEC = {
+    10: "IEEE 802.3ae (10 Gigabit Ethernet): 10 Gb/s data rate",
+    100: "IEEE 802.3ba / 802.3bj (100 Gigabit Ethernet): 100 Gb/s data rate",
+}
+# Published measurements and vendor figures (latency).
+LAT_NVLINK = ("NVIDIA/cuda-samples issue #230 (github.com/NVIDIA/cuda-samples/issues/230): "
+              "p2pBandwidthLatencyTest on 4 NVLink-connected GPUs, P2P=Enabled GPU latency 1.81-2.31 us; "
+              "without peer access the same pairs took 11-20 us (host staging)")
+LAT_PCIE = ("lukealonso/p2pmark README (github.com/lukealonso/p2pmark): best-pair GPU-to-GPU P2P latency "
+            "4.10 us on PCIe 5.0 GPUs (a kernel reading one 128-byte line from the peer). PCIe generations "
+            "raise the bandwidth, not this fixed cost; without peer access (host staging) expect 10-25 us "
+            "(NVIDIA/cuda-samples issue #230, NVIDIA/nccl issue #1127)")
+LAT_IB = ("NVIDIA ConnectX-6 VPI adapter user manual, Introduction (docs.nvidia.com/networking): "
+          "'sub-600ns latency' for the adapter. A GPU-to-GPU message through NCCL adds a few us of software")
+LAT_IB_NDR = (LAT_IB + ". NVIDIA's ConnectX-7 manual quotes no lower figure, so NDR keeps the same order "
+              "of magnitude here")
+LAT_TCP = ("order of magnitude, an assumption: a small message through the Linux kernel TCP stack (NCCL's "
+           "NET/Socket transport) costs tens of us; round trips of 110-220 us were reported through 1 GbE "
+           "NICs (serverfault.com/questions/791539). The kernel's cost, not the wire, sets this, so 10 and "
+           "100 GbE differ in bandwidth far more than in latency. Measure yours: `ddlab allreduce --paths socket`")
+
+
+# --------------------------------------------------------------------------- derivations
+def pcie_x16_gbs(generation: int, lanes: int = 16) -> float:
+    """Per-direction data rate of a PCIe link: lanes x GT/s x 128/130 (encoding) / 8 bits."""
+    rates = {3: 8.0, 4: 16.0, 5: 32.0}
+    if generation not in rates:
+        raise ValueError(f"PCIe generation {generation!r} is not in the catalogue; choose 3, 4 or 5")
+    return lanes * rates[generation] * 128 / 130 / 8
+
+
+NVLINK_PER_LINK_GBS = 25.0          # data rate per direction, every generation from 2 to 4
+NVLINK4_RAW_PER_LINK_GBS = 26.5625  # what `nvidia-smi nvlink --status` prints per NVLink-4 link
+NVLINK_LINKS_PER_GPU = {2: 6, 3: 12, 4: 18}
+NVLINK_GPUS = {2: "V100", 3: "A100", 4: "H100/H200"}
+
+
+def _pcie(gen: int) -> LinkTech:
+    bw = pcie_x16_gbs(gen)
+    rate = {3: 8, 4: 16, 5: 32}[gen]
+    return LinkTech(
+        key=f"pcie{gen}_x16", name=f"PCIe {gen}.0 x16", family="PCIe", bandwidth_gbs=bw, latency_us=4.0,
+        derivation=f"16 lanes x {rate} GT/s x 128/130 / 8 = {bw:.2f} GB/s per direction",
+        bandwidth_source=PCIE_SPEC[gen], latency_source=LAT_PCIE,
+        note="peer-to-peer through a PCIe switch or the CPU; protocol overhead leaves roughly 80-90% usable")
+
+
+def nvlink(generation: int, links: int = 1) -> LinkTech:
+    """``links`` bonded NVLinks of one generation (``NV<links>`` in ``nvidia-smi topo -m``)."""
+    if generation not in NVLINK_SPEC:
+        raise ValueError(f"NVLink generation {generation!r} is not in the catalogue; choose 2 (V100), "
+                         f"3 (A100) or 4 (H100/H200)")
+    most = NVLINK_LINKS_PER_GPU[generation]
+    if not isinstance(links, int) or not 1 <= links <= most:
+        raise ValueError(f"NVLink {generation} has 1 to {most} links per GPU ({NVLINK_GPUS[generation]}); "
+                         f"got {links!r}")
+    bw = links * NVLINK_PER_LINK_GBS
+    label = "1 link" if links == 1 else f"NV{links}, {links} links"
+    note, raw = "", None
+    if generation == 4:
+        raw = links * NVLINK4_RAW_PER_LINK_GBS
+        note = f"signalling rate {links} x 26.5625 = {raw:.1f} GB/s per direction; " + NVLINK4_SIGNALLING
+    return LinkTech(
+        key=f"nvlink{generation}_x{links}", name=f"NVLink {generation} ({NVLINK_GPUS[generation]}), {label}",
+        family="NVLink", bandwidth_gbs=bw, latency_us=2.0, links=links,
+        derivation=f"{links} x {NVLINK_PER_LINK_GBS:g} GB/s per link = {bw:g} GB/s per direction",
+        bandwidth_source=NVLINK_SPEC[generation], latency_source=LAT_NVLINK, note=note, raw_gbs=raw)
+
+
+def _ib(name: str, gbit: int, latency_source: str) -> LinkTech:
+    return LinkTech(
+        key=f"ib_{name.lower()}", name=f"InfiniBand {name} ({gbit} Gb/s)", family="InfiniBand",
+        bandwidth_gbs=gbit / 8, latency_us=0.6,
+        derivation=f"{gbit} Gb/s / 8 = {gbit / 8:g} GB/s per direction",
+        bandwidth_source=IB_SPEC[name], latency_source=latency_source,
+        note="between nodes; NCCL's NET/IB transport, with GPUDirect RDMA when the NIC and GPU share a PCIe switch")
+
+
+def _eth(gbit: int) -> LinkTech:
+    return LinkTech(
+        key=f"eth_{gbit}g", name=f"{gbit} GbE (TCP sockets)", family="Ethernet", bandwidth_gbs=gbit / 8,
+        latency_us=10.0, derivation=f"{gbit} Gb/s / 8 = {gbit / 8:g} GB/s per direction",
+        bandwidth_source=ETH_SPEC[gbit], latency_source=LAT_TCP,
+        note="NCCL's NET/Socket transport; RDMA over Ethernet (RoCE) behaves like InfiniBand instead")
+
+
+def _catalogue() -> dict:
+    items = [_pcie(3), _pcie(4), _pcie(5)]
+    for gen in (2, 3, 4):
+        items.append(nvlink(gen, 1))
+        if gen == 2:
+            items.append(nvlink(2, 2))      # the NV2 pairs of a DGX-1 V100
+        items.append(nvlink(gen, NVLINK_LINKS_PER_GPU[gen]))
+    items += [_ib("HDR", 200, LAT_IB), _ib("NDR", 400, LAT_IB_NDR), _eth(10), _eth(100)]
+    return {t.key: t for t in items}
+
+
+LINKS = _catalogue()
+
+
+def names() -> list:
+    """Catalogue keys, in the order the calculator lists them."""
+    return list(LINKS)
+
+
+def get(link) -> LinkTech:
+    """A :class:`LinkTech` from itself, its key (``"pcie4_x16"``) or its name (any case)."""
+    if isinstance(link, LinkTech):
+        return link
+    if isinstance(link, str):
+        want = link.strip().lower()
+        for t in LINKS.values():
+            if want in (t.key.lower(), t.name.lower()):
+                return t
+    raise ValueError(f"unknown link {link!r}; choose one of: {', '.join(LINKS)} "
+                     f"(or build one with ddlab.links.nvlink(generation, links))")
+
+
+def table(keys=None) -> str:
+    """The catalogue as a plain-text table (name, GB/s per direction, latency)."""
+    rows = [get(k) for k in (keys or LINKS)]
+    w = max(len(t.name) for t in rows)
+    out = [f"{'link':<{w}}  {'GB/s per direction':>18}  {'latency':>9}", "-" * (w + 31)]
+    out += [f"{t.name:<{w}}  {t.bandwidth_gbs:>18.4g}  {t.latency_us:>6g} us" for t in rows]
+    return "\n".join(out)
+
+
+def sources(keys=None) -> str:
+    """Where each figure comes from, one block per link."""
+    out = []
+    for t in (get(k) for k in (keys or LINKS)):
+        out.append(f"{t.name}\n  bandwidth: {t.derivation}\n    source: {t.bandwidth_source}\n"
+                   f"  latency: ~{t.latency_us:g} us\n    source: {t.latency_source}"
+                   + (f"\n  note: {t.note}" if t.note else ""))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- topology legend
+# The wording of each `nvidia-smi topo -m` label (its legend line and the data path) lives in
+# ddlab.topology.LINK_KINDS; this table adds the typical figures from the catalogue above.
+LEGEND_ORDER = ("NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def legend_rows(pcie_generation: int = 4, nvlink_generation: int = 4, nvlinks: int = 1) -> list:
+    """Rows for the link legend table: label, meaning, data path, typical bandwidth and latency.
+
+    The typical figures depend on the machine, so the caller says which PCIe and NVLink
+    generations to assume (a DGX-1 V100 is PCIe 3 + NVLink 2; a DGX A100 PCIe 4 + NVLink 3)."""
+    from .topology import LINK_KINDS
+    key = f"pcie{pcie_generation}_x16"
+    if key not in LINKS:
+        raise ValueError(f"PCIe generation {pcie_generation!r} is not in the catalogue; choose 3, 4 or 5")
+    pcie, nv = LINKS[key], nvlink(nvlink_generation, nvlinks)
+    typical = {
+        "NVLINK": (f"{NVLINK_PER_LINK_GBS:g} GB/s per link per direction (NV{nvlinks}: {nv.bandwidth_gbs:g} GB/s)",
+                   f"~{nv.latency_us:g} us"),
+        "PIX": (f"up to {pcie.bandwidth_gbs:.1f} GB/s ({pcie.name})", f"~{pcie.latency_us:g} us"),
+        "PXB": (f"up to {pcie.bandwidth_gbs:.1f} GB/s ({pcie.name})", f"~{pcie.latency_us:g} us"),
+        "PHB": (f"up to {pcie.bandwidth_gbs:.1f} GB/s, often less through the CPU", f"~{pcie.latency_us:g} us or more"),
+        "NODE": (f"up to {pcie.bandwidth_gbs:.1f} GB/s, often less through the CPU", f"~{pcie.latency_us:g} us or more"),
+        "SYS": (f"below {pcie.bandwidth_gbs:.1f} GB/s: two PCIe trips and the inter-socket link",
+                "10-25 us when host staged"),
+    }
+    return [{"label": LINK_KINDS[k]["labels"], "meaning": LINK_KINDS[k]["legend"], "path": LINK_KINDS[k]["path"],
+             "bandwidth": typical[k][0], "latency": typical[k][1]} for k in LEGEND_ORDER]
+
+
+def legend_markdown(pcie_generation: int = 4, nvlink_generation: int = 4, nvlinks: int = 1) -> str:
+    """The legend as a Markdown table (display it with IPython.display.Markdown)."""
+    rows = legend_rows(pcie_generation, nvlink_generation, nvlinks)
+    out = ["| label | nvidia-smi's legend | data path | typical bandwidth | typical latency |",
+           "|---|---|---|---|---|"]
+    cells = lambda r: [r[k].replace("<", "&lt;") for k in ("label", "meaning", "path", "bandwidth", "latency")]  # noqa: E731
+    out += ["| " + " | ".join(cells(r)) + " |" for r in rows]
+    out.append("")
+    out.append(f"Bandwidth: {LINKS[f'pcie{pcie_generation}_x16'].bandwidth_source}; "
+               f"{NVLINK_SPEC[nvlink_generation]}. Latency: {LAT_NVLINK}; {LAT_PCIE}.")
+    return "\n".join(out)
+
+
+def for_label(label: str, nvlink_generation: Optional[int] = None, pcie_generation: int = 4) -> LinkTech:
+    """The catalogue entry that best describes a `nvidia-smi topo -m` label on a given machine.
+
+    ``NV<n>`` needs the NVLink generation (2, 3 or 4). PCIe labels map to the PCIe link of the
+    given generation; ``SYS`` and ``NODE`` get it too, as an upper bound."""
+    lab = label.strip().upper()
+    if lab.startswith("NV") and lab[2:].isdigit():
+        if nvlink_generation is None:
+            raise ValueError(f"{label!r} is NVLink: say which generation (2 = V100, 3 = A100, 4 = H100/H200)")
+        return nvlink(nvlink_generation, int(lab[2:]))
+    if lab in ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC"):
+        return get(f"pcie{pcie_generation}_x16")
+    raise ValueError(f"unknown topology label {label!r}; expected NV<n>, PIX, PXB, PHB, NODE or SYS")
+
+
+# --------------------------------------------------------------------------- NCCL_P2P_LEVEL
+# NCCL_P2P_LEVEL is a *maximum distance*: NCCL uses its P2P transport between two GPUs only
+# when their path is no longer than the level (NVIDIA NCCL User Guide, "Environment
+# Variables", NCCL_P2P_LEVEL). The distances, shortest first:
+NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+NCCL_LEVEL_MEANING = {
+    "LOC": "never use P2P",
+    "NVL": "P2P only between GPUs connected through NVLink",
+    "PIX": "P2P up to GPUs on the same PCI switch (and over NVLink)",
+    "PXB": "P2P up to GPUs connected through PCI switches, possibly several hops",
+    "PHB": "P2P up to GPUs on the same NUMA node, through the CPU",
+    "SYS": "P2P between NUMA nodes too, across the SMP interconnect (QPI/UPI)",
+}
+NCCL_SOURCE = ("NVIDIA NCCL User Guide, 'Environment Variables': NCCL_P2P_LEVEL ('the maximum distance between "
+               "GPUs where NCCL will use the P2P transport'), NCCL_P2P_DISABLE, NCCL_SHM_DISABLE")
+# How far each `nvidia-smi topo -m` kind is, on NCCL's scale (NODE counts as PHB: both go
+# through the CPU's host bridges within one NUMA node).
+_KIND_DISTANCE = {"NVLINK": "NVL", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
+
+
+def p2p_allowed(link, level: str) -> bool:
+    """Does NCCL_P2P_LEVEL=``level`` allow the P2P transport over ``link`` (a topology Link)?
+
+    Allowed is not the same as used: the platform must also support peer access for the
+    pair (often not across CPU sockets), which NCCL checks separately."""
+    lvl = str(level).strip().upper()
+    if lvl not in NCCL_P2P_LEVELS:
+        raise ValueError(f"unknown NCCL_P2P_LEVEL {level!r}; choose one of {', '.join(NCCL_P2P_LEVELS)}")
+    kind = str(link.kind).upper()
+    if kind not in _KIND_DISTANCE:
+        raise ValueError(f"unknown link kind {link.kind!r}")
+    return NCCL_P2P_LEVELS.index(_KIND_DISTANCE[kind]) <= NCCL_P2P_LEVELS.index(lvl)
+
+
+def nccl_level_table(topology) -> str:
+    """For each NCCL_P2P_LEVEL, which GPU pairs of ``topology`` may use P2P (by link label)."""
+    gpus = list(topology.gpus)
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    if not pairs:
+        raise ValueError("this topology has fewer than two GPUs: no pair to use P2P between")
+    by_label: dict = {}                       # label -> (one link with it, how many pairs have it)
+    for a, b in pairs:
+        ln = topology.link(a, b)
+        by_label[ln.label] = (ln, by_label.get(ln.label, (ln, 0))[1] + 1)
+    labels = sorted(by_label, key=lambda lab: -by_label[lab][0].rank)   # best link first
+    out = [f"{'NCCL_P2P_LEVEL':<15} P2P allowed over ({len(pairs)} pairs in all)"]
+    for lvl in NCCL_P2P_LEVELS:
+        ok = [lab for lab in labels if p2p_allowed(by_label[lab][0], lvl)]
+        n = sum(by_label[lab][1] for lab in ok)
+        out.append(f"{lvl:<15} {', '.join(ok) if ok else 'none: P2P off'}  ({n} pairs)")
+    return "\n".join(out)

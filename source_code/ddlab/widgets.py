@@ -1,0 +1,223 @@
+"""What-if calculators for the notebooks (ipywidgets), each built on a plain function.
+
+The alpha-beta model of one message of n bytes over one link:
+
+    T(n) = alpha + n / beta
+
+alpha (latency) is the fixed cost of any message, however small; beta (bandwidth) is the
+rate once data flows. :func:`message_time` computes both terms and says which dominates;
+:func:`message_time_calculator` wraps it in sliders. Tests and the notebooks call the
+function; the widget only displays what the function returns, so both always agree.
+
+Without ipywidgets the calculator prints a note and the result for its starting values,
+so a notebook still runs from top to bottom.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from . import links as _links
+
+
+# --------------------------------------------------------------------------- units
+def format_bytes(n: float) -> str:
+    """Binary units for message sizes: 65536 -> '64 KiB'."""
+    if n < 0:
+        raise ValueError(f"a size cannot be negative: {n}")
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_time(seconds: float) -> str:
+    """'4.00 us', '1.25 ms', '2.1 s' (three significant figures)."""
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.3g} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """Decimal units for rates, as link specs use: 16.4e9 -> '16.4 GB/s'."""
+    for unit, size in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bytes_per_s >= size:
+            return f"{bytes_per_s / size:.3g} {unit}"
+    return f"{bytes_per_s:.3g} B/s"
+
+
+# --------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class MessageTime:
+    """One message of ``nbytes`` over ``link``: the two terms of the alpha-beta model."""
+    nbytes: float
+    link: _links.LinkTech
+    latency_s: float        # alpha
+    bandwidth_s: float      # n / beta
+
+    @property
+    def total_s(self) -> float:
+        return self.latency_s + self.bandwidth_s
+
+    @property
+    def dominant(self) -> str:
+        """'latency' or 'bandwidth': the larger term (ties count as bandwidth)."""
+        return "latency" if self.latency_s > self.bandwidth_s else "bandwidth"
+
+    @property
+    def latency_share(self) -> float:
+        return self.latency_s / self.total_s if self.total_s else 0.0
+
+    @property
+    def effective_Bps(self) -> float:
+        """What a benchmark would report: bytes / total time. Always below the link rate."""
+        return self.nbytes / self.total_s if self.total_s else 0.0
+
+    @property
+    def crossover_bytes(self) -> float:
+        """n at which both terms are equal: alpha x beta. Smaller messages are latency-bound."""
+        return self.latency_s * self.link.bandwidth_Bps
+
+    def explain(self) -> str:
+        beta = self.link.bandwidth_Bps
+        lines = [
+            f"{format_bytes(self.nbytes)} ({self.nbytes:,.0f} bytes) over {self.link.name}",
+            f"  latency term   alpha         = {format_time(self.latency_s)}",
+            f"  bandwidth term n / beta      = {self.nbytes:,.0f} B / {format_rate(beta)} = "
+            f"{format_time(self.bandwidth_s)}",
+            f"  transfer time  T = alpha + n/beta = {format_time(self.total_s)}",
+            f"  dominant term: {self.dominant} ({self.latency_share:.0%} of the time is latency"
+            + ("; the two terms are nearly equal)" if 0.4 <= self.latency_share <= 0.6 else ")"),
+            f"  effective bandwidth n / T = {format_rate(self.effective_Bps)} "
+            f"({self.effective_Bps / beta:.0%} of the link rate)",
+            f"  crossover size alpha x beta = {format_bytes(self.crossover_bytes)}: smaller messages "
+            f"are latency-bound, larger ones bandwidth-bound",
+        ]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.explain()
+
+
+def message_time(nbytes: float, link, latency_us: Optional[float] = None,
+                 bandwidth_gbs: Optional[float] = None) -> MessageTime:
+    """Time to send ``nbytes`` over ``link`` (a catalogue key, name or LinkTech).
+
+    ``latency_us`` and ``bandwidth_gbs`` override the catalogue's figures (what-if)."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or math.isnan(nbytes) or nbytes < 0:
+        raise ValueError(f"message size must be a number of bytes >= 0, got {nbytes!r}")
+    tech = _links.get(link)
+    alpha_us = tech.latency_us if latency_us is None else latency_us
+    beta_gbs = tech.bandwidth_gbs if bandwidth_gbs is None else bandwidth_gbs
+    if alpha_us < 0:
+        raise ValueError(f"latency must be >= 0 us, got {alpha_us!r}")
+    if beta_gbs <= 0:
+        raise ValueError(f"bandwidth must be > 0 GB/s, got {beta_gbs!r}")
+    if latency_us is not None or bandwidth_gbs is not None:
+        tech = dataclasses.replace(tech, latency_us=alpha_us, bandwidth_gbs=beta_gbs,
+                                   name=tech.name + " (what-if)")
+    return MessageTime(nbytes=nbytes, link=tech, latency_s=alpha_us * 1e-6,
+                       bandwidth_s=nbytes / (beta_gbs * _links.GB))
+
+
+def compare_links(nbytes: float, keys=None) -> str:
+    """One message over every link of the catalogue (or ``keys``), as a table."""
+    rows = [message_time(nbytes, k) for k in (keys or _links.names())]
+    w = max(len(r.link.name) for r in rows)
+    out = [f"{format_bytes(nbytes)} per message",
+           f"{'link':<{w}}  {'latency':>9}  {'n/beta':>9}  {'total':>9}  dominant"]
+    out += [f"{r.link.name:<{w}}  {format_time(r.latency_s):>9}  {format_time(r.bandwidth_s):>9}  "
+            f"{format_time(r.total_s):>9}  {r.dominant}" for r in rows]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- widgets
+SIZES = [2**k for k in range(0, 31)]   # 1 B .. 1 GiB, powers of two: a log slider
+
+
+def _ipywidgets():
+    try:
+        import ipywidgets
+        return ipywidgets
+    except ImportError:
+        return None
+
+
+def message_time_calculator(nbytes: int = 64 * 1024, link: str = "pcie3_x16"):
+    """Slider (message size, log scale) + dropdown (link) -> both terms and the dominant one.
+
+    Returns the widget (Jupyter displays it). Without ipywidgets, prints the result for the
+    starting values and returns the :class:`MessageTime`."""
+    start = message_time(nbytes, link)
+    w = _ipywidgets()
+    if w is None:
+        print("ipywidgets is not installed, so here is the calculation for the starting values "
+              "(install ipywidgets and re-run the cell for the interactive calculator):")
+        print(start.explain())
+        return start
+    sizes = sorted(set(SIZES + [int(nbytes)]))
+    size = w.SelectionSlider(options=[(format_bytes(s), s) for s in sizes], value=int(nbytes),
+                             description="message", continuous_update=True,
+                             layout=w.Layout(width="520px"))
+    choice = w.Dropdown(options=[(t.name, k) for k, t in _links.LINKS.items()], value=start.link.key,
+                        description="link", layout=w.Layout(width="520px"))
+    out = w.HTML()
+
+    def render(*_):
+        r = message_time(size.value, choice.value)
+        lat_pct = 100 * r.latency_share
+        # a two-colour bar: the share of the time that is latency vs transfer
+        bar = (f"<div style='display:flex;width:480px;height:14px;border:1px solid #888'>"
+               f"<div style='width:{lat_pct:.1f}%;background:#d95f02'></div>"
+               f"<div style='width:{100 - lat_pct:.1f}%;background:#1b9e77'></div></div>"
+               f"<small><span style='color:#d95f02'>&#9632; latency</span> &nbsp; "
+               f"<span style='color:#1b9e77'>&#9632; bandwidth</span></small>")
+        out.value = f"<pre>{r.explain()}</pre>{bar}"
+
+    size.observe(render, names="value")
+    choice.observe(render, names="value")
+    render()
+    return w.VBox([size, choice, out])
+
+
+# --------------------------------------------------------------------------- static plot
+def plot_message_times(keys=("pcie3_x16", "pcie5_x16", "nvlink2_x2", "nvlink4_x18", "ib_ndr", "eth_10g"),
+                       max_bytes: int = 2**30):
+    """Transfer time and effective bandwidth over message size for several links (log-log).
+
+    Left: T(n) = alpha + n/beta, flat (latency-bound) then rising with slope 1. Right: n / T,
+    which climbs to the link rate; the dot on each curve marks the crossover alpha x beta,
+    where the effective bandwidth is half the link rate. Returns the Figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    techs = [_links.get(k) for k in keys]
+    if not techs:
+        raise ValueError("give at least one link to plot")
+    sizes = np.logspace(0, math.log10(max_bytes), 200)
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for t in techs:
+        total = t.latency_s + sizes / t.bandwidth_Bps
+        line, = ax_t.loglog(sizes, total * 1e6, label=t.name)
+        ax_b.loglog(sizes, sizes / total / 1e9, color=line.get_color(), label=t.name)
+        cross = t.latency_s * t.bandwidth_Bps
+        ax_b.plot([cross], [t.bandwidth_gbs / 2], "o", color=line.get_color(), ms=5)
+        ax_t.plot([cross], [2 * t.latency_us], "o", color=line.get_color(), ms=5)
+    ax_t.set(xlabel="message size (bytes)", ylabel="transfer time T (us)",
+             title="T(n) = alpha + n / beta  (dot: crossover alpha x beta)")
+    ax_b.set(xlabel="message size (bytes)", ylabel="effective bandwidth n / T (GB/s)",
+             title="effective bandwidth reaches beta only for large messages")
+    for ax in (ax_t, ax_b):
+        ax.grid(True, which="both", alpha=0.3)
+    ax_b.legend(fontsize="small", loc="lower right")
+    fig.text(0.5, -0.02, "figures cited from specifications and published measurements (ddlab.links.sources()), "
+             "not measured here", ha="center", fontsize=8, color="#555555")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,177 @@
+"""Exercise checks: right and wrong answers, each with its reason."""
+import pytest
+
+from ddlab import checks
+from ddlab.topology import parse_topo_matrix
+
+# A DGX-1 with V100 (hybrid cube-mesh), as `nvidia-smi topo -m` prints it (written for the test).
+DGX1 = """\
+\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tCPU Affinity
+GPU0\t X \tNV1\tNV1\tNV2\tNV2\tSYS\tSYS\tSYS\t0-19,40-59
+GPU1\tNV1\t X \tNV2\tNV1\tSYS\tNV2\tSYS\tSYS\t0-19,40-59
+GPU2\tNV1\tNV2\t X \tNV2\tSYS\tSYS\tNV1\tSYS\t0-19,40-59
+GPU3\tNV2\tNV1\tNV2\t X \tSYS\tSYS\tSYS\tNV1\t0-19,40-59
+GPU4\tNV2\tSYS\tSYS\tSYS\t X \tNV1\tNV1\tNV2\t20-39,60-79
+GPU5\tSYS\tNV2\tSYS\tSYS\tNV1\t X \tNV2\tNV1\t20-39,60-79
+GPU6\tSYS\tSYS\tNV1\tSYS\tNV1\tNV2\t X \tNV2\t20-39,60-79
+GPU7\tSYS\tSYS\tSYS\tNV1\tNV2\tNV1\tNV2\t X \t20-39,60-79
+"""
+PCIE_BOX = """\
+\tGPU0\tGPU1\tGPU2\tGPU3
+GPU0\t X \tPIX\tPXB\tSYS
+GPU1\tPIX\t X \tPXB\tSYS
+GPU2\tPXB\tPXB\t X \tSYS
+GPU3\tSYS\tSYS\tSYS\t X
+"""
+H200X2 = """\
+\tGPU0\tGPU1
+GPU0\t X \tNV18
+GPU1\tNV18\t X
+"""
+
+
+@pytest.fixture(scope="module")
+def dgx1():
+    return parse_topo_matrix(DGX1)
+
+
+def test_best_and_worst_right(dgx1):
+    r = checks.check_best_worst_pair(dgx1, (0, 3), "GPU0-GPU5")
+    assert r and r.correct
+    assert "Best: right" in r.message and "NV2" in r.message and "two bonded NVLinks" in r.message
+    assert "Worst: right" in r.message and "SYS" in r.message and "CPU sockets" in r.message
+    # other equally good answers are named
+    assert "GPU0–GPU4" in r.message
+
+
+def test_best_wrong_gives_the_reason(dgx1):
+    r = checks.check_best_worst_pair(dgx1, "GPU0-GPU1", "GPU0-GPU5")
+    assert not r
+    assert "Best: not quite. GPU0–GPU1 is NV1 (one NVLink" in r.message
+    assert "GPU0–GPU3 is NV2" in r.message and "better" in r.message
+    assert "Worst: right" in r.message
+
+
+def test_worst_wrong_gives_the_reason(dgx1):
+    r = checks.check_best_worst_pair(dgx1, (1, 2), (0, 1))
+    assert not r.correct
+    assert "Best: right" in r.message
+    assert "Worst: not quite. GPU0–GPU1 is NV1" in r.message and "SYS" in r.message and "slower" in r.message
+
+
+def test_pcie_box_orders_pix_pxb_sys():
+    topo = parse_topo_matrix(PCIE_BOX)
+    assert checks.check_best_worst_pair(topo, (0, 1), (2, 3)).correct
+    wrong = checks.check_best_worst_pair(topo, (0, 2), (0, 1))
+    assert not wrong.correct
+    assert "PXB" in wrong.message and "PIX" in wrong.message and "one PCIe switch" in wrong.message
+
+
+def test_all_pairs_equal_says_so():
+    topo = parse_topo_matrix(H200X2)
+    r = checks.check_best_worst_pair(topo, (0, 1), (1, 0))
+    assert r.correct and "same link" in r.message and "NV18" in r.message
+
+
+def test_pair_parsing_and_errors(dgx1):
+    assert checks.parse_pair("GPU3-GPU0") == (0, 3)
+    assert checks.parse_pair([5, 2]) == (2, 5)
+    assert checks.parse_pair("1, 6") == (1, 6)
+    for bad in ("GPU0", "0-1-2", "best", (1,), (2, 2), None):
+        with pytest.raises(ValueError):
+            checks.parse_pair(bad)
+    with pytest.raises(ValueError, match="GPU9 is not on this machine"):
+        checks.check_best_worst_pair(dgx1, (0, 9), (0, 5))
+
+
+def test_path_ordering_right_and_wrong():
+    right = checks.check_path_ordering("default > shm > socket")
+    assert right.correct and right.message.startswith("Right")
+    assert "NVLink" in right.message and "host memory" in right.message and "TCP" in right.message
+    wrong = checks.check_path_ordering(["shm", "default", "socket"])
+    assert not wrong.correct and "you predicted shm > default > socket" in wrong.message
+    assert checks.check_path_ordering(["P2P", "SHM", "tcp"]).correct      # aliases
+    for bad in ("default > shm", "default > shm > shm", "fast > slow > slower", 42):
+        with pytest.raises(ValueError):
+            checks.check_path_ordering(bad)
+
+
+def test_path_ordering_with_a_measurement():
+    wide = checks.check_path_ordering("default > shm > socket",
+                                      measured={"default": 122e3, "shm": 56e3, "socket": 10e3})
+    assert "matches your prediction" in wide.message
+    wrong = checks.check_path_ordering("shm > default > socket",
+                                       measured={"default": 122e3, "shm": 56e3, "socket": 10e3})
+    assert not wrong.correct and "differs from your prediction" in wrong.message
+    cnn = checks.check_path_ordering("default > shm > socket",
+                                     measured={"default": 340e3, "shm": 338e3, "socket": 333e3})
+    assert "within 5%" in cnn.message and "cannot order them" in cnn.message
+    with pytest.raises(ValueError, match="unknown paths"):
+        checks.check_path_ordering("default > shm > socket", measured={"nvlink2": 1.0, "ib": 2.0})
+
+
+def test_path_ordering_reads_an_experiment_result():
+    class Result:  # the shape of ddlab.experiments.ExperimentResult for nccl-paths
+        rows = [{"path": "1 worker", "images_per_s": 66e3},
+                {"path": "default", "images_per_s": 122e3},
+                {"path": "shm", "images_per_s": 56e3},
+                {"path": "socket", "error": "timed out"}]
+    assert checks.measured_rates(Result()) == {"default": 122e3, "shm": 56e3}
+    r = checks.check_path_ordering("default > shm > socket", measured=Result())
+    assert r.correct and "default 122,000, shm 56,000" in r.message and "matches your prediction" in r.message
+
+    class CpuResult:
+        rows = [{"path": "1 worker", "images_per_s": 400.0}, {"path": "default", "images_per_s": 420.0}]
+    r = checks.check_path_ordering("default > shm > socket", measured=CpuResult())
+    assert "default only" in r.message and "gloo" in r.message
+    with pytest.raises(ValueError, match="map path"):
+        checks.check_path_ordering("default > shm > socket", measured=[1, 2, 3])
+
+
+@pytest.mark.parametrize("n", range(1, len(checks.QUIZ) + 1))
+def test_every_quiz_question_has_a_right_and_wrong_answer(n):
+    q = checks.QUIZ[n - 1]
+    right = checks.check_quiz_answer(n, q.answer)
+    assert right.correct and right.message.startswith("Right")
+    letter = "abc"[q.answer]
+    assert checks.check_quiz_answer(n, letter.upper()).correct
+    for i in range(len(q.choices)):
+        if i != q.answer:
+            wrong = checks.check_quiz_answer(n, i)
+            assert not wrong.correct
+            assert f"The answer is {letter})" in wrong.message
+
+
+def test_quiz_content_is_consistent_with_the_model():
+    from ddlab import widgets
+    # question 1: 64 KiB over alpha=4 us, beta=16 GB/s: the two terms are about equal
+    r = widgets.message_time(64 * 1024, "pcie3_x16", latency_us=4, bandwidth_gbs=16)
+    assert abs(r.latency_s - r.bandwidth_s) / r.total_s < 0.05
+    assert checks.QUIZ[0].choices[checks.QUIZ[0].answer] == "they are about equal"
+    # question 2: PIX still allows NVLink
+    assert checks.QUIZ[1].choices[checks.QUIZ[1].answer] == "still NVLink"
+
+
+def test_quiz_bad_answers():
+    with pytest.raises(ValueError, match="questions 1 to"):
+        checks.check_quiz_answer(0, "a")
+    with pytest.raises(ValueError, match="choices a to c"):
+        checks.check_quiz_answer(1, "z")
+    with pytest.raises(ValueError, match="letter"):
+        checks.check_quiz_answer(1, "ab")
+
+
+def test_quiz_widget_checks_answers():
+    ipywidgets = pytest.importorskip("ipywidgets")
+    box = checks.quiz()
+    assert isinstance(box, ipywidgets.VBox) and len(box.children) == len(checks.QUIZ)
+    _, radio, button, out = box.children[1].children
+    button.click()
+    assert "pick an answer" in out.value
+    radio.value = checks.QUIZ[1].answer
+    button.click()
+    assert "Right" in out.value
+    radio.value = 0
+    button.click()
+    assert "Not quite" in out.value
+    assert "1." in checks.quiz_text() and "c)" in checks.quiz_text()

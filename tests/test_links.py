@@ -1,0 +1,110 @@
+"""The link catalogue: figures derived from the specifications, every entry sourced."""
+import pytest
+
+from ddlab import links
+
+
+def test_pcie_rates_follow_from_lanes_rate_and_encoding():
+    # 16 lanes x GT/s x 128/130 / 8 bits
+    assert links.pcie_x16_gbs(3) == pytest.approx(15.754, abs=1e-3)
+    assert links.pcie_x16_gbs(4) == pytest.approx(31.508, abs=1e-3)
+    assert links.pcie_x16_gbs(5) == pytest.approx(63.015, abs=1e-3)
+    assert links.get("pcie4_x16").bandwidth_gbs == pytest.approx(31.508, abs=1e-3)
+    assert links.pcie_x16_gbs(4, lanes=8) == pytest.approx(31.508 / 2, abs=1e-3)
+
+
+def test_nvlink_bonded_counts():
+    assert links.get("nvlink2_x1").bandwidth_gbs == 25
+    assert links.get("nvlink2_x2").bandwidth_gbs == 50          # DGX-1 V100 NV2 pairs
+    assert links.get("nvlink3_x12").bandwidth_gbs == 300        # A100: 600 GB/s both directions
+    assert links.get("nvlink4_x18").bandwidth_gbs == 450        # H100/H200 NV18: 900 GB/s both directions
+    assert links.nvlink(4, 18).links == 18
+    assert "478" in links.nvlink(4, 18).note                      # 18 x 26.5625 signalling rate
+    assert links.nvlink(4, 18).raw_gbs == pytest.approx(478.125)
+    assert links.nvlink(2, 2).raw_gbs is None                      # no source for the others' raw rate
+
+
+def test_network_rates_are_bits_over_eight():
+    assert links.get("ib_hdr").bandwidth_gbs == 25
+    assert links.get("ib_ndr").bandwidth_gbs == 50
+    assert links.get("eth_10g").bandwidth_gbs == 1.25
+    assert links.get("eth_100g").bandwidth_gbs == 12.5
+
+
+def test_catalogue_covers_the_brief_and_every_entry_is_sourced():
+    want = {"pcie3_x16", "pcie4_x16", "pcie5_x16", "nvlink2_x1", "nvlink2_x2", "nvlink2_x6", "nvlink3_x1",
+            "nvlink3_x12", "nvlink4_x1", "nvlink4_x18", "ib_hdr", "ib_ndr", "eth_10g", "eth_100g"}
+    assert want <= set(links.names())
+    for t in links.LINKS.values():
+        assert t.bandwidth_gbs > 0 and t.latency_us > 0
+        assert len(t.bandwidth_source) > 20 and len(t.latency_source) > 20, t.key
+        assert t.derivation
+
+
+def test_latency_is_the_same_order_within_a_family_and_networks_differ():
+    # generations raise bandwidth, not the fixed cost
+    assert {links.get(k).latency_us for k in ("pcie3_x16", "pcie4_x16", "pcie5_x16")} == {4.0}
+    assert links.get("eth_10g").latency_us > links.get("ib_hdr").latency_us
+
+
+def test_get_by_name_and_object_and_bad_names():
+    t = links.get("PCIe 4.0 x16")
+    assert t.key == "pcie4_x16" and links.get(t) is t
+    with pytest.raises(ValueError, match="unknown link 'pcie9'"):
+        links.get("pcie9")
+    with pytest.raises(ValueError, match="1 to 6 links"):
+        links.nvlink(2, 7)
+    with pytest.raises(ValueError, match="generation"):
+        links.nvlink(9, 1)
+    with pytest.raises(ValueError, match="choose 3, 4 or 5"):
+        links.pcie_x16_gbs(2)
+
+
+def test_for_label_maps_topology_labels():
+    assert links.for_label("NV2", nvlink_generation=2).bandwidth_gbs == 50
+    assert links.for_label("NV18", nvlink_generation=4).bandwidth_gbs == 450
+    assert links.for_label("SYS", pcie_generation=3).key == "pcie3_x16"
+    with pytest.raises(ValueError, match="generation"):
+        links.for_label("NV4")
+    with pytest.raises(ValueError, match="unknown topology label"):
+        links.for_label("QPI")
+
+
+def test_tables_and_legend():
+    text = links.table()
+    assert "PCIe 3.0 x16" in text and "15.75" in text and "450" in text
+    assert "whitepaper" in links.sources(["nvlink4_x18"])
+    md = links.legend_markdown(pcie_generation=3, nvlink_generation=2, nvlinks=2)
+    assert md.count("\n|") >= 7                       # header, rule and six kinds
+    assert "NV2: 50 GB/s" in md and "15.8 GB/s" in md and "&lt;n>" in md
+    rows = links.legend_rows(4, 4, 18)
+    assert [r["label"].split()[0] for r in rows] == ["NV1", "PIX", "PXB", "PHB", "NODE", "SYS"]
+    with pytest.raises(ValueError):
+        links.legend_rows(pcie_generation=2)
+
+
+class _Link:
+    def __init__(self, label, kind, nvlinks=0, rank=0):
+        self.label, self.kind, self.nvlinks, self.rank = label, kind, nvlinks, rank
+
+
+def test_nccl_p2p_level_is_a_maximum_distance():
+    nv, pix, sys_ = _Link("NV4", "NVLINK", 4, 104), _Link("PIX", "PIX", 0, 50), _Link("SYS", "SYS", 0, 10)
+    # PIX still allows NVLink: the level is a distance cap, not a choice of link
+    assert links.p2p_allowed(nv, "PIX") and links.p2p_allowed(nv, "NVL")
+    assert not links.p2p_allowed(nv, "LOC")
+    assert links.p2p_allowed(pix, "PIX") and not links.p2p_allowed(pix, "NVL")
+    assert not links.p2p_allowed(sys_, "PHB") and links.p2p_allowed(sys_, "sys")
+    assert links.p2p_allowed(_Link("NODE", "NODE"), "PHB") and not links.p2p_allowed(_Link("NODE", "NODE"), "PXB")
+    with pytest.raises(ValueError, match="NCCL_P2P_LEVEL"):
+        links.p2p_allowed(nv, "NVLINK")
+
+
+def test_nccl_level_table_on_a_topology():
+    from ddlab.topology import parse_topo_matrix
+    topo = parse_topo_matrix("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV2\tSYS\nGPU1\tNV2\t X \tPIX\nGPU2\tSYS\tPIX\t X \n")
+    table = links.nccl_level_table(topo).splitlines()
+    assert table[1].startswith("LOC") and "none: P2P off  (0 pairs)" in table[1]
+    assert table[2].startswith("NVL") and "NV2  (1 pairs)" in table[2]
+    assert table[3].startswith("PIX") and "NV2, PIX  (2 pairs)" in table[3]
+    assert table[6].startswith("SYS") and "NV2, PIX, SYS  (3 pairs)" in table[6]
