@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: Horovod GPU build + smoke tests, topology, our p2p test and
+# the collective sweeps. Everything lands in $OUT/results.tgz (plus the Horovod wheel in parts).
+set -u
+OUT=${OUT:-/tmp/out}; W=$OUT/work; mkdir -p "$W"
+export DDLAB_MACHINE=${DDLAB_MACHINE:-lent nvidia-h200-x2}
+source tools/gpu_setup.sh
+T0=$(date +%s); step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
+
+step "Horovod GPU build"
+PYTHON=python3 HOROVOD_SDIST=.carry/horovod-0.28.1.tar.gz HOROVOD_CACHE=/tmp/hvdcache \
+  timeout 400 bash tools/build_horovod.sh > "$W/hvd_build.txt" 2>&1; echo "build rc=$?" | tee -a "$W/hvd_build.txt"
+tail -18 "$W/hvd_build.txt"; cp /tmp/hvdcache/build.log "$W/hvd_build_full.log" 2>/dev/null
+for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done
+for path in default shm; do
+  e=""; [ $path = shm ] && e="NCCL_P2P_LEVEL=LOC"
+  env $e NCCL_DEBUG=INFO timeout 120 horovodrun -np 2 -H localhost:2 --gloo python3 -m ddlab.smoke hvd-torch > "$W/hvd_smoke_$path.log" 2>&1
+  echo "hvd smoke $path rc=$?"; grep -h "SMOKE" "$W/hvd_smoke_$path.log"; grep -h " via " "$W/hvd_smoke_$path.log" | head -2
+done
+step "doctor and topology"
+python3 -m ddlab doctor > "$W/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$W/doctor.json" 2>&1
+python3 -m ddlab topo > "$W/topo_report.txt" 2>&1; head -20 "$W/topo_report.txt"
+python3 -m ddlab topo --save h200x2 > "$W/topo_save.txt" 2>&1; tail -2 "$W/topo_save.txt"
+step "p2p"
+OUT=$W/p2p LINK_PEAK=478.08 timeout 300 bash tools/gpu_p2p.sh 2>&1 | tail -40
+step "collectives"
+OUT=$W/allreduce timeout 420 bash tools/gpu_allreduce.sh 2>&1 | tail -30
+step "pack"
+cp -r source_code/reference "$W/reference"
+tar -czf "$OUT/results.tgz" -C "$OUT" work && rm -rf "$W"
+ls -la "$OUT"; step done
