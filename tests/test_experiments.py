@@ -29,7 +29,7 @@ def fake_paths_result():
 def test_result_table_plot_and_json_round_trip(tmp_path):
     res = fake_paths_result()
     text = res.table()
-    assert "NCCL paths: torch ddp, model wide" in text and "live on h200x2 (2x NVIDIA H200), 2026-11-22" in text
+    assert "NCCL paths: torch ddp, model wide" in text and "measured now on h200x2 (2x NVIDIA H200), 2026-11-22" in text
     assert "185" in text and "1.85x" in text and "failed: timed out after 300 s" in text and "note: a note" in text
     ax = res.plot()
     assert len(ax.patches) == 3   # the failed path has no bar
@@ -63,6 +63,17 @@ def test_recorded_result_is_loaded_and_labelled(recorded):
         ex.live_or_recorded("scaling", "torch", "ddp", "mlp-large", source="recorded", cpu_run=False)
 
 
+def test_missing_record_is_an_honest_empty_result_when_asked():
+    if ex.gpu_count("torch") >= 2:
+        pytest.skip("this machine has GPUs: the experiment would run live on them")
+    res = ex.live_or_recorded("nccl-paths", "torch", "horovod", "mlp-large", source="recorded", cpu_run=False,
+                              missing_ok=True)
+    assert res.source == "missing" and res.rows == []
+    assert "not recorded yet" in res.table() and "no GPU result recorded" in res.notes[0]
+    ax = res.plot()
+    assert any("not recorded yet" in t.get_text() for t in ax.texts)
+
+
 def test_live_refused_without_gpus_says_why():
     if ex.gpu_count("torch") >= 2:
         pytest.skip("this machine has GPUs")
@@ -87,7 +98,7 @@ def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded):
     assert any("do not apply" in n for n in cpu.notes)
     assert len(cpu.runs) == 2 and cpu.runs[1]["nccl_env"].get("NCCL_DEBUG") == "INFO"
     text = res.table()
-    assert "recorded on h200x2" in text and "live on" in text
+    assert "recorded on h200x2" in text and "measured now on" in text
     axes = res.plot()
     assert len(axes) == 2
 

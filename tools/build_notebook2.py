@@ -521,7 +521,8 @@ exists there.
 code(r"""
 from ddlab import experiments
 
-ddp = {model: experiments.live_or_recorded("nccl-paths", "torch", "ddp", model, cpu_run=(model == "cnn"))
+ddp = {model: experiments.live_or_recorded("nccl-paths", "torch", "ddp", model, cpu_run=(model == "cnn"),
+                                          missing_ok=True)
        for model in ("cnn", "wide")}
 for model, res in ddp.items():
     print(res.table(), "\n")
@@ -541,7 +542,8 @@ is verified on CPU processes by the course's tests instead.
 """)
 
 code(r"""
-hvd = {model: experiments.live_or_recorded("nccl-paths", "torch", "horovod", model, source="recorded")
+hvd = {model: experiments.live_or_recorded("nccl-paths", "torch", "horovod", model, source="recorded",
+                                          missing_ok=True)
        for model in ("cnn", "wide")}
 for model, res in hvd.items():
     print(res.table(), "\n")

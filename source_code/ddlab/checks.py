@@ -218,7 +218,10 @@ def check_path_ordering(prediction, measured=None, noise: float = 0.05) -> Check
                f"them default > shm > socket."]
     msg.append("Why: " + "; ".join(PATH_WHY[p] for p in PATHS) + ".")
     rates = measured_rates(measured) if measured is not None else {}
-    if measured is not None and len(rates) < 2:
+    if measured is not None and not rates:
+        msg.append("No measurement of the paths is available on this machine or in the recordings yet: "
+                   "run `ddlab experiment nccl-paths --model wide` on two GPUs to see it.")
+    elif measured is not None and len(rates) < 2:
         msg.append(f"The measurement has {' and '.join(rates) or 'no path'} only (CPU processes use gloo, not "
                    f"NCCL, so the paths cannot be compared there): compare with a GPU result.")
     elif rates:

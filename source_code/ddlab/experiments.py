@@ -269,7 +269,9 @@ class ExperimentResult:
     def where(self) -> str:
         from . import provenance as prov
         label = prov.label(self.provenance) if self.provenance else "unknown machine"
-        return f"{'recorded on' if self.source == 'recorded' else 'live on'} {label}"
+        if self.source == "missing":
+            return "not recorded yet"
+        return f"{'recorded on' if self.source == 'recorded' else 'measured now on'} {label}"
 
     def table(self) -> str:
         cols = _COLUMNS.get(self.name, _COLUMNS["scaling"])
@@ -310,6 +312,13 @@ class ExperimentResult:
 
     def _plot_one(self, ax):
         ok = [r for r in self.rows if not r.get("error")]
+        if not ok:  # nothing measured (e.g. not recorded yet): say so instead of an empty chart
+            ax.text(0.5, 0.5, "\n".join([self.where()] + self.notes[:1]), ha="center", va="center",
+                    fontsize=8, wrap=True, transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(self.title(), fontsize=9)
+            return
         labels = [_row_label(self.name, r) for r in ok]
         values = [r["images_per_s"] for r in ok]
         colours = [_PATH_COLOURS.get(r.get("path"), "#4c72b0") for r in ok]
@@ -633,14 +642,18 @@ def _run(experiment: str, framework: str, launcher: str, model: str, workers, de
 
 
 def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
-                     workers=None, source: str = "auto", cpu_run: bool = True, **kwargs) -> ExperimentResult:
+                     workers=None, source: str = "auto", cpu_run: bool = True, missing_ok: bool = False,
+                     **kwargs) -> ExperimentResult:
     """Run ``experiment`` ("scaling", "nccl-paths" or "perf-options") live on GPUs when this
     machine can, otherwise load the result recorded for it; the result's notes say which.
 
     ``source``: "auto", "live" (run it; fail with the reason if this machine cannot) or
     "recorded". With no GPU for the experiment and ``cpu_run``, a small real run on CPU
     processes (gloo) is made too and attached as ``.companion`` (or returned alone when
-    nothing was recorded). Extra keyword arguments go to the experiment function."""
+    nothing was recorded). When this machine cannot run it and nothing is recorded, raise
+    ExperimentError, or with ``missing_ok`` return an empty result whose ``source`` is
+    "missing" and whose notes say why (a notebook then says so instead of stopping).
+    Extra keyword arguments go to the experiment function."""
     _check_choice("experiment", experiment, EXPERIMENTS)
     _check_choice("source", source, ("auto", "live", "recorded"))
     if experiment == "perf-options":
@@ -684,6 +697,12 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
         cpu.notes.insert(0, "live on CPU: a small real run with gloo beside the recorded GPU result")
         recorded.companion = cpu
     if recorded is None:
+        if missing_ok:
+            return ExperimentResult(experiment, [], source="missing",
+                                    notes=[f"no GPU result recorded for this experiment yet, and this machine cannot "
+                                           f"run it live ({why}); {missing}"],
+                                    config={"framework": framework, "launcher": launcher, "model": model,
+                                            "device": "cuda"})
         raise ExperimentError(f"cannot run {experiment} live here ({why}) and nothing is recorded: {missing}")
     return recorded
 
