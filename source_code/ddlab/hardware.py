@@ -297,8 +297,11 @@ def horovod_build(notes: list) -> dict:
 
 
 # --------------------------------------------------------------------------- inventory
-def inventory(software: bool = True, dataset: bool = True) -> Inventory:
-    """Collect what this machine has. Never raises for missing hardware or software."""
+def inventory(software: bool = True, dataset: bool = True, horovod_check: bool = True) -> Inventory:
+    """Collect what this machine has. Never raises for missing hardware or software.
+
+    ``horovod_check`` runs ``horovodrun --check-build`` (it imports every framework, which
+    takes seconds); provenance records skip it and keep Horovod's version only."""
     inv = Inventory(cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     gpus, driver, cuda = _nvml_gpus(inv.notes)
     if gpus:
@@ -316,7 +319,7 @@ def inventory(software: bool = True, dataset: bool = True) -> Inventory:
         inv.torch, inv.cuda_runtime, inv.nccl = f["torch"], f["cuda_runtime"], f["nccl"]
         inv.tensorflow = tensorflow_version()
         inv.horovod = _version("horovod")
-        inv.horovod_build = horovod_build(inv.notes)
+        inv.horovod_build = horovod_build(inv.notes) if horovod_check else {}
         inv.nvcc = nvcc_version()
     if dataset:
         from . import data

@@ -23,7 +23,7 @@ def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[s
             inventory=None) -> dict:
     """Describe this machine and run. ``machine`` labels it (default: $DDLAB_MACHINE or host name)."""
     from . import hardware
-    inv = inventory or hardware.inventory(dataset=False)
+    inv = inventory or hardware.inventory(dataset=False, horovod_check=False)
     names = sorted({g.name for g in inv.gpus})
     if command is not None and not isinstance(command, str):
         command = shlex.join(str(c) for c in command)
