@@ -175,3 +175,40 @@ def test_quiz_widget_checks_answers():
     button.click()
     assert "Not quite" in out.value
     assert "1." in checks.quiz_text() and "c)" in checks.quiz_text()
+
+
+def test_unanswered_exercises_give_nothing_away(dgx1):
+    # the notebook's exercise cells start with None so that running them does not reveal the answer
+    for best, worst in ((None, None), ((0, 3), None), (None, (0, 5))):
+        r = checks.check_best_worst_pair(dgx1, best, worst)
+        assert not r.correct and r.message.startswith("No answer yet")
+        assert "NV2" not in r.message and "SYS" not in r.message and "GPU0–GPU3" not in r.message
+    r = checks.check_path_ordering(None, measured={"default": 300.0, "shm": 27.0, "socket": 3.5})
+    assert not r.correct and r.message.startswith("No prediction yet")
+    assert "default > shm > socket" not in r.message and "300" not in r.message
+
+
+def test_path_ordering_names_the_unit_of_a_bandwidth_measurement():
+    busbw = {"default": 313.6, "shm": 27.2, "socket": 3.45}
+    right = checks.check_path_ordering("default > shm > socket", measured=busbw, unit="GB/s all-reduce busbw")
+    assert right.correct and "Measured (GB/s all-reduce busbw): default 314, shm 27.2, socket 3.45" in right.message
+    assert "matches your prediction" in right.message
+    wrong = checks.check_path_ordering("socket > shm > default", measured=busbw, unit="GB/s all-reduce busbw")
+    assert not wrong.correct and "differs from your prediction" in wrong.message
+    assert "you predicted socket > shm > default" in wrong.message
+
+
+def test_quiz_model_sizes_and_busbw_match_the_code():
+    from ddlab import collectives, models_torch
+    cnn = models_torch.count_parameters(models_torch.build("cnn"))
+    wide = models_torch.count_parameters(models_torch.build("wide"))
+    sizes = next(q for q in checks.QUIZ if "small CNN" in q.prompt)
+    assert "about 1.2M" in sizes.prompt and abs(cnn - 1.2e6) / 1.2e6 < 0.05
+    assert "about 76M" in sizes.prompt and abs(wide - 76e6) / 76e6 < 0.05
+    assert "about 4.8 MB" in sizes.explanation and abs(4 * cnn - 4.8e6) / 4.8e6 < 0.05
+    assert "about 63 times" in sizes.explanation and round(wide / cnn) == 63
+    busbw = next(q for q in checks.QUIZ if "busbw" in q.prompt)
+    assert busbw.choices[busbw.answer] == "the same as algbw"
+    assert collectives.bus_factor("all_reduce", 2) == 1.0
+    assert collectives.bus_factor("all_reduce", 8) == 1.75 and "1.75" in busbw.explanation
+    assert collectives.bus_factor("all_gather", 2) == 0.5 and "(n-1)/n" in busbw.why_not[2]

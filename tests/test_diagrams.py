@@ -34,6 +34,12 @@ def test_host_staging_shows_two_pcie_crossings_through_host_memory():
     assert len(_arrows(ax)) == 6          # 3 hops to host memory, 3 back down to GPU1
     colours = {tuple(a.get_edgecolor()) for a in _arrows(ax)}
     assert len(colours) == 1              # one path, one colour
+    # the NVLink between the GPUs is there but idle: no arrow runs along it
+    assert "NVLink (idle: no peer access)" in text
+    (nx0, ny0), (nx1, ny1) = diagrams.WIRES["nvlink"]
+    for a in _arrows(ax):
+        (x0, y0), (x1, y1) = a._posA_posB
+        assert not (abs(y0 - ny0) < 0.5 and abs(y1 - ny1) < 0.5), "an arrow runs along the NVLink"
     plt.close(fig)
 
 

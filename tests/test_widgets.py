@@ -118,3 +118,78 @@ def test_plot_message_times_marks_each_crossover():
     plt.close(fig)
     with pytest.raises(ValueError):
         widgets.plot_message_times([])
+
+
+class _Sweep:
+    """The shape of ddlab.collectives.SweepResult that the step what-if reads."""
+    def __init__(self, points, nproc=2):
+        self.rows = [{"bytes": b, "time_us": t} for b, t in points]
+        self.nproc = nproc
+
+
+def test_sweep_time_is_read_off_the_measured_points():
+    sweep = _Sweep([(1024, 10.0), (4096, 40.0), (16384, 1000.0)])
+    assert widgets.sweep_time_s(sweep, 4096) == pytest.approx(40e-6)          # a measured size: exact
+    assert widgets.sweep_time_s(sweep.rows, 1024) == pytest.approx(10e-6)     # rows work too
+    # halfway on a log scale between 1 KiB and 4 KiB (2 KiB): the geometric mean of the two times
+    assert widgets.sweep_time_s(sweep, 2048) == pytest.approx((10e-6 * 40e-6) ** 0.5)
+    with pytest.raises(ValueError, match="outside the measured sizes"):
+        widgets.sweep_time_s(sweep, 2**20)
+    with pytest.raises(ValueError, match="outside the measured sizes"):
+        widgets.sweep_time_s(sweep, 512)
+    with pytest.raises(ValueError, match="at least two"):
+        widgets.sweep_time_s(_Sweep([(1024, 10.0)]), 1024)
+    with pytest.raises(ValueError, match="bytes > 0"):
+        widgets.sweep_time_s(sweep, 0)
+    with pytest.raises(ValueError, match="'bytes' and 'time_us'"):
+        widgets.sweep_time_s([{"size": 1}], 1)
+
+
+def test_step_what_if_predicts_speedup_from_the_share_of_the_step():
+    fast = _Sweep([(1e6, 10.0), (1e9, 10_000.0)])          # 1 GB in 10 ms
+    slow = _Sweep([(1e6, 1000.0), (1e9, 1_000_000.0)])     # 1 GB in 1 s
+    res = widgets.step_what_if([("small", 1e6, 1e-3), ("big", 1e9, None)], {"fast": fast, "slow": slow},
+                               where="a test")
+    small_fast, small_slow = res.row("small", "fast"), res.row("small", "slow")
+    assert small_fast["comm_s"] == pytest.approx(10e-6) and small_fast["share"] == pytest.approx(0.01)
+    assert small_fast["speedup"] == pytest.approx(2 * 1e-3 / (1e-3 + 10e-6))
+    assert small_fast["verdict"] == "hardly matters"
+    # a 1 ms all-reduce against a 1 ms step: two GPUs only match one
+    assert small_slow["share"] == pytest.approx(1.0) and small_slow["speedup"] == pytest.approx(1.0)
+    assert small_slow["verdict"] == "large"
+    big = res.row("big", "slow")
+    assert big["comm_s"] == pytest.approx(1.0) and big["speedup"] is None and big["verdict"] is None
+    text = res.table()
+    assert "a test" in text and "not recorded" in text and "hardly matters" in text and "1.98x" in text
+    with pytest.raises(KeyError):
+        res.row("small", "nvlink")
+
+
+def test_step_what_if_rejects_bad_input():
+    sweep = _Sweep([(1e6, 10.0), (1e9, 10_000.0)])
+    with pytest.raises(ValueError, match="one known number of ranks"):
+        widgets.step_what_if([("m", 1e6, 1e-3)], {"a": sweep, "b": _Sweep([(1e6, 1.0), (1e9, 2.0)], nproc=4)})
+    with pytest.raises(ValueError, match="at least one measured sweep"):
+        widgets.step_what_if([("m", 1e6, 1e-3)], {})
+    with pytest.raises(ValueError, match="step time must be > 0"):
+        widgets.step_what_if([("m", 1e6, 0.0)], {"a": sweep})
+    with pytest.raises(ValueError, match="outside the measured sizes"):
+        widgets.step_what_if([("m", 1e12, 1e-3)], {"a": sweep})
+
+
+def test_step_verdicts_follow_the_speedup_formula():
+    assert widgets.step_verdict(0.05) == "hardly matters"       # n/(1+s) within 10% of n
+    assert widgets.step_verdict(0.3) == "noticeable"
+    assert widgets.step_verdict(0.9) == "large"
+    assert widgets.step_verdict(1.2) == "slower than 1 GPU"     # 2/(1+1.2) < 1
+    assert widgets.step_verdict(1.2, n=4) == "large"            # 4/(1+1.2) > 1
+    with pytest.raises(ValueError):
+        widgets.step_verdict(-0.1)
+
+
+def test_step_what_if_on_the_recorded_sweeps():
+    from ddlab import collectives
+    sweeps = collectives.load_recorded("h200x2")
+    res = widgets.step_what_if([("cnn", 4 * 1_199_882, 2e-3)], sweeps)
+    t = {p: res.row("cnn", p)["comm_s"] for p in sweeps}
+    assert t["default"] < t["shm"] < t["socket"]                # the order the bandwidths give

@@ -47,7 +47,8 @@ path off a machine, to predict what it costs, and to measure it.
 3. read `nvidia-smi topo -m`, name the best and the worst GPU pair, and choose GPUs for a job;
 4. read NCCL's `NCCL_DEBUG=INFO` output to find the transport it chose, and steer it with
    `NCCL_P2P_LEVEL`, `NCCL_P2P_DISABLE` and `NCCL_SHM_DISABLE`;
-5. explain why a small CNN barely notices the interconnect while a model with large gradients does;
+5. explain why the interconnect matters in proportion to a step's gradient bytes against its compute:
+   little for a small CNN, a lot for a model with large gradients;
 6. measure peer-to-peer bandwidth and latency and an all-reduce sweep, and compare them with the link's peak.
 
 **Time.** About 75 minutes to read and work through. The cells themselves run in a few minutes,
@@ -60,7 +61,14 @@ code lives, under `source_code/ddlab/`.
 **Your hardware decides what runs live.** Without a GPU, the experiments run for real on CPU
 processes (PyTorch's gloo backend) and the GPU results are shown as *recorded* on a named machine.
 With one GPU, the single-GPU parts run live. With two or more, everything runs live. Each figure
-says which it is: "measured now on ..." or "recorded on ...".
+and table says which it is: "measured now on ...", "recorded on ..." or, for figures taken from
+specifications, "written from published facts". Where this machine cannot run an experiment and
+the course has no recording of it, the cell says so rather than show a number.
+
+**Where the numbers come from.** The text of this notebook contains no measured number: every
+measurement is printed by a code cell, from a run now or from a recording under
+`source_code/reference/`. The figures the text does quote (link rates, latencies) are published
+ones, and `ddlab.links.sources()` names the source of each.
 """)
 
 code(r"""
@@ -154,12 +162,19 @@ md(r"""
 specifications and are *derived in code* from their signalling facts (lanes × rate × encoding),
 so you can check the arithmetic. Latencies are orders of magnitude from published measurements
 and vendor documents: they describe the software path as much as the wire, which is why they
-hardly change from one generation to the next. Two things to notice:
+hardly change from one generation to the next. Things to notice:
 
 * every NVLink generation from 2 (V100) to 4 (H100/H200) moves 25 GB/s per link per direction;
   newer GPUs are faster because they have *more links*. `nvidia-smi topo -m` prints the bonded
-  count: `NV2` is two links, `NV18` eighteen;
+  count: `NV2` is two links, `NV18` eighteen. (`nvidia-smi nvlink --status` prints 26.56 GB/s per
+  NVLink-4 link: the raw signalling rate, of which 25 GB/s is data. Section 7's test compares
+  against the raw rate; the catalogue says so in its note.)
 * network links are quoted in gigabits: 400 Gb/s InfiniBand NDR is 50 GB/s.
+* the InfiniBand latency is the adapter's own, with no GPU in the path. A message between GPUs on
+  two nodes also crosses PCIe at both ends and runs through NCCL's software, so do not conclude
+  from the calculator that InfiniBand beats NVLink for small GPU messages.
+* these are latencies of one copy. A collective called from PyTorch pays more per call (launching
+  kernels, synchronising the ranks); section 7 measures that per-call cost on a real machine.
 """)
 
 code(r"""
@@ -230,11 +245,20 @@ md(r"""
 in a process share one virtual address space, so a pointer alone tells the driver which device it
 lives on. That is what lets one copy call move data between any two devices (taking the
 peer-to-peer path when peer access is enabled and host staging when it is not), and lets a kernel
-on one GPU read or write a peer GPU's memory through an ordinary pointer.
+on one GPU read or write a peer GPU's memory, or pinned host memory, through an ordinary pointer.
 
-In alpha-beta terms, host staging pays at least two latencies instead of one, and its bandwidth is
-at best that of one PCIe link (when the driver pipelines the two hops), usually less. Section 7
-measures both paths on a real machine.
+**Why host staging is slower**, term by term in the alpha-beta model:
+
+* *latency*: two copies instead of one, each with its own start-up cost, and the second can only
+  start on data the first has finished writing, so $\alpha$ is at least doubled;
+* *bandwidth*: every byte crosses PCIe twice and is written to and read back from host memory. Even
+  when the driver pipelines the two hops in chunks, the rate is at best that of one PCIe link, and
+  the CPU's memory and root complex are shared with everything else the machine does;
+* *the link it gives up*: on a machine whose GPUs are joined by NVLink, host staging leaves the
+  NVLink idle. For NVLink 4 with 18 links against PCIe 5.0 x16 (section 1's catalogue), that alone
+  is a factor of about seven in bandwidth.
+
+Section 7 measures both paths on a real machine, and section 5 shows NCCL taking either of them.
 """)
 
 # =============================================================================== 3
@@ -266,7 +290,8 @@ md(r"""
 Then the recorded machines: a DGX-1 with eight V100 (NVLink *hybrid cube-mesh*: some pairs have
 two links, some one, some none), a DGX A100 (every pair twelve links through NVSwitch), a PCIe-only
 two-socket server, and the course's 2x H200 machine where it has been captured. Each says where its
-matrix comes from: captured on a machine, or written from NVIDIA's published system descriptions.
+matrix comes from: captured on a machine, written from NVIDIA's published system descriptions, or
+(the PCIe server) an illustrative example of a common layout.
 """)
 
 code(r"""
@@ -306,16 +331,18 @@ display(Markdown(links.legend_markdown(pcie_generation=3, nvlink_generation=2, n
 md(r"""
 ### Exercise: the best and the worst pair
 
-Look at the `dgx1-v100` matrix and drawing above. You have a 2-GPU job: which pair of GPUs would you
-give it, and which pair is the worst choice? Write your answer in the cell below (as `(0, 1)` or
-`"GPU0-GPU1"`) and run it. The check answers right or wrong, and says why. Try it before you
-read on: the next cell gives the answer away.
+Look at the `dgx1-v100` matrix and drawing above (an 8-GPU machine, written from NVIDIA's
+published description). You have a 2-GPU job: which pair of GPUs would you give it, and which pair
+is the worst choice? Replace the two `None` below with your answers (as `(0, 1)` or `"GPU0-GPU1"`)
+and run the cell. The check answers right or wrong, and says why; if several pairs are equally
+good (or equally bad), any of them counts. Answer before you read on: the cell after it gives the
+answer away.
 """)
 
 code(r"""
 dgx1 = topology.recorded("dgx1-v100")
-my_best = (0, 1)    # edit: the best-connected pair
-my_worst = (0, 4)   # edit: the worst-connected pair
+my_best = None     # edit: the best-connected pair, e.g. (0, 1)
+my_worst = None    # edit: the worst-connected pair
 checks.check_best_worst_pair(dgx1, my_best, my_worst)
 """)
 
@@ -443,6 +470,26 @@ for path, log in logs.items():
 """)
 
 md(r"""
+### Reading the transport names
+
+| printed | what it means |
+|---|---|
+| `P2P/CUMEM` | P2P between two processes. The receiver's buffer is allocated with CUDA's virtual memory API (`cuMem*`) and handed to the sender as a handle it maps; from then on one GPU writes straight into the other's memory, over NVLink where there is one |
+| `P2P/IPC` | the same, with the older CUDA IPC handles (when `NCCL_CUMEM_ENABLE=0`) |
+| `P2P/direct pointer` | both GPUs are driven by one process, so a plain device pointer is enough |
+| `.../read` | the receiver reads from the sender's buffer instead of the sender writing into the receiver's |
+| `.../CE` | a copy engine moves the data instead of NCCL's own GPU kernels |
+| `SHM/direct/direct` | shared host memory, i.e. host staging. The two words are the sending and the receiving side: `direct` means NCCL's GPU kernel writes (or reads) the pinned host buffer itself, through a mapped pointer (UVA at work); `CE` would mean a copy engine does it (`NCCL_SHM_USE_CUDA_MEMCPY=1`) |
+| `NET/Socket/0` | NCCL's network transport over TCP sockets, on network device 0: GPU to a host buffer, through the kernel's TCP stack, to a host buffer, to the other GPU, even when both GPUs sit in one machine |
+| `NET/IB/0/GDRDMA` | InfiniBand or RoCE on device 0, with GPUDirect RDMA: the network adapter reads and writes GPU memory itself |
+
+Source: the lines are printed by NCCL's `src/transport/p2p.cc`, `shm.cc` and `net.cc` (NVIDIA/nccl on
+GitHub); the variables are in the NCCL User Guide, "Environment Variables". Compare the *channels*
+column too: NCCL opens many more channels (parallel rings, each driven by its own thread block) over
+the fast P2P path than over shared memory or sockets.
+""")
+
+md(r"""
 ### Steering NCCL: `NCCL_P2P_LEVEL`, `NCCL_P2P_DISABLE`, `NCCL_SHM_DISABLE`
 
 Source for everything in this subsection: the NVIDIA NCCL User Guide, "Environment Variables".
@@ -466,7 +513,8 @@ that was wrong). Only `LOC` turns P2P off for them. The level is a permission, n
 it allows may still be unable to use P2P when the platform offers no peer access (often the case
 across CPU sockets).
 
-**`NCCL_P2P_DISABLE=1`** switches the P2P transport off altogether: NCCL falls back to `SHM`.
+**`NCCL_P2P_DISABLE=1`** switches the P2P transport off altogether: NCCL falls back to `SHM`
+(the course's `shm` path sets `NCCL_P2P_LEVEL=LOC` instead, which has the same effect).
 **`NCCL_SHM_DISABLE=1`** switches the shared-memory transport off. With both off, NCCL uses its
 network transport even inside one machine, as it would between nodes; the course's `socket` path
 also sets `NCCL_IB_DISABLE=1` so that "network" means TCP sockets even on a machine with InfiniBand.
@@ -493,29 +541,34 @@ GPUs, under the three NCCL settings of section 5:
 | `shm` | `NCCL_P2P_LEVEL=LOC` | shared host memory: host staging |
 | `socket` | `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` | TCP sockets, as between two nodes without InfiniBand |
 
-for two models: the classic Fashion-MNIST CNN (about 1.2 million parameters) and `wide`, the same
-CNN with a much wider dense layer (tens of millions of parameters, so its gradients are tens of
-times larger). It runs with PyTorch DDP through `torchrun` and with Horovod, and reports images per
-second (counted honestly: images actually processed by all workers after the warm-up steps, between
-device synchronisations), the speedup over one GPU and the transport NCCL chose, read from its log.
+for two models: the classic Fashion-MNIST CNN and `wide`, the same CNN with a much wider dense layer,
+so that its gradients are tens of times larger (both sizes are printed further down). It
+runs with PyTorch DDP through `torchrun` and with Horovod, and reports images per second (counted
+honestly: images actually processed by all workers after the warm-up steps, between device
+synchronisations), the speedup over one GPU and the transport NCCL chose, read from its log.
 
 ### Exercise: predict before you run
 
 For the `wide` model on two GPUs joined by NVLink, order the three paths from fastest to slowest.
-Write your prediction in the cell below *before* running the experiment. Then think about the `cnn`:
-will the order be as clear?
+Write your prediction in the cell below *before* running the experiment (for example
+`"socket > shm > default"`). Then think about the `cnn`: will the order be as clear?
 """)
 
 code(r"""
-my_prediction = "shm > default > socket"   # edit: fastest first, using default, shm and socket
+my_prediction = None   # edit: the three paths fastest first, e.g. "socket > shm > default"
 """)
 
 md(r"""
-The cell below runs the experiment with PyTorch DDP (`ddlab.experiments.live_or_recorded`): live
-on this machine's GPUs when it has two, otherwise the result recorded on the course's 2x H200
-machine. On a machine without GPUs it also trains the CNN for real, briefly, on two CPU processes
-with gloo, so you see the same code path run; gloo does not use NCCL, so only the default path
-exists there.
+The next cell runs the experiment with PyTorch DDP (`ddlab.experiments.live_or_recorded`):
+
+* on a machine with two GPUs it runs live, both models, all three paths;
+* otherwise it shows the result recorded on the course's GPU machine, labelled "recorded on ...",
+  **if the course has recorded one**. Where it has not, the cell says "not recorded yet" instead of
+  showing numbers, and the prediction further down (from recorded all-reduce measurements) is what
+  this notebook can offer;
+* on a machine without GPUs it also trains the CNN for real, briefly, on two CPU processes with
+  gloo, so you see the same code path run. Gloo does not use NCCL, so only its own path exists
+  there, and CPU images/s say nothing about GPU links.
 """)
 
 code(r"""
@@ -529,16 +582,23 @@ for model, res in ddp.items():
 """)
 
 code(r"""
+# Bar charts of what was measured or recorded; a result with nothing in it gets a line, not an empty chart.
 for model, res in ddp.items():
-    res.plot();
+    if any(not r.get("error") for r in res.rows):
+        res.plot();
+    else:
+        print(f"{model}: no chart, {res.where()}")
 """)
 
 md(r"""
-The same experiment with Horovod's PyTorch API, as recorded on the course's GPU machine (running
-every launcher live would not fit this notebook's few minutes; `ddlab experiment nccl-paths
---launcher horovod` runs it on yours). Horovod with TensorFlow/Keras runs the same way wherever a
-GPU TensorFlow is installed; the course's lent GPU machine cannot hold TensorFlow, so its Keras path
-is verified on CPU processes by the course's tests instead.
+**Horovod.** The same experiment runs with Horovod's PyTorch API (`ddlab experiment nccl-paths
+--launcher horovod` on your machine; running every launcher live would not fit this notebook's few
+minutes). The first cell shows the course's recording of it where there is one. The second shows a
+record that does exist: Horovod 0.28.1 built for GPUs on the course's 2x H200 machine, each rank
+all-reducing a tensor on its GPU under the `default` and the `shm` path, with the transport NCCL
+chose. Horovod uses the same NCCL, so the same settings steer it. Horovod with TensorFlow/Keras runs
+the same way wherever a GPU TensorFlow is installed; TensorFlow is too large to travel to the course's
+lent GPU machine, so the Keras path is verified on CPU processes by the course's tests instead.
 """)
 
 code(r"""
@@ -546,34 +606,124 @@ hvd = {model: experiments.live_or_recorded("nccl-paths", "torch", "horovod", mod
                                           missing_ok=True)
        for model in ("cnn", "wide")}
 for model, res in hvd.items():
-    print(res.table(), "\n")
+    print(res.table() if res.rows else f"Horovod nccl-paths, model {model}: {res.where()}", "\n")
 """)
 
 code(r"""
-checks.check_path_ordering(my_prediction, measured=ddp["wide"])
+from ddlab import reference
+
+# The record written by tools/record_horovod_smoke.py on the GPU machine (kept as JSON).
+hvd_gpu = reference.load("horovod", "h200x2")
+build = hvd_gpu["check_build"]
+print(f"Horovod GPU build and 2-GPU all-reduce, {caption(hvd_gpu['provenance'])}")
+print(f"  built for {', '.join(build['frameworks'])}; tensor operations: {', '.join(build['tensor_operations'])}\n")
+print(f"  {'path':<8} {'NCCL settings':<20} {'result on both ranks':<22} transport NCCL chose (connections)")
+for path, run in hvd_gpu["smoke"].items():
+    settings = " ".join(f"{k}={v}" for k, v in run["env"].items()) or "(defaults)"
+    ok = all("ok=True" in line for line in run["lines"]) and len(run["lines"]) == 2
+    transports = ", ".join(f"{kind} ({n})" for kind, n in run["transport_counts"].items())
+    print(f"  {path:<8} {settings:<20} {'correct sum' if ok else 'WRONG or missing':<22} {transports}")
 """)
 
 md(r"""
-**Why the small CNN barely notices.** Each step all-reduces one full copy of the gradients, as many
-bytes as the model has fp32 parameters times four:
+Now check your prediction. Where a training measurement of the three paths exists (live or
+recorded), the check compares your order with it; otherwise it uses the all-reduce bandwidth of the
+three paths recorded on the course's GPU machine (section 7 shows those sweeps in full).
 """)
 
 code(r"""
+from ddlab import collectives
+
+recorded_sweeps = collectives.load_recorded("h200x2")      # all-reduce sweeps, one per path (section 7)
+recorded_where = caption(next(iter(recorded_sweeps.values())).provenance)
+
+if len(checks.measured_rates(ddp["wide"])) >= 2:
+    result = checks.check_path_ordering(my_prediction, measured=ddp["wide"])
+else:
+    at = 256 * 2**20
+    if my_prediction is not None:
+        print(f"No training measurement of the paths for the wide model here or in the recordings, so the check "
+              f"uses the all-reduce bus bandwidth at {widgets.format_bytes(at)}, {recorded_where}.")
+    result = checks.check_path_ordering(my_prediction, unit="GB/s all-reduce busbw",
+                                        measured={p: r.busbw_at(at) for p, r in recorded_sweeps.items()})
+result
+""")
+
+md(r"""
+### Why the small CNN cares far less than the wide model
+
+Each step all-reduces one full copy of the gradients: as many bytes as the model has fp32
+parameters, times four.
+""")
+
+code(r"""
+from ddlab import models_torch
+
+grad_bytes = {}
 for model in ("cnn", "wide"):
     net = models_torch.build(model)
-    print(f"{model:<5} {models_torch.count_parameters(net):>12,} parameters   "
-          f"{models_torch.gradient_bytes(net) / 1e6:7.1f} MB of gradients per step")
+    grad_bytes[model] = models_torch.gradient_bytes(net)
+    print(f"{model:<5} {models_torch.count_parameters(net):>12,} parameters   {grad_bytes[model]:>12,} bytes "
+          f"({widgets.format_bytes(grad_bytes[model])}) of gradients per step")
+print(f"\nthe wide model's gradients are {grad_bytes['wide'] / grad_bytes['cnn']:.0f} times the cnn's")
 """)
 
 md(r"""
-For the CNN that is a few megabytes: even a path of a few GB/s moves it in a few milliseconds, and
-DDP and Horovod overlap much of it with the backward pass, so the step time is mostly compute and
-the three paths land close together (within run-to-run noise: repeat a run before believing a
-difference of a few percent). The `wide` model's gradients are tens of times larger; the bandwidth
-term $n/\beta$ then dominates the step, and the link's bandwidth shows directly in images per
-second: over NVLink two GPUs beat one, through host memory they can fall to about one GPU's speed
-or below, and over sockets far below. That is the alpha-beta model of section 1, applied to a
-training step.
+What does one GPU need for a step of the CNN? The course recorded the CNN on one GPU of its
+GPU machine, plain and with the usual speed options (bf16, a CUDA graph, `torch.compile`; the
+experiment is `ddlab experiment perf-options`). A model this small spends much of its step launching
+small kernels, so options that cut launches (a CUDA graph, `torch.compile`) can matter as much as
+cheaper arithmetic; the table shows what each was worth on the recorded GPU. The next cell uses the
+step times:
+""")
+
+code(r"""
+perf = experiments.load_recorded("perf-options", "torch", "none", "cnn")
+print(perf.table())
+""")
+
+md(r"""
+Put the two together with the alpha-beta model: read the time of an all-reduce of each model's
+gradients off the recorded sweeps of section 7 (`ddlab.widgets.step_what_if` interpolates between
+the measured sizes), divide by the time of one GPU's step, and predict the 2-GPU speedup when
+nothing overlaps, $2t/(t + T_{\text{all-reduce}})$. For the wide model the one-GPU step time comes
+from the training result above (its one-worker row) when that is a GPU run; without one, its rows
+show the communication alone: set it beside the CNN's step to see the scale.
+""")
+
+code(r"""
+step_ms = {r["option"]: r["step_ms_median"] for r in perf.rows if not r.get("error")}
+fastest = min(step_ms, key=step_ms.get)
+cases = [(f"cnn, {option}", grad_bytes["cnn"], step_ms[option] * 1e-3) for option in ("plain fp32", fastest)]
+# The wide model's one-GPU step, from the one-worker row of a GPU training result above (live or recorded).
+one_gpu = [r for r in ddp["wide"].rows if r.get("workers") == 1 and r.get("device") == "cuda"
+           and r.get("step_ms_median") and not r.get("error")]
+cases.append(("wide", grad_bytes["wide"], one_gpu[0]["step_ms_median"] * 1e-3 if one_gpu else None))
+what_if = widgets.step_what_if(cases, recorded_sweeps, where=recorded_where)
+print(what_if)
+""")
+
+md(r"""
+How to read it:
+
+* The predicted speedup depends only on the share $s = T_{\text{all-reduce}}/t$: it is $2/(1+s)$.
+  A share under about 0.1 costs less than 10% ("hardly matters" in the verdict column); at a share
+  of 1 two GPUs only match one.
+* The CNN's gradients are a few MiB. Over NVLink they are a sliver of its step; through host memory
+  a modest share; over sockets a large one. So the CNN cares far less about its interconnect than
+  the wide model does, and `default` and `shm` should land close together for it. (Measured
+  differences of a few percent need repeated runs before you believe them.)
+* Make the step faster and the same all-reduce weighs more: the speed options shrink the compute,
+  not the communication. Communication matters in proportion to its share of the step, not its
+  absolute size.
+* The wide model all-reduces tens of times more bytes, so every path's time grows by that factor,
+  and the bandwidth term $n/\beta$ decides how it scales. Whether two GPUs still beat one then
+  depends on its one-GPU step time (shown when a GPU training result is available): they are slower
+  than one as soon as the all-reduce takes longer than a step. Measure it with
+  `ddlab experiment nccl-paths --model wide` on two GPUs.
+* DDP and Horovod start all-reducing buckets of gradients while the backward pass still runs, so a
+  real run can do somewhat better than "no overlap"; a small model's backward pass is short, so
+  there is little to hide behind.
 """)
 
 # =============================================================================== 7
@@ -611,17 +761,34 @@ fig.suptitle(p2p_where, fontsize=10);
 """)
 
 md(r"""
-Compare the P2P-on matrices with the link's peak (the heatmaps print the share when the link is
-known), the P2P-off matrices with one PCIe link, and the latencies with the catalogue of section 1.
-A large copy never reaches 100% of the raw link rate: packet headers, CRCs and flow control take
-their share of every link.
+What to compare, with the alpha-beta model in mind:
+
+* the P2P-on bandwidth with the link's peak. The heatmaps print the share of the peak when the link
+  is known; for NVLink 4 that peak is the raw signalling rate of section 1 (18 links x 26.56 GB/s),
+  not NVIDIA's 25 GB/s-per-link data rate. A large copy never reaches 100% of the raw rate: packet
+  headers, CRCs and flow control take their share of every link;
+* the P2P-off (host-staged) bandwidth with one PCIe link of the catalogue (an H100 or H200 SXM
+  attaches to the host by PCIe 5.0 x16, NVIDIA's H100 and H200 datasheets): one PCIe link bounds it,
+  and in practice it lands below that bound, far from NVLink;
+* the latencies (a small copy, $\alpha$) with and without peer access: the host-staged copy pays
+  for two copies and the hand-over between them.
 
 ### All-reduce bandwidth over message size, under the three paths
 
 `ddlab.collectives.sweep` times an all-reduce from 8 bytes up, as NVIDIA's `nccl-tests` do, and
-reports the *bus bandwidth* (busbw): the rate each rank's link must carry, comparable with the
-hardware's link bandwidth whatever the number of ranks. Without GPUs, the sweep runs for real
-between two CPU processes with gloo; the recorded GPU sweeps are shown beside it.
+reports two rates for a size $S$ (for all-reduce, the bytes of each rank's buffer) and a time $t$,
+defined as `nccl-tests` define them (its `doc/PERFORMANCE.md`):
+
+* **algbw** $= S/t$, the *algorithm bandwidth*: how fast the operation completes, from the user's
+  point of view;
+* **busbw** $=$ algbw $\times\, 2(n-1)/n$ for all-reduce on $n$ ranks ($\times\,(n-1)/n$ for
+  all-gather and reduce-scatter), the *bus bandwidth*. A ring all-reduce makes every rank send (and
+  receive) $2(n-1)/n \cdot S$ bytes, so busbw is the rate each rank's link actually carries, and it
+  can be set beside the hardware's link bandwidth whatever the number of ranks. For $n = 2$ the
+  all-reduce factor is 1: busbw and algbw are equal.
+
+Without GPUs the sweep runs for real between two CPU processes with gloo; the recorded GPU sweeps
+are shown beside it.
 """)
 
 code(r"""
@@ -636,10 +803,22 @@ print(collectives.summary(sweeps.values()))
 """)
 
 code(r"""
-recorded_sweeps = collectives.load_recorded("h200x2")
+recorded_sweeps = collectives.load_recorded("h200x2")       # the same recording section 6 used
 recorded_where = caption(next(iter(recorded_sweeps.values())).provenance)
 print(recorded_where)
 print(collectives.summary(recorded_sweeps.values()))
+""")
+
+md(r"""
+The same recording holds all-gather and reduce-scatter sweeps on the default path. On two ranks
+their busbw is half their algbw; compare their busbw with the all-reduce's: all three report what
+the link carries.
+""")
+
+code(r"""
+other_ops = [collectives.load_recorded("h200x2", op=op)["default"] for op in ("all_gather", "reduce_scatter")]
+print(recorded_where)
+print(collectives.summary([recorded_sweeps["default"]] + other_ops))
 """)
 
 code(r"""
@@ -654,8 +833,15 @@ md(r"""
 ### The alpha-beta fit
 
 Fit $T(n) = \alpha + n/\beta$ to each sweep (`ddlab.cost_model.fit_sweep`): $\alpha$ is the
-all-reduce's fixed cost, $\beta$ its asymptotic rate. The plot marks the latency-bound and the
-bandwidth-bound regions on either side of the crossover $\alpha\beta$.
+all-reduce's fixed cost, $\beta$ its asymptotic rate (an algbw; for two ranks also the busbw). The
+plot marks the latency-bound and the bandwidth-bound regions on either side of the crossover
+$\alpha\beta$.
+
+Two things to expect. First, this $\alpha$ is the whole cost of one call from Python (launching the
+kernel, synchronising the ranks, NCCL's protocol), not the wire's latency: it is far larger than
+the link latencies of section 1 and need not follow the order of the links, so compare the links'
+own latency in the p2p test above. Second, $\beta$ is where the paths differ most, and that is
+the term the gradients of a training step pay.
 """)
 
 code(r"""
@@ -678,22 +864,48 @@ ax_rec.set_title(f"default path: {recorded_where}", fontsize=9);
 md(r"""
 ## 8. Summary
 
+The measurements of this notebook, put back into the alpha-beta model: for the recorded machine
+(whose links are known: 18 NVLinks between the GPUs, PCIe 5.0 x16 to the host), the fitted $\alpha$
+and $\beta$ of each NCCL path, $\beta$ as a share of the link the path uses (cited in
+`ddlab.links`), and what one all-reduce of the `wide` model's gradients costs on it.
+""")
+
+code(r"""
+uses = {"default": links.nvlink(4, 18), "shm": links.get("pcie5_x16"), "socket": None}   # TCP: no single link
+print(f"alpha-beta fits of the all-reduce sweeps, {recorded_where}\n")
+print(f"{'path':<8} {'alpha':>9} {'beta':>11}   {'link the path uses (cited)':<40} {'beta / link':>11}   "
+      f"{'wide all-reduce':>15}")
+for path, sweep in recorded_sweeps.items():
+    fit = cost_model.fit_sweep(sweep)
+    link = uses.get(path)
+    share = f"{fit.beta / link.bandwidth_Bps:.0%}" if link else "-"
+    wide_t = what_if.row("wide", path)["comm_s"]
+    print(f"{path:<8} {widgets.format_time(fit.alpha):>9} {widgets.format_rate(fit.beta):>11}   "
+          f"{(f'{link.name}, {link.bandwidth_gbs:.4g} GB/s' if link else 'TCP sockets through the kernel'):<40} "
+          f"{share:>11}   {widgets.format_time(wide_t):>15}")
+""")
+
+md(r"""
 * One message costs $T(n) = \alpha + n/\beta$. Small messages pay the latency, large ones the
   bandwidth; the crossover is $\alpha\beta$. Carry units (GB/s = 10⁹ B/s, KiB = 2¹⁰ B) and a
   64 KiB-in-4-µs link is 16 GB/s, not 1.6.
-* Without peer access, a GPU-to-GPU copy is staged through host memory: two PCIe crossings and more
-  latency. With it, the copy takes one hop, over NVLink where there is one. UVA makes both look the
-  same to the program.
+* Without peer access, a GPU-to-GPU copy is staged through host memory: two PCIe crossings, two
+  start-up costs, and an NVLink left idle. With it, the copy takes one hop, over NVLink where there
+  is one. UVA lets one pointer-based API cover both.
 * `nvidia-smi topo -m` names the path of every pair: `NV#`, then `PIX` < `PXB` < `PHB` < `NODE` <
   `SYS`. A collective is only as fast as its weakest link, so choose GPUs by their weakest pair
   (`best_subset`).
-* NCCL reports the transport it chose with `NCCL_DEBUG=INFO`. `NCCL_P2P_LEVEL` is a maximum
-  distance for P2P (`PIX` still allows NVLink; only `LOC` turns P2P off); `NCCL_P2P_DISABLE=1` and
-  `NCCL_SHM_DISABLE=1` push NCCL to host memory and then to the network.
-* In training, the interconnect matters in proportion to the gradient bytes per step against the
-  compute per step: the small CNN barely notices, the wide model's throughput follows the link.
-* The measured matrices and sweeps above come close to, but never reach, the links' raw peaks; the
-  alpha-beta fit of a sweep gives you $\alpha$ and $\beta$ for your own machine.
+* NCCL reports the transport it chose with `NCCL_DEBUG=INFO` (`P2P/CUMEM`, `SHM/direct/direct`,
+  `NET/Socket`). `NCCL_P2P_LEVEL` is a maximum distance for P2P (`PIX` still allows NVLink; only
+  `LOC` turns P2P off); `NCCL_P2P_DISABLE=1` and `NCCL_SHM_DISABLE=1` push NCCL to host memory and
+  then to the network.
+* The table above is the model read off real measurements: $\beta$ drops steeply from NVLink to
+  host memory to sockets, while the per-call $\alpha$ of a collective sits far above any wire's
+  latency and is of the same order on every path. The fitted $\beta$ stays below the link the path
+  uses (headers, flow control, and for `shm` two hops through host memory).
+* In training, a path matters in proportion to the all-reduce's share of a step: the gradient bytes
+  over $\beta$, against the compute. The small CNN's share is small except over sockets; the wide
+  model's gradients are tens of times larger, and its scaling follows the link's bandwidth.
 
 ### Self-check quiz
 

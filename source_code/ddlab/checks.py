@@ -101,10 +101,15 @@ def _list(pairs, limit: int = 6) -> str:
 
 def check_best_worst_pair(topology, best, worst) -> CheckResult:
     """Is ``best`` one of the best-connected GPU pairs of ``topology`` and ``worst`` one of
-    the worst? Ties count as right. The message gives the links and the reason."""
+    the worst? Ties count as right. The message gives the links and the reason. ``None`` for
+    either answer means "not answered yet": the result says so and gives nothing away."""
     pairs = _all_pairs(topology)
     if not pairs:
         raise ValueError("this topology has fewer than two GPUs: there is no pair to choose")
+    if best is None or worst is None:
+        # The exercise cell starts empty so that running it does not give the answer away.
+        return CheckResult(False, "No answer yet: set my_best and my_worst to a pair each, for example (0, 1) "
+                                  "or 'GPU0-GPU1', and run the cell again.")
     best, worst = parse_pair(best), parse_pair(worst)
     gpus = set(topology.gpus)
     for p in (best, worst):
@@ -202,13 +207,17 @@ def measured_rates(measured) -> dict:
     return {PATH_ALIASES[str(k).lower()]: float(v) for k, v in measured.items()}
 
 
-def check_path_ordering(prediction, measured=None, noise: float = 0.05) -> CheckResult:
+def check_path_ordering(prediction, measured=None, noise: float = 0.05, unit: str = "images/s") -> CheckResult:
     """Check a prediction of the NCCL path ordering (fastest first) for a communication-heavy
     model on GPUs joined by NVLink, and set it beside a measurement when one is given.
 
-    ``measured`` maps path -> images/s (or any higher-is-better rate), or is the result of
-    ddlab.experiments.nccl_path_comparison. Differences smaller than ``noise`` (5%) are
-    called a tie: a single run cannot order them."""
+    ``measured`` maps path -> images/s (or any higher-is-better rate, named by ``unit``), or
+    is the result of ddlab.experiments.nccl_path_comparison. Differences smaller than
+    ``noise`` (5%) are called a tie: a single run cannot order them. ``prediction=None``
+    means "not predicted yet": the result says so and reveals nothing."""
+    if prediction is None:
+        return CheckResult(False, "No prediction yet: write the three paths fastest first in my_prediction "
+                                  "(for example 'socket > shm > default'), run that cell, then this one.")
     order = parse_ordering(prediction)
     right = order == PATHS
     if right:
@@ -228,14 +237,15 @@ def check_path_ordering(prediction, measured=None, noise: float = 0.05) -> Check
         seen = sorted(rates, key=rates.get, reverse=True)
         fast, slow = rates[seen[0]], rates[seen[-1]]
         spread = (fast - slow) / fast if fast else 0.0
-        listing = ", ".join(f"{p} {rates[p]:,.0f}" for p in seen)
+        # images/s are large whole numbers; a bandwidth in GB/s needs its significant digits
+        listing = ", ".join(f"{p} {rates[p]:,.0f}" if rates[p] >= 100 else f"{p} {rates[p]:.3g}" for p in seen)
         if spread < noise:
-            msg.append(f"Measured: {listing}. These are within {noise:.0%} of each other: for this model "
+            msg.append(f"Measured ({unit}): {listing}. These are within {noise:.0%} of each other: for this model "
                        f"communication is a small part of each step, so the path hardly matters and a single "
                        f"run cannot order them.")
         else:
             agrees = tuple(seen) == tuple(p for p in order if p in rates)
-            msg.append(f"Measured: {listing} (fastest first), which "
+            msg.append(f"Measured ({unit}): {listing} (fastest first), which "
                        + ("matches your prediction." if agrees else "differs from your prediction."))
     return CheckResult(right, " ".join(msg))
 
@@ -287,14 +297,25 @@ QUIZ = (
         {0: "SYS is the widest level: it allows P2P at every distance.",
          1: "With only P2P off, NCCL still uses shared host memory (SHM)."}),
     Question(
-        "Why does the small CNN (about 1.2M parameters) barely notice whether NCCL uses NVLink or sockets?",
-        ("its gradients are small, so communication is a small part of each step",
+        "Why does the small CNN (about 1.2M parameters) barely notice whether NCCL uses NVLink or shared host "
+        "memory, while the wide model (about 76M) slows down a lot through host memory?",
+        ("its gradients are small, so all-reducing them is a small part of each step",
          "NCCL compresses its gradients", "it does not all-reduce gradients"), 0,
-        "About 1.2M fp32 parameters are about 5 MB of gradients per step; even a slow path moves that in a "
-        "few milliseconds, next to the compute of each step. The wide model's gradients are tens of times "
-        "larger, so the bandwidth term takes over.",
+        "About 1.2M fp32 parameters are about 4.8 MB of gradients per step; even at the tens of GB/s that host "
+        "memory (one PCIe link) allows, that is a fraction of a millisecond. The wide model's gradients are "
+        "about 63 times larger, so the bandwidth term n/beta takes over its step. Over TCP sockets, far slower "
+        "still, even the CNN's all-reduce can grow comparable with a short step: the share is what matters.",
         {1: "NCCL does not compress; it moves the bytes you give it.",
          2: "Every data-parallel step all-reduces the gradients, whatever the model."}),
+    Question(
+        "An all-reduce of S bytes on 2 GPUs takes t seconds; nccl-tests reports algbw = S/t. What is its bus "
+        "bandwidth busbw?",
+        ("the same as algbw", "twice algbw", "half of algbw"), 0,
+        "For all-reduce busbw = algbw x 2(n-1)/n: in a ring every rank sends (and receives) 2(n-1)/n x S bytes, so "
+        "busbw is the rate each rank's link carries and can be set beside the link's bandwidth. For n = 2 the "
+        "factor is 1; for 8 ranks it is 1.75.",
+        {1: "The factor 2(n-1)/n approaches 2 only for many ranks; for n = 2 it is 1.",
+         2: "Half is the factor of all-gather or reduce-scatter on 2 ranks ((n-1)/n), not of all-reduce."}),
 )
 
 

@@ -1,7 +1,8 @@
 """Drawings of the data path between two GPUs, for notebook 2 and ``make images``.
 
 * :func:`host_staging` - peer access off: GPU0 -> PCIe -> CPU -> host memory, then host
-  memory -> CPU -> PCIe -> GPU1. Two PCIe crossings and a stop in host memory.
+  memory -> CPU -> PCIe -> GPU1. Two PCIe crossings and a stop in host memory; the NVLink
+  between the GPUs, if there is one, sits idle.
 * :func:`peer_to_peer` - peer access on: GPU0 -> NVLink -> GPU1, or without NVLink
   GPU0 -> PCIe switch -> GPU1. One hop, host memory untouched.
 * :func:`data_paths` - both side by side.
@@ -95,14 +96,15 @@ def _arrows(ax, segments, colour, step=None, dashed=False):
                 zorder=5, bbox=dict(boxstyle="circle,pad=0.25", facecolor=colour, edgecolor="none"))
 
 
-def _machine(ax, fade_host=False):
+def _machine(ax, fade_host=False, fade_nvlink=False):
     for key in BOXES:
         _box(ax, key, faded=fade_host and key in ("mem", "cpu"))
     _wire(ax, "bus", faded=fade_host)
     _wire(ax, "up", "PCIe", faded=fade_host, side=-2.4)
     _wire(ax, "left", "PCIe", side=-1.0)
     _wire(ax, "right", "PCIe", side=1.0)
-    _wire(ax, "nvlink", "NVLink", side=-1.0)
+    # Without peer access even an NVLink between the two GPUs carries nothing: say so on the wire.
+    _wire(ax, "nvlink", "NVLink (idle: no peer access)" if fade_nvlink else "NVLink", faded=fade_nvlink, side=-1.0)
     ax.set_xlim(0, 10)
     ax.set_ylim(-0.9, 6.0)
     ax.set_aspect("equal")
@@ -119,7 +121,7 @@ def _new_ax(ax, size=(8.0, 5.6)):
 def host_staging(ax=None):
     """Peer access off: the copy goes through host memory (two PCIe crossings)."""
     fig, ax = _new_ax(ax)
-    _machine(ax)
+    _machine(ax, fade_nvlink=True)
     # 1: GPU0 -> PCIe -> switch -> CPU -> host memory
     _arrows(ax, [_along("left", 0.25), _along("up", 0.25), _along("bus", 0.2, reverse=True)], STAGED, step=1)
     # 2: host memory -> CPU -> switch -> PCIe -> GPU1

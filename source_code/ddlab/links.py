@@ -86,7 +86,9 @@ LAT_PCIE = ("lukealonso/p2pmark README (github.com/lukealonso/p2pmark): best-pai
             "raise the bandwidth, not this fixed cost; without peer access (host staging) expect 10-25 us "
             "(NVIDIA/cuda-samples issue #230, NVIDIA/nccl issue #1127)")
 LAT_IB = ("NVIDIA ConnectX-6 VPI adapter user manual, Introduction (docs.nvidia.com/networking): "
-          "'sub-600ns latency' for the adapter. A GPU-to-GPU message through NCCL adds a few us of software")
+          "'sub-600ns latency' for the adapter itself, with no GPU in the path. A message between GPUs on two "
+          "nodes also crosses PCIe at both ends and passes through NCCL's software, so for GPU traffic do not read "
+          "this as lower than NVLink's latency")
 LAT_IB_NDR = (LAT_IB + ". NVIDIA's ConnectX-7 manual quotes no lower figure, so NDR keeps the same order "
               "of magnitude here")
 LAT_TCP = ("order of magnitude, an assumption: a small message through the Linux kernel TCP stack (NCCL's "

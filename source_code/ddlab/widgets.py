@@ -11,6 +11,11 @@ function; the widget only displays what the function returns, so both always agr
 
 Without ipywidgets the calculator prints a note and the result for its starting values,
 so a notebook still runs from top to bottom.
+
+:func:`step_what_if` applies the same idea to a data-parallel training step: the all-reduce
+of a model's gradients, read off a *measured* all-reduce sweep (:func:`sweep_time_s`), set
+against one GPU's step time, gives the share of the step spent communicating and the
+speedup two GPUs can reach on each NCCL path.
 """
 from __future__ import annotations
 
@@ -221,3 +226,134 @@ def plot_message_times(keys=("pcie3_x16", "pcie5_x16", "nvlink2_x2", "nvlink4_x1
              "not measured here", ha="center", fontsize=8, color="#555555")
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------- a training step
+# The same model applied to one data-parallel step: each step all-reduces the whole gradient,
+# so the communication per step is one all-reduce of `gradient bytes`, and its time can be
+# read off a measured all-reduce sweep (ddlab.collectives) instead of guessed from a link.
+def sweep_time_s(sweep, nbytes: float) -> float:
+    """Seconds for one collective of ``nbytes``, read off a measured sweep (a
+    ``ddlab.collectives.SweepResult`` or its ``rows``): interpolated on log-log axes between
+    the two measured sizes around ``nbytes``. Outside the measured sizes it raises
+    ValueError rather than extrapolate."""
+    rows = getattr(sweep, "rows", sweep)
+    try:
+        pts = sorted((float(r["bytes"]), float(r["time_us"]) * 1e-6) for r in rows)
+    except (TypeError, KeyError) as exc:
+        raise ValueError(f"a sweep is rows with 'bytes' and 'time_us'; could not read {exc}") from None
+    pts = [(b, t) for b, t in pts if b > 0 and t > 0]
+    if len(pts) < 2:
+        raise ValueError("the sweep needs at least two measured sizes")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not nbytes > 0:
+        raise ValueError(f"message size must be a number of bytes > 0, got {nbytes!r}")
+    if not pts[0][0] <= nbytes <= pts[-1][0]:
+        raise ValueError(f"{format_bytes(nbytes)} is outside the measured sizes "
+                         f"({format_bytes(pts[0][0])} to {format_bytes(pts[-1][0])}); measure it rather than guess")
+    for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
+        if b0 <= nbytes <= b1:
+            if b1 == b0:
+                return t0
+            f = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
+            return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))
+    raise AssertionError("unreachable: nbytes lies inside the measured range")
+
+
+# How much the path matters, from the share s = all-reduce / step alone: the predicted speedup
+# is n / (1 + s), so s < 0.1 costs under 10%, and s > n - 1 makes n GPUs slower than one.
+VERDICT_RULES = (("hardly matters", "(share < 0.1)"), ("noticeable", "(< 0.5)"),
+                 ("large", "(< n - 1)"), ("slower than 1 GPU", "(share > n - 1)"))
+
+
+def step_verdict(share: float, n: int = 2) -> str:
+    """How much the path costs a step whose all-reduce takes ``share`` of the compute time."""
+    if share < 0:
+        raise ValueError(f"a share of the step cannot be negative: {share}")
+    if share < 0.1:
+        return "hardly matters"
+    if share < 0.5:
+        return "noticeable"
+    if share <= n - 1 or math.isclose(share, n - 1):    # equal (within rounding): n GPUs just match one
+        return "large"
+    return "slower than 1 GPU"
+
+
+@dataclass(frozen=True)
+class StepCase:
+    """One model (or one way of running it) for :func:`step_what_if`: its gradient bytes per
+    step and, when known, how long one GPU takes for a training step (compute only)."""
+    label: str
+    grad_bytes: float
+    compute_s: Optional[float] = None
+
+
+@dataclass
+class StepWhatIf:
+    """Rows of :func:`step_what_if`, printable as a table."""
+    rows: list
+    ranks: int
+    where: str = ""
+
+    def row(self, label: str, path: str) -> dict:
+        for r in self.rows:
+            if r["label"] == label and r["path"] == path:
+                return r
+        raise KeyError(f"no row for {label!r} on path {path!r}")
+
+    def table(self) -> str:
+        head = ["case", "gradients", "path", "all-reduce", "1-GPU step", "comm / step",
+                f"predicted {self.ranks}-GPU speedup", "verdict"]
+        cells = [head]
+        for r in self.rows:
+            known = r["compute_s"] is not None
+            cells.append([
+                r["label"], format_bytes(r["grad_bytes"]), r["path"], format_time(r["comm_s"]),
+                format_time(r["compute_s"]) if known else "not recorded",
+                f"{r['share']:.2f}" if known else "-", f"{r['speedup']:.2f}x" if known else "-",
+                r["verdict"] or "-"])
+        widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+        fmt = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
+        out = [f"One step's all-reduce on {self.ranks} GPUs, read off measured sweeps" +
+               (f" ({self.where})" if self.where else ""), fmt(head), "  ".join("-" * w for w in widths)]
+        out += [fmt(c) for c in cells[1:]]
+        out.append(f"comm / step = all-reduce time / one GPU's step time; predicted speedup = {self.ranks} x step / "
+                   "(step + all-reduce), with no overlap of the all-reduce and the backward pass. Verdict: "
+                   + "; ".join(f"{v} {rule}" for v, rule in VERDICT_RULES) + ".")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def step_what_if(cases, sweeps, where: str = "") -> StepWhatIf:
+    """What each NCCL path would cost one data-parallel training step.
+
+    ``cases``: :class:`StepCase` items (or ``(label, grad_bytes, compute_s)`` tuples);
+    ``sweeps``: path -> measured all-reduce sweep (``ddlab.collectives.SweepResult``), all on
+    the same number of ranks. For each case and path: the all-reduce time of the gradients
+    (:func:`sweep_time_s`), its share of a one-GPU step ``t``, and the weak-scaling speedup
+    the model predicts when nothing overlaps, ``n * t / (t + comm)``. DDP and Horovod start
+    all-reducing during the backward pass, so a run can do somewhat better; a small model's
+    backward pass is short, so there is little to hide behind."""
+    from . import cost_model
+    if not sweeps:
+        raise ValueError("give at least one measured sweep (path -> SweepResult)")
+    ranks = {getattr(s, "nproc", None) for s in sweeps.values()}
+    if len(ranks) != 1 or None in ranks:
+        raise ValueError(f"the sweeps must all be measured on one known number of ranks; got {sorted(map(str, ranks))}")
+    n = ranks.pop()
+    rows = []
+    for case in cases:
+        c = case if isinstance(case, StepCase) else StepCase(*case)
+        if c.compute_s is not None and not c.compute_s > 0:
+            raise ValueError(f"{c.label}: a step time must be > 0 seconds, got {c.compute_s!r}")
+        for path, sweep in sweeps.items():
+            comm = sweep_time_s(sweep, c.grad_bytes)
+            row = {"label": c.label, "grad_bytes": c.grad_bytes, "path": path, "comm_s": comm,
+                   "compute_s": c.compute_s, "share": None, "speedup": None, "verdict": None}
+            if c.compute_s is not None:
+                t = c.compute_s
+                speedup = n * t / cost_model.step_time(t, comm, overlap=0.0)
+                row.update(share=comm / t, speedup=speedup, verdict=step_verdict(comm / t, n))
+            rows.append(row)
+    return StepWhatIf(rows, n, where)
