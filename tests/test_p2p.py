@@ -65,6 +65,9 @@ def make(directory, *args, path=None, env_extra=None):
     env = dict(os.environ, CUDA_HOME="/nonexistent-cuda")
     env.pop("NVCC", None)
     env.pop("GENCODE", None)
+    # Under `make test` these are inherited and make a nested make print "Entering directory".
+    for k in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS"):
+        env.pop(k, None)
     if path is not None:
         env["PATH"] = path
     env.update(env_extra or {})

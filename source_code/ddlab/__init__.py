@@ -13,6 +13,8 @@ _os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 _os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 # Horovod's Keras API must use tf.keras (tf-keras), never Keras 3.
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# TensorFlow's start-up INFO lines (oneDNN, CPU features) drown the course's own output.
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO_ROOT = _os.path.dirname(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
 SOURCE_DIR = _os.path.join(REPO_ROOT, "source_code")

@@ -23,7 +23,10 @@ import time
 
 def _line(check, rank, size, ok, **kw):
     extra = " ".join(f"{k}={v}" for k, v in kw.items())
-    print(f"SMOKE {check} rank={rank} size={size} ok={ok} {extra}".rstrip(), flush=True)
+    # One write() of the whole line: ranks share the launcher's pipe, and print() writes the
+    # text and its newline separately, so two ranks' lines could be glued together.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (f"SMOKE {check} rank={rank} size={size} ok={ok} {extra}".rstrip() + "\n").encode())
 
 
 def hvd_torch(n_elems: int = 1 << 20) -> bool:
