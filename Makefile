@@ -21,6 +21,8 @@ PYTHON ?= $(VPY)
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 PYTEST_TIMEOUT ?= 1200
+# Containers and lab servers often run as root; Jupyter refuses that unless told.
+LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: help setup deps horovod data kernel lab test images p2p clean
 
@@ -74,7 +76,7 @@ test: setup
 
 lab: setup
 	@echo "Starting JupyterLab on http://$(LAB_IP):$(LAB_PORT) (token below; Ctrl-C stops it)"
-	$(VENV)/bin/jupyter lab --no-browser --ip=$(LAB_IP) --port=$(LAB_PORT) Start_Here.ipynb
+	$(VENV)/bin/jupyter lab --no-browser --ip=$(LAB_IP) --port=$(LAB_PORT) $(LAB_ROOT_FLAG) Start_Here.ipynb
 
 images: $(STAMPS)/ddlab
 	$(VPY) tools/make_images.py
