@@ -151,6 +151,104 @@ def test_record_gpu_set_skips_what_this_machine_cannot_run(tmp_path, capsys):
     assert "skipped: needs 2 GPUs" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
 
+def test_record_gpu_set_runs_the_two_gpu_comparisons_before_the_slow_perf_options(tmp_path, monkeypatch):
+    monkeypatch.setattr(ex, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(ex, "availability", lambda framework, launcher: (True, ""))
+    calls = []
+
+    def paths(framework, launcher, model, **kw):
+        calls.append((launcher, model, kw.get("timeout"), kw["progress"]))
+        return fake_paths_result()
+
+    def perf(model, **kw):
+        calls.append(("perf", model, kw.get("timeout"), kw["progress"]))
+        raise ex.ExperimentError("every option failed")
+    monkeypatch.setattr(ex, "nccl_path_comparison", paths)
+    monkeypatch.setattr(ex, "performance_options", perf)
+    done = ex.record_gpu_set(str(tmp_path), models=("cnn",), timeout=90, progress=print)
+    assert [c[:3] for c in calls] == [("ddp", "cnn", 90), ("horovod", "cnn", 90), ("perf", "cnn", 90)]
+    assert all(c[3] is print for c in calls)
+    assert done["perf-options-torch-none-cnn"] == "ExperimentError: every option failed"
+    calls.clear()
+    ex.record_gpu_set(str(tmp_path), sections=("perf", "ddp"), models=("cnn",))
+    assert [c[0] for c in calls] == ["perf", "ddp"]   # an explicit order is kept
+    with pytest.raises(ValueError, match="unknown section"):
+        ex.record_gpu_set(str(tmp_path), sections=("nvlink",))
+
+
+# ----------------------------------------------------------------------------- the CUDA-graph rerun
+STUCK_IN_CAPTURE = ("cuda-graph capture: start after 3 eager steps\n"
+                    "Current thread 0x00007f00 (most recent call first):\n"
+                    '  File "fmnist_torch.py", line 460 in main\n')
+
+
+class FakeLaunches:
+    """Stands in for ddlab.launch.run: each call pops the next outcome (an output text to fail
+    with, "timeout" prefixed for a LaunchTimeout, or a result dict to write as the JSON)."""
+
+    def __init__(self, *outcomes):
+        self.outcomes, self.argvs = list(outcomes), []
+
+    def __call__(self, argv, launcher, nproc, env, timeout, echo, python):
+        self.argvs.append(list(argv))
+        outcome = self.outcomes.pop(0)
+        res = ex.launch.LaunchResult(command=list(argv), returncode=0, output="", duration_s=1.5)
+        if isinstance(outcome, dict):
+            with open(argv[argv.index("--json") + 1], "w") as f:
+                json.dump(outcome, f)
+            return res
+        timed_out = outcome.startswith("timeout")
+        res.output, res.returncode, res.timed_out = outcome, None if timed_out else -11, timed_out
+        raise (ex.launch.LaunchTimeout if timed_out else ex.launch.LaunchError)("launch failed", res)
+
+
+def test_a_run_stuck_in_its_default_capture_is_rerun_once_without_it_and_says_so(monkeypatch):
+    fake = FakeLaunches("timeout\n" + STUCK_IN_CAPTURE, {"images_per_s": 5.0, "notes": [], "phase_s": {"imports": 1.0}})
+    monkeypatch.setattr(ex.launch, "run", fake)
+    lines = []
+    r = ex.train("torch", "none", 1, "cnn", device="cuda", progress=lines.append)
+    assert len(fake.argvs) == 2 and "--cuda-graph" not in fake.argvs[0]
+    assert fake.argvs[1][fake.argvs[1].index("--cuda-graph") + 1] == "off"
+    assert "rerun with --cuda-graph off" in r["notes"][-1] and "timed out" in r["notes"][-1]
+    assert "in main" in r["cuda_graph_failure_log"]   # where it hung travels with the result
+    assert any("running it once more with --cuda-graph off" in ln for ln in lines)   # said at once
+    assert "done in 1.5 s" in lines[-1] and "imports 1.0" in lines[-1]
+
+
+@pytest.mark.parametrize("launcher,extra,output", [
+    ("none", (), "timeout\nphase data to device: 1.0 s\n"),   # died before any capture: no rerun
+    ("none", ("--cuda-graph", "on"), "timeout\n" + STUCK_IN_CAPTURE),   # asked for explicitly
+    ("ddp", ("--cuda-graph", "on"), "timeout\n" + STUCK_IN_CAPTURE),    # DDP capture is never rerun
+])
+def test_other_failures_are_not_rerun(monkeypatch, launcher, extra, output):
+    fake = FakeLaunches(output)
+    monkeypatch.setattr(ex.launch, "run", fake)
+    with pytest.raises(ex.launch.LaunchTimeout):
+        ex.train("torch", launcher, 2 if launcher == "ddp" else 1, "cnn", device="cuda", extra_args=extra)
+    assert len(fake.argvs) == 1
+
+
+def test_a_timed_out_path_keeps_where_the_workers_were_stuck(monkeypatch):
+    base = {"workers": 1, "images_per_s": 100.0, "global_batch": 512, "test_accuracy": 0.8, "device": "cuda",
+            "backend": "nccl", "step_time_ms": {"median": 1.0, "p10": 0.9, "p90": 1.1}, "params": 1,
+            "batch_per_worker": 512}
+    fake = FakeLaunches(base, "timeout\n" + STUCK_IN_CAPTURE)
+    monkeypatch.setattr(ex.launch, "run", fake)
+    res = ex.nccl_path_comparison("torch", "ddp", "cnn", paths=["default"], device="cuda")
+    row = res.rows[1]
+    assert row["path"] == "default" and "launch failed" in row["error"]
+    assert "line 460 in main" in row["hang_traceback"]
+    assert "line 460 in main" in ex.summary_table({"nccl-paths-torch-ddp-cnn": res})
+    # a failed baseline costs the speedups, not the paths
+    fake = FakeLaunches("timeout\n" + STUCK_IN_CAPTURE, dict(base, workers=2))
+    monkeypatch.setattr(ex.launch, "run", fake)
+    res = ex.nccl_path_comparison("torch", "ddp", "cnn", paths=["default"], device="cuda")
+    assert [r["path"] for r in res.rows] == ["1 worker", "default"] and "hang_traceback" in res.rows[0]
+    assert res.rows[1]["images_per_s"] == 100.0 and res.rows[1]["speedup"] is None
+    assert res.config["baseline_images_per_s"] is None and "no speedups" in res.notes[0]
+    assert "-" in res.table().splitlines()[-2]
+
+
 def test_record_gpu_set_reports_a_failure_and_goes_on(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ex, "gpu_count", lambda framework="torch": 2)
     calls = []
@@ -170,16 +268,25 @@ def test_record_gpu_set_reports_a_failure_and_goes_on(tmp_path, monkeypatch, cap
 
 
 @pytest.mark.gpu
-def test_gpu_graph_run_single_and_ddp():
-    """On a GPU machine: the CUDA-graph paths (run with `pytest -m gpu`)."""
-    n = ex.gpu_count("torch")
-    if n < 1:
+def test_gpu_graph_run_single():
+    """On a GPU machine: one process captures its step by default (run with `pytest -m gpu`)."""
+    if ex.gpu_count("torch") < 1:
         pytest.skip("no GPU")
-    r = ex.train("torch", "none", 1, "cnn", steps=60, warmup_steps=10, graph_fallback=False)
+    r = ex.train("torch", "none", 1, "cnn", steps=60, warmup_steps=10, graph_fallback=False, timeout=90)
     assert r["cuda_graph"] is True and r["ranks_agree"] and r["test_accuracy"] > 0.5
-    if n >= 2:
-        r = ex.train("torch", "ddp", 2, "cnn", steps=60, warmup_steps=25, graph_fallback=False)
-        assert r["cuda_graph"] is True and r["ranks_agree"] is True
+
+
+@pytest.mark.gpu
+def test_gpu_ddp_is_eager_by_default_and_captures_when_asked():
+    """On 2 GPUs: DDP runs eagerly unless --cuda-graph on; the opt-in capture (it hung once on
+    the 2x H200 machine) must finish well within its timeout, or the LaunchTimeout message
+    shows where each rank was stuck."""
+    if ex.gpu_count("torch") < 2:
+        pytest.skip("needs 2 GPUs")
+    r = ex.train("torch", "ddp", 2, "cnn", steps=60, warmup_steps=25, timeout=90)
+    assert r["cuda_graph"] is False and "opt-in" in r["cuda_graph_reason"] and r["ranks_agree"] is True
+    r = ex.train("torch", "ddp", 2, "cnn", steps=60, warmup_steps=25, extra_args=["--cuda-graph", "on"], timeout=90)
+    assert r["cuda_graph"] is True and r["ranks_agree"] is True
 
 
 def test_launchers_side_by_side(recorded):

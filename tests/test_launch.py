@@ -112,3 +112,110 @@ def test_horovod_tensorflow_allreduce_on_two_cpu_processes():
     lines = smoke_lines(r.output, "hvd-tf")
     assert len(lines) == 2, r.output
     assert all(l["ok"] == "True" and float(l["value"]) == 3.0 for l in lines)
+
+
+# ----------------------------------------------------------------------------- diagnosing hangs
+HANGING_WORKER = '''
+import sys, time
+sys.path.insert(0, {source!r})
+from ddlab import launch
+launch.install_hang_traceback()
+
+def waiting_for_a_peer_that_never_comes():
+    print("worker ready", flush=True)
+    time.sleep(600)
+
+waiting_for_a_peer_that_never_comes()
+'''
+
+# A stand-in for horovodrun: it starts the worker with its output on a pipe and relays each
+# line with a rank prefix. Killed before its worker, it would take the worker's traceback with it.
+RELAYING_LAUNCHER = '''
+import subprocess, sys
+child = subprocess.Popen([sys.executable, {worker!r}], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+for raw in child.stdout:
+    sys.stdout.write("[0]<stderr>:" + raw.decode())
+    sys.stdout.flush()
+'''
+
+
+def _hanging_worker(tmp_path):
+    from ddlab import SOURCE_DIR
+    path = tmp_path / "hanging_worker.py"
+    path.write_text(HANGING_WORKER.format(source=SOURCE_DIR))
+    return path
+
+
+def test_timeout_message_says_where_the_worker_was_stuck(tmp_path):
+    worker = _hanging_worker(tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(launch.LaunchTimeout) as ei:
+        launch.run([str(worker)], timeout=3)
+    msg = str(ei.value)
+    assert "timed out after 3 s" in msg and "worker ready" in msg
+    where = msg[msg.index("where the workers were"):msg.index("last output:")]
+    assert "in waiting_for_a_peer_that_never_comes" in where and "(most recent call first)" in where
+    assert time.monotonic() - t0 < 3 + 10
+
+
+def test_workers_are_terminated_before_the_launcher_that_relays_their_output(tmp_path):
+    worker = _hanging_worker(tmp_path)
+    relay = tmp_path / "relay.py"
+    relay.write_text(RELAYING_LAUNCHER.format(worker=str(worker)))
+    with pytest.raises(launch.LaunchTimeout) as ei:
+        launch.run([str(relay)], timeout=4)
+    res = ei.value.result
+    assert "[0]<stderr>:worker ready" in res.output
+    stuck = launch.hang_tracebacks(res.output)
+    assert "[0]<stderr>:" in stuck and "in waiting_for_a_peer_that_never_comes" in stuck
+    assert launch._marked_processes(res.launch_id) == []
+
+
+def test_hang_tracebacks_picks_the_dumps_out_of_mixed_output():
+    out = "\n".join([
+        "step 10 | loss 1.2",
+        "[1]<stderr>:Thread 0x00007f01 (most recent call first):",
+        '[1]<stderr>:  File "/x/threading.py", line 320 in wait',
+        "[1]<stderr>:",
+        "[1]<stderr>:Current thread 0x00007f02 (most recent call first):",
+        '[1]<stderr>:  File "/x/train.py", line 88 in sync_all',
+        '[1]<stderr>:  File "/x/train.py", line 120 in main',
+        "torchrun: Received 15 death signal",
+        "Traceback (most recent call last):",
+        '  File "run.py", line 9, in <module>',
+        "Stack (most recent call first):",
+        '  File "/y/w.py", line 3 in f',
+    ])
+    got = launch.hang_tracebacks(out).splitlines()
+    assert got == [out.splitlines()[i] for i in (1, 2, 4, 5, 6, 10, 11)]
+    assert launch.hang_tracebacks("no dumps here\nTraceback (most recent call last):") == ""
+    assert launch.hang_tracebacks(out, max_lines=2).splitlines()[-1] == "... (5 more lines in the full output)"
+
+
+def test_phase_clock_counts_from_process_start_and_reports(capsys):
+    clock = launch.PhaseClock()
+    before = clock.since_start()
+    assert before >= 0
+    clock.done("first")
+    time.sleep(0.05)
+    clock.done("second")
+    clock.done("second")          # a phase may be closed twice: the seconds add up
+    assert list(clock.phases) == ["first", "second"] and clock.phases["second"] >= 0.05
+    clock.report_to(print)        # prints what happened before it was given a printer ...
+    clock.done("third")           # ... and what happens afterwards
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["phase first", "phase second", "phase second", "phase third"]
+    assert "since process start" in lines[-1]
+    assert sum(clock.phases.values()) == pytest.approx(clock.last - clock.start)
+    assert clock.to_dict() == {k: round(v, 3) for k, v in clock.phases.items()}
+
+
+@pytest.mark.slow
+def test_torchrun_timeout_shows_each_rank_stuck(tmp_path):
+    worker = _hanging_worker(tmp_path)
+    with pytest.raises(launch.LaunchTimeout) as ei:
+        launch.run([str(worker)], launcher="torchrun", nproc=2, timeout=15, env={"CUDA_VISIBLE_DEVICES": ""})
+    res = ei.value.result
+    assert res.output.count("worker ready") == 2, res.output
+    where = str(ei.value).split("where the workers were", 1)[1].split("last output:", 1)[0]
+    assert where.count("in waiting_for_a_peer_that_never_comes") == 2

@@ -2,24 +2,32 @@
 # Record the Fashion-MNIST training experiments of issue 5 on a 2-GPU machine (made for the
 # lent 2x H200, NV18):
 #
-#   OUT=/some/dir tools/gpu_train.sh [perf] [ddp] [horovod]     (default: all three)
+#   OUT=/some/dir [TIMEOUT=90] tools/gpu_train.sh [ddp] [horovod] [perf]   (default: all three, in this order)
 #
-#   perf     one GPU, model cnn, batch 512: plain fp32, bf16, CUDA graph (fp32, bf16,
-#            bf16 + channels-last), torch.compile, compile + CUDA graph  -> which reaches 400k img/s
 #   ddp      PyTorch DDP (torchrun), models cnn and wide: 1 GPU, then 2 GPUs under the NCCL
-#            paths default / shm / socket (NCCL_DEBUG=INFO, transport read from the log)
+#            paths default / shm / socket (NCCL_DEBUG=INFO, transport read from the log).
+#            Eager steps: DDP's CUDA-graph capture is opt-in (it hung once on this machine;
+#            try it with `python tools/gpu_nccl_paths.py OUT ddp:cnn:graph`)
 #   horovod  the same with Horovod (horovodrun --gloo; gradients over NCCL); skipped unless
 #            HVD_OK=1 (tools/gpu_setup.sh sets it when `import horovod.torch` works)
+#   perf     one GPU, model cnn, batch 512: plain fp32, bf16, CUDA graph (fp32, bf16,
+#            bf16 + channels-last), torch.compile, compile + CUDA graph  -> which reaches 400k img/s.
+#            Last by default: the slowest section (two runs compile with torch.compile)
+#
+# Sections run in the order given. Every launch is killed after TIMEOUT seconds (default 90);
+# a killed run's row shows where each worker was stuck (the workers print their Python
+# tracebacks on SIGTERM). Each run prints a start and an end line with its seconds and the
+# worker's phase times (imports, distributed init, data, model, warm-up, timed loop, test).
 #
 # Writes $OUT/experiments/<experiment>-torch-<launcher>-<model>.json (ready to commit to
 # source_code/reference/experiments/), and $OUT/experiments/train.txt (everything printed,
 # ending with a summary table). Needs Fashion-MNIST on the machine: carry .cache/fashion-mnist
 # (a copy of /usr/share/datasets/fashion-mnist) or set DDLAB_DATA_DIR.
 #
-# Time: about 7 minutes for all three sections on 2x H200 (each run starts a fresh process:
-# ~10 s of start-up, a second or two of training; the two torch.compile runs compile for
-# ~1 minute each). Split it over two calls if a call is limited to less: `perf`, then `ddp horovod`.
-# A failed run is reported in its row and the rest goes on; every launch has a timeout.
+# Time: the last session's 7 single-GPU perf runs took about 8 minutes in all, so a launch
+# costs tens of seconds (the phase lines now say where); 23 launches do not fit one
+# 10-minute call: run one section per call (`ddp`, then `horovod`, then `perf`).
+# A failed run is reported in its row and the rest goes on.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -33,7 +41,8 @@ export DDLAB_MACHINE=${DDLAB_MACHINE:-lent nvidia-h200-x2}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 start=$SECONDS
 
-sections=${*:-perf ddp horovod}
+sections=${*:-ddp horovod perf}
+TIMEOUT=${TIMEOUT:-90}
 if [ "${HVD_OK:-0}" != 1 ] && [[ " $sections " == *" horovod "* ]]; then
   echo "gpu_train.sh: HVD_OK is not 1 (Horovod for PyTorch not importable): skipping the horovod section"
   sections=${sections//horovod/}
@@ -52,12 +61,14 @@ if n < 1:
     sys.exit("gpu_train.sh: no GPU visible to torch")
 EOF
 
-OUT="$OUT" SECTIONS="$sections" "$PY" - <<'EOF' 2>&1 | tee "$OUT/experiments/train.txt"
+OUT="$OUT" SECTIONS="$sections" TIMEOUT="$TIMEOUT" "$PY" - <<'EOF' 2>&1 | tee -a "$OUT/experiments/train.txt"
 import os
 from ddlab import experiments
 sections = os.environ["SECTIONS"].split()
-print(f"gpu_train.sh: sections {sections}", flush=True)
-done = experiments.record_gpu_set(os.path.join(os.environ["OUT"], "experiments"), sections=sections)
+timeout = float(os.environ["TIMEOUT"])
+print(f"gpu_train.sh: sections {sections}, timeout {timeout:.0f} s per launch", flush=True)
+done = experiments.record_gpu_set(os.path.join(os.environ["OUT"], "experiments"), sections=sections,
+                                  timeout=timeout, progress=lambda line: print(line, flush=True))
 failed = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
           or any(r.get("error") for r in v.rows)]
 print("gpu_train.sh: " + ("all measurements done" if not failed else "with failures or skips: " + ", ".join(failed)))

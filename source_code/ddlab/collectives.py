@@ -517,6 +517,9 @@ def _worker(argv: Sequence[str]) -> int:
     import argparse
     import functools
 
+    from . import launch
+    launch.install_hang_traceback()   # before torch: on SIGTERM (a timeout) print where this rank was
+
     import torch
     import torch.distributed as dist
 

@@ -3,7 +3,9 @@
 One run is :func:`train`: it starts ``source_code/train/fmnist_torch.py`` or
 ``fmnist_keras.py`` under the right launcher (``python``, ``torchrun`` for DDP,
 ``horovodrun`` for Horovod) through :func:`ddlab.launch.run`, always with a timeout, and
-returns the JSON result the script wrote (rank 0).
+returns the JSON result the script wrote (rank 0), which includes ``phase_s``: where the
+run's seconds went (imports, distributed init, data, model, warm-up, timed loop, test).
+Every experiment takes ``progress`` (e.g. ``print``) for a line as each run starts and ends.
 
 The experiments built on it return an :class:`ExperimentResult` (``.table()``, ``.plot()``,
 ``.to_dict()``):
@@ -33,8 +35,9 @@ import os
 import shlex
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from . import SOURCE_DIR, launch, reference, throughput
 
@@ -57,8 +60,10 @@ GPU_SIZES = {"batch_size": 512, "steps": 300, "warmup_steps": 50, "precision": "
 GPU_SIZES_WIDE = dict(GPU_SIZES, steps=150, warmup_steps=30)
 CPU_SIZES = {"batch_size": 64, "steps": 20, "warmup_steps": 5, "precision": "fp32", "test_samples": 10000}
 CPU_SIZES_WIDE = dict(CPU_SIZES, batch_size=32, steps=8, warmup_steps=2, test_samples=1000)
-# A GPU run takes 10-30 s (a torch.compile run about a minute more); a hung collective is
-# killed well before a 10-minute budget is gone.
+# A launch on the 2x H200 machine took tens of seconds (seven single-GPU runs, two with
+# torch.compile, about 8 minutes); the phase lines of each run say where that time goes. A
+# hung collective is killed well before a 10-minute budget is gone (the tools/ scripts for
+# the GPU machine use 90 s).
 DEFAULT_TIMEOUT = {"cuda": 240.0, "cpu": 600.0}
 
 # Single-GPU speed options for performance_options(): label -> extra script arguments.
@@ -173,21 +178,47 @@ def default_sizes(device: str, model: str) -> dict:
     return dict(CPU_SIZES_WIDE if model == "wide" else CPU_SIZES)
 
 
+# Lines fmnist_torch.py prints (rank 0) around its CUDA-graph capture (its CAPTURE_START and
+# CAPTURE_DONE): a failed run whose output has the first was attempting a graph.
+CAPTURE_START = "cuda-graph capture: start"
+
+
+def _describe_run(framework, launcher, workers, model, dev, env, extra_args) -> str:
+    nccl = " ".join(f"{k}={v}" for k, v in sorted((env or {}).items())
+                    if v is not None and k.startswith("NCCL_") and k != "NCCL_DEBUG")
+    return (f"{framework} {launcher}, {workers} worker(s), model {model}, {dev}"
+            + (f", {nccl}" if nccl else "") + (f", {' '.join(map(str, extra_args))}" if extra_args else ""))
+
+
+def _phases_text(result: dict) -> str:
+    ph = result.get("phase_s") or {}
+    return ", ".join(f"{k} {v:.1f}" for k, v in ph.items())
+
+
 def train(framework: str = "torch", launcher: str = "none", workers: int = 1, model: str = "cnn",
           batch_size: Optional[int] = None, steps: Optional[int] = None, warmup_steps: Optional[int] = None,
           precision: Optional[str] = None, device: str = "auto", env: Optional[Mapping] = None,
           timeout: Optional[float] = None, extra_args: Sequence[str] = (), echo: bool = False,
           keep_log: bool = False, test_samples: Optional[int] = None, python: str = sys.executable,
-          graph_fallback: bool = True) -> dict:
+          graph_fallback: bool = True, progress: Optional[Callable[[str], None]] = None) -> dict:
     """One training run; returns the script's JSON result.
 
     ``launcher`` is the script's: "none" (one process), "ddp" (torchrun) or "horovod"
     (horovodrun --gloo controller; the gradients go over NCCL on GPUs). Sizes left as None
     take :func:`default_sizes` for the device. ``env`` adds (None: removes) environment
     variables for the workers. ``keep_log`` adds the workers' combined output as ``"log"``.
-    With ``graph_fallback``, a GPU run whose CUDA-graph capture fails is rerun once with
-    ``--cuda-graph off`` and says so in its ``notes``. Raises :class:`ddlab.launch.LaunchError`
-    (its message quotes the end of the output) when the run fails or times out."""
+    ``progress`` (e.g. ``print``) gets one line when the run starts and one when it ends,
+    with its seconds and the worker's phase times (``phase_s``).
+
+    ``graph_fallback``: a one-process GPU run that captured a CUDA graph because that is
+    the default (no ``--cuda-graph`` or ``--compile`` in ``extra_args``), and whose process
+    then died or hung after starting the capture, is run once more with ``--cuda-graph off``;
+    ``progress`` hears about the rerun at once, and the result's ``notes`` and
+    ``cuda_graph_failure_log`` say why. (A capture that merely raises is handled inside the
+    script, which then runs eagerly.) DDP captures only with an explicit ``--cuda-graph on``,
+    which is never rerun. Raises :class:`ddlab.launch.LaunchError` (its message quotes the
+    end of the output, and for a timeout where each worker was stuck) when the run fails or
+    times out."""
     _check_choice("framework", framework, FRAMEWORKS)
     _check_choice("launcher", launcher, FRAMEWORK_LAUNCHERS[framework])
     _check_choice("model", model, MODELS)
@@ -209,27 +240,36 @@ def train(framework: str = "torch", launcher: str = "none", workers: int = 1, mo
     run_env = dict(env or {})
     # What the result's provenance shows as the command: the launch itself, reproducible.
     run_env["DDLAB_COMMAND"] = shlex.join(launch.command_for(LAUNCHERS[launcher], workers, argv, python=python))
+    say = progress or (lambda line: None)
+    limit = timeout or DEFAULT_TIMEOUT[dev]
+    what = _describe_run(framework, launcher, workers, model, dev, env, extra_args)
+    say(f"[ddlab {time.strftime('%H:%M:%S')}] start: {what} (timeout {limit:.0f} s)")
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ddlab-train-") as tmp:
         out_path = os.path.join(tmp, "result.json")
         try:
             res = launch.run([*argv, "--json", out_path], launcher=LAUNCHERS[launcher], nproc=workers,
-                             env=run_env, timeout=timeout or DEFAULT_TIMEOUT[dev], echo=echo, python=python)
+                             env=run_env, timeout=limit, echo=echo, python=python)
         except launch.LaunchError as exc:
-            # A GPU run that used a CUDA graph by default (torch, launcher none or ddp, no
-            # --compile, no explicit --cuda-graph) gets one more chance without it.
-            graph_by_default = (framework == "torch" and launcher in ("none", "ddp") and dev == "cuda"
+            kind = "timed out" if isinstance(exc, launch.LaunchTimeout) else "failed"
+            say(f"[ddlab {time.strftime('%H:%M:%S')}] {kind} after {time.monotonic() - t0:.1f} s: {what}")
+            output = exc.result.output if exc.result is not None else ""
+            graph_by_default = (framework == "torch" and launcher == "none" and dev == "cuda"
                                 and "--cuda-graph" not in extra_args and "--compile" not in extra_args)
-            if not (graph_fallback and graph_by_default):
+            if not (graph_fallback and graph_by_default and CAPTURE_START in output):
                 raise
-            tail = exc.result.tail(30) if exc.result is not None else str(exc)
+            tail = exc.result.tail(30)
+            stuck = launch.hang_tracebacks(output)
             errors = [ln.strip() for ln in tail.splitlines() if "rror" in ln]
-            why = errors[-1][:300] if errors else str(exc).splitlines()[0]
+            why = f"{kind}: " + (errors[-1][:300] if errors else str(exc).splitlines()[0])
+            say(f"[ddlab {time.strftime('%H:%M:%S')}] note: the run {kind} after starting its CUDA-graph "
+                f"capture; running it once more with --cuda-graph off (a second launch)")
             result = train(framework, launcher, workers, model, batch_size, steps, warmup_steps, precision,
                            device, env, timeout, [*extra_args, "--cuda-graph", "off"], echo, keep_log,
-                           test_samples, python, graph_fallback=False)
-            result.setdefault("notes", []).append(f"the run with a CUDA graph failed ({why}); "
-                                                  "this is the rerun with --cuda-graph off")
-            result["cuda_graph_failure_log"] = tail
+                           test_samples, python, graph_fallback=False, progress=progress)
+            result.setdefault("notes", []).append(f"the run with a CUDA graph {why}; this is the rerun with "
+                                                  "--cuda-graph off")
+            result["cuda_graph_failure_log"] = (stuck + "\n" if stuck else "") + tail
             return result
         if not os.path.exists(out_path):
             raise ExperimentError(f"{framework} {launcher} run of {workers} worker(s) exited cleanly but wrote "
@@ -237,6 +277,9 @@ def train(framework: str = "torch", launcher: str = "none", workers: int = 1, mo
         with open(out_path) as f:
             result = json.load(f)
     result["launch_s"] = res.duration_s
+    say(f"[ddlab {time.strftime('%H:%M:%S')}] done in {res.duration_s:.1f} s: {what}: "
+        f"{result['images_per_s']:,.0f} img/s; rank 0 took {result.get('wall_s', float('nan')):.1f} s "
+        f"({_phases_text(result)})")
     if keep_log:
         result["log"] = res.output
     return result
@@ -440,6 +483,14 @@ def _slim(run: dict) -> dict:
     return {k: v for k, v in run.items() if k != "log"}
 
 
+def _failure_row(exc: Exception, **fields) -> dict:
+    """The row of a run that failed: its error, and for a timeout where the workers were stuck."""
+    row = dict(fields, error=" ".join(str(exc).split())[:400])
+    if isinstance(exc, launch.LaunchTimeout) and exc.result is not None:
+        row["hang_traceback"] = launch.hang_tracebacks(exc.result.output)
+    return row
+
+
 def _experiment_provenance(argv_text: str) -> dict:
     return run_provenance(argv_text)
 
@@ -449,10 +500,12 @@ def throughput_scaling(framework: str = "torch", launcher: str = "ddp", workers:
                        model: str = "cnn", batch_size: Optional[int] = None, steps: Optional[int] = None,
                        warmup_steps: Optional[int] = None, precision: Optional[str] = None, device: str = "auto",
                        env: Optional[Mapping] = None, timeout: Optional[float] = None,
-                       extra_args: Sequence[str] = (), echo: bool = False) -> ExperimentResult:
+                       extra_args: Sequence[str] = (), echo: bool = False,
+                       progress: Optional[Callable[[str], None]] = None) -> ExperimentResult:
     """Images/s of the same training on each number of ``workers`` (batch per worker fixed,
     so the global batch grows with the workers), speedup over the smallest count and
-    scaling efficiency. Runs on GPUs when there is one per worker, else on CPU processes."""
+    scaling efficiency. Runs on GPUs when there is one per worker, else on CPU processes.
+    ``progress``: as for :func:`train`."""
     workers = sorted({int(w) for w in workers})
     if not workers or workers[0] < 1:
         raise ValueError("workers must be positive integers, e.g. [1, 2]")
@@ -460,7 +513,7 @@ def throughput_scaling(framework: str = "torch", launcher: str = "ddp", workers:
         raise ValueError("launcher 'none' is one process; use 'ddp' or 'horovod' to scale")
     dev = resolve_device(framework, device, max(workers))
     runs = [train(framework, launcher, w, model, batch_size, steps, warmup_steps, precision, dev, env, timeout,
-                  extra_args, echo) for w in workers]
+                  extra_args, echo, progress=progress) for w in workers]
     base = runs[0]["images_per_s"]
     rows = []
     for run in runs:
@@ -501,12 +554,19 @@ def nccl_path_comparison(framework: str = "torch", launcher: str = "ddp", model:
                          batch_size: Optional[int] = None, steps: Optional[int] = None,
                          warmup_steps: Optional[int] = None, precision: Optional[str] = None,
                          device: str = "auto", timeout: Optional[float] = None, extra_args: Sequence[str] = (),
-                         echo: bool = False) -> ExperimentResult:
+                         echo: bool = False, progress: Optional[Callable[[str], None]] = None) -> ExperimentResult:
     """The same training on ``workers`` GPUs under each NCCL path (``ddlab.collectives.PATHS``:
     default, shm = ``NCCL_P2P_LEVEL=LOC``, socket = ``NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1``),
     plus one worker alone as the baseline. Each path runs under ``NCCL_DEBUG=INFO`` and its
     row says which transport NCCL used. On CPU (gloo) there is no NCCL: only the default path
-    runs, and the notes say so. A path that fails gets a row with its error."""
+    runs, and the notes say so. A run that fails, the baseline included, gets a row with its
+    error (one that timed out also with ``hang_traceback``: where each worker was stuck) and
+    the others still run; without a baseline the speedups are left out. ``progress``: as for
+    :func:`train`.
+
+    With DDP on GPUs the step is not captured as a CUDA graph unless ``extra_args`` has
+    ``--cuda-graph on`` (see fmnist_torch.py): baseline and paths then all run eagerly, so
+    their ratios compare like with like."""
     from .collectives import PATHS, path_env
     for p in paths:
         _check_choice("NCCL path", p, tuple(PATHS))
@@ -523,12 +583,20 @@ def nccl_path_comparison(framework: str = "torch", launcher: str = "ddp", model:
         paths = ["default"]
     common = dict(framework=framework, launcher=launcher, model=model, batch_size=batch_size, steps=steps,
                   warmup_steps=warmup_steps, precision=precision, device=dev, timeout=timeout,
-                  extra_args=extra_args, echo=echo)
-    base_run = train(workers=1, **common)
-    base = base_run["images_per_s"]
-    rows = [dict(_row(base_run), path="1 worker", env={}, env_text="(one worker: no all-reduce traffic)",
-                 speedup=1.0, transport="-", run=0)]
-    runs = [_slim(base_run)]
+                  extra_args=extra_args, echo=echo, progress=progress)
+    rows, runs = [], []
+    base_text = "(one worker: no all-reduce traffic)"
+    try:
+        base_run = train(workers=1, **common)
+    except (launch.LaunchError, ExperimentError) as exc:
+        base_run, base = None, None
+        rows.append(_failure_row(exc, path="1 worker", env={}, env_text=base_text, workers=1))
+        notes.append(f"the one-worker baseline failed, so there are no speedups: {str(exc).splitlines()[0]}")
+    else:
+        base = base_run["images_per_s"]
+        rows.append(dict(_row(base_run), path="1 worker", env={}, env_text=base_text, speedup=1.0, transport="-",
+                         run=0))
+        runs.append(_slim(base_run))
     for p in paths:
         env = path_env(p, {"NCCL_DEBUG": "INFO"})
         shown = {k: v for k, v in env.items() if v is not None and k != "NCCL_DEBUG"}
@@ -536,20 +604,21 @@ def nccl_path_comparison(framework: str = "torch", launcher: str = "ddp", model:
         try:
             run = train(workers=workers, env=env, keep_log=True, **common)
         except (launch.LaunchError, ExperimentError) as exc:
-            rows.append({"path": p, "env": shown, "env_text": env_text, "workers": workers,
-                         "error": " ".join(str(exc).split())[:400]})
+            rows.append(_failure_row(exc, path=p, env=shown, env_text=env_text, workers=workers))
             notes.append(f"path {p!r} failed: {str(exc).splitlines()[0]}")
             continue
         log = run.pop("log", "")
         row = dict(_row(run), path=p, env=shown, env_text=env_text,
-                   speedup=throughput.speedup(run["images_per_s"], base), run=len(runs))
+                   speedup=throughput.speedup(run["images_per_s"], base) if base else None, run=len(runs))
         row.update(_transport_of(log, dev, run["backend"]))
         rows.append(row)
         runs.append(_slim(run))
+    if not runs:
+        raise ExperimentError("every run of the NCCL path comparison failed:\n" + "\n".join(notes))
     return ExperimentResult("nccl-paths", rows, "live", _experiment_provenance(
         f"ddlab.experiments.nccl_path_comparison({framework!r}, {launcher!r}, model={model!r}, "
         f"paths={list(paths)}, workers={workers})"),
-        notes, _config(framework, launcher, model, base_run, workers=workers, paths=list(paths),
+        notes, _config(framework, launcher, model, base_run or runs[0], workers=workers, paths=list(paths),
                        baseline_images_per_s=base), runs)
 
 
@@ -577,7 +646,7 @@ def scaling_from_paths(paths_result: ExperimentResult) -> ExperimentResult:
 def performance_options(model: str = "cnn", options: Optional[Sequence[str]] = None,
                         batch_size: Optional[int] = None, steps: Optional[int] = None,
                         warmup_steps: Optional[int] = None, device: str = "auto", timeout: Optional[float] = None,
-                        echo: bool = False) -> ExperimentResult:
+                        echo: bool = False, progress: Optional[Callable[[str], None]] = None) -> ExperimentResult:
     """One process, one GPU, PyTorch: the same training with each speed option of
     :data:`PERF_OPTIONS` (plain fp32 loop, bf16, CUDA graph, channels-last, torch.compile).
     A small model at batch 512 is limited by launching kernels, not by computing them; this
@@ -596,9 +665,9 @@ def performance_options(model: str = "cnn", options: Optional[Sequence[str]] = N
     for o in options:
         try:
             run = train("torch", "none", 1, model, batch_size, steps, warmup_steps, None, dev, None, timeout,
-                        PERF_OPTIONS[o], echo, graph_fallback=False)
+                        PERF_OPTIONS[o], echo, graph_fallback=False, progress=progress)
         except (launch.LaunchError, ExperimentError) as exc:
-            rows.append({"option": o, "workers": 1, "error": " ".join(str(exc).split())[:400]})
+            rows.append(_failure_row(exc, option=o, workers=1))
             notes.append(f"option {o!r} failed: {str(exc).splitlines()[0]}")
             continue
         base = base or (run["images_per_s"] if o == options[0] else None)
@@ -733,13 +802,24 @@ def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResu
 
 
 # ----------------------------------------------------------------------------- the recorded GPU set
-def record_gpu_set(out_dir: str, sections: Sequence[str] = ("perf", "ddp", "horovod"),
-                   models: Sequence[str] = ("cnn", "wide"), echo: bool = False, **sizes) -> dict:
+GPU_SECTIONS = ("ddp", "horovod", "perf")
+
+
+def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
+                   models: Sequence[str] = ("cnn", "wide"), echo: bool = False,
+                   progress: Optional[Callable[[str], None]] = None, **sizes) -> dict:
     """The issue-5 measurements for source_code/reference/experiments/: on 2 GPUs, for each
     model and each of DDP and Horovod (PyTorch), the NCCL path comparison (which includes
     the 1-GPU baseline) and the 1 -> 2 scaling taken from it; on 1 GPU, the speed options.
-    Each result is written to ``out_dir`` as soon as it exists; a failure is reported and
-    the rest goes on. Returns {name: ExperimentResult or error text}."""
+
+    ``sections`` ("ddp", "horovod", "perf") run in the order given; the default puts the
+    two-GPU comparisons first, because the single-GPU speed options (two of them compile
+    with torch.compile) take longest. ``sizes`` go to every experiment (batch_size, steps,
+    warmup_steps, and ``timeout`` per launch). Each result is written to ``out_dir`` as soon
+    as it exists; a failure is reported and the rest goes on. ``progress``: as for
+    :func:`train`. Returns {name: ExperimentResult or error text}."""
+    for section in sections:
+        _check_choice("section", section, GPU_SECTIONS)
     os.makedirs(out_dir, exist_ok=True)
     done: dict = {}
     gpus = gpu_count("torch")
@@ -756,18 +836,18 @@ def record_gpu_set(out_dir: str, sections: Sequence[str] = ("perf", "ddp", "horo
             done[name] = f"{type(exc).__name__}: {exc}"
             return None
 
-    if "perf" in sections:
+    def perf():
         name = reference_name("perf-options", "torch", "none", "cnn")
-        perf_sizes = {k: v for k, v in sizes.items() if k in ("batch_size", "steps", "warmup_steps")}
+        perf_sizes = {k: v for k, v in sizes.items() if k in ("batch_size", "steps", "warmup_steps", "timeout")}
         if gpus < 1:
             done[name] = "skipped: no GPU visible to torch"
-        else:
-            res = attempt(name, lambda: performance_options("cnn", device="cuda", echo=echo, **perf_sizes))
-            if res is not None:
-                keep(res, name)
-    for launcher in ("ddp", "horovod"):
-        if launcher not in sections:
-            continue
+            return
+        res = attempt(name, lambda: performance_options("cnn", device="cuda", echo=echo, progress=progress,
+                                                        **perf_sizes))
+        if res is not None:
+            keep(res, name)
+
+    def paths(launcher: str):
         ok, why = availability("torch", launcher)
         if ok and gpus < 2:
             ok, why = False, f"needs 2 GPUs, torch sees {gpus}"
@@ -777,12 +857,18 @@ def record_gpu_set(out_dir: str, sections: Sequence[str] = ("perf", "ddp", "horo
                 done[name] = f"skipped: {why}"
                 continue
             res = attempt(name, lambda: nccl_path_comparison("torch", launcher, model, device="cuda", echo=echo,
-                                                             **sizes))
+                                                             progress=progress, **sizes))
             if res is not None:
                 keep(res, name)
                 scaling = attempt(reference_name("scaling", "torch", launcher, model), lambda: scaling_from_paths(res))
                 if scaling is not None:
                     keep(scaling, reference_name("scaling", "torch", launcher, model))
+
+    for section in sections:
+        if section == "perf":
+            perf()
+        else:
+            paths(section)
     for model in models:
         pair = {la: done.get(reference_name("nccl-paths", "torch", la, model)) for la in ("ddp", "horovod")}
         if all(isinstance(v, ExperimentResult) for v in pair.values()):
@@ -801,6 +887,8 @@ def summary_table(done: Mapping) -> str:
             label = _row_label(res.name, r)
             if r.get("error"):
                 lines.append(f"{name:<34} {label:<30} {'failed':>12}           {r['error'][:80]}")
+                # a timed-out run: where its workers were stuck (innermost frames first)
+                lines += ["    " + ln for ln in (r.get("hang_traceback") or "").splitlines()[:24]]
                 continue
             sp = r.get("speedup")
             lines.append(f"{name:<34} {label:<30} {r['images_per_s']:>12,.0f} "

@@ -11,11 +11,25 @@ Every multi-process run in the course goes through :func:`run`. It
   process group, every descendant, and any stray process that carries this launch's
   marker variable ``DDLAB_LAUNCH_ID`` (launchers sometimes start workers in their own
   sessions, out of reach of a process-group kill);
-* raises one :class:`LaunchError` whose message quotes the tail of the output.
+* raises one :class:`LaunchError` whose message quotes the tail of the output; on a
+  timeout it also quotes where each worker was stuck (see below).
+
+Diagnosing a hang. The workers the course launches call :func:`install_hang_traceback`
+first thing: on SIGTERM they print every thread's Python traceback to stderr, then die as
+they would have anyway. :func:`kill_tree` sends SIGTERM to the workers first, one at a
+time (their dumps would interleave in the shared pipe otherwise), while their launcher
+(torchrun, horovodrun, which hold or relay the output) still runs, and only then to the
+launchers. :func:`hang_tracebacks` picks those dumps out of the output for the
+:class:`LaunchTimeout` message, so "timed out" comes with the function each rank was in.
+
+Start-up cost. :class:`PhaseClock` is what a worker uses to print and record how long each
+phase of its start-up and run took (imports, distributed init, data, ...), counted from
+the start of its process, so a slow launch says where its time went.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -131,9 +145,27 @@ def _marked_processes(launch_id: str) -> list:
     return found
 
 
+def _leaves(victims: dict) -> list:
+    """The victims that have no child among the victims: the workers, not their launchers."""
+    import psutil
+    parents = set()
+    for p in victims.values():
+        try:
+            parents.add(p.ppid())
+        except psutil.Error:   # gone already
+            continue
+    return [p for pid, p in sorted(victims.items()) if pid not in parents]
+
+
 def kill_tree(proc: subprocess.Popen, launch_id: Optional[str] = None, grace_s: float = 3.0) -> None:
     """Terminate ``proc``, its process group, its descendants and marked strays; SIGKILL
-    whatever is still alive after ``grace_s``."""
+    whatever is still alive after ``grace_s``.
+
+    SIGTERM goes first to the workers (the processes without children of their own), one
+    after the other with up to a second each, and only then to the launchers: a worker
+    that called :func:`install_hang_traceback` prints where it was stuck while the launcher
+    that relays its output (horovodrun) is still there to pass it on, and the dumps of
+    several workers do not interleave line by line."""
     import psutil
     victims = {}
     try:
@@ -145,6 +177,13 @@ def kill_tree(proc: subprocess.Popen, launch_id: Optional[str] = None, grace_s: 
     if launch_id:
         for p in _marked_processes(launch_id):
             victims[p.pid] = p
+    deadline = time.monotonic() + grace_s
+    for p in _leaves(victims):
+        try:
+            p.terminate()
+            p.wait(timeout=max(0.05, min(1.0, deadline - time.monotonic())))
+        except (psutil.Error, psutil.TimeoutExpired):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
@@ -230,10 +269,113 @@ def run(argv: Sequence[str], *, launcher: str = "python", nproc: int = 1,
                           launch_id=launch_id)
     shown = " ".join(cmd[:8]) + (" ..." if len(cmd) > 8 else "")
     if timed_out:
+        stuck = hang_tracebacks(result.output)
+        where = (f"where the workers were when killed (Python tracebacks they printed on SIGTERM):\n{stuck}\n"
+                 if stuck else "")
         raise LaunchTimeout(f"{launcher} launch of {nproc} process(es) timed out after {timeout:.0f} s "
                             f"and was killed (all its processes are gone).\ncommand: {shown}\n"
-                            f"last output:\n{result.tail()}", result)
+                            f"{where}last output:\n{result.tail()}", result)
     if check and proc.returncode != 0:
         raise LaunchError(f"{launcher} launch of {nproc} process(es) failed with exit code "
                           f"{proc.returncode}.\ncommand: {shown}\nlast output:\n{result.tail()}", result)
     return result
+
+
+# ----------------------------------------------------------------------------- in the workers
+def install_hang_traceback(sig: int = signal.SIGTERM) -> None:
+    """On ``sig`` (SIGTERM, what :func:`kill_tree` sends first), print the Python traceback
+    of every thread of this process to stderr, then let the signal do what it would have
+    done anyway (end the process: ``chain=True`` passes it on to the previous handler).
+
+    Every worker program the course launches calls this first thing, so a launch that
+    times out says which function each rank was stuck in (a collective a peer never
+    joined, a CUDA-graph capture, a rendezvous) instead of only "timed out". faulthandler
+    writes from its C signal handler, so this works while the main thread is blocked
+    inside C code (an NCCL wait) and holds no lock Python needs."""
+    import faulthandler
+    faulthandler.register(sig, file=sys.stderr, all_threads=True, chain=True)
+
+
+# faulthandler's thread headers ("Current thread 0x... (most recent call first):", "Thread
+# 0x...", or "Stack (most recent call first):" without threads) and frame lines ('  File
+# "x.py", line 3 in f'), after any launcher prefix such as horovodrun's "[1]<stderr>:".
+_DUMP_HEADER = re.compile(r"(?:Current thread|Thread) 0x[0-9a-fA-F]+ .*\(most recent call first\):"
+                          r"|Stack \(most recent call first\):")
+_DUMP_FRAME = re.compile(r'^\s*(?:File ".*", line \d+ in \S+|<no Python frame>|\.\.\.)\s*$')
+
+
+def hang_tracebacks(output: str, max_lines: int = 80) -> str:
+    """The tracebacks :func:`install_hang_traceback` made the workers print, picked out of
+    a launch's combined ``output`` (launcher prefixes kept); at most ``max_lines`` lines,
+    the first ones (each worker's innermost frames come first in a dump). "" if none."""
+    picked: list = []
+    in_dump = False
+    for line in output.splitlines():
+        m = _DUMP_HEADER.search(line)
+        if m:
+            picked.append(line.rstrip())
+            in_dump = True
+            continue
+        if in_dump:
+            frame = line[_prefix_end(line):]
+            if _DUMP_FRAME.match(frame):
+                picked.append(line.rstrip())
+                continue
+            in_dump = False
+    if len(picked) > max_lines:
+        picked = picked[:max_lines] + [f"... ({len(picked) - max_lines} more lines in the full output)"]
+    return "\n".join(picked)
+
+
+def _prefix_end(line: str) -> int:
+    """Where a worker's own text starts after a launcher prefix ("[1]<stderr>:", "[default0]:")."""
+    m = re.match(r"^\[[^\]]*\](?:<\w+>)?:", line)
+    return m.end() if m else 0
+
+
+class PhaseClock:
+    """How long each phase of a worker's life took, counted from the start of its process.
+
+    ``clock.done("imports")`` closes the phase that ran since the previous call; ``.phases``
+    maps phase name -> seconds, in order. Once :meth:`report_to` has given it a print
+    function (rank 0's), every phase is printed as ``phase <name>: <s> s (<t> s since process
+    start)``, the ones recorded before too. The process start is the kernel's (psutil), so
+    interpreter start-up and the imports before the clock existed count; without psutil it
+    is when the clock was made."""
+
+    def __init__(self):
+        self.start = time.time()
+        try:
+            import psutil
+            self.start = min(self.start, psutil.Process().create_time())
+        except Exception:  # psutil missing or /proc unreadable: count from now
+            pass
+        self.last = self.start
+        self.phases: dict = {}
+        self._log: list = []      # (name, seconds, seconds since start), printed by report_to
+        self._say = None
+
+    def done(self, name: str) -> float:
+        now = time.time()
+        took = now - self.last
+        self.phases[name] = self.phases.get(name, 0.0) + took
+        self.last = now
+        self._log.append((name, took, now - self.start))
+        if self._say is not None:
+            self._print(*self._log[-1])
+        return took
+
+    def report_to(self, say) -> None:
+        """Print the phases so far with ``say`` and every later one as it ends."""
+        self._say = say
+        for entry in self._log:
+            self._print(*entry)
+
+    def _print(self, name, took, at):
+        self._say(f"phase {name}: {took:.2f} s ({at:.2f} s since process start)", flush=True)
+
+    def since_start(self) -> float:
+        return time.time() - self.start
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 3) for k, v in self.phases.items()}

@@ -24,7 +24,9 @@ after the warm-up and stops it after the last, both times after the device has f
 work (``tf.test.experimental.sync_devices``) and the workers have met (a Horovod all-reduce
 of one number); per-step times are host wall-clock times, which on a GPU include the
 waiting Keras does every step to hand the callbacks their logs. Throughput = steps x batch x
-workers / elapsed. The result JSON has the same fields as fmnist_torch.py's.
+workers / elapsed. The result JSON has the same fields as fmnist_torch.py's, ``phase_s``
+(seconds per phase of rank 0's run, printed as ``phase ...`` lines) included; on SIGTERM
+(a launch timeout) every worker prints its Python tracebacks before it dies.
 """
 from __future__ import annotations
 
@@ -42,6 +44,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chat
 _SOURCE = Path(__file__).resolve().parents[1]
 if str(_SOURCE) not in sys.path:
     sys.path.insert(0, str(_SOURCE))
+
+from ddlab import launch  # noqa: E402
+
+if __name__ == "__main__":
+    # Before the heavy imports: a worker stuck even there prints where when it is killed.
+    launch.install_hang_traceback()
 
 import numpy as np  # noqa: E402
 
@@ -114,8 +122,8 @@ def normalise(x_uint8: np.ndarray) -> np.ndarray:
 
 
 def main(argv=None) -> int:
+    phases = launch.PhaseClock()       # counts from the start of this process
     args = parse_args(argv)
-    t_launch = time.time()
     env = os.environ
     if args.launcher == "none" and (int(env.get("HOROVOD_SIZE", "1")) > 1 or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1):
         raise Failure("--launcher none runs one process, but this is one of several workers: use --launcher horovod")
@@ -124,6 +132,7 @@ def main(argv=None) -> int:
                       "tf-keras, selected by TF_USE_LEGACY_KERAS=1")
     import tensorflow as tf
     keras = models_keras.keras()   # raises if this is Keras 3
+    phases.done("imports")          # python, numpy, TensorFlow, tf-keras
 
     hvd = hvd_tf = None
     rank, world, local_rank = 0, 1, 0
@@ -155,9 +164,12 @@ def main(argv=None) -> int:
     if args.precision == "bf16":
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     say = print if rank == 0 else (lambda *a, **k: None)
+    phases.report_to(say)
+    phases.done("device and distributed init")
 
     # ---- data: this rank's shard, one permutation per epoch (identical on all ranks)
-    x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir)
+    # One rank per machine verifies the files' SHA-256 (its other ranks read the same files).
+    x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir, verify=local_rank == 0)
     n = x_train.shape[0]
     per_rank = n // world
     steps_per_epoch = per_rank // args.batch_size
@@ -178,6 +190,7 @@ def main(argv=None) -> int:
                num_parallel_calls=tf.data.AUTOTUNE)
           .prefetch(tf.data.AUTOTUNE))
     del x_train
+    phases.done("data pipeline")
 
     # ---- model: same initial weights (same seed, then rank 0's broadcast), own dropout seed
     keras.utils.set_random_seed(args.seed)
@@ -195,6 +208,7 @@ def main(argv=None) -> int:
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     start_checksum = weights_checksum(model)
+    phases.done("model build")   # rank 0's weights are broadcast at the first step (warm-up)
 
     def sync_all():
         if use_gpu and hasattr(tf.test.experimental, "sync_devices"):
@@ -218,6 +232,7 @@ def main(argv=None) -> int:
             self.clock.begin_step(batch)
             if batch == warmup:
                 self.t_log = time.perf_counter()
+                phases.done("warm-up")   # tf.function tracing, the broadcast, the first steps
 
         def on_train_batch_end(self, batch, logs=None):
             self.clock.end_step(batch)
@@ -237,6 +252,7 @@ def main(argv=None) -> int:
 
         def on_train_end(self, logs=None):
             self.clock.finish()
+            phases.done("timed loop")
 
     steplog = StepLog()
     say(f"fmnist_keras | model {args.model} ({n_params:,} parameters, {grad_bytes / 1e6:.1f} MB of gradients per "
@@ -253,13 +269,17 @@ def main(argv=None) -> int:
     checksum = weights_checksum(model)
     mine = {"rank": rank, "checksum": checksum, "elapsed_s": clock.elapsed_s}
     gathered = list(hvd_tf.allgather_object(mine)) if hvd_tf is not None else [mine]
+    phases.done("rank agreement check")
     if rank == 0:
         xt = normalise(x_test[:args.test_samples])
         _, accuracy = model.evaluate(xt, y_test[:args.test_samples].astype(np.int32), batch_size=1000, verbose=0)
+        phases.done("test evaluation")
         sums = [g["checksum"]["sum"] for g in gathered]
         agree = all(g["checksum"] == gathered[0]["checksum"] for g in gathered)
         from ddlab.experiments import run_provenance
         command = os.environ.get("DDLAB_COMMAND") or shlex.join([sys.executable, *sys.argv])
+        provenance = run_provenance(command, torch_facts=False)
+        phases.done("result and provenance")
         sm = speed["step_time_ms"]
         result = {
             "model": args.model, "params": n_params, "gradient_bytes_per_step": grad_bytes,
@@ -287,13 +307,16 @@ def main(argv=None) -> int:
             "framework_env": {k: v for k, v in sorted(env.items())
                               if k.startswith(("HOROVOD_", "TF_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"))},
             "tensorflow": tf.__version__, "notes": [],
-            "wall_s": time.time() - t_launch,
-            "provenance": run_provenance(command, torch_facts=False),
+            # seconds per phase of rank 0, from its process start to here (see the docstring)
+            "phase_s": phases.to_dict(),
+            "wall_s": phases.since_start(),
+            "provenance": provenance,
         }
         print(f"timed {speed['timed_steps']} steps after {warmup} warm-up: {speed['images_per_s']:,.0f} img/s "
               f"({world} worker(s)); step median {sm['median']:.3f} ms (p10 {sm['p10']:.3f}, p90 {sm['p90']:.3f}) "
               f"| test accuracy {accuracy:.4f} on {result['test_samples']:,} images "
-              f"| ranks agree on weights: {'yes' if agree else 'NO'}", flush=True)
+              f"| ranks agree on weights: {'yes' if agree else 'NO'} | {result['wall_s']:.1f} s since process start",
+              flush=True)
         if args.json:
             tmp = args.json + ".part"
             with open(tmp, "w") as f:
@@ -302,6 +325,7 @@ def main(argv=None) -> int:
             os.replace(tmp, args.json)
     if hvd_tf is not None:
         sync_all()   # the others wait while rank 0 evaluates, then all leave together
+    phases.done("shutdown")   # printed only: the result was written above
     return 0
 
 

@@ -29,12 +29,21 @@ Speed on a GPU (the training set lives on the GPU, batches are slices of a per-e
 shuffled copy there, nothing waits for the host):
   * ``--precision bf16``: autocast to bfloat16 (parameters, gradients and the all-reduce
     stay float32);
-  * ``--cuda-graph``: the whole step (forward, backward, DDP's all-reduce, the fused Adam
-    update) is captured once as a CUDA graph and replayed: one launch per step instead of
-    hundreds, which is what a small CNN at batch 512 is limited by. Default on for a GPU
-    with ``--launcher none|ddp``; Horovod cannot be captured (its all-reduce runs in a
+  * ``--cuda-graph``: the whole step (forward, backward, the fused Adam update; with DDP
+    also its all-reduce) is captured once as a CUDA graph and replayed: one launch per step
+    instead of hundreds, which is what a small CNN at batch 512 is limited by. ``auto`` (the
+    default) captures only one process on a GPU (``--launcher none``). With DDP it is
+    opt-in (``--cuda-graph on``): capturing DDP's NCCL all-reduce follows PyTorch's recipe
+    but is unverified on GPUs here, and one such run hung on the course's 2x H200 machine
+    (killed by its launch timeout). Horovod cannot be captured (its all-reduce runs in a
     background thread and the optimizer waits on the host);
   * ``--compile``: ``torch.compile`` (fuses element-wise kernels); ``--channels-last``.
+
+Where the time of a run goes: rank 0 prints one ``phase <name>: <s> s`` line per phase
+(imports, device and distributed init, data to device, model build and broadcast, warm-up
+with the capture, timed loop, test evaluation, result) and the result holds them as
+``phase_s``. On SIGTERM (a launch timeout) every worker prints its Python tracebacks
+(``ddlab.launch.install_hang_traceback``), so a hang says where it was.
 
 The result (``--json PATH``) is one JSON object: see ``result`` near the end of ``main``.
 """
@@ -55,6 +64,12 @@ _SOURCE = Path(__file__).resolve().parents[1]
 if str(_SOURCE) not in sys.path:
     sys.path.insert(0, str(_SOURCE))
 
+from ddlab import launch  # noqa: E402
+
+if __name__ == "__main__":
+    # Before the heavy imports: a worker stuck even there prints where when it is killed.
+    launch.install_hang_traceback()
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -66,6 +81,9 @@ FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530   # of the 60,000 training images, pixe
 DDP_EAGER_BEFORE_CAPTURE = 20  # PyTorch's CUDA-graph notes: >= 11 DDP iterations before capture;
 # DDP also times iterations 1-10 and every 100th with CUDA events, which must not fall in a capture.
 EAGER_BEFORE_CAPTURE = 3       # one process: warm cuDNN, cuBLAS and the optimizer state first
+# Printed (rank 0) right before and after the capture: ddlab.experiments reads them to tell a
+# run that failed or hung inside the capture from one that failed elsewhere.
+CAPTURE_START, CAPTURE_DONE = "cuda-graph capture: start", "cuda-graph capture: done"
 
 
 class Failure(SystemExit):
@@ -94,10 +112,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--cuda-graph", choices=["auto", "on", "off"], default="auto",
-                   help="capture the whole step as a CUDA graph (auto: on for a GPU with launcher none or ddp and no --compile)")
+                   help="capture the whole step as a CUDA graph (auto: on for one process on a GPU without "
+                        "--compile; off for ddp, where capture is opt-in: unverified, it hung once on 2x H200)")
     p.add_argument("--compile", choices=["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"],
                    default="none", help="torch.compile mode")
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format for the convolutions")
+    p.add_argument("--cudnn-benchmark", choices=["on", "off"], default="on",
+                   help="let cuDNN time its convolution algorithms at the first steps (costs warm-up time; "
+                        "the phase lines show how much)")
     p.add_argument("--cpu-threads", type=int, default=1,
                    help="threads per worker on CPU: 1 makes each worker play one device, so 1 vs 2 workers "
                         "compares 1 vs 2 cores")
@@ -233,9 +255,14 @@ def graph_decision(args, use_cuda: bool):
         return True, "on (--cuda-graph on)"
     if problems:
         return False, "off: " + problems[0]
+    if args.launcher == "ddp":
+        # Opt-in for DDP: capturing its NCCL all-reduce (PyTorch's recipe, see
+        # DDP_EAGER_BEFORE_CAPTURE) is unverified on GPUs here, and a DDP run with it on hung
+        # on the course's 2x H200 machine until its launch timeout killed it.
+        return False, "off (auto: DDP capture is opt-in, unverified on GPUs; --cuda-graph on tries it)"
     if args.compile != "none":
         return False, "off: --compile given (add --cuda-graph on to capture the compiled step too)"
-    return True, "on (auto: GPU, launcher " + args.launcher + ")"
+    return True, "on (auto: one process on a GPU)"
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -273,10 +300,17 @@ def evaluate(model, x, y, batch: int, autocast) -> float:
     return correct.item() / x.shape[0]
 
 
+def normalise(images_uint8: torch.Tensor, memory_format) -> torch.Tensor:
+    """uint8 images (N, 28, 28) -> normalised float32 (N, 1, 28, 28), on their device."""
+    x = images_uint8.float().div_(255).sub_(FMNIST_MEAN).div_(FMNIST_STD).unsqueeze(1)
+    return x.contiguous(memory_format=memory_format)
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
+    phases = launch.PhaseClock()       # counts from the start of this process
+    phases.done("imports")             # python, numpy, torch, ddlab (module level, above)
     args = parse_args(argv)
-    t_launch = time.time()
     device = resolve_device(args.device)
     use_cuda = device.type == "cuda"
     use_graph, graph_reason = graph_decision(args, use_cuda)
@@ -284,14 +318,19 @@ def main(argv=None) -> int:
     rank, world = workers.rank, workers.size
     if use_cuda:
         device = torch.device("cuda", torch.cuda.current_device())
-        torch.backends.cudnn.benchmark = True   # fixed shapes: let cuDNN pick its fastest kernels
+        # Fixed shapes: let cuDNN time its algorithms once and keep the fastest (warm-up time).
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark == "on"
     else:
         torch.set_num_threads(args.cpu_threads)
     say = print if rank == 0 else (lambda *a, **k: None)
+    phases.report_to(say)
+    phases.done("device and distributed init")
     notes = []
 
     # ---- data: the real Fashion-MNIST, this rank's shard, resident on the device
-    x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir)
+    # One rank per machine verifies the files' SHA-256 (its other ranks read the same files);
+    # only rank 0 needs the test images on its device.
+    x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir, verify=workers.local_rank == 0)
     n = x_train.shape[0]
     per_rank = n // world
     steps_per_epoch = per_rank // args.batch_size
@@ -311,14 +350,17 @@ def main(argv=None) -> int:
     # One permutation per epoch, identical on all ranks, cut into disjoint equal shards.
     order = np.stack([ddata.shard_indices(n, rank, world, args.seed, epoch=e) for e in range(epochs_needed)])
     order_t = torch.from_numpy(order).to(device)
-    X = torch.tensor(x_train).to(device).float().div_(255).sub_(FMNIST_MEAN).div_(FMNIST_STD).unsqueeze(1)
-    Y = torch.from_numpy(y_train.astype(np.int64)).to(device)
-    Xt = torch.tensor(x_test[:args.test_samples]).to(device).float().div_(255).sub_(FMNIST_MEAN).div_(FMNIST_STD).unsqueeze(1)
-    Yt = torch.from_numpy(y_test[:args.test_samples].astype(np.int64)).to(device)
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-    if args.channels_last:
-        X, Xt = X.contiguous(memory_format=memory_format), Xt.contiguous(memory_format=memory_format)
-    del x_train, y_train
+    # The training images stay uint8 on the device (4x smaller than float32, one 47 MB copy);
+    # each epoch's shard is gathered and normalised once, when the epoch begins.
+    X = torch.tensor(x_train).to(device)   # a copy: the loader's arrays are read-only
+    Y = torch.from_numpy(y_train.astype(np.int64)).to(device)
+    Xt = Yt = None
+    if rank == 0:
+        Xt = normalise(torch.tensor(x_test[:args.test_samples]).to(device), memory_format)
+        Yt = torch.from_numpy(y_test[:args.test_samples].astype(np.int64)).to(device)
+    del x_train, y_train, x_test, y_test
+    phases.done("data to device")
 
     epoch_data = {"epoch": -1}
 
@@ -327,7 +369,8 @@ def main(argv=None) -> int:
         epoch, pos = divmod(step, steps_per_epoch)
         if epoch != epoch_data["epoch"]:
             idx = order_t[epoch]
-            epoch_data.update(epoch=epoch, x=X.index_select(0, idx), y=Y.index_select(0, idx))
+            epoch_data.update(epoch=epoch, x=normalise(X.index_select(0, idx), memory_format),
+                              y=Y.index_select(0, idx))
         s = pos * args.batch_size
         return epoch_data["x"][s:s + args.batch_size], epoch_data["y"][s:s + args.batch_size]
 
@@ -358,8 +401,9 @@ def main(argv=None) -> int:
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(opt, root_rank=0)
     if args.compile != "none":
-        net = torch.compile(net, mode=args.compile)
+        net = torch.compile(net, mode=args.compile)   # compiles at the first step (warm-up)
     start_checksum = weights_checksum(model)
+    phases.done("model build and broadcast")
 
     def autocast():
         if args.precision == "bf16":
@@ -388,7 +432,7 @@ def main(argv=None) -> int:
         f"= {global_batch} | {device.type}" + (f" ({torch.cuda.get_device_name(device)})" if use_cuda else "")
         + f" | {args.precision} | cuda-graph {graph_reason} | compile {args.compile} | {args.optimizer} lr {lr:g}"
         + (f" (x{world} scaled)" if args.scale_lr and world > 1 else "")
-        + f" | {total} steps, {warmup} warm-up, shard {per_rank} images = {steps_per_epoch} steps/epoch")
+        + f" | {total} steps, {warmup} warm-up, shard {per_rank} images = {steps_per_epoch} steps/epoch", flush=True)
     for note in notes:
         say("note: " + note)
 
@@ -423,12 +467,17 @@ def main(argv=None) -> int:
         static_x = torch.empty((args.batch_size, 1, 28, 28), device=device).contiguous(memory_format=memory_format)
         static_y = torch.empty((args.batch_size,), dtype=torch.int64, device=device)
         opt.zero_grad()   # set to None: gradients are then allocated inside the graph's memory pool
+        if args.launcher == "ddp":
+            say("note: capturing DDP's NCCL all-reduce in the CUDA graph (--cuda-graph on): unverified on GPUs; "
+                "it hung once on the 2x H200 machine. A hang is killed by the launch timeout, with tracebacks.")
+        say(f"{CAPTURE_START} after {eager_needed} eager steps", flush=True)
         try:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, stream=side):
                 forward_backward_step(static_x, static_y)
             graph = g
             graph_reason += f", captured after {eager_needed} eager steps"
+            say(CAPTURE_DONE, flush=True)
         except Exception as exc:  # the reason is printed and recorded; the run goes on uncaptured
             if args.launcher == "ddp":
                 # DDP's reducer is left mid-iteration by a failed capture: stop with the reason.
@@ -468,6 +517,7 @@ def main(argv=None) -> int:
     events = [torch.cuda.Event(enable_timing=True) for _ in range(total - warmup + 1)] if use_cuda else []
     host_times = []
     sync_all()
+    phases.done("warm-up" + (" and capture" if graph is not None else ""))
     t0 = time.perf_counter()
     if use_cuda:
         events[0].record()
@@ -484,6 +534,7 @@ def main(argv=None) -> int:
         log_line(step)
     sync_all()
     elapsed = time.perf_counter() - t0
+    phases.done("timed loop")
     step_ms = [a.elapsed_time(b) for a, b in zip(events, events[1:])] if use_cuda else host_times
     timed = total - warmup
     speed = throughput.summarize(timed, args.batch_size, world, elapsed, step_ms)
@@ -492,14 +543,21 @@ def main(argv=None) -> int:
     checksum = weights_checksum(model)
     gathered = workers.allgather({"rank": rank, "checksum": checksum, "elapsed_s": elapsed,
                                   "step_time_ms_median": speed["step_time_ms"]["median"]})
+    phases.done("rank agreement check")
     if rank == 0:
         if not use_cuda:
             torch.set_num_threads(os.cpu_count() or 1)   # the others wait at the barrier: use every core
+            # oneDNN's CPU convolutions run about 1.7x faster with channels-last weights; the
+            # training is over, so this changes only the speed of the evaluation.
+            model.to(memory_format=torch.channels_last)
         accuracy = evaluate(model, Xt, Yt, 1000, autocast)
+        phases.done("test evaluation")
         sums = [g["checksum"]["sum"] for g in gathered]
         agree = all(g["checksum"] == gathered[0]["checksum"] for g in gathered)
         from ddlab.experiments import run_provenance
         command = os.environ.get("DDLAB_COMMAND") or shlex.join([sys.executable, *sys.argv])
+        provenance = run_provenance(command)
+        phases.done("result and provenance")
         result = {
             "model": args.model, "params": n_params, "gradient_bytes_per_step": grad_bytes,
             "framework": "torch", "launcher": args.launcher, "backend": workers.backend,
@@ -517,6 +575,7 @@ def main(argv=None) -> int:
             "device_name": torch.cuda.get_device_name(device) if use_cuda else None,
             "cuda_graph": graph is not None, "cuda_graph_reason": graph_reason,
             "compile": args.compile, "channels_last": args.channels_last,
+            "cudnn_benchmark": use_cuda and args.cudnn_benchmark == "on",
             "optimizer": args.optimizer, "lr": lr, "lr_base": args.lr, "scale_lr": args.scale_lr,
             "seed": args.seed, "cpu_threads": None if use_cuda else args.cpu_threads,
             "checksum": checksum, "start_checksum": start_checksum,
@@ -528,14 +587,17 @@ def main(argv=None) -> int:
             "torch": torch.__version__,
             "nccl_version": nccl_version() if use_cuda else None,
             "notes": notes,
-            "wall_s": time.time() - t_launch,
-            "provenance": run_provenance(command),
+            # seconds per phase of rank 0, from its process start to here (see the docstring)
+            "phase_s": phases.to_dict(),
+            "wall_s": phases.since_start(),
+            "provenance": provenance,
         }
         sm = speed["step_time_ms"]
         print(f"timed {timed} steps after {warmup} warm-up: {speed['images_per_s']:,.0f} img/s "
               f"({world} worker(s)); step median {sm['median']:.3f} ms (p10 {sm['p10']:.3f}, p90 {sm['p90']:.3f}) "
               f"| test accuracy {accuracy:.4f} on {result['test_samples']:,} images "
-              f"| ranks agree on weights: {'yes' if agree else 'NO'}", flush=True)
+              f"| ranks agree on weights: {'yes' if agree else 'NO'} | {result['wall_s']:.1f} s since process start",
+              flush=True)
         if args.json:
             tmp = args.json + ".part"
             with open(tmp, "w") as f:
@@ -544,6 +606,7 @@ def main(argv=None) -> int:
             os.replace(tmp, args.json)
     workers.barrier()   # rank 0 evaluates while the others wait, then all leave together
     workers.shutdown()
+    phases.done("shutdown")   # printed only: the result was written above
     return 0
 
 
