@@ -204,6 +204,8 @@ def _allreduce_worker() -> int:
     """Run under torchrun: one NCCL all-reduce per rank so NCCL sets up its connections."""
     import os
 
+    from .launch import install_hang_traceback
+    install_hang_traceback()  # a worker killed for hanging says where it was
     import torch
     import torch.distributed as dist
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))

@@ -131,6 +131,8 @@ CHECKS = {"hvd-torch": hvd_torch, "hvd-tf": hvd_tf, "ddp-step": ddp_step,
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    from .launch import install_hang_traceback
+    install_hang_traceback()  # a worker killed for hanging says where it was
     if len(argv) != 1 or argv[0] not in CHECKS:
         print(f"usage: python -m ddlab.smoke {{{','.join(CHECKS)}}}", file=sys.stderr)
         return 2
