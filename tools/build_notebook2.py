@@ -54,7 +54,8 @@ path off a machine, to predict what it costs, and to measure it.
 **Time.** About 75 minutes to read and work through. The cells themselves run in a few minutes,
 on a laptop CPU as on a multi-GPU server.
 
-**Before you start.** Notebook 1 (data parallelism and all-reduce). Every code cell calls the
+**Before you start.** Start_Here (the course's set-up and hardware modes); data parallelism and
+all-reduce in outline (notebook 1, being written, will cover them). Every code cell calls the
 course's package `ddlab`; the module it calls (`ddlab.links`, `ddlab.topology`, ...) is where its
 code lives, under `source_code/ddlab/`.
 
@@ -90,17 +91,7 @@ WHAT_RUNS = {
 }
 print(f"This notebook runs in {MODE} mode: {WHAT_RUNS[MODE]}.\n")
 print(hardware.format_inventory(inv))
-
-
-def caption(prov, live=False):
-    # Where a figure comes from: measured now, recorded on a named machine, or written from published facts.
-    if live:
-        return "measured now on " + provenance.label(prov)
-    if prov.get("cited"):
-        return "written from published facts, not measured"
-    if prov.get("illustrative"):
-        return "illustrative example, not a measurement"
-    return "recorded on " + provenance.label(prov)
+caption = provenance.caption                      # "measured now on ..." / "recorded on ..." labels
 """)
 
 # =============================================================================== 1

@@ -14,7 +14,6 @@ PNG metadata, so regenerating an unchanged image leaves git with nothing to comm
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 
@@ -45,29 +44,14 @@ def diagram_images() -> dict:
             "peer_to_peer": diagrams.peer_to_peer}
 
 
-def _caption(prov: dict) -> str:
-    """Where a recorded figure comes from (the notebooks label their figures the same way)."""
-    from ddlab import provenance
-    if prov.get("cited"):
-        return "written from published facts, not measured"
-    if prov.get("illustrative"):
-        return "illustrative example, not a measurement"
-    return "recorded on " + provenance.label(prov)
-
-
 def topology_images() -> dict:
-    """topology_<name> -> function returning a Figure, for each recorded machine.
-
-    Empty (with a note) until ddlab.topology exists; an error inside it is not hidden."""
-    if importlib.util.find_spec("ddlab.topology") is None:
-        print("note: ddlab.topology is not there yet; topology drawings skipped", file=sys.stderr)
-        return {}
-    from ddlab import topology
+    """topology_<name> -> function returning a Figure, for each recorded machine."""
+    from ddlab import provenance, topology
 
     def drawer(name):
         def draw():
             topo = topology.recorded(name)
-            ax = topo.draw(title=f"{name}: {len(topo.gpus)} GPUs\n({_caption(topo.provenance or {})})")
+            ax = topo.draw(title=f"{name}: {len(topo.gpus)} GPUs\n({provenance.caption(topo.provenance or {})})")
             return ax.figure
         return draw
 

@@ -51,3 +51,15 @@ def label(prov: dict) -> str:
     """One line for a figure caption: 'recorded on 2x NVIDIA H200, 2026-11-22'."""
     gpus = f"{prov.get('gpu_count')}x {prov.get('gpu_model')}" if prov.get("gpu_count") else "CPU only"
     return f"{prov.get('machine')} ({gpus}), {str(prov.get('date', ''))[:10]}"
+
+
+def caption(prov: dict, live: bool = False) -> str:
+    """Where a figure or table comes from, as the course labels it everywhere: "measured now
+    on ...", "recorded on ...", or, for figures not measured, what they are instead."""
+    if live:
+        return "measured now on " + label(prov)
+    if prov.get("cited"):
+        return "written from published facts, not measured"
+    if prov.get("illustrative"):
+        return "illustrative example, not a measurement"
+    return "recorded on " + label(prov)
