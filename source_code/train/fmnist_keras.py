@@ -24,17 +24,15 @@ after the warm-up and stops it after the last, both times after the device has f
 work (``tf.test.experimental.sync_devices``) and the workers have met (a Horovod all-reduce
 of one number); per-step times are host wall-clock times, which on a GPU include the
 waiting Keras does every step to hand the callbacks their logs. Throughput = steps x batch x
-workers / elapsed. The result JSON has the same fields as fmnist_torch.py's, ``phase_s``
+workers / elapsed. The result JSON has the same fields as fmnist_torch.py's
+(``ddlab.train_common.build_result`` lists them, with the flags both scripts share), ``phase_s``
 (seconds per phase of rank 0's run, printed as ``phase ...`` lines) included; on SIGTERM
 (a launch timeout) every worker prints its Python tracebacks before it dies.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -54,62 +52,28 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 from ddlab import data as ddata  # noqa: E402
-from ddlab import models_keras, throughput  # noqa: E402
+from ddlab import models_keras, throughput, train_common  # noqa: E402
 from ddlab.models_torch import MODELS  # noqa: E402  (names only; torch itself is not imported)
+from ddlab.train_common import FMNIST_MEAN, FMNIST_STD  # noqa: E402
 
-FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
 
-
-class Failure(SystemExit):
-    def __init__(self, msg: str):
-        super().__init__(f"fmnist_keras.py: error: {msg}")
+class Failure(train_common.Failure):
+    """A clear one-line error for bad input or an impossible setting (exit status 2)."""
+    script = "fmnist_keras.py"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--launcher", choices=["none", "horovod"], default="none",
-                   help="none: one process; horovod: run under horovodrun")
-    p.add_argument("--model", choices=MODELS, default="cnn")
-    p.add_argument("--batch-size", type=int, default=128, help="images per worker per step")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--steps", type=int, help="total optimizer steps, warm-up included")
-    g.add_argument("--epochs", type=float, help="total steps = epochs x steps per epoch of a shard (default 1)")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help="untimed steps first (default: a fifth of the steps, at most 50)")
-    p.add_argument("--lr", type=float, default=1e-3, help="learning rate for one worker")
-    p.add_argument("--scale-lr", action="store_true", help="multiply the learning rate by the number of workers")
-    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam", help="sgd: momentum 0.9")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="cpu hides the GPUs from TensorFlow")
-    p.add_argument("--cpu-threads", type=int, default=1,
-                   help="threads per worker on CPU: 1 makes each worker play one device")
-    p.add_argument("--data-dir", help="folder with the four Fashion-MNIST IDX files")
-    p.add_argument("--test-samples", type=int, default=10000, help="test images to evaluate at the end")
-    p.add_argument("--log-interval", type=int, default=None, help="steps between printed lines")
-    p.add_argument("--json", metavar="PATH", help="write the result here (rank 0)")
-    a = p.parse_args(argv)
-    if a.batch_size < 1:
-        raise Failure(f"--batch-size must be at least 1, got {a.batch_size}")
-    if a.steps is not None and a.steps < 2:
-        raise Failure(f"--steps must be at least 2 (warm-up plus timed steps), got {a.steps}")
-    if a.epochs is not None and not a.epochs > 0:
-        raise Failure(f"--epochs must be positive, got {a.epochs}")
-    if a.warmup_steps is not None and a.warmup_steps < 0:
-        raise Failure("--warmup-steps cannot be negative")
-    if not a.lr > 0:
-        raise Failure(f"--lr must be positive, got {a.lr}")
-    if not 1 <= a.test_samples <= 10000:
-        raise Failure("--test-samples must be within 1..10000")
-    if a.cpu_threads < 1:
-        raise Failure("--cpu-threads must be at least 1")
-    return a
+    train_common.add_common_arguments(p, launchers=["none", "horovod"], models=MODELS,
+                                      device_help="cpu hides the GPUs from TensorFlow")
+    return train_common.validate_common(p.parse_args(argv), Failure)
 
 
 def rank_seed(seed: int, rank: int) -> int:
-    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0] % (2 ** 31))
+    # Below 2**31, as this script's seeds have always been: another range would give the
+    # Keras runs other dropout masks than before.
+    return train_common.rank_seed(seed, rank, bits=31)
 
 
 def weights_checksum(model) -> dict:
@@ -171,15 +135,9 @@ def main(argv=None) -> int:
     # One rank per machine verifies the files' SHA-256 (its other ranks read the same files).
     x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir, verify=local_rank == 0)
     n = x_train.shape[0]
-    per_rank = n // world
-    steps_per_epoch = per_rank // args.batch_size
-    if steps_per_epoch < 1:
-        raise Failure(f"a shard of {per_rank} images holds no full batch of {args.batch_size}")
-    total = args.steps if args.steps is not None else max(2, int(round((args.epochs or 1) * steps_per_epoch)))
-    warmup = args.warmup_steps if args.warmup_steps is not None else max(1, min(50, total // 5))
-    if total <= warmup:
-        raise Failure(f"{total} steps leave no timed step after {warmup} warm-up steps")
-    epochs_needed = math.ceil(total / steps_per_epoch)
+    plan = train_common.plan_steps(args, n, world, Failure)
+    per_rank, steps_per_epoch, total, warmup = plan.per_rank, plan.steps_per_epoch, plan.total, plan.warmup
+    epochs_needed = plan.epochs_needed
     used = steps_per_epoch * args.batch_size
     order = np.concatenate([ddata.shard_indices(n, rank, world, args.seed, epoch=e)[:used]
                             for e in range(epochs_needed)])[:total * args.batch_size]
@@ -245,9 +203,8 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             dt = t - self.t_log
             if rank == 0:
-                print(f"step {done:>6}/{total} | loss {loss:.4f} | {1e3 * dt / (done - self.step_log):8.2f} ms/step | "
-                      f"{(done - self.step_log) * global_batch / dt:>11,.0f} img/s (all workers, "
-                      f"{'warm-up' if done <= warmup else 'timed'})", flush=True)
+                print(train_common.step_line(done, total, loss, dt, done - self.step_log, global_batch, warmup),
+                      flush=True)
             self.t_log, self.step_log, self.mean_log, self.last_loss = t, done, mean, loss
 
         def on_train_end(self, logs=None):
@@ -274,55 +231,25 @@ def main(argv=None) -> int:
         xt = normalise(x_test[:args.test_samples])
         _, accuracy = model.evaluate(xt, y_test[:args.test_samples].astype(np.int32), batch_size=1000, verbose=0)
         phases.done("test evaluation")
-        sums = [g["checksum"]["sum"] for g in gathered]
-        agree = all(g["checksum"] == gathered[0]["checksum"] for g in gathered)
         from ddlab.experiments import run_provenance
-        command = os.environ.get("DDLAB_COMMAND") or shlex.join([sys.executable, *sys.argv])
-        provenance = run_provenance(command, torch_facts=False)
+        provenance = run_provenance(train_common.run_command(), torch_facts=False)
         phases.done("result and provenance")
-        sm = speed["step_time_ms"]
-        result = {
-            "model": args.model, "params": n_params, "gradient_bytes_per_step": grad_bytes,
-            "framework": "keras", "launcher": args.launcher,
-            "backend": ("horovod-" + ("nccl" if use_gpu and hvd_tf.nccl_built() else "gloo")) if hvd_tf else "none",
-            "workers": world, "batch_per_worker": args.batch_size, "global_batch": global_batch,
-            "steps": total, "warmup_steps": warmup, "timed_steps": speed["timed_steps"],
-            "epochs": round(total / steps_per_epoch, 4), "steps_per_epoch": steps_per_epoch,
-            "images_per_s": speed["images_per_s"], "images_per_s_per_worker": speed["images_per_s_per_worker"],
-            "images_timed": speed["images_timed"], "elapsed_s": clock.elapsed_s,
-            "step_time_ms": sm, "step_times_ms": [round(v, 5) for v in clock.step_times_ms],
-            "test_accuracy": float(accuracy), "test_samples": int(min(args.test_samples, len(y_test))),
-            "final_loss": steplog.last_loss,
-            "final_loss_note": "mean training loss of rank 0 over the last logging interval",
-            "precision": args.precision, "device": "cuda" if use_gpu else "cpu",
-            "device_name": None, "cuda_graph": False, "cuda_graph_reason": "not applicable (TensorFlow)",
-            "compile": "tf.function", "channels_last": True,
-            "optimizer": args.optimizer, "lr": lr, "lr_base": args.lr, "scale_lr": args.scale_lr,
-            "seed": args.seed, "cpu_threads": None if use_gpu else args.cpu_threads,
-            "checksum": checksum, "start_checksum": start_checksum,
-            "rank_checksums": [g["checksum"] for g in gathered],
-            "ranks_agree": agree, "rank_checksum_spread": max(sums) - min(sums),
-            "rank_elapsed_s": [g["elapsed_s"] for g in gathered],
-            "nccl_env": {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_")},
-            "framework_env": {k: v for k, v in sorted(env.items())
-                              if k.startswith(("HOROVOD_", "TF_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"))},
-            "tensorflow": tf.__version__, "notes": [],
-            # seconds per phase of rank 0, from its process start to here (see the docstring)
-            "phase_s": phases.to_dict(),
-            "wall_s": phases.since_start(),
-            "provenance": provenance,
-        }
-        print(f"timed {speed['timed_steps']} steps after {warmup} warm-up: {speed['images_per_s']:,.0f} img/s "
-              f"({world} worker(s)); step median {sm['median']:.3f} ms (p10 {sm['p10']:.3f}, p90 {sm['p90']:.3f}) "
-              f"| test accuracy {accuracy:.4f} on {result['test_samples']:,} images "
-              f"| ranks agree on weights: {'yes' if agree else 'NO'} | {result['wall_s']:.1f} s since process start",
-              flush=True)
+        result = train_common.build_result(
+            args, framework="keras", params=n_params, gradient_bytes=grad_bytes,
+            backend=("horovod-" + ("nccl" if use_gpu and hvd_tf.nccl_built() else "gloo")) if hvd_tf else "none",
+            world=world, plan=plan, speed=speed, step_times_ms=clock.step_times_ms, accuracy=accuracy,
+            test_samples=min(args.test_samples, len(y_test)), final_loss=steplog.last_loss,
+            device_fields={
+                "device": "cuda" if use_gpu else "cpu",
+                "device_name": None, "cuda_graph": False, "cuda_graph_reason": "not applicable (TensorFlow)",
+                "compile": "tf.function", "channels_last": True},
+            lr=lr, on_gpu=use_gpu, checksum=checksum, start_checksum=start_checksum, gathered=gathered,
+            framework_env_prefixes=("HOROVOD_", "TF_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"),
+            versions={"tensorflow": tf.__version__}, notes=plan.notes,
+            phase_s=phases.to_dict(), wall_s=phases.since_start(), provenance=provenance)
+        print(train_common.summary_line(result), flush=True)
         if args.json:
-            tmp = args.json + ".part"
-            with open(tmp, "w") as f:
-                json.dump(result, f, indent=1)
-                f.write("\n")
-            os.replace(tmp, args.json)
+            train_common.write_json(args.json, result)
     if hvd_tf is not None:
         sync_all()   # the others wait while rank 0 evaluates, then all leave together
     phases.done("shutdown")   # printed only: the result was written above

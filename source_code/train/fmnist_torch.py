@@ -45,16 +45,15 @@ with the capture, timed loop, test evaluation, result) and the result holds them
 ``phase_s``. On SIGTERM (a launch timeout) every worker prints its Python tracebacks
 (``ddlab.launch.install_hang_traceback``), so a hang says where it was.
 
-The result (``--json PATH``) is one JSON object: see ``result`` near the end of ``main``.
+The result (``--json PATH``) is one JSON object: ``ddlab.train_common.build_result`` lists its
+fields (the same in fmnist_keras.py); the flags, checks and printed lines both scripts share
+are there too.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import math
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -75,9 +74,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from ddlab import data as ddata  # noqa: E402
-from ddlab import models_torch, throughput  # noqa: E402
-
-FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530   # of the 60,000 training images, pixels in [0, 1]
+from ddlab import models_torch, throughput, train_common  # noqa: E402
+from ddlab.train_common import FMNIST_MEAN, FMNIST_STD, rank_seed  # noqa: E402
 DDP_EAGER_BEFORE_CAPTURE = 20  # PyTorch's CUDA-graph notes: >= 11 DDP iterations before capture;
 # DDP also times iterations 1-10 and every 100th with CUDA events, which must not fall in a capture.
 EAGER_BEFORE_CAPTURE = 3       # one process: warm cuDNN, cuBLAS and the optimizer state first
@@ -86,31 +84,13 @@ EAGER_BEFORE_CAPTURE = 3       # one process: warm cuDNN, cuBLAS and the optimiz
 CAPTURE_START, CAPTURE_DONE = "cuda-graph capture: start", "cuda-graph capture: done"
 
 
-class Failure(SystemExit):
+class Failure(train_common.Failure):
     """A clear one-line error for bad input or an impossible setting (exit status 2)."""
-
-    def __init__(self, msg: str):
-        super().__init__(f"fmnist_torch.py: error: {msg}")
+    script = "fmnist_torch.py"
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--launcher", choices=["none", "ddp", "horovod"], default="none",
-                   help="none: one process; ddp: run under torchrun; horovod: run under horovodrun")
-    p.add_argument("--model", choices=models_torch.MODELS, default="cnn")
-    p.add_argument("--batch-size", type=int, default=128, help="images per worker per step")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--steps", type=int, help="total optimizer steps, warm-up included")
-    g.add_argument("--epochs", type=float, help="total steps = epochs x steps per epoch of a shard (default 1)")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help="untimed steps first (default: a fifth of the steps, at most 50)")
-    p.add_argument("--lr", type=float, default=1e-3, help="learning rate for one worker")
-    p.add_argument("--scale-lr", action="store_true", help="multiply the learning rate by the number of workers")
-    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam", help="sgd: momentum 0.9")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+def add_torch_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags only PyTorch has: how the step runs on a GPU."""
     p.add_argument("--cuda-graph", choices=["auto", "on", "off"], default="auto",
                    help="capture the whole step as a CUDA graph (auto: on for one process on a GPU without "
                         "--compile; off for ddp, where capture is opt-in: unverified, it hung once on 2x H200)")
@@ -120,29 +100,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cudnn-benchmark", choices=["on", "off"], default="on",
                    help="let cuDNN time its convolution algorithms at the first steps (costs warm-up time; "
                         "the phase lines show how much)")
-    p.add_argument("--cpu-threads", type=int, default=1,
-                   help="threads per worker on CPU: 1 makes each worker play one device, so 1 vs 2 workers "
-                        "compares 1 vs 2 cores")
-    p.add_argument("--data-dir", help="folder with the four Fashion-MNIST IDX files (default: ddlab.data's search)")
-    p.add_argument("--test-samples", type=int, default=10000, help="test images to evaluate at the end")
-    p.add_argument("--log-interval", type=int, default=None, help="steps between printed lines (default: ~10 lines)")
-    p.add_argument("--json", metavar="PATH", help="write the result here (rank 0)")
-    a = p.parse_args(argv)
-    if a.batch_size < 1:
-        raise Failure(f"--batch-size must be at least 1, got {a.batch_size}")
-    if a.steps is not None and a.steps < 2:
-        raise Failure(f"--steps must be at least 2 (warm-up plus timed steps), got {a.steps}")
-    if a.epochs is not None and not a.epochs > 0:
-        raise Failure(f"--epochs must be positive, got {a.epochs}")
-    if a.warmup_steps is not None and a.warmup_steps < 0:
-        raise Failure("--warmup-steps cannot be negative")
-    if not a.lr > 0:
-        raise Failure(f"--lr must be positive, got {a.lr}")
-    if not 1 <= a.test_samples <= 10000:
-        raise Failure("--test-samples must be within 1..10000")
-    if a.cpu_threads < 1:
-        raise Failure("--cpu-threads must be at least 1")
-    return a
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    train_common.add_common_arguments(p, launchers=["none", "ddp", "horovod"], models=models_torch.MODELS,
+                                      framework_arguments=add_torch_arguments)
+    return train_common.validate_common(p.parse_args(argv), Failure)
 
 
 # ----------------------------------------------------------------------------- workers
@@ -265,11 +230,6 @@ def graph_decision(args, use_cuda: bool):
     return True, "on (auto: one process on a GPU)"
 
 
-def rank_seed(seed: int, rank: int) -> int:
-    """A distinct, reproducible seed per rank (dropout masks must differ between workers)."""
-    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
-
-
 def weights_checksum(model: torch.nn.Module) -> dict:
     """float64 sum and sum of squares of all parameters: equal on every rank when the ranks
     agree (they take identical steps), different as soon as one rank drifts."""
@@ -282,10 +242,6 @@ def weights_checksum(model: torch.nn.Module) -> dict:
 def nccl_version() -> str:
     v = torch.cuda.nccl.version()
     return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-
-
-def env_with(prefixes) -> dict:
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
 
 
 @torch.no_grad()
@@ -332,21 +288,12 @@ def main(argv=None) -> int:
     # only rank 0 needs the test images on its device.
     x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir, verify=workers.local_rank == 0)
     n = x_train.shape[0]
-    per_rank = n // world
-    steps_per_epoch = per_rank // args.batch_size
-    if steps_per_epoch < 1:
-        raise Failure(f"a shard of {per_rank} images (60,000 / {world} workers) holds no full batch of {args.batch_size}")
-    total = args.steps if args.steps is not None else max(2, int(round((args.epochs or 1) * steps_per_epoch)))
-    warmup = args.warmup_steps if args.warmup_steps is not None else max(1, min(50, total // 5))
     eager_needed = (DDP_EAGER_BEFORE_CAPTURE if args.launcher == "ddp" else EAGER_BEFORE_CAPTURE) if use_graph else 0
-    if use_graph and warmup < eager_needed:
-        notes.append(f"warm-up raised from {warmup} to {eager_needed} steps: the CUDA-graph capture "
-                     f"needs {eager_needed} eager steps first")
-        warmup = eager_needed
-    if total <= warmup:
-        raise Failure(f"{total} steps leave no timed step after {warmup} warm-up steps: raise --steps "
-                      f"or lower --warmup-steps")
-    epochs_needed = math.ceil(total / steps_per_epoch)
+    plan = train_common.plan_steps(args, n, world, Failure, min_warmup=eager_needed,
+                                   min_warmup_why=f"the CUDA-graph capture needs {eager_needed} eager steps first")
+    notes += plan.notes
+    per_rank, steps_per_epoch, total, warmup = plan.per_rank, plan.steps_per_epoch, plan.total, plan.warmup
+    epochs_needed = plan.epochs_needed
     # One permutation per epoch, identical on all ranks, cut into disjoint equal shards.
     order = np.stack([ddata.shard_indices(n, rank, world, args.seed, epoch=e) for e in range(epochs_needed)])
     order_t = torch.from_numpy(order).to(device)
@@ -446,10 +393,8 @@ def main(argv=None) -> int:
         loss_sum.zero_()
         t = time.perf_counter()
         dt = t - state["t_log"]
-        rate = (step_done - state["step_log"]) * global_batch / dt if dt > 0 else float("nan")
-        phase = "warm-up" if step_done <= warmup else "timed"
-        print(f"step {step_done:>6}/{total} | loss {loss:.4f} | {1e3 * dt / max(1, step_done - state['step_log']):8.2f} "
-              f"ms/step | {rate:>11,.0f} img/s (all workers, {phase})", flush=True)
+        print(train_common.step_line(step_done, total, loss, dt, step_done - state["step_log"], global_batch, warmup),
+              flush=True)
         state.update(t_log=t, step_log=step_done, last_loss=loss)
 
     graph = None
@@ -536,8 +481,7 @@ def main(argv=None) -> int:
     elapsed = time.perf_counter() - t0
     phases.done("timed loop")
     step_ms = [a.elapsed_time(b) for a, b in zip(events, events[1:])] if use_cuda else host_times
-    timed = total - warmup
-    speed = throughput.summarize(timed, args.batch_size, world, elapsed, step_ms)
+    speed = throughput.summarize(plan.timed, args.batch_size, world, elapsed, step_ms)
 
     # ---- agreement across ranks, test accuracy, result
     checksum = weights_checksum(model)
@@ -552,58 +496,26 @@ def main(argv=None) -> int:
             model.to(memory_format=torch.channels_last)
         accuracy = evaluate(model, Xt, Yt, 1000, autocast)
         phases.done("test evaluation")
-        sums = [g["checksum"]["sum"] for g in gathered]
-        agree = all(g["checksum"] == gathered[0]["checksum"] for g in gathered)
         from ddlab.experiments import run_provenance
-        command = os.environ.get("DDLAB_COMMAND") or shlex.join([sys.executable, *sys.argv])
-        provenance = run_provenance(command)
+        provenance = run_provenance(train_common.run_command())
         phases.done("result and provenance")
-        result = {
-            "model": args.model, "params": n_params, "gradient_bytes_per_step": grad_bytes,
-            "framework": "torch", "launcher": args.launcher, "backend": workers.backend,
-            "workers": world, "batch_per_worker": args.batch_size, "global_batch": global_batch,
-            "steps": total, "warmup_steps": warmup, "timed_steps": timed,
-            "epochs": round(total / steps_per_epoch, 4), "steps_per_epoch": steps_per_epoch,
-            "images_per_s": speed["images_per_s"], "images_per_s_per_worker": speed["images_per_s_per_worker"],
-            "images_timed": speed["images_timed"], "elapsed_s": elapsed,
-            "step_time_ms": speed["step_time_ms"],
-            "step_times_ms": [round(v, 5) for v in step_ms],
-            "test_accuracy": accuracy, "test_samples": int(Yt.shape[0]),
-            "final_loss": state["last_loss"],
-            "final_loss_note": "mean training loss of rank 0 over the last logging interval",
-            "precision": args.precision, "device": device.type,
-            "device_name": torch.cuda.get_device_name(device) if use_cuda else None,
-            "cuda_graph": graph is not None, "cuda_graph_reason": graph_reason,
-            "compile": args.compile, "channels_last": args.channels_last,
-            "cudnn_benchmark": use_cuda and args.cudnn_benchmark == "on",
-            "optimizer": args.optimizer, "lr": lr, "lr_base": args.lr, "scale_lr": args.scale_lr,
-            "seed": args.seed, "cpu_threads": None if use_cuda else args.cpu_threads,
-            "checksum": checksum, "start_checksum": start_checksum,
-            "rank_checksums": [g["checksum"] for g in gathered],
-            "ranks_agree": agree, "rank_checksum_spread": max(sums) - min(sums),
-            "rank_elapsed_s": [g["elapsed_s"] for g in gathered],
-            "nccl_env": env_with(("NCCL_",)),
-            "framework_env": env_with(("TORCH_NCCL_", "HOROVOD_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")),
-            "torch": torch.__version__,
-            "nccl_version": nccl_version() if use_cuda else None,
-            "notes": notes,
-            # seconds per phase of rank 0, from its process start to here (see the docstring)
-            "phase_s": phases.to_dict(),
-            "wall_s": phases.since_start(),
-            "provenance": provenance,
-        }
-        sm = speed["step_time_ms"]
-        print(f"timed {timed} steps after {warmup} warm-up: {speed['images_per_s']:,.0f} img/s "
-              f"({world} worker(s)); step median {sm['median']:.3f} ms (p10 {sm['p10']:.3f}, p90 {sm['p90']:.3f}) "
-              f"| test accuracy {accuracy:.4f} on {result['test_samples']:,} images "
-              f"| ranks agree on weights: {'yes' if agree else 'NO'} | {result['wall_s']:.1f} s since process start",
-              flush=True)
+        result = train_common.build_result(
+            args, framework="torch", params=n_params, gradient_bytes=grad_bytes, backend=workers.backend,
+            world=world, plan=plan, speed=speed, step_times_ms=step_ms, accuracy=accuracy,
+            test_samples=Yt.shape[0], final_loss=state["last_loss"],
+            device_fields={
+                "device": device.type,
+                "device_name": torch.cuda.get_device_name(device) if use_cuda else None,
+                "cuda_graph": graph is not None, "cuda_graph_reason": graph_reason,
+                "compile": args.compile, "channels_last": args.channels_last,
+                "cudnn_benchmark": use_cuda and args.cudnn_benchmark == "on"},
+            lr=lr, on_gpu=use_cuda, checksum=checksum, start_checksum=start_checksum, gathered=gathered,
+            framework_env_prefixes=("TORCH_NCCL_", "HOROVOD_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"),
+            versions={"torch": torch.__version__, "nccl_version": nccl_version() if use_cuda else None},
+            notes=notes, phase_s=phases.to_dict(), wall_s=phases.since_start(), provenance=provenance)
+        print(train_common.summary_line(result), flush=True)
         if args.json:
-            tmp = args.json + ".part"
-            with open(tmp, "w") as f:
-                json.dump(result, f, indent=1)
-                f.write("\n")
-            os.replace(tmp, args.json)
+            train_common.write_json(args.json, result)
     workers.barrier()   # rank 0 evaluates while the others wait, then all leave together
     workers.shutdown()
     phases.done("shutdown")   # printed only: the result was written above
