@@ -1,7 +1,12 @@
 """ddlab: the code behind the course "Distributed Deep Learning: GPU System Topology".
 
-One module per concept of the notebooks: hardware, topology, nccl_log, p2p, collectives,
-launch, experiments, cost_model, data, plots, widgets, checks, cli.
+One module per concept of the notebooks: hardware (what this machine has), topology
+(nvidia-smi topo -m), nccl_log (NCCL's transport choice), p2p (our CUDA p2p test),
+collectives (all-reduce sweeps), cost_model (alpha-beta), launch (multi-process runs with
+timeouts), experiments (named experiments, live or recorded), models_torch / models_keras,
+train_common (what the training scripts share), throughput (honest images/s), data
+(Fashion-MNIST), links (link technologies and their sources), widgets, checks (exercises),
+diagrams, provenance and reference (recorded results), smoke (tiny distributed checks), cli.
 """
 __version__ = "0.1.0"
 
