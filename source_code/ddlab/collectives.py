@@ -439,15 +439,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
                    f"sizes={format_size(sizes[0])}..{format_size(sizes[-1])}, dtype={dtype!r})")
     prov = provenance.collect(command, inventory=inventory)
     # Record the NCCL variables the workers saw (this process's environment is not theirs).
-    seen = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
-    for k, v in overrides.items():
-        if k.startswith("NCCL_"):
-            if v is None:
-                seen.pop(k, None)
-            else:
-                seen[k] = str(v)
-    seen["NCCL_NVLS_ENABLE"] = seen.get("NCCL_NVLS_ENABLE") or "0"
-    prov["nccl_env"] = seen
+    prov["nccl_env"] = {k: v for k, v in launch.worker_environment(overrides).items() if k.startswith("NCCL_")}
     shown_env = {k: v for k, v in overrides.items()
                  if v is not None and k != "PYTHONPATH" and (backend == "nccl" or not k.startswith("NCCL_"))}
     return SweepResult(op=op, backend=backend, path=path, env=shown_env, nproc=nproc, rows=worker["rows"],

@@ -115,7 +115,9 @@ def command_for(launcher: str, nproc: int, argv: Sequence[str], *, python: str =
     return cmd + [python, *argv]
 
 
-def _merged_env(env: Optional[Mapping[str, Optional[str]]], launch_id: str) -> dict:
+def worker_environment(env: Optional[Mapping[str, Optional[str]]] = None) -> dict:
+    """The environment the workers of a launch see: this process's, with NVLink multicast
+    kept off, unbuffered Python, and ``env`` applied (``None`` removes a variable)."""
     full = dict(os.environ)
     full.setdefault("NCCL_NVLS_ENABLE", "0")
     full.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
@@ -126,6 +128,11 @@ def _merged_env(env: Optional[Mapping[str, Optional[str]]], launch_id: str) -> d
         else:
             full[k] = str(v)
     full["NCCL_NVLS_ENABLE"] = full.get("NCCL_NVLS_ENABLE") or "0"
+    return full
+
+
+def _merged_env(env: Optional[Mapping[str, Optional[str]]], launch_id: str) -> dict:
+    full = worker_environment(env)
     full["DDLAB_LAUNCH_ID"] = launch_id
     return full
 
