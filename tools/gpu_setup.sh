@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Source this on the lent GPU machine (no registries there) before the other gpu_*.sh scripts:
 # installs the carried wheels (.whl/) and Horovod (a carried wheel in .carry/, else a build
-# from the carried sdist), and keeps NVLink multicast off.
+# from the carried sdist), and keeps NVLink multicast off. What to carry (all git-ignored):
+#   .carry/horovod-0.28.1.tar.gz   (pip download --no-deps --no-binary :all: horovod==0.28.1)
+#   .whl/   cffi and pycparser for Python 3.12 (the build needs cffi), plus nbval and its
+#           Jupyter dependencies to run the notebooks there (see the device tool's README)
+#   .cache/fashion-mnist/          (the four .gz files) for the training experiments
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
@@ -15,6 +19,11 @@ elif ls .carry/horovod-*.whl >/dev/null 2>&1; then
 elif ls .carry/horovod-*.whl.part* >/dev/null 2>&1; then
   w=$(ls .carry/horovod-*.whl.part* | head -1); w=${w%.part*}
   cat "$w".part* > "/tmp/$(basename "$w")" && python3 -m pip install -q --no-deps --no-index "/tmp/$(basename "$w")" && HVD_OK=1
+elif [ -f .carry/horovod-0.28.1.tar.gz ]; then
+  # No wheel carried: build one from the carried sdist (about 90 s on the 2x H200 machine).
+  echo "[gpu_setup] building Horovod from .carry/horovod-0.28.1.tar.gz"
+  PYTHON=python3 HOROVOD_SDIST=.carry/horovod-0.28.1.tar.gz HOROVOD_CACHE=/tmp/hvdcache \
+    bash tools/build_horovod.sh > /tmp/hvd_build.txt 2>&1 && HVD_OK=1 || tail -20 /tmp/hvd_build.txt
 fi
 export HVD_OK
 echo "[gpu_setup] HVD_OK=$HVD_OK python=$(python3 -V 2>&1) torch=$(python3 -c 'import torch;print(torch.__version__, torch.cuda.device_count(), "GPUs")' 2>&1)"
