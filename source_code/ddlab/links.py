@@ -56,14 +56,26 @@ PCIE_SPEC = {
     4: "PCI-SIG, PCI Express Base Specification Revision 4.0 (2017): 16.0 GT/s per lane, 128b/130b encoding",
     5: "PCI-SIG, PCI Express Base Specification Revision 5.0 (2019): 32.0 GT/s per lane, 128b/130b encoding",
 }
-NVLINK_SPEC = {
-    2: ("NVIDIA Tesla V100 GPU Architecture whitepaper (2017) and NVIDIA DGX-1 with Tesla V100 System "
-        "Architecture whitepaper: NVLink 2.0, 25 GB/s per direction per link, 6 links per V100 (300 GB/s total)"),
-    3: ("NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): third-generation NVLink, 12 links per "
-        "A100, 600 GB/s total (25 GB/s per direction per link)"),
-    4: ("NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): fourth-generation NVLink, 18 links per "
-        "H100, 900 GB/s total (25 GB/s per direction per link); H200 uses the same NVLink"),
-}
+# Per-link NVLink rates as NVIDIA publishes them (per direction; "total" is both directions
+# summed over all links of one GPU, which is how NVIDIA states it).
+NVLINK_GENERATIONS = [
+    {"generation": "NVLink 1", "gpu": "P100", "links_per_gpu": 4, "GB_s_per_link_per_direction": 20,
+     "total_GB_s": 160, "source": "NVIDIA Tesla P100 whitepaper (WP-08019-001, 2016): four NVLinks, "
+                                  "160 GB/s total bidirectional"},
+    {"generation": "NVLink 2", "gpu": "V100", "links_per_gpu": 6, "GB_s_per_link_per_direction": 25,
+     "total_GB_s": 300, "source": "NVIDIA DGX-1 with Tesla V100 System Architecture whitepaper "
+                                  "(WP-08437-002): six NVLinks per V100, each 25 GB/s in each direction"},
+    {"generation": "NVLink 3", "gpu": "A100", "links_per_gpu": 12, "GB_s_per_link_per_direction": 25,
+     "total_GB_s": 600, "source": "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020) and "
+                                  "NVIDIA's NVLink page: twelve third-generation NVLinks, 600 GB/s total"},
+    {"generation": "NVLink 4", "gpu": "H100/H200", "links_per_gpu": 18, "GB_s_per_link_per_direction": 25,
+     "total_GB_s": 900, "source": "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022) and "
+                                  "NVIDIA's NVLink page: eighteen fourth-generation NVLinks, 900 GB/s total"},
+    {"generation": "NVLink 5", "gpu": "B200", "links_per_gpu": 18, "GB_s_per_link_per_direction": 50,
+     "total_GB_s": 1800, "source": "NVIDIA's NVLink page (nvidia.com/data-center/nvlink): fifth "
+                                   "generation, 18 links, 1.8 TB/s total per GPU"},
+]
+_GEN = {int(g["generation"].split()[-1]): g for g in NVLINK_GENERATIONS}
 NVLINK4_SIGNALLING = ("`nvidia-smi nvlink --status` reports 26.562 GB/s per NVLink-4 link on H100 (shown in "
                       "stas00/ml-engineering, 'Troubleshooting NVIDIA GPUs'): the raw signalling rate, of which "
                       "25 GB/s is the data rate NVIDIA quotes")
@@ -108,8 +120,10 @@ def pcie_x16_gbs(generation: int, lanes: int = 16) -> float:
 
 NVLINK_PER_LINK_GBS = 25.0          # data rate per direction, every generation from 2 to 4
 NVLINK4_RAW_PER_LINK_GBS = 26.5625  # what `nvidia-smi nvlink --status` prints per NVLink-4 link
-NVLINK_LINKS_PER_GPU = {2: 6, 3: 12, 4: 18}
-NVLINK_GPUS = {2: "V100", 3: "A100", 4: "H100/H200"}
+NVLINK_LINKS_PER_GPU = {n: _GEN[n]["links_per_gpu"] for n in (2, 3, 4)}
+# The generations this catalogue builds links for (2-4: V100, A100, H100/H200), read off the table.
+NVLINK_SPEC = {n: _GEN[n]["source"] for n in (2, 3, 4)}
+NVLINK_GPUS = {n: _GEN[n]["gpu"] for n in (2, 3, 4)}
 
 
 def _pcie(gen: int) -> LinkTech:

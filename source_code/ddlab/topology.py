@@ -38,6 +38,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+# NVLink generations, their per-link rates and sources: one table, kept in ddlab.links.
+from .links import NVLINK_GENERATIONS
+
 REFERENCE_KIND = "topologies"  # source_code/reference/topologies/<name>.json
 
 
@@ -59,25 +62,6 @@ _NCCL_ENV_SOURCE = ("NVIDIA NCCL User Guide, 'Environment Variables', NCCL_P2P_L
                     "maximum distance at which NCCL uses P2P (LOC, NVL, PIX, PXB, PHB, SYS)")
 _SMI_LEGEND_SOURCE = "the legend printed by `nvidia-smi topo -m` (NVIDIA driver)"
 
-# Per-link NVLink rates as NVIDIA publishes them (per direction; "total" is both directions
-# summed over all links of one GPU, which is how NVIDIA states it).
-NVLINK_GENERATIONS = [
-    {"generation": "NVLink 1", "gpu": "P100", "links_per_gpu": 4, "GB_s_per_link_per_direction": 20,
-     "total_GB_s": 160, "source": "NVIDIA Tesla P100 white paper (WP-08019-001, 2016): four NVLinks, "
-                                  "160 GB/s total bidirectional"},
-    {"generation": "NVLink 2", "gpu": "V100", "links_per_gpu": 6, "GB_s_per_link_per_direction": 25,
-     "total_GB_s": 300, "source": "NVIDIA DGX-1 with Tesla V100 System Architecture white paper "
-                                  "(WP-08437-002): six NVLinks per V100, each 25 GB/s in each direction"},
-    {"generation": "NVLink 3", "gpu": "A100", "links_per_gpu": 12, "GB_s_per_link_per_direction": 25,
-     "total_GB_s": 600, "source": "NVIDIA A100 Tensor Core GPU Architecture white paper (2020) and "
-                                  "NVIDIA's NVLink page: twelve third-generation NVLinks, 600 GB/s total"},
-    {"generation": "NVLink 4", "gpu": "H100 / H200", "links_per_gpu": 18, "GB_s_per_link_per_direction": 25,
-     "total_GB_s": 900, "source": "NVIDIA H100 Tensor Core GPU Architecture white paper (2022) and "
-                                  "NVIDIA's NVLink page: eighteen fourth-generation NVLinks, 900 GB/s total"},
-    {"generation": "NVLink 5", "gpu": "B200", "links_per_gpu": 18, "GB_s_per_link_per_direction": 50,
-     "total_GB_s": 1800, "source": "NVIDIA's NVLink page (nvidia.com/data-center/nvlink): fifth "
-                                   "generation, 18 links, 1.8 TB/s total per GPU"},
-]
 
 # What each kind means, what bounds its bandwidth, and how far the data travels. Latency is
 # given as a path description, not a number: vendors publish no per-hop latency, so the
