@@ -763,12 +763,12 @@ def gpu_visible() -> bool:
 
 
 def program_args(*, copy=None, direction=None, size=None, reps=None, latency_size=None, latency_reps=None,
-                 gpus=None, link_peak_gbps=None) -> list:
+                 latency_batch=None, ce_api=None, gpus=None, link_peak_gbps=None) -> list:
     """Command-line options for the program from keyword arguments (None = its default)."""
     args = []
     for flag, v in (("--copy", copy), ("--direction", direction), ("--size", size), ("--reps", reps),
                     ("--latency-size", latency_size), ("--latency-reps", latency_reps),
-                    ("--link-peak", link_peak_gbps)):
+                    ("--latency-batch", latency_batch), ("--ce-api", ce_api), ("--link-peak", link_peak_gbps)):
         if v is not None:
             args += [flag, str(v)]
     if gpus is not None:
@@ -864,7 +864,8 @@ def cli(argv: list) -> int:
     p.add_argument("--size", help="bandwidth message size, e.g. 1G, 256M (default 1G)")
     p.add_argument("--reps", type=int, help="timed copies per bandwidth figure (default 10)")
     p.add_argument("--latency-size", help="latency message size in bytes (default 4)")
-    p.add_argument("--latency-reps", type=int, help="copies per latency figure (default 1000)")
+    p.add_argument("--latency-reps", type=int, help="copies per latency figure (default 4096)")
+    p.add_argument("--latency-batch", type=int, help="copies queued per GPU-timed latency batch (default 256)")
     p.add_argument("--gpus", help="comma-separated GPU ordinals (default all)")
     p.add_argument("--link-peak", type=float, metavar="GBPS",
                    help="raw link rate per direction (NV18: 478.08) to show the share of peak")
@@ -886,7 +887,8 @@ def cli(argv: list) -> int:
             shown = result.text or format_tables(result)
         else:
             result = run(timeout=a.timeout, rebuild=a.rebuild, copy=a.copy, direction=a.direction, size=a.size,
-                         reps=a.reps, latency_size=a.latency_size, latency_reps=a.latency_reps, gpus=a.gpus,
+                         reps=a.reps, latency_size=a.latency_size, latency_reps=a.latency_reps,
+                         latency_batch=a.latency_batch, gpus=a.gpus,
                          link_peak_gbps=a.link_peak)
             shown = result.text or format_tables(result)
         if a.record:

@@ -50,7 +50,6 @@ constexpr int kExitUsage = 2;  // also: no GPU visible
 constexpr int kExitValidation = 3;
 
 constexpr int kCopyThreads = 512;
-constexpr int kLatencyBatch = 64;          // tiny copies queued between one pair of events
 constexpr int kPingPongTrials = 5;
 constexpr uint64_t kHoldTimeoutNs = 2000000000ull;      // stream-hold kernel gives up after 2 s
 constexpr uint64_t kPingPongTimeoutNs = 10000000000ull;  // ping-pong gives up after 10 s
@@ -182,14 +181,16 @@ struct Options {
     int reps = 10;                      // --reps
     int warmup = 1;                     // --warmup
     size_t latency_size = 4;            // --latency-size
-    int latency_reps = 1000;            // --latency-reps
+    int latency_reps = 4096;            // --latency-reps
+    int latency_batch = 256;            // --latency-batch: tiny copies queued between one pair of events
+    bool ce_uva = false;                // --ce-api uva: cudaMemcpyAsync(cudaMemcpyDefault) for peer copies
     double link_peak = 0.0;             // --link-peak GB/s per direction, 0 = unknown
     std::vector<int> gpus;              // --gpus (empty: all)
     std::string json;                   // --json FILE or -
     bool validate = true;               // --no-validate
     bool test_corrupt = false;          // --test-corrupt
     int format_demo = 0;                // --format-demo N
-    std::string copy_name = "both", direction_name = "write";
+    std::string copy_name = "both", direction_name = "write", ce_api_name = "peer";
 };
 
 const char* kHelp =
@@ -206,7 +207,10 @@ const char* kHelp =
     "  --reps N               timed back-to-back copies per bandwidth figure (default 10)\n"
     "  --warmup N             untimed copies before each bandwidth figure (default 1)\n"
     "  --latency-size BYTES   latency message size, a multiple of 4 (default 4)\n"
-    "  --latency-reps N       tiny copies per latency figure (default 1000)\n"
+    "  --latency-reps N       tiny copies per latency figure (default 4096)\n"
+    "  --latency-batch N      tiny copies queued back to back per GPU-timed batch (default 256)\n"
+    "  --ce-api peer|uva      copy-engine call for copies between GPUs: cudaMemcpyPeerAsync\n"
+    "                         (default) or cudaMemcpyAsync with cudaMemcpyDefault (UVA)\n"
     "  --link-peak GBPS       raw link rate per direction; adds %% of peak lines\n"
     "  --gpus LIST            comma-separated CUDA device ordinals (default: all)\n"
     "  --json FILE            also write a machine-readable result (FILE '-' = stdout;\n"
@@ -285,6 +289,13 @@ Options parse_options(int argc, char** argv) {
             o.latency_size = parse_size(a, value());
         } else if (a == "--latency-reps") {
             o.latency_reps = parse_int(a, value(), 1, 10000000);
+        } else if (a == "--latency-batch") {
+            o.latency_batch = parse_int(a, value(), 1, 1024);
+        } else if (a == "--ce-api") {
+            o.ce_api_name = value();
+            if (o.ce_api_name == "peer") o.ce_uva = false;
+            else if (o.ce_api_name == "uva") o.ce_uva = true;
+            else usage_error("--ce-api must be peer or uva, got '" + o.ce_api_name + "'");
         } else if (a == "--link-peak") {
             const std::string s = value();
             char* end = nullptr;
@@ -414,9 +425,9 @@ void print_preamble(const Results& r, const Options& o, bool demo) {
     for (int i = 0; i < r.n(); ++i) gpus += (i ? "," : "") + std::to_string(r.labels[i]);
     fprintf(g_out,
             "Parameters: copy=%s direction=%s size=%zu reps=%d warmup=%d latency_size=%zu "
-            "latency_reps=%d validate=%s link_peak_gbps=%.2f gpus=%s\n",
+            "latency_reps=%d latency_batch=%d ce_api=%s validate=%s link_peak_gbps=%.2f gpus=%s\n",
             o.copy_name.c_str(), o.direction_name.c_str(), o.size, o.reps, o.warmup, o.latency_size,
-            o.latency_reps, o.validate ? "on" : "off", o.link_peak, gpus.c_str());
+            o.latency_reps, o.latency_batch, o.ce_api_name.c_str(), o.validate ? "on" : "off", o.link_peak, gpus.c_str());
     for (int i = 0; i < r.n(); ++i)
         fprintf(g_out,
                 "Device: %d, %s, pciBusID: %x, pciDeviceID: %x, pciDomainID:%x, busId: %s, "
@@ -444,13 +455,14 @@ void print_preamble(const Results& r, const Options& o, bool demo) {
             "    one stream on each GPU, the sum of both directions.\n"
             "  P2P=Disabled: peer access off, cudaMemcpyPeerAsync staged through host memory.\n"
             "  P2P Writes runs the copy on the source GPU, P2P Reads on the destination GPU;\n"
-            "    copy engine = cudaMemcpyPeerAsync (DMA), SM copy = a kernel with 16-byte loads/stores.\n"
-            "  latency GPU rows: %zu-byte copies, 64 back to back between two CUDA events with the\n"
+            "    copy engine = %s (DMA), SM copy = a kernel with 16-byte loads/stores.\n"
+            "  latency GPU rows: %zu-byte copies, %d back to back between two CUDA events with the\n"
             "    stream held until all are queued (median of batches); SM kernel: one-way latency\n"
             "    of a ping-pong between one thread on each GPU (round trip / 2).\n"
             "  latency CPU rows: host wall clock to issue one %zu-byte copy (or copy kernel) and\n"
             "    wait for it (median of %d).\n",
-            o.reps, o.size, o.warmup, o.latency_size, o.latency_size, o.latency_reps);
+            o.reps, o.size, o.warmup, o.ce_uva ? "cudaMemcpyAsync with cudaMemcpyDefault (UVA)" : "cudaMemcpyPeerAsync",
+            o.latency_size, o.latency_batch, o.latency_size, o.latency_reps);
     fflush(g_out);
 }
 
@@ -535,9 +547,9 @@ void write_json(const Results& r, const Options& o, bool demo) {
     snprintf(buf, sizeof buf,
              "  \"parameters\": {\"copy\": \"%s\", \"direction\": \"%s\", \"size_bytes\": %zu, \"reps\": %d, "
              "\"warmup\": %d, \"latency_size_bytes\": %zu, \"latency_reps\": %d, \"latency_batch\": %d, "
-             "\"validate\": %s, \"link_peak_gbps\": %s},\n",
+             "\"ce_api\": \"%s\", \"validate\": %s, \"link_peak_gbps\": %s},\n",
              o.copy_name.c_str(), o.direction_name.c_str(), o.size, o.reps, o.warmup, o.latency_size,
-             o.latency_reps, kLatencyBatch, o.validate ? "true" : "false",
+             o.latency_reps, o.latency_batch, o.ce_api_name.c_str(), o.validate ? "true" : "false",
              o.link_peak > 0 ? std::to_string(o.link_peak).c_str() : "null");
     s += buf;
     s += "  \"devices\": [";
@@ -732,6 +744,8 @@ class Bench {
             }
         } else if (t.from == t.to) {
             CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+        } else if (o_.ce_uva) {
+            CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
         } else {
             CK(cudaMemcpyPeerAsync(dst, gpus_[t.to].dev, src, gpus_[t.from].dev, bytes, s));
         }
@@ -796,7 +810,7 @@ class Bench {
         cudaStream_t s = g.s[t.stream];
         volatile int* release = host_words_;
         volatile int* timed_out = host_words_ + 1;
-        const int batches = std::max(3, o_.latency_reps / kLatencyBatch);
+        const int batches = std::max(3, o_.latency_reps / o_.latency_batch);
         std::vector<double> per_copy;
         bool hold = true;
         CK(cudaSetDevice(g.dev));
@@ -812,7 +826,7 @@ class Bench {
                 CK_LAUNCH("hold_stream_kernel");
             }
             CK(cudaEventRecord(start, s));
-            for (int k = 0; k < kLatencyBatch; ++k) enqueue(t);
+            for (int k = 0; k < o_.latency_batch; ++k) enqueue(t);
             CK(cudaSetDevice(g.dev));
             CK(cudaEventRecord(stop, s));
             __atomic_store_n(const_cast<int*>(release), 1, __ATOMIC_SEQ_CST);
@@ -830,7 +844,7 @@ class Bench {
             }
             float ms = 0;
             CK(cudaEventElapsedTime(&ms, start, stop));
-            if (b >= 0) per_copy.push_back(ms * 1000.0 / kLatencyBatch);
+            if (b >= 0) per_copy.push_back(ms * 1000.0 / o_.latency_batch);
         }
         CK(cudaEventDestroy(start));
         CK(cudaEventDestroy(stop));
