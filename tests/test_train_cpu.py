@@ -126,8 +126,8 @@ def load_script(name):
 
 
 def test_graph_capture_is_opt_in_for_ddp():
-    """--cuda-graph auto captures one process on a GPU, never DDP (its capture hung once on
-    the 2x H200 machine); --cuda-graph on still tries DDP; Horovod cannot be captured."""
+    """--cuda-graph auto captures one process on a GPU, never DDP (opt-in: the course compares
+    the eager loop across NCCL paths); --cuda-graph on captures DDP; Horovod cannot be captured."""
     mod = load_script("torch")
 
     def decide(launcher, graph="auto", compile_mode="none", cuda=True):

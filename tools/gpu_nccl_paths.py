@@ -3,9 +3,8 @@
     python tools/gpu_nccl_paths.py OUT_DIR [JOB ...] [--steps-cnn 200] [--steps-wide 80] [--timeout 90]
 
 JOB is launcher:model (default: ddp:cnn ddp:wide horovod:wide horovod:cnn). A third part
-":graph" (e.g. ddp:cnn:graph) adds --cuda-graph on: DDP's CUDA-graph capture is opt-in
-(it hung once on the 2x H200 machine); its result is written with a "-graph" suffix, so
-it never replaces the eager reference.
+":graph" (e.g. ddp:cnn:graph) adds --cuda-graph on (DDP's CUDA-graph capture is opt-in);
+its result is written with a "-graph" suffix, beside the eager reference, never over it.
 
 Every run prints a line when it starts and when it ends (seconds, images/s, and the
 worker's phase times); each comparison is written to OUT_DIR as soon as it is complete,

@@ -33,9 +33,11 @@ shuffled copy there, nothing waits for the host):
     also its all-reduce) is captured once as a CUDA graph and replayed: one launch per step
     instead of hundreds, which is what a small CNN at batch 512 is limited by. ``auto`` (the
     default) captures only one process on a GPU (``--launcher none``). With DDP it is
-    opt-in (``--cuda-graph on``): capturing DDP's NCCL all-reduce follows PyTorch's recipe
-    but is unverified on GPUs here, and one such run hung on the course's 2x H200 machine
-    (killed by its launch timeout). Horovod cannot be captured (its all-reduce runs in a
+    opt-in (``--cuda-graph on``), so the course's NCCL path comparison runs the eager loop a
+    learner writes first; the captured DDP step (PyTorch's recipe, NCCL all-reduce inside the
+    graph) runs on the course's 2x H200 machine (reference/experiments/*-graph.json). The
+    graph is released before the process group is destroyed: NCCL's destroy waits for every
+    graph that captured its kernels (PyTorch issue 115388). Horovod cannot be captured (its all-reduce runs in a
     background thread and the optimizer waits on the host);
   * ``--compile``: ``torch.compile`` (fuses element-wise kernels); ``--channels-last``.
 
@@ -93,7 +95,7 @@ def add_torch_arguments(p: argparse.ArgumentParser) -> None:
     """The flags only PyTorch has: how the step runs on a GPU."""
     p.add_argument("--cuda-graph", choices=["auto", "on", "off"], default="auto",
                    help="capture the whole step as a CUDA graph (auto: on for one process on a GPU without "
-                        "--compile; off for ddp, where capture is opt-in: unverified, it hung once on 2x H200)")
+                        "--compile; off for ddp, where capture is opt-in)")
     p.add_argument("--compile", choices=["none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"],
                    default="none", help="torch.compile mode")
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format for the convolutions")
@@ -221,10 +223,10 @@ def graph_decision(args, use_cuda: bool):
     if problems:
         return False, "off: " + problems[0]
     if args.launcher == "ddp":
-        # Opt-in for DDP: capturing its NCCL all-reduce (PyTorch's recipe, see
-        # DDP_EAGER_BEFORE_CAPTURE) is unverified on GPUs here, and a DDP run with it on hung
-        # on the course's 2x H200 machine until its launch timeout killed it.
-        return False, "off (auto: DDP capture is opt-in, unverified on GPUs; --cuda-graph on tries it)"
+        # Opt-in for DDP: the eager loop is what the course compares across NCCL paths;
+        # capturing DDP's NCCL all-reduce (PyTorch's recipe, see DDP_EAGER_BEFORE_CAPTURE)
+        # is the speed option on top.
+        return False, "off (auto: DDP capture is opt-in; --cuda-graph on captures it)"
     if args.compile != "none":
         return False, "off: --compile given (add --cuda-graph on to capture the compiled step too)"
     return True, "on (auto: one process on a GPU)"
@@ -413,8 +415,8 @@ def main(argv=None) -> int:
         static_y = torch.empty((args.batch_size,), dtype=torch.int64, device=device)
         opt.zero_grad()   # set to None: gradients are then allocated inside the graph's memory pool
         if args.launcher == "ddp":
-            say("note: capturing DDP's NCCL all-reduce in the CUDA graph (--cuda-graph on): unverified on GPUs; "
-                "it hung once on the 2x H200 machine. A hang is killed by the launch timeout, with tracebacks.")
+            say("note: capturing DDP's NCCL all-reduce in the CUDA graph (--cuda-graph on); "
+                "a hang would be killed by the launch timeout, with tracebacks.")
         say(f"{CAPTURE_START} after {eager_needed} eager steps", flush=True)
         try:
             g = torch.cuda.CUDAGraph()
@@ -517,6 +519,14 @@ def main(argv=None) -> int:
         if args.json:
             train_common.write_json(args.json, result)
     workers.barrier()   # rank 0 evaluates while the others wait, then all leave together
+    if graph is not None:
+        # A CUDA graph that captured NCCL work holds a reference on the communicator, and NCCL's
+        # destroy waits for it to drop: destroying the process group first hangs (PyTorch issue
+        # 115388; it hung so on the 2x H200 machine). Release the graph before shutting down.
+        torch.cuda.synchronize()
+        graph.reset()
+        graph = None
+        torch.cuda.synchronize()
     workers.shutdown()
     phases.done("shutdown")   # printed only: the result was written above
     return 0
