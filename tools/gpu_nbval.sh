@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Run notebooks under nbval on a GPU machine (their live paths) and time each one:
+#
+#   OUT=/some/dir bash tools/gpu_nbval.sh [NOTEBOOK ...]     (default: notebooks/2.System-Topology.ipynb)
+#
+# Needs nbval, ipykernel and ipywidgets importable (on the lent machine: source
+# tools/gpu_setup.sh first, with .whl carried). Writes $OUT/nbval-<name>.txt (pytest's output)
+# and $OUT/nbval.json (seconds and exit status per notebook). Exit status: 0 when every
+# notebook passed.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/nbval_out}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+nbs=${*:-notebooks/2.System-Topology.ipynb}
+rc_all=0
+echo "{" > "$OUT/nbval.json"
+sep=""
+for nb in $nbs; do
+  name=$(basename "$nb" .ipynb | tr -c 'A-Za-z0-9._\n-' '_')
+  t0=$(date +%s.%N)
+  "$PY" -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider --timeout=600 -v "$nb" \
+      > "$OUT/nbval-$name.txt" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  secs=$("$PY" -c "print(round($t1 - $t0, 1))")
+  echo "$nb: exit $rc in $secs s"; tail -3 "$OUT/nbval-$name.txt"
+  printf '%s  "%s": {"seconds": %s, "exit": %d, "date": "%s", "gpus": "%s"}\n' "$sep" "$nb" "$secs" "$rc" \
+      "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" \
+      >> "$OUT/nbval.json"
+  sep=","
+  [ $rc -eq 0 ] || rc_all=1
+done
+echo "}" >> "$OUT/nbval.json"
+exit $rc_all
