@@ -304,3 +304,52 @@ def test_launchers_side_by_side(recorded):
     text = both.table()
     assert "NCCL paths by launcher" in text and "horovod" in text and "recorded on h200x2" in text
     assert len(both.plot().patches) == 6
+
+
+def test_graph_variant_is_its_own_recording(recorded):
+    """cuda_graph=True loads the '-graph' recording, never the eager one, and adds no CPU run."""
+    eager = fake_paths_result()
+    graphed = fake_paths_result()
+    for r in graphed.rows:
+        if "images_per_s" in r:
+            r["images_per_s"] *= 2
+    graphed.save_reference(ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small") + "-graph")
+    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", cuda_graph=True, source="recorded")
+    assert res.companion is None
+    assert [r.get("images_per_s") for r in res.rows] == [2 * r["images_per_s"] if "images_per_s" in r else None
+                                                          for r in eager.rows]
+    # Without a graph recording for a model, the answer is "missing", not the eager numbers.
+    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-large", cuda_graph=True, source="recorded",
+                              missing_ok=True)
+    assert res.source == "missing" and res.rows == []
+    with pytest.raises(ValueError, match="Horovod's all-reduce cannot be captured"):
+        ex.live_or_recorded("nccl-paths", "torch", "horovod", "mlp-small", cuda_graph=True, source="recorded")
+
+
+def test_compare_speedups_lines_up_paths_and_marks_gaps():
+    a = fake_paths_result()
+    b = fake_paths_result()
+    b.rows = [r for r in b.rows if r["path"] != "shm"]
+    text = ex.compare_speedups({"eager": a, "graph": b})
+    lines = text.splitlines()
+    assert lines[0].split() == ["path", "eager", "graph"]
+    shm = next(ln for ln in lines if ln.startswith("shm"))
+    assert shm.split() == ["shm", "86", "0.86x", "-"]
+    socket = next(ln for ln in lines if ln.startswith("socket"))
+    assert socket.split() == ["socket", "-", "-"]          # the failed run shows as a gap, not a number
+    default = next(ln for ln in lines if ln.startswith("default"))
+    assert default.split() == ["default", "185", "1.85x", "185", "1.85x"]
+    assert "eager: recorded on h200x2" in text or "eager: measured now on h200x2" in text
+    with pytest.raises(ValueError):
+        ex.compare_speedups({})
+
+
+def test_cli_experiment_cuda_graph_reads_the_graph_recording(recorded, capsys):
+    g = fake_paths_result()
+    g.rows[1]["images_per_s"] = 777.0
+    g.save_reference(ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small") + "-graph")
+    assert ex.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded", "--cuda-graph"]) == 0
+    assert "777" in capsys.readouterr().out
+    assert ex.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded"]) == 0
+    out = capsys.readouterr().out
+    assert "777" not in out and "185" in out

@@ -617,6 +617,26 @@ for path, run in hvd_gpu["smoke"].items():
 """)
 
 md(r"""
+**DDP and Horovod side by side.** The same models and paths under both launchers, from the course's
+recordings (`ddlab.experiments.launchers_side_by_side`). Both hand their gradients to the same NCCL,
+so the transport of each path and the ordering of the paths agree. The images/s need not: DDP
+all-reduces buckets of gradients from hooks inside the backward pass, while Horovod hands each
+gradient to a background thread that agrees with the other ranks which tensors are ready, fuses them
+into a buffer and then all-reduces it. That coordination is a cost per step, and a short step shows
+it most; `HOROVOD_CYCLE_TIME` and `HOROVOD_FUSION_THRESHOLD` are the knobs to try (Horovod's
+documentation explains them).
+""")
+
+code(r"""
+side_by_side = {model: experiments.launchers_side_by_side(model, missing_ok=True) for model in ("cnn", "wide")}
+for model, res in side_by_side.items():
+    print(f"model {model}:")
+    print(res.table() if res.rows else res.where(), "\n")
+if side_by_side["wide"].rows:
+    side_by_side["wide"].plot();
+""")
+
+md(r"""
 Now check your prediction. Where a training measurement of the three paths exists (live or
 recorded), the check compares your order with it; otherwise it uses the all-reduce bandwidth of the
 three paths recorded on the course's GPU machine (section 7 shows those sweeps in full).
@@ -715,6 +735,41 @@ How to read it:
 * DDP and Horovod start all-reducing buckets of gradients while the backward pass still runs, so a
   real run can do somewhat better than "no overlap"; a small model's backward pass is short, so
   there is little to hide behind.
+""")
+
+md(r"""
+### Take the kernel launches away, and the CNN notices the link too
+
+The eager CNN step is mostly the launching of small kernels (the speed-options table above showed
+what a CUDA graph is worth on one GPU), so its all-reduce is a small share of the step on every
+path. The course also recorded the DDP experiment with each whole training step captured as one CUDA
+graph, the all-reduce inside it (`--cuda-graph on`; on a machine with two GPUs run it yourself with
+`ddlab experiment nccl-paths --model cnn --cuda-graph on`). The table puts the speedup of every path
+beside the eager one (`ddlab.experiments.compare_speedups`):
+""")
+
+code(r"""
+graph_vs_eager = {}
+for model in ("cnn", "wide"):
+    graph_vs_eager[f"{model} eager"] = ddp[model]
+    graph_vs_eager[f"{model} graph"] = experiments.live_or_recorded("nccl-paths", "torch", "ddp", model,
+                                                                    cuda_graph=True, source="recorded",
+                                                                    missing_ok=True)
+print(experiments.compare_speedups(graph_vs_eager))
+""")
+
+md(r"""
+Read it with the share $s = T_{\text{all-reduce}}/t$ from above, and compare it with the prediction
+table. The eager CNN beats the "no overlap" prediction on the slow paths: its GPU spends much of each
+step waiting for the CPU to launch the next small kernel, and DDP's all-reduce, launched on its own
+stream during the backward pass, most likely runs in those gaps. The graph removes the gaps and
+shrinks $t$, while the all-reduce stays as it was, so $s$ grows on every path: sockets, which the
+eager CNN hardly noticed, can now cost most of the second GPU, while a fast path (NVLink, and for
+gradients this small also host memory) keeps the speedup near 2.
+The wide model changes little: its all-reduce dwarfs its step either way. The lesson for your own
+training is the same as the alpha-beta model's: **whether the link matters depends on the
+communication's share of the step**, so every speed-up of the compute makes the interconnect more
+important.
 """)
 
 # =============================================================================== 7

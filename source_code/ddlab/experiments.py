@@ -689,10 +689,12 @@ def reference_name(experiment: str, framework: str, launcher: str, model: str) -
 
 
 def load_recorded(experiment: str, framework: str = "torch", launcher: str = "ddp",
-                  model: str = "cnn") -> ExperimentResult:
-    """The recorded result (raises ddlab.reference.ReferenceMissing when there is none)."""
-    return ExperimentResult.from_dict(
-        reference.load(REFERENCE_KIND, reference_name(experiment, framework, launcher, model)), source="recorded")
+                  model: str = "cnn", variant: Optional[str] = None) -> ExperimentResult:
+    """The recorded result (raises ddlab.reference.ReferenceMissing when there is none).
+    ``variant`` picks a recording made with a non-default option, saved as
+    ``<name>-<variant>.json`` (e.g. "graph": DDP with --cuda-graph on)."""
+    name = reference_name(experiment, framework, launcher, model) + (f"-{variant}" if variant else "")
+    return ExperimentResult.from_dict(reference.load(REFERENCE_KIND, name), source="recorded")
 
 
 def _run(experiment: str, framework: str, launcher: str, model: str, workers, device: str, **kw) -> ExperimentResult:
@@ -712,7 +714,7 @@ def _run(experiment: str, framework: str, launcher: str, model: str, workers, de
 
 def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
                      workers=None, source: str = "auto", cpu_run: bool = True, missing_ok: bool = False,
-                     **kwargs) -> ExperimentResult:
+                     cuda_graph: bool = False, **kwargs) -> ExperimentResult:
     """Run ``experiment`` ("scaling", "nccl-paths" or "perf-options") live on GPUs when this
     machine can, otherwise load the result recorded for it; the result's notes say which.
 
@@ -722,9 +724,19 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     nothing was recorded). When this machine cannot run it and nothing is recorded, raise
     ExperimentError, or with ``missing_ok`` return an empty result whose ``source`` is
     "missing" and whose notes say why (a notebook then says so instead of stopping).
+    ``cuda_graph`` (PyTorch scaling and nccl-paths): capture each training step as a CUDA
+    graph (``--cuda-graph on``; opt-in for DDP); the recorded result is then the "graph"
+    variant, and no CPU run is added (a CPU has no CUDA graphs).
     Extra keyword arguments go to the experiment function."""
     _check_choice("experiment", experiment, EXPERIMENTS)
     _check_choice("source", source, ("auto", "live", "recorded"))
+    variant = None
+    if cuda_graph:
+        if framework != "torch" or experiment == "perf-options" or launcher == "horovod":
+            raise ValueError("cuda_graph is for PyTorch scaling and nccl-paths with --launcher none or ddp "
+                             "(Horovod's all-reduce cannot be captured; perf-options has its own graph rows)")
+        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--cuda-graph", "on"]
+        variant, cpu_run = "graph", False
     if experiment == "perf-options":
         launcher = "none"
     if experiment == "nccl-paths":
@@ -745,7 +757,7 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
         return res
     recorded = None
     try:
-        recorded = load_recorded(experiment, framework, launcher, model)
+        recorded = load_recorded(experiment, framework, launcher, model, variant)
     except reference.ReferenceMissing as exc:
         missing = str(exc)
     if recorded is not None:
@@ -803,6 +815,32 @@ def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResu
 
 # ----------------------------------------------------------------------------- the recorded GPU set
 GPU_SECTIONS = ("ddp", "horovod", "perf")
+
+
+def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
+    """{label: nccl-paths result} -> a text table, one row per path and one column per result:
+    images/s and the speedup over that result's own one-worker run. A missing or failed run
+    shows as "-"; the header says where each result comes from."""
+    if not results:
+        raise ValueError("no results to compare")
+    paths: list = []
+    for res in results.values():
+        paths += [r.get("path") for r in res.rows if r.get("path") and r.get("path") not in paths]
+    cells = {}
+    for label, res in results.items():
+        for r in res.rows:
+            if r.get("error") or r.get("images_per_s") is None:
+                continue
+            sp = r.get("speedup")
+            cells[(r.get("path"), label)] = f"{r['images_per_s']:>9,.0f} {(f'{sp:.2f}x' if sp is not None else '-'):>6}"
+    width = max(17, *(len(label) for label in results))
+    lines = [f"{'path':<10}" + "".join(f"  {label:>{width}}" for label in results),
+             f"{'':<10}" + "".join(f"  {'images/s speedup':>{width}}" for _ in results)]
+    for path in paths:
+        lines.append(f"{path:<10}" + "".join(f"  {cells.get((path, label), '-'):>{width}}" for label in results))
+    lines.append("")
+    lines += [f"{label}: {res.where()}" for label, res in results.items()]
+    return "\n".join(lines)
 
 
 def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
@@ -955,6 +993,9 @@ def cli_experiment(argv: list) -> int:
     p.add_argument("--steps", type=int)
     p.add_argument("--warmup-steps", type=int)
     p.add_argument("--precision", choices=("fp32", "bf16"))
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="PyTorch scaling/nccl-paths: capture each step as a CUDA graph (opt-in for DDP); "
+                        "with a recorded result, the one recorded so")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="with --source live: where to run (auto: GPUs if there are enough)")
     p.add_argument("--source", choices=("auto", "live", "recorded"), default="auto")
@@ -983,11 +1024,13 @@ def cli_experiment(argv: list) -> int:
         workers = workers[0]
     try:
         if a.source == "live" and a.device != "auto":
+            if a.cuda_graph:
+                kw["extra_args"] = ["--cuda-graph", "on"]
             res = _run(a.name, a.framework, "none" if a.name == "perf-options" else a.launcher, a.model, workers,
                        a.device, **kw)
         else:
             res = live_or_recorded(a.name, a.framework, a.launcher, a.model, workers, a.source,
-                                   cpu_run=not a.no_cpu_run, **kw)
+                                   cpu_run=not a.no_cpu_run, cuda_graph=a.cuda_graph, **kw)
         if a.save_reference:
             print(f"recorded as {res.save_reference(a.save_reference)}", file=sys.stderr)
     except (ValueError, ExperimentError, launch.LaunchError, reference.ReferenceMissing) as exc:
