@@ -353,3 +353,28 @@ def test_cli_experiment_cuda_graph_reads_the_graph_recording(recorded, capsys):
     assert ex.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded"]) == 0
     out = capsys.readouterr().out
     assert "777" not in out and "185" in out
+
+
+def test_one_gpu_machine_runs_single_gpu_parts_live_and_shows_recorded_multi_gpu_parts(recorded, monkeypatch):
+    """The notebooks' single-GPU mode: with one GPU, perf-options (one process) runs live on it;
+    nccl-paths (two GPUs) shows the recording, with the reason, and runs nothing on the GPU."""
+    monkeypatch.setattr(ex, "gpu_count", lambda framework="torch": 1)
+    monkeypatch.setattr(ex, "availability", lambda framework, launcher: (True, ""))
+    calls = []
+
+    def fake_run(experiment, framework, launcher, model, workers, device, **kw):
+        calls.append((experiment, launcher, device))
+        return ex.ExperimentResult(experiment, [], source="live", config={"device": device})
+    monkeypatch.setattr(ex, "_run", fake_run)
+    res = ex.live_or_recorded("perf-options", "torch", model="cnn")
+    assert calls == [("perf-options", "none", "cuda")] and res.source == "live"
+    assert res.notes[0].startswith("live: run just now on this machine's 1 GPU(s)")
+    calls.clear()
+    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", cpu_run=False)
+    assert calls == [] and res.source == "recorded"
+    assert "it needs 2 GPU(s) and torch sees 1" in res.notes[0]
+    # With cpu_run, the small real run goes to CPU processes, never to the single GPU.
+    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small")
+    assert calls == [("nccl-paths", "ddp", "cpu")] and res.companion is not None
+    with pytest.raises(ex.ExperimentError, match="it needs 2 GPU"):
+        ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", source="live")
