@@ -129,26 +129,23 @@ def check_best_worst_pair(topology, best, worst) -> CheckResult:
                 f"both the best and the worst: on such a machine, which GPUs you pick does not matter."]
         return CheckResult(ok, " ".join(msgs))
 
-    msgs = []
-    best_ok, worst_ok = q[best] == top, q[worst] == bottom
-    if best_ok:
-        others = [p for p in best_pairs if p != best]
-        msgs.append(f"Best: right. {_name(best)} is {describe_link(link(best))}, the best link on this machine"
-                    + (f" (equally good: {_list(others)})." if others else "."))
-    else:
-        b = best_pairs[0]
-        msgs.append(f"Best: not quite. {_name(best)} is {describe_link(link(best))}, but {_name(b)} is "
-                    f"{describe_link(link(b))}, which is better"
-                    + (f"; the best pairs are {_list(best_pairs)}." if len(best_pairs) > 1 else "."))
-    if worst_ok:
-        others = [p for p in worst_pairs if p != worst]
-        msgs.append(f"Worst: right. {_name(worst)} is {describe_link(link(worst))}, the slowest path here"
-                    + (f" (equally slow: {_list(others)})." if others else "."))
-    else:
-        w = worst_pairs[0]
-        msgs.append(f"Worst: not quite. {_name(worst)} is {describe_link(link(worst))}, but {_name(w)} is "
-                    f"{describe_link(link(w))}, which is slower"
-                    + (f"; the worst pairs are {_list(worst_pairs)}." if len(worst_pairs) > 1 else "."))
+    def verdict(label: str, pick: tuple, right_pairs: list, quality: int, extreme: str, alike: str,
+                beaten: str) -> tuple:
+        """(right?, sentence) for one answer: the best or the worst pair."""
+        if q[pick] == quality:
+            others = [p for p in right_pairs if p != pick]
+            return True, (f"{label}: right. {_name(pick)} is {describe_link(link(pick))}, {extreme}"
+                          + (f" ({alike}: {_list(others)})." if others else "."))
+        r = right_pairs[0]
+        return False, (f"{label}: not quite. {_name(pick)} is {describe_link(link(pick))}, but {_name(r)} is "
+                       f"{describe_link(link(r))}, which is {beaten}"
+                       + (f"; the {label.lower()} pairs are {_list(right_pairs)}." if len(right_pairs) > 1 else "."))
+
+    best_ok, best_msg = verdict("Best", best, best_pairs, top, "the best link on this machine", "equally good",
+                                "better")
+    worst_ok, worst_msg = verdict("Worst", worst, worst_pairs, bottom, "the slowest path here", "equally slow",
+                                  "slower")
+    msgs = [best_msg, worst_msg]
     return CheckResult(best_ok and worst_ok, " ".join(msgs))
 
 
