@@ -11,10 +11,17 @@ from . import REPO_ROOT
 
 
 def _git_commit() -> Optional[str]:
+    """The checkout's commit, with "+changes" when tracked files differ from it (the code that
+    ran was then not that commit alone); None outside a git checkout."""
     try:
         out = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or None
+        commit = out.stdout.strip()
+        if out.returncode != 0 or not commit:
+            return None
+        status = subprocess.run(["git", "-C", REPO_ROOT, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=30)
+        return commit + ("+changes" if status.returncode == 0 and status.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return None
 
