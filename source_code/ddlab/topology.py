@@ -800,7 +800,8 @@ def _draw(topo: Topology, ax=None, title: Optional[str] = None):
         # Try points along the line until one is clear of the boxes and of earlier labels.
         for t in (0.5, 0.38, 0.62, 0.3, 0.7, 0.44, 0.56, 0.25, 0.75):
             x, y = p0[0] + t * (p1[0] - p0[0]), p0[1] + t * (p1[1] - p0[1])
-            if all(math.hypot(x - u, y - v) > 0.55 for u, v in placed_labels) and \
+            # Labels are wider than tall: keep them apart by a box, not a circle.
+            if all(abs(x - u) > 0.8 or abs(y - v) > 0.4 for u, v in placed_labels) and \
                     all(abs(x - bx) > bw / 2 + 0.3 or abs(y - by) > bh / 2 + 0.15 for bx, by, bw, bh in boxes):
                 return x, y
         return p0[0] + 0.5 * (p1[0] - p0[0]), p0[1] + 0.5 * (p1[1] - p0[1])
