@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/latency_out}
 BIN=source_code/p2p_bandwidth_latency/p2p_bandwidth_latency
 PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT/latency"
 make -C source_code/p2p_bandwidth_latency -B > "$OUT/latency/build.txt" 2>&1 || { tail "$OUT/latency/build.txt"; exit 1; }
 for v in "peer-b64:--ce-api peer --latency-batch 64" "uva-b64:--ce-api uva --latency-batch 64" \
@@ -31,15 +32,11 @@ try:
     d = json.load(open(f))
 except Exception as exc:
     print(f"{name:<14} try {tr}: exit {rc}, no JSON ({exc})"); sys.exit()
-hits = []
-def walk(x, path=""):
-    if isinstance(x, dict):
-        for k, v in x.items(): walk(v, f"{path}/{k}")
-    elif isinstance(x, list) and x and isinstance(x[0], list) and "lat" in path.lower() and "gpu" in path.lower() \
-            and "on" in path.lower() and "sm" not in path.lower():
-        hits.append((path, x[0][1], x[1][0]))
-walk(d)
-print(f"{name:<14} try {tr}: exit {rc}; " + "; ".join(f"{p}: 0->1 {a} us, 1->0 {b} us" for p, a, b in hits))
+from ddlab import p2p
+lat = p2p.P2PResult.from_dict(d).matrices.get("lat_gpu_p2p_on")
+if lat is None:
+    print(f"{name:<14} try {tr}: exit {rc}; no GPU-timed P2P=Enabled latency in the JSON"); sys.exit()
+print(f"{name:<14} try {tr}: exit {rc}; GPU-timed latency, P2P on: 0->1 {lat[0][1]:.3f} us, 1->0 {lat[1][0]:.3f} us")
 PYEOF
   done
 done

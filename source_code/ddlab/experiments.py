@@ -797,13 +797,19 @@ def launchers_side_by_side(model: str = "wide", framework: str = "torch", launch
                                                    cpu_run=False, **kwargs) for la in launchers})
 
 
+def _paths_in_order(results: Mapping[str, ExperimentResult]) -> list:
+    """Every path named in the results' rows, once each, in the order they first appear."""
+    paths: list = []
+    for res in results.values():
+        paths += [r["path"] for r in res.rows if r.get("path") and r["path"] not in paths]
+    return paths
+
+
 def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResult:
     """{launcher: nccl-paths result} -> one result whose rows pair the launchers path by path."""
     if not results:
         raise ValueError("no results to combine")
-    paths: list = []
-    for res in results.values():
-        paths += [r.get("path") for r in res.rows if r.get("path") not in paths]
+    paths = _paths_in_order(results)
     rows = [dict(r, launcher=la) for path in paths for la, res in results.items()
             for r in res.rows if r.get("path") == path]
     first = next(iter(results.values()))
@@ -823,9 +829,7 @@ def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
     shows as "-"; the header says where each result comes from."""
     if not results:
         raise ValueError("no results to compare")
-    paths: list = []
-    for res in results.values():
-        paths += [r.get("path") for r in res.rows if r.get("path") and r.get("path") not in paths]
+    paths = _paths_in_order(results)
     cells = {}
     for label, res in results.items():
         for r in res.rows:
