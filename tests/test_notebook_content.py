@@ -1,29 +1,10 @@
-"""Notebook 2 is written by tools/build_notebook2.py: the committed .ipynb must match it."""
-import importlib.util
+"""What notebook 2 must teach and must not claim (the notebook is the source: it is edited as a notebook)."""
 import os
 
 import nbformat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, "notebooks", "2.System-Topology.ipynb")
-
-
-def _builder():
-    spec = importlib.util.spec_from_file_location("build_notebook2", os.path.join(REPO, "tools", "build_notebook2.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_committed_notebook_matches_its_builder_and_has_no_outputs():
-    built = _builder().build()
-    committed = nbformat.read(NOTEBOOK, as_version=4)
-    assert [c.source for c in committed.cells] == [c.source for c in built.cells], \
-        "run `python tools/build_notebook2.py` and commit the notebook"
-    assert committed.metadata["kernelspec"]["name"] == "ddlab"
-    for c in committed.cells:
-        if c.cell_type == "code":
-            assert c.outputs == [] and c.execution_count is None, "commit the notebook without outputs"
 
 
 def test_notebook_has_objectives_sections_summary_and_quiz():
