@@ -1,0 +1,129 @@
+"""ddlab.tables: one Table, aligned text in a terminal and HTML in Jupyter."""
+import math
+
+import pytest
+
+from ddlab import tables
+from ddlab.tables import Column, Table
+
+
+def sample():
+    return Table([("path", "text"), ("bytes", "bytes", "size"), ("busbw_gbps", "rate:GB/s", "busbw"),
+                  ("speedup", "ratio")],
+                 [{"path": "default", "bytes": 1 << 30, "busbw_gbps": 362.14, "speedup": 1.931},
+                  {"path": "socket", "bytes": 65536, "busbw_gbps": 0.9999, "speedup": None}],
+                 title="All-reduce on 2 GPUs", notes="GB/s = 10^9 B/s")
+
+
+def test_text_is_aligned_with_a_rule_and_units():
+    lines = str(sample()).splitlines()
+    assert lines[0] == "All-reduce on 2 GPUs"
+    assert lines[-1] == "GB/s = 10^9 B/s"
+    body = lines[1:-1]
+    assert len(body) == 4                                   # header, rule, two rows
+    assert len({len(x) for x in body}) == 1                 # every line the same width
+    assert set(body[1].replace(" ", "")) == {"-"}
+    assert body[0].split() == ["path", "size", "busbw", "speedup"]
+    assert body[2].split() == ["default", "1", "GiB", "362", "GB/s", "1.93x"]
+    # 0.9999 GB/s is 1 GB/s after rounding, not "1e+03 MB/s"
+    assert body[3].split() == ["socket", "64", "KiB", "1", "GB/s", "n/a"]
+    # text left-aligned, numbers right-aligned: the numeric columns end in the same place
+    assert body[2].startswith("default ") and body[3].startswith("socket  ")
+    assert body[2].endswith("1.93x") and body[3].endswith("  n/a")
+    assert body[2].index("GiB") == body[3].index("KiB")
+
+
+def test_columns_from_strings_lists_and_rows_as_lists():
+    t = Table(["gpu", "name"], [[0, "H200"], [10, "H100 80GB HBM3"]])
+    lines = t.text().splitlines()
+    assert lines[0] == "gpu  name          "
+    assert lines[2] == "  0  H200          "           # auto: integers right, text left
+    assert lines[3] == " 10  H100 80GB HBM3"
+    assert t.column("gpu") == [0, 10]
+    with pytest.raises(KeyError, match="no column 'x'"):
+        t.column("x")
+
+
+def test_missing_values_and_missing_keys():
+    t = Table([("a", "time"), ("b", "number")], [{"a": float("nan")}, {"b": 2.5}], missing="-")
+    rows = t.cells()
+    assert rows == [["-", "-"], ["-", "2.5"]]
+    assert t.to_dict()["rows"] == [{"a": t.rows[0]["a"], "b": None}, {"a": None, "b": 2.5}]
+    assert math.isnan(t.to_dict()["rows"][0]["a"])
+    assert Table(["a"], [{"a": None}]).cells() == [["n/a"]]
+
+
+def test_empty_table_still_has_a_header():
+    t = Table([("x", "bytes", "message")], [])
+    assert t.text().splitlines() == ["message", "-------"]
+    assert "<tbody></tbody>" in t._repr_html_()
+
+
+def test_html_is_a_table_escaped_and_unwrapped():
+    t = Table([("name", "text"), ("n", "count")], [{"name": "<b>&x</b>", "n": 12345}],
+              title="A & B", notes=["first <note>", "second"])
+    h = t._repr_html_()
+    assert "<table" in h and "</table>" in h and h.count("<tr>") == 2
+    assert "&lt;b&gt;&amp;x&lt;/b&gt;" in h and "<b>&x" not in h
+    assert "<caption" in h and "A &amp; B" in h
+    assert "first &lt;note&gt;" in h and "second" in h
+    assert h.count("white-space: nowrap") == 4                 # every th and td
+    assert "text-align: right\">12,345</td>" in h
+    assert "text-align: left\">&lt;b&gt;" in h
+
+
+def test_align_override_and_custom_formatter():
+    t = Table([Column("x", kind=lambda v: f"<{v}>"), ("y", "number")], [[1, 2.0]], align={"y": "left"})
+    assert t.cells() == [["<1>", "2"]]
+    assert t.text().splitlines()[0] == "x    y"
+    h = t._repr_html_()
+    assert "text-align: left\">2</td>" in h
+    assert t.to_dict()["columns"][0]["kind"] == "custom"
+
+
+def test_stored_units_are_converted():
+    t = Table([("t", "time:us"), ("m", "bytes:MiB"), ("r", "rate:GB/s")], [[4.16, 1.5, 16.4]])
+    assert t.cells() == [["4.16 us", "1.5 MiB", "16.4 GB/s"]]
+
+
+def test_bad_tables_are_refused_with_a_message():
+    with pytest.raises(ValueError, match="unknown column kind 'speed'"):
+        Table([("a", "speed")], [])
+    with pytest.raises(ValueError, match="can be stored in"):
+        Table([("a", "rate:furlongs")], [])
+    with pytest.raises(ValueError, match="repeated: a"):
+        Table(["a", "a"], [])
+    with pytest.raises(ValueError, match="row 0 has 1 values for 2 columns"):
+        Table(["a", "b"], [[1]])
+    with pytest.raises(ValueError, match="row 0 must be a dict"):
+        Table(["a"], ["x"])
+    with pytest.raises(ValueError, match="align names 'c'"):
+        Table(["a"], [], align={"c": "left"})
+    with pytest.raises(ValueError, match="align must be"):
+        Column("a", align="centre")
+    with pytest.raises(ValueError, match="at least one column"):
+        Table([], [])
+
+
+def test_to_dict_keeps_raw_values():
+    d = sample().to_dict()
+    assert d["title"] == "All-reduce on 2 GPUs"
+    assert d["columns"][2] == {"key": "busbw_gbps", "label": "busbw", "kind": "rate:GB/s"}
+    assert d["rows"][0]["busbw_gbps"] == 362.14
+    assert d["notes"] == ["GB/s = 10^9 B/s"]
+
+
+def test_show_prints_text_outside_a_kernel(capsys):
+    assert not tables.in_notebook()
+    tables.show(sample())
+    assert capsys.readouterr().out == str(sample()) + "\n"
+
+
+def test_show_displays_in_a_kernel(monkeypatch):
+    shown = []
+    monkeypatch.setattr(tables, "in_notebook", lambda: True)
+    import IPython.display
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    t = sample()
+    tables.show(t)
+    assert shown == [t]
