@@ -61,6 +61,59 @@ def test_search_order_path_then_env_then_cache(no_search_path, monkeypatch):
     assert data.load_fashion_mnist(a, verify=False)[0].shape == (1, 28, 28)
 
 
+@pytest.fixture
+def data_elsewhere(no_search_path, monkeypatch):
+    """Valid (tiny) files in every place the search looks, so a fallback would succeed."""
+    for name in ("cache", "debian", "env"):
+        write_tiny(str(no_search_path / name))
+    monkeypatch.setenv("DDLAB_DATA_DIR", str(no_search_path / "env"))
+    assert data.find_dataset() == str(no_search_path / "env")
+    return no_search_path
+
+
+@pytest.mark.parametrize("what", ["empty", "blank", "missing folder", "a file", "empty folder", "three of four"])
+def test_explicit_path_is_never_replaced_by_another_location(data_elsewhere, what):
+    base = data_elsewhere
+    if what == "empty":
+        path, said = "", "is empty"
+    elif what == "blank":
+        path, said = "   ", "is empty"
+    elif what == "missing folder":
+        path, said = str(base / "no-such-folder"), "does not exist"
+    elif what == "a file":
+        path = str(base / "file.txt")
+        open(path, "w").write("not a folder")
+        said = "is a file, not a folder"
+    elif what == "empty folder":
+        path = str(base / "empty")
+        os.makedirs(path)
+        said = "lacks train-images-idx3-ubyte"
+    else:
+        path = str(base / "three")
+        write_tiny(path)
+        os.remove(os.path.join(path, "t10k-labels-idx1-ubyte.gz"))
+        said = "lacks t10k-labels-idx1-ubyte"
+    with pytest.raises(data.DatasetError) as ei:
+        data.load_fashion_mnist(path, verify=False)
+    msg = str(ei.value)
+    assert repr(path) in msg and said in msg, msg
+    assert "make data" in msg  # says how to get the data
+    assert data.find_dataset(path) is None
+    assert data.dataset_status(path).startswith("MISSING")
+
+
+def test_explicit_path_that_holds_the_files_is_used(data_elsewhere):
+    d = str(data_elsewhere / "mine")
+    write_tiny(d, n_train=5)
+    assert data.load_fashion_mnist(d, verify=False)[0].shape == (5, 28, 28)
+    assert data.search_dirs(d) == [d]
+
+
+def test_path_that_is_not_a_folder_name_is_reported(no_search_path):
+    with pytest.raises(data.DatasetError, match="42 is not a folder name"):
+        data.load_fashion_mnist(42)
+
+
 def test_tiny_files_fail_checksum_verification(no_search_path):
     d = str(no_search_path / "tiny")
     write_tiny(d)

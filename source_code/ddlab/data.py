@@ -1,13 +1,14 @@
 """Fashion-MNIST, offline first.
 
 The real data set (Zalando Research, MIT licence): 60,000 training and 10,000 test
-images of 28x28 grey pixels in 10 classes. Search order for the four IDX files:
+images of 28x28 grey pixels in 10 classes. An explicit ``path`` argument is the only place
+looked at: when the four IDX files are not there, :class:`DatasetError` names that folder
+(another copy elsewhere is never used instead). Without ``path``, the search order is:
 
-1. the ``path`` argument,
-2. the ``DDLAB_DATA_DIR`` environment variable,
-3. the course-local cache ``<repo>/.cache/fashion-mnist`` (``DDLAB_CACHE_DIR`` overrides),
-4. ``/usr/share/datasets/fashion-mnist`` (Debian/Ubuntu package ``dataset-fashion-mnist``),
-5. a download from the canonical source into the cache (``ensure_dataset(download=True)``).
+1. the ``DDLAB_DATA_DIR`` environment variable,
+2. the course-local cache ``<repo>/.cache/fashion-mnist`` (``DDLAB_CACHE_DIR`` overrides),
+3. ``/usr/share/datasets/fashion-mnist`` (Debian/Ubuntu package ``dataset-fashion-mnist``),
+4. a download from the canonical source into the cache (``ensure_dataset(download=True)``).
 
 Files may be gzipped (``.gz``) or plain. They are verified by the SHA-256 of the
 decompressed IDX bytes: Debian's ``.gz`` files carry other gzip headers than the canonical
@@ -60,7 +61,10 @@ def cache_dir() -> str:
 
 
 def search_dirs(path: Optional[str] = None) -> list:
-    dirs = [path, os.environ.get("DDLAB_DATA_DIR"), cache_dir(), DEBIAN_DIR]
+    """The folders looked at, in order: only ``path`` when one is given, else the search order."""
+    if path is not None:
+        return [path]
+    dirs = [os.environ.get("DDLAB_DATA_DIR"), cache_dir(), DEBIAN_DIR]
     out = []
     for d in dirs:
         if d and d not in out:
@@ -77,7 +81,8 @@ def _file_in(d: str, stem: str) -> Optional[str]:
 
 
 def find_dataset(path: Optional[str] = None) -> Optional[str]:
-    """The first folder in the search order that holds all four files, else None."""
+    """The first folder in the search order that holds all four files, else None. With
+    ``path``, that folder when it holds them, else None (no other folder is looked at)."""
     for d in search_dirs(path):
         if all(_file_in(d, stem) for stem in FILES.values()):
             return d
@@ -151,9 +156,13 @@ def load_fashion_mnist(path: Optional[str] = None, verify: bool = True) -> tuple
     """Return ``(x_train, y_train, x_test, y_test)`` as uint8 arrays of shapes
     (60000,28,28), (60000,), (10000,28,28), (10000,).
 
-    Raises :class:`DatasetError` when the data is missing or corrupt. ``verify=False``
-    skips the checksums (for tests that write their own tiny IDX files)."""
-    d = find_dataset(path)
+    ``path`` is the folder with the four IDX files; when given, it is the only place looked
+    at. Raises :class:`DatasetError` when the data is missing or corrupt (naming ``path`` when
+    it was given). ``verify=False`` skips the checksums (for tests that write their own tiny
+    IDX files)."""
+    if path is not None:
+        return _load_dir(_check_explicit_path(path), verify)
+    d = find_dataset()
     if d is None:
         looked = "\n  ".join(search_dirs(path))
         raise DatasetError(f"Fashion-MNIST not found. Looked for the four files "
@@ -161,12 +170,33 @@ def load_fashion_mnist(path: Optional[str] = None, verify: bool = True) -> tuple
     return _load_dir(d, verify)
 
 
+def _check_explicit_path(path) -> str:
+    """``path`` when it is a folder holding the four files; else DatasetError naming it."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise DatasetError(f"Fashion-MNIST path {path!r} is not a folder name (got {type(path).__name__}); "
+                           f"give the folder with the four IDX files, or leave path out to search the "
+                           f"usual places. {HOW_TO_GET}")
+    d = os.fspath(path)
+    if not d.strip():
+        raise DatasetError(f"Fashion-MNIST path {d!r} is empty; give the folder with the four IDX files, or "
+                           f"leave path out to search the usual places. {HOW_TO_GET}")
+    if not os.path.isdir(d):
+        what = "is a file, not a folder" if os.path.exists(d) else "does not exist"
+        raise DatasetError(f"Fashion-MNIST path {d!r} {what}; give the folder with the four IDX files "
+                           f"({', '.join(FILES.values())}, .gz or plain). {HOW_TO_GET}")
+    missing = [stem for stem in FILES.values() if not _file_in(d, stem)]
+    if missing:
+        raise DatasetError(f"Fashion-MNIST path {d!r} lacks {', '.join(m + '[.gz]' for m in missing)} "
+                           f"(it needs all four IDX files, .gz or plain). {HOW_TO_GET}")
+    return d
+
+
 def dataset_status(path: Optional[str] = None) -> str:
     try:
         load_fashion_mnist(path)
     except DatasetError as exc:
         return "MISSING or CORRUPT: " + str(exc).splitlines()[0]
-    return f"ok ({find_dataset(path)}, checksums verified)"
+    return f"ok ({path if path is not None else find_dataset()}, checksums verified)"
 
 
 def download(dest: Optional[str] = None, base_url: str = CANONICAL_URL, timeout: float = 60) -> str:
