@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import time
+import warnings
 
 import matplotlib
 
@@ -66,8 +67,14 @@ def test_fixture_parses_to_the_expected_facts(name):
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(TOPO_DIR, "*.txt"))),
                          ids=lambda p: os.path.basename(p))
 def test_every_topo_fixture_is_consistent(path):
-    """Runs over every file in tests/fixtures/topo, including captures added later."""
-    t = Topology.from_file(path)
+    """Runs over every file in tests/fixtures/topo, including captures added later. Files named
+    *_cut_* are pastes cut off after their GPU rows: they warn; every other file must not."""
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        t = Topology.from_file(path)
+    said = [str(w.message) for w in rec if issubclass(w.category, topology.TopologyWarning)]
+    assert bool(said) == ("_cut_" in os.path.basename(path)), said
+    assert t.warnings == [m.split("cut off: ", 1)[1] for m in said]
     assert t.gpus, "a topology has at least one GPU"
     pairs = [p for g in t.ranked_pairs() for p in g.pairs]
     assert sorted(pairs) == t.pairs()  # every pair ranked exactly once
@@ -142,7 +149,8 @@ def test_space_separated_row_missing_a_value_is_placed_by_pattern():
 def test_markdown_table_paste():
     text = ("| | GPU0 | GPU1 | NIC0 |\n|---|---|---|---|\n| GPU0 | X | NV18 | PIX |\n"
             "| GPU1 | NV18 | X | SYS |\n| NIC0 | PIX | SYS | X |\n")
-    t = parse_topo_matrix(text)
+    with pytest.warns(topology.TopologyWarning, match="no NIC Legend for NIC0:"):  # the paste stops at the matrix
+        t = parse_topo_matrix(text)
     assert t.link(0, 1).label == "NV18" and t.nic_link(1, "NIC0").label == "SYS"
 
 
@@ -214,8 +222,8 @@ BAD = [
      r"line 2 \(row GPU0, column GPU1\): unknown link label 'QPI'"),
     ("asymmetric", "\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tPIX\t X \n",
      r"line 2 \(row GPU0\): GPU0-GPU1 is 'NV2' but line 3 \(row GPU1\) says GPU1-GPU0 is 'PIX'; expected a symmetric"),
-    ("missing row", "\tGPU0\tGPU1\tNIC0\nGPU0\t X \tPIX\tPIX\nGPU1\tPIX\t X \tPIX\n\nLegend:\n",
-     r"without a row for NIC0 \(the header on line 1"),
+    ("missing GPU row", "\tGPU0\tGPU1\tGPU2\tNIC0\nGPU0\t X \tPIX\tPIX\tPIX\nGPU1\tPIX\t X \tPIX\tPIX\n\nLegend:\n",
+     r"without the GPU row GPU2 \(the header on line 1 names 3 GPUs: GPU0 GPU1 GPU2\)"),
     ("duplicate row", "\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU0\t X \tPIX\nGPU1\tPIX\t X \n",
      r"line 3: a second row for GPU0 \(the first is line 2\)"),
     ("row not in header", "\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU2\tPIX\t X \n",
@@ -233,6 +241,67 @@ BAD = [
 def test_malformed_text_raises_a_clear_error(what, text, message):
     with pytest.raises(TopologyParseError, match=message):
         parse_topo_matrix(text)
+
+
+# ------------------------------------------------------------------------ pastes cut off
+A100 = os.path.join(TOPO_DIR, "a100x8_nic_legend_tabs.txt")
+
+
+def test_paste_cut_after_the_gpu_rows_reads_the_gpu_matrix_with_a_warning():
+    full = fixture("a100x8_nic_legend_tabs.txt")
+    with pytest.warns(topology.TopologyWarning) as rec:
+        t = fixture("a100x8_cut_after_gpu_rows.txt")
+    said = [str(w.message) for w in rec]
+    assert len(said) == 2, said
+    assert "cut off: the text ends without the NIC rows NIC0, NIC1, NIC2, NIC3, NIC4, NIC5" in said[0]
+    assert "no NIC Legend for NIC0, NIC1, NIC2, NIC3, NIC4, NIC5" in said[1]
+    assert len(t.warnings) == 2 and "NIC rows" in t.warnings[0] and "NIC Legend" in t.warnings[1]
+    assert t.gpus == full.gpus
+    assert {p: t.link(*p).label for p in t.pairs()} == {p: full.link(*p).label for p in full.pairs()}
+    # the GPU-NIC links are in the GPU rows, so they are kept; without the legend NICs keep their column names
+    assert t.nics == ["NIC0", "NIC1", "NIC2", "NIC3", "NIC4", "NIC5"]
+    assert [t.nic_link(g, 0).label for g in t.gpus] == [full.nic_link(g, 0).label for g in full.gpus]
+    assert t.cpu_affinity == full.cpu_affinity
+    assert "?" in t.matrix_table()  # NIC-NIC links are unknown, not invented
+
+
+def test_paste_cut_inside_a_nic_row_reads_the_rest_with_a_warning():
+    full = fixture("h100x2_forum_paste_double_spaced.txt")
+    with pytest.warns(topology.TopologyWarning) as rec:
+        t = fixture("h100x2_cut_in_nic_rows.txt")
+    said = [str(w.message) for w in rec]
+    assert any("row NIC1 is cut off after 2 of its 4 link cells" in m for m in said), said
+    assert any("without the NIC row NIC1" in m for m in said), said
+    assert t.link(0, 1).label == "NV18" and t.nic_link(1, "NIC1").label == full.nic_link(1, "mlx5_1").label
+    assert t.nic_link(0, "NIC0").label == "PIX"
+
+
+def test_paste_cut_before_the_nic_legend_warns_that_nics_keep_their_column_names():
+    with pytest.warns(topology.TopologyWarning, match="no NIC Legend for NIC0, NIC1, NIC2, NIC3, NIC4, NIC5"):
+        t = fixture("a100x8_cut_before_nic_legend.txt")
+    assert t.nics == t.nic_columns and t.link(3, 4).label == "NV12"
+    assert len(t.warnings) == 1
+
+
+@pytest.mark.parametrize("keep", [1, 6, 8])
+def test_paste_cut_inside_the_gpu_rows_fails_naming_the_missing_gpu_rows(keep):
+    lines = open(A100).read().splitlines()[:1 + keep]  # header and the first `keep` GPU rows
+    missing = [f"GPU{g}" for g in range(keep, 8)]
+    if not missing:  # the last GPU row cut short in the middle
+        lines[-1] = "\t".join(lines[-1].split("\t")[:5])
+        with pytest.raises(TopologyParseError, match=r"line 9: row GPU7 has 4 link cells, expected 14 .*cut off"):
+            parse_topo_matrix("\n".join(lines))
+        return
+    with pytest.raises(TopologyParseError) as ei:
+        parse_topo_matrix("\n".join(lines))
+    assert f"without the GPU rows {', '.join(missing)} (the header on line 1 names 8 GPUs" in str(ei.value)
+
+
+def test_a_complete_paste_gives_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = fixture("a100x8_nic_legend_tabs.txt")
+    assert t.warnings == []
 
 
 def test_parse_error_is_a_value_error_and_needs_text():

@@ -11,6 +11,9 @@ The input is the text ``nvidia-smi topo -m`` prints, in any of the shapes people
 * with or without the ``CPU Affinity``, ``NUMA Affinity`` and ``GPU NUMA ID`` columns, whose
   cells may be ``N/A`` or empty (nvidia-smi pads some of them with an extra tab);
 * with or without the legend; 1 to 16 GPUs (more also works);
+* cut off after the GPU rows (NIC rows or the ``NIC Legend`` missing): the GPU matrix is
+  read, with a :class:`TopologyWarning` that says what was missing (also kept in
+  ``Topology.warnings``); a paste that lacks GPU rows is an error naming them;
 * the link labels ``X``, ``NV<n>``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS`` and the old
   ``SOC`` (drivers before about 2017), which means what ``SYS`` means now.
 
@@ -35,6 +38,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings as _warnings
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -47,6 +51,10 @@ REFERENCE_KIND = "topologies"  # source_code/reference/topologies/<name>.json
 class TopologyParseError(ValueError):
     """The text is not a ``nvidia-smi topo -m`` matrix; the message names the line and what
     was expected there."""
+
+
+class TopologyWarning(UserWarning):
+    """The text was read, but part of it was missing (a paste cut off after the GPU rows)."""
 
 
 class NoGPUError(RuntimeError):
@@ -264,7 +272,10 @@ def parse_topo_matrix(text: str) -> "Topology":
     """Parse the text of ``nvidia-smi topo -m`` into a :class:`Topology`.
 
     Raises :class:`TopologyParseError` naming the line and what was expected when the text
-    has no header, ragged rows, unknown labels, missing or extra rows, or an asymmetric matrix."""
+    has no header, ragged rows, unknown labels, missing GPU rows, extra rows, or an asymmetric
+    matrix. A paste cut off after its GPU rows (NIC rows missing, the last one cut short, or
+    the ``NIC Legend`` missing) is read with a :class:`TopologyWarning` instead: the GPU matrix
+    and the GPU-NIC links (from the GPU rows) are complete, the NIC-NIC links are unknown."""
     if not isinstance(text, str):
         raise TypeError(f"parse_topo_matrix needs the text of `nvidia-smi topo -m`, got {type(text).__name__}")
     lines = _clean(text)
@@ -291,6 +302,7 @@ def parse_topo_matrix(text: str) -> "Topology":
     cells: dict = {}        # (row device, column device) -> label
     row_line: dict = {}     # device -> line number (1-based) of its row
     extras: dict = {}       # GPU device -> {key: value or None}
+    notes: list = []        # what a truncated paste lacked (becomes Topology.warnings)
     i = head + 1
     while i < len(lines) and len(row_line) < n:
         ln = lines[i]
@@ -299,6 +311,7 @@ def parse_topo_matrix(text: str) -> "Topology":
             i += 1
             continue
         label = words[0]
+        last_line = not any(x.split() for x in lines[i + 1:])
         if label not in devices:
             if _GPU.fullmatch(label) or (len(words) > 1 and _looks_like_label(words[1])):
                 raise TopologyParseError(f"line {i + 1}: row {label!r} is not a column of the header "
@@ -310,13 +323,19 @@ def parse_topo_matrix(text: str) -> "Topology":
         good = 0
         while good < min(n, len(vals)) and _looks_like_label(vals[good]):
             good += 1
+        if good < n and label not in gpu_cols and last_line and good == len(vals):
+            # The paste ends inside this NIC row: read it as missing (the warning says so).
+            notes.append(f"line {i + 1}: row {label} is cut off after {good} of its {n} link cells")
+            i += 1
+            break
         if good < n:
             if good < len(vals) and not re.fullmatch(_CPU_LIST, vals[good]):
                 col = devices[good]
                 raise TopologyParseError(f"line {i + 1} (row {label}, column {col}): unknown link label "
                                          f"{vals[good]!r}; expected {_LABEL_HELP}")
+            cut = "; the text ends here, so the paste looks cut off: copy every GPU row" if last_line else ""
             raise TopologyParseError(f"line {i + 1}: row {label} has {good} link cells, expected {n} "
-                                     f"(one per column: {' '.join(devices)})")
+                                     f"(one per column: {' '.join(devices)}){cut}")
         for col, lab in zip(devices, vals[:n]):
             cells[(label, col)] = lab
         rest = vals[n:]
@@ -352,13 +371,23 @@ def parse_topo_matrix(text: str) -> "Topology":
             raise TopologyParseError(f"line {j + 1}: row {words[0]!r} is not a column of the header "
                                      f"(line {hl}: {' '.join(devices)})")
     missing = [d for d in devices if d not in row_line]
+    missing_gpus = [d for d in missing if d in gpu_cols]
+    if missing_gpus:
+        plural = "s" if len(missing_gpus) > 1 else ""
+        raise TopologyParseError(f"line {i + 1 if i < len(lines) else len(lines)}: the matrix ended without the "
+                                 f"GPU row{plural} {', '.join(missing_gpus)} (the header on line {hl} names "
+                                 f"{len(gpu_cols)} GPUs: {' '.join(gpu_cols)}); copy the whole output of "
+                                 f"`nvidia-smi topo -m`, every GPU row included")
     if missing:
-        raise TopologyParseError(f"line {i + 1 if i < len(lines) else len(lines)}: the matrix ended without a row "
-                                 f"for {', '.join(missing)} (the header on line {hl} names it)")
+        notes.append(f"the text ends without the NIC row{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                     f"(the header on line {hl} names {'them' if len(missing) > 1 else 'it'}): the GPU matrix and "
+                     f"the GPU-NIC links are read from the GPU rows; the links between NICs are unknown")
 
     links: dict = {}
     for a in devices:
         for b in devices:
+            if a in missing:
+                continue  # a NIC row the text lacks: its links come from the GPU rows (NIC-NIC stays unknown)
             lab = cells[(a, b)]
             if a == b:
                 if lab != "X":
@@ -368,6 +397,12 @@ def parse_topo_matrix(text: str) -> "Topology":
             if lab == "X":
                 raise TopologyParseError(f"line {row_line[a]} (row {a}, column {b}): 'X' means self and may "
                                          f"appear only on the diagonal")
+            if b in missing:
+                try:
+                    links[(a, b)] = links[(b, a)] = parse_link(lab)
+                except ValueError as exc:
+                    raise TopologyParseError(f"line {row_line[a]} (row {a}, column {b}): {exc}") from None
+                continue
             if cells[(b, a)] != lab:
                 raise TopologyParseError(f"line {row_line[a]} (row {a}): {a}-{b} is {lab!r} but line {row_line[b]} "
                                          f"(row {b}) says {b}-{a} is {cells[(b, a)]!r}; expected a symmetric "
@@ -382,8 +417,15 @@ def parse_topo_matrix(text: str) -> "Topology":
         m = _NIC_LEGEND.match(ln)
         if m:
             legend[m.group(1)] = m.group(2)
+    unnamed = [c for c in devices if re.fullmatch(r"NIC\d+", c) and c not in legend]
+    if unnamed:
+        keep = "they keep their column names" if len(unnamed) > 1 else "it keeps its column name"
+        notes.append(f"no NIC Legend for {', '.join(unnamed)}: the text ends before the lines 'NIC0: <device>' "
+                     f"that name the NICs, so {keep}")
+    for note in notes:
+        _warnings.warn(f"`nvidia-smi topo -m` text looks cut off: {note}", TopologyWarning, stacklevel=2)
     return Topology(text=text, devices=devices, links=links, extras=extras, nic_legend=legend,
-                    affinity_columns=list(trailing))
+                    affinity_columns=list(trailing), warnings=notes)
 
 
 # ----------------------------------------------------------------------------- results
@@ -442,6 +484,7 @@ class Topology:
     description: Optional[str] = None
     provenance: Optional[dict] = None
     gpu_names: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)  # what the text lacked (see TopologyWarning)
 
     # -- what is in it
     @property
@@ -652,7 +695,8 @@ class Topology:
         extra_titles = [(k, t) for k, t in extra_titles if has[k]]
         rows = [[""] + cols + [t for _, t in extra_titles]]
         for r in self.devices:
-            row = [names[r]] + ["X" if r == c else self.links[(r, c)].label for c in self.devices]
+            row = [names[r]] + ["X" if r == c else self.links[(r, c)].label if (r, c) in self.links else "?"
+                                for c in self.devices]  # "?": a NIC-NIC cell of a cut-off paste
             ex = self.extras.get(r, {})
             row += [ex.get(k) or ("-" if _GPU.fullmatch(r) else "") for k, _ in extra_titles]
             rows.append(row)
