@@ -144,4 +144,51 @@ def test_provenance_carries_what_a_recorded_result_needs():
         assert key in prov, key
     assert prov["machine"] == "test box" and prov["command"] == "ddlab p2p --json"
     assert prov["date"][:2] == "20" and "T" in prov["date"]
-    assert provenance.label(prov).startswith("test box (")
+    # the caption names the machine from its hardware fields, not from the free-text label
+    assert provenance.label(prov).startswith(hardware.machine_label(prov) + ", 20")
+    assert "test box" not in provenance.label(prov)
+
+
+# ------------------------------------------------------------------------ machine names
+TOPO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "topo")
+
+
+def test_machine_label_and_slug_name_the_hardware():
+    from ddlab.topology import Topology
+    gpus, driver = hardware.parse_smi_query(GOOD)
+    inv = hardware.Inventory(gpus=gpus, driver=driver, hostname="some-host")
+    h200 = Topology.from_file(os.path.join(TOPO_DIR, "h200x2.txt"))
+    assert hardware.machine_label(inv, h200) == "2x NVIDIA H200, NV18"
+    assert hardware.machine_slug(inv, h200) == "2xh200-nv18"
+    assert hardware.machine_label(inv) == "2x NVIDIA H200" and hardware.machine_slug(inv) == "2xh200"
+    # the same from `ddlab doctor --json` and from a topology record
+    assert hardware.machine_label(inv.to_dict(), h200.to_dict()) == "2x NVIDIA H200, NV18"
+    assert "some-host" not in hardware.machine_label(inv, h200)
+
+
+def test_machine_label_lists_mixed_links_best_first_and_mixed_models():
+    from ddlab.topology import Topology
+    dgx1 = Topology.from_file(os.path.join(TOPO_DIR, "p100x8_dgx1_mlx5_soc.txt"))
+    inv = hardware.Inventory(gpus=[hardware.GPU(index=i, name="Tesla P100-SXM2-16GB") for i in range(8)])
+    assert hardware.machine_label(inv, dgx1) == "8x Tesla P100-SXM2-16GB, NV1/SOC"
+    assert hardware.machine_slug(inv, dgx1) == "8xtesla-p100-sxm2-16gb-nv1-soc"
+    mixed = hardware.Inventory(gpus=[hardware.GPU(0, "NVIDIA A100-SXM4-80GB"), hardware.GPU(1, "NVIDIA H100 PCIe"),
+                                     hardware.GPU(2, "NVIDIA A100-SXM4-80GB")])
+    assert hardware.machine_label(mixed) == "2x NVIDIA A100-SXM4-80GB + 1x NVIDIA H100 PCIe"
+    assert hardware.machine_slug(mixed) == "2xa100-sxm4-80gb-1xh100-pcie"
+    assert hardware.machine_label(hardware.Inventory()) == "CPU only" and hardware.machine_slug(hardware.Inventory()) == "cpu"
+
+
+def test_recorded_captions_name_the_hardware_not_how_the_machine_was_obtained():
+    from ddlab import provenance, reference
+    prov = reference.load("allreduce", "h200x2")["provenance"]
+    cap = provenance.caption(prov)
+    assert cap == f"recorded on {prov['gpu_count']}x {prov['gpu_model']}, {prov['date'][:10]}"
+    assert prov["machine"] not in cap
+
+
+def test_doctor_label_and_slug_without_gpu(capsys, monkeypatch):
+    monkeypatch.setattr(hardware, "_nvml_gpus", lambda notes: ([], None, None))
+    monkeypatch.setattr(hardware, "_smi_gpus", lambda notes: ([], None))
+    assert hardware.cli(["--label", "--slug"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["CPU only", "cpu"]

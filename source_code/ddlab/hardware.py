@@ -327,6 +327,76 @@ def inventory(software: bool = True, dataset: bool = True, horovod_check: bool =
     return inv
 
 
+# --------------------------------------------------------------------------- machine names
+def _gpu_groups(inventory) -> list:
+    """[(count, model)] in order of first appearance, from an :class:`Inventory`, its
+    ``to_dict()`` (``ddlab doctor --json``) or a provenance record (``gpu_count``, ``gpu_model``)."""
+    if isinstance(inventory, dict) and "gpus" not in inventory:  # a provenance record
+        n = inventory.get("gpu_count") or 0
+        if not n:
+            return []
+        return [(n, inventory.get("gpu_model") or "unknown GPU")]
+    gpus = inventory["gpus"] if isinstance(inventory, dict) else inventory.gpus
+    names = [g["name"] if isinstance(g, dict) else g.name for g in gpus]
+    return [(names.count(m), m) for m in dict.fromkeys(names)]
+
+
+def _gpu_link_labels(topology) -> list:
+    """The GPU-to-GPU link labels of a topology (a :class:`ddlab.topology.Topology` or its
+    ``to_dict()``), each once, best first."""
+    if topology is None:
+        return []
+    from .topology import parse_link
+    if isinstance(topology, dict):
+        labels = list((topology.get("links") or {}).values())
+    else:
+        labels = [topology.link(i, j).label for i, j in topology.pairs()]
+    return sorted(dict.fromkeys(labels), key=lambda lab: -parse_link(lab).rank)
+
+
+def machine_label(inventory, topology=None) -> str:
+    """A machine named by its hardware: "2x NVIDIA H200, NV18" (GPU count and model, then the
+    GPU-to-GPU links best first, e.g. "8x Tesla V100-SXM2-16GB, NV2/NV1/SYS"), "CPU only"
+    without GPUs. ``inventory`` is an :class:`Inventory`, its ``to_dict()`` or a provenance
+    record; ``topology`` (optional) a parsed ``nvidia-smi topo -m`` or its ``to_dict()``."""
+    groups = _gpu_groups(inventory)
+    if not groups:
+        return "CPU only"
+    parts = [" + ".join(f"{n}x {model}" for n, model in groups)]
+    links = _gpu_link_labels(topology)
+    if links:
+        parts.append("/".join(links))
+    return ", ".join(parts)
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"^nvidia\s+", "", text.strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def machine_slug(inventory, topology=None) -> str:
+    """:func:`machine_label` as a file name: "2xh200-nv18" ("cpu" without GPUs)."""
+    groups = _gpu_groups(inventory)
+    if not groups:
+        return "cpu"
+    parts = [f"{n}x{_slug(model)}" for n, model in groups] + [_slug(lab) for lab in _gpu_link_labels(topology)]
+    return "-".join(p for p in parts if p)
+
+
+def this_machine() -> tuple:
+    """(:func:`machine_label`, :func:`machine_slug`) of this machine, its links read from
+    ``nvidia-smi topo -m`` when it answers (else the label has no link part)."""
+    from . import topology as topo_mod
+    inv = inventory(software=False, dataset=False)
+    topo = None
+    if inv.gpus:
+        try:
+            topo = topo_mod.Topology.from_system()
+        except (topo_mod.NoGPUError, topo_mod.TopologyParseError) as exc:
+            print(f"ddlab doctor: no link in the machine's name: {exc}", file=sys.stderr)
+    return machine_label(inv, topo), machine_slug(inv, topo)
+
+
 def format_inventory(inv: Inventory) -> str:
     lines = []
     if inv.gpus:
@@ -363,7 +433,17 @@ def cli(argv: list) -> int:
     import json
     p = argparse.ArgumentParser(prog="ddlab doctor", description="What this machine has, for the course.")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--label", action="store_true",
+                   help='print only the name of this machine from its hardware, e.g. "2x NVIDIA H200, NV18"')
+    p.add_argument("--slug", action="store_true", help='print only that name as a file name, e.g. "2xh200-nv18"')
     a = p.parse_args(argv)
+    if a.label or a.slug:
+        label, slug = this_machine()
+        if a.label:
+            print(label)
+        if a.slug:
+            print(slug)
+        return 0
     inv = inventory()
     print(json.dumps(inv.to_dict(), indent=2) if a.json else format_inventory(inv))
     return 0

@@ -28,14 +28,15 @@ def _git_commit() -> Optional[str]:
 
 def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[str] = None,
             inventory=None) -> dict:
-    """Describe this machine and run. ``machine`` labels it (default: $DDLAB_MACHINE or host name)."""
+    """Describe this machine and run. ``machine`` labels it (default: $DDLAB_MACHINE, else
+    :func:`ddlab.hardware.machine_label` of this machine's GPUs, e.g. "2x NVIDIA H200")."""
     from . import hardware
     inv = inventory or hardware.inventory(dataset=False, horovod_check=False)
     names = sorted({g.name for g in inv.gpus})
     if command is not None and not isinstance(command, str):
         command = shlex.join(str(c) for c in command)
     return {
-        "machine": machine or os.environ.get("DDLAB_MACHINE") or inv.hostname,
+        "machine": machine or os.environ.get("DDLAB_MACHINE") or hardware.machine_label(inv),
         "gpu_model": ", ".join(names) if names else None,
         "gpu_count": inv.gpu_count,
         "driver": inv.driver,
@@ -55,9 +56,11 @@ def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[s
 
 
 def label(prov: dict) -> str:
-    """One line for a figure caption: 'recorded on 2x NVIDIA H200, 2026-11-22'."""
-    gpus = f"{prov.get('gpu_count')}x {prov.get('gpu_model')}" if prov.get("gpu_count") else "CPU only"
-    return f"{prov.get('machine')} ({gpus}), {str(prov.get('date', ''))[:10]}"
+    """The machine and date for a caption: '2x NVIDIA H200, 2026-11-22'. The machine is named
+    from the recorded hardware fields (gpu_count, gpu_model), never from the free-text
+    ``machine`` field, which older records filled with how the machine was obtained."""
+    from .hardware import machine_label
+    return f"{machine_label(prov)}, {str(prov.get('date', ''))[:10]}"
 
 
 def caption(prov: dict, live: bool = False) -> str:
