@@ -1,32 +1,33 @@
 #!/usr/bin/env bash
-# Record the collective sweeps on a multi-GPU machine (made for the lent 2x H200, NV18).
+# Record the collective sweeps on a machine with 2 or more GPUs.
 #
-#   OUT=/some/dir tools/gpu_allreduce.sh          (run from anywhere; OUT defaults to ./out)
+#   OUT=/some/dir [NAME=...] tools/recording/gpu_allreduce.sh   (run from anywhere; OUT defaults to ./out)
 #
+# NAME (the machine in file names) and DDLAB_MACHINE (its label in the provenance) default to
+# the hardware's own name, e.g. 2xh200-nv18 and "2x NVIDIA H200, NV18" (machine_name.sh).
 # Writes to $OUT:
-#   allreduce_h200x2.json        all-reduce under the NCCL paths default, shm, socket (up to 1 GiB)
-#   all_gather_h200x2.json       all-gather, default path
-#   reduce_scatter_h200x2.json   reduce-scatter, default path
-#   reference_allreduce_h200x2.json  all of the above in one file, ready to commit as
-#                                source_code/reference/allreduce/h200x2.json
+#   allreduce_$NAME.json        all-reduce under the NCCL paths default, shm, socket (up to 1 GiB)
+#   all_gather_$NAME.json       all-gather, default path
+#   reduce_scatter_$NAME.json   reduce-scatter, default path
+#   reference_allreduce_$NAME.json  all of the above in one file, ready to commit as
+#                               source_code/reference/allreduce/$NAME.json
 #   nccl_{default,shm,socket}.log  the NCCL_DEBUG=INFO output of each all-reduce path (parser fixtures)
 #   nccl_all_gather_default.log, nccl_reduce_scatter_default.log
 #   allreduce.txt, all_gather.txt, reduce_scatter.txt  the printed tables; summary.txt; topo.txt
 #
-# Time: about 1-2 minutes on 2x H200. The socket path (about 3.5 GB/s) stays short because the
+# Time: about 1-2 minutes on 2x NVIDIA H200, NV18. The socket path (about 3.5 GB/s) stays short because the
 # sweep picks its iterations per size (at least 5 timed calls, about 0.2 s of work per size);
 # every launch also has its own timeout.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}"
-export DDLAB_MACHINE=${DDLAB_MACHINE:-lent nvidia-h200-x2}
 # NVLink multicast stays off (ddlab.launch sets it too; this covers anything else started here).
 export NCCL_NVLS_ENABLE=0
-NAME=${NAME:-h200x2}
+source tools/recording/machine_name.sh
 start=$SECONDS
 
 "$PY" - <<'EOF'

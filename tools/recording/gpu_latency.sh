@@ -4,12 +4,12 @@
 # of copies queued between two events, writes vs reads, and run-to-run spread (each variant
 # twice). Run from the repository root on a machine with 2 GPUs:
 #
-#   OUT=/some/dir bash tools/gpu_latency.sh
+#   OUT=/some/dir bash tools/recording/gpu_latency.sh
 #
 # Writes $OUT/latency/<variant>-<try>.json (our program's --json) and prints one line per run
 # with the GPU-timed P2P=Enabled latency of 0->1 and 1->0 (microseconds).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/latency_out}
 BIN=source_code/p2p_bandwidth_latency/p2p_bandwidth_latency
 PY=${PYTHON:-python3}

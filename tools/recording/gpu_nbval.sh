@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Run notebooks under nbval on a GPU machine (their live paths) and time each one:
 #
-#   OUT=/some/dir bash tools/gpu_nbval.sh [NOTEBOOK ...]     (default: notebooks/2.System-Topology.ipynb)
+#   OUT=/some/dir bash tools/recording/gpu_nbval.sh [NOTEBOOK ...]   (default: notebooks/2.System-Topology.ipynb)
 #
-# Needs nbval, ipykernel and ipywidgets importable (on the lent machine: source
-# tools/gpu_setup.sh first, with .whl carried). Writes $OUT/nbval-<name>.txt (pytest's output)
+# Needs nbval, ipykernel and ipywidgets importable (on a machine without a package registry:
+# source tools/recording/gpu_setup.sh first, with .whl carried). Writes $OUT/nbval-<name>.txt (pytest's output)
 # and $OUT/nbval.json (seconds and exit status per notebook). Exit status: 0 when every
 # notebook passed.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/nbval_out}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"

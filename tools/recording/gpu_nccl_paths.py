@@ -1,6 +1,6 @@
 """Record the NCCL path comparison (DDP and Horovod, cnn and wide) on a 2-GPU machine.
 
-    python tools/gpu_nccl_paths.py OUT_DIR [JOB ...] [--steps-cnn 200] [--steps-wide 80] [--timeout 90]
+    python tools/recording/gpu_nccl_paths.py OUT_DIR [JOB ...] [--steps-cnn 200] [--steps-wide 80] [--timeout 90]
 
 JOB is launcher:model (default: ddp:cnn ddp:wide horovod:wide horovod:cnn). A third part
 ":graph" (e.g. ddp:cnn:graph) adds --cuda-graph on (DDP's CUDA-graph capture is opt-in);
@@ -10,16 +10,17 @@ Every run prints a line when it starts and when it ends (seconds, images/s, and 
 worker's phase times); each comparison is written to OUT_DIR as soon as it is complete,
 so a call cut short keeps what finished. A run that times out is killed after --timeout
 seconds and its row shows where each worker was stuck (Python tracebacks the workers print
-on SIGTERM).
+on SIGTERM). The provenance names the machine by $DDLAB_MACHINE, by default its hardware
+(ddlab.hardware.machine_label, e.g. "2x NVIDIA H200, NV18").
 """
 import argparse
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "source_code"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab import experiments  # noqa: E402
+from ddlab import experiments, hardware  # noqa: E402
 
 DEFAULT_JOBS = ["ddp:cnn", "ddp:wide", "horovod:wide", "horovod:cnn"]
 
@@ -60,6 +61,9 @@ def main(argv=None) -> int:
     if gpus < 2:
         say("gpu_nccl_paths: error: the NCCL path comparison needs 2 GPUs visible to torch")
         return 2
+    if not os.environ.get("DDLAB_MACHINE"):
+        os.environ["DDLAB_MACHINE"] = hardware.this_machine()[0]
+    say(f"gpu_nccl_paths: machine {os.environ['DDLAB_MACHINE']}")
     failed = 0
     for launcher, model, graph in jobs:
         steps, warm = (a.steps_cnn, a.warmup_cnn) if model != "wide" else (a.steps_wide, a.warmup_wide)

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# First call on a lent GPU machine: facts, topology, Horovod GPU build, Horovod and NCCL
-# smoke tests under the three NCCL paths. Writes everything under $OUT.
+# First call on a GPU machine: facts, topology, Horovod GPU build, Horovod and NCCL smoke
+# tests under the three NCCL paths. Writes everything under $OUT (default /tmp/out):
+# $OUT/probe.tgz, and the Horovod wheel in 15 MB parts ($OUT/horovod-*.whl.part*).
+#
+#   OUT=/some/dir bash tools/recording/gpu_probe.sh
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/probe"
+OUT=$(realpath -m "${OUT:-/tmp/out}"); mkdir -p "$OUT/probe"
 P=$OUT/probe
-source tools/gpu_setup.sh
+cd "$(dirname "$0")/../.."
+source tools/recording/gpu_setup.sh
 { nvidia-smi; nvidia-smi -q | head -60; gcc --version | head -1; nvcc --version | tail -2; python3 -V;
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())';
   cmake --version | head -1; python3 -m pip list 2>/dev/null; } > "$P/facts.txt" 2>&1
@@ -29,6 +33,5 @@ for path in default shm socket; do
   env $e NCCL_DEBUG=INFO timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node=2 -m ddlab.smoke nccl-allreduce > "$P/nccl_$path.log" 2>&1; echo "rc=$?" >> "$P/nccl_$path.log"
 done
 tar -czf "$OUT/probe.tgz" -C "$OUT" probe && rm -rf "$P"
-grep -h "SMOKE\|rc=" $OUT/../dev/null 2>/dev/null
 tar -xzOf "$OUT/probe.tgz" probe/hvd_build.txt | tail -25
 tar -xzOf "$OUT/probe.tgz" probe/topo.txt

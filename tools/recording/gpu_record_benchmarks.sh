@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# One call on the lent GPU machine: Horovod GPU build + smoke tests, topology, our p2p test and
-# the collective sweeps. Everything lands in $OUT/results.tgz (plus the Horovod wheel in parts).
+# One call on a GPU machine: Horovod GPU build + smoke tests, topology, our p2p test and the
+# collective sweeps. Everything lands in $OUT/results.tgz (plus the Horovod wheel in parts).
+#
+#   OUT=/some/dir [NAME=...] bash tools/recording/gpu_record_benchmarks.sh
+#
+# NAME (file names) and DDLAB_MACHINE (the provenance's label) default to the hardware's own
+# name (machine_name.sh); the topology is saved as source_code/reference/topologies/$NAME.json.
 set -u
-OUT=${OUT:-/tmp/out}; W=$OUT/work; mkdir -p "$W"
-export DDLAB_MACHINE=${DDLAB_MACHINE:-lent nvidia-h200-x2}
-source tools/gpu_setup.sh
+OUT=$(realpath -m "${OUT:-/tmp/out}"); W=$OUT/work; mkdir -p "$W"
+cd "$(dirname "$0")/../.."
+source tools/recording/gpu_setup.sh
+PY=python3
+source tools/recording/machine_name.sh || exit 1
 T0=$(date +%s); step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 
 step "Horovod GPU build"
@@ -20,12 +27,15 @@ done
 step "doctor and topology"
 python3 -m ddlab doctor > "$W/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$W/doctor.json" 2>&1
 python3 -m ddlab topo > "$W/topo_report.txt" 2>&1; head -20 "$W/topo_report.txt"
-python3 -m ddlab topo --save h200x2 > "$W/topo_save.txt" 2>&1; tail -2 "$W/topo_save.txt"
+nvidia-smi topo -m > "$W/topo.txt" 2>&1
+python3 -m ddlab topo --save "$NAME" > "$W/topo_save.txt" 2>&1; tail -2 "$W/topo_save.txt"
 step "p2p"
-OUT=$W/p2p LINK_PEAK=478.08 timeout 300 bash tools/gpu_p2p.sh 2>&1 | tail -40
+OUT=$W/p2p timeout 300 bash tools/recording/gpu_p2p.sh 2>&1 | tail -40
 step "collectives"
-OUT=$W/allreduce timeout 420 bash tools/gpu_allreduce.sh 2>&1 | tail -30
+OUT=$W/allreduce timeout 420 bash tools/recording/gpu_allreduce.sh 2>&1 | tail -30
 step "pack"
 cp -r source_code/reference "$W/reference"
+echo "turn the Horovod part into source_code/reference/horovod/$NAME.json with:" \
+     "python tools/recording/record_horovod_smoke.py WORK_DIR (the work/ folder of results.tgz)"
 tar -czf "$OUT/results.tgz" -C "$OUT" work && rm -rf "$W"
 ls -la "$OUT"; step done

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Source this on the lent GPU machine (no registries there) before the other gpu_*.sh scripts:
+# Source this from the repository root on a GPU machine without a package registry, before
+# the other scripts in tools/recording/:
+#
+#   source tools/recording/gpu_setup.sh
+#
 # installs the carried wheels (.whl/) and Horovod (a carried wheel in .carry/, else a build
 # from the carried sdist), and keeps NVLink multicast off. What to carry (all git-ignored):
 #   .carry/horovod-0.28.1.tar.gz   (pip download --no-deps --no-binary :all: horovod==0.28.1)
 #   .whl/   cffi and pycparser for Python 3.12 (the build needs cffi), plus nbval and its
-#           Jupyter dependencies to run the notebooks there (see the device tool's README)
+#           Jupyter dependencies to run the notebooks there (tools/recording/README.md lists them)
 #   .cache/fashion-mnist/          (the four .gz files) for the training experiments
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -20,7 +24,7 @@ elif ls .carry/horovod-*.whl.part* >/dev/null 2>&1; then
   w=$(ls .carry/horovod-*.whl.part* | head -1); w=${w%.part*}
   cat "$w".part* > "/tmp/$(basename "$w")" && python3 -m pip install -q --no-deps --no-index "/tmp/$(basename "$w")" && HVD_OK=1
 elif [ -f .carry/horovod-0.28.1.tar.gz ]; then
-  # No wheel carried: build one from the carried sdist (about 90 s on the 2x H200 machine).
+  # No wheel carried: build one from the carried sdist (about 90 s on 2x NVIDIA H200, NV18).
   echo "[gpu_setup] building Horovod from .carry/horovod-0.28.1.tar.gz"
   PYTHON=python3 HOROVOD_SDIST=.carry/horovod-0.28.1.tar.gz HOROVOD_CACHE=/tmp/hvdcache \
     bash tools/build_horovod.sh > /tmp/hvd_build.txt 2>&1 && HVD_OK=1 || tail -20 /tmp/hvd_build.txt

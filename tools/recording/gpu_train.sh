@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Record the Fashion-MNIST training experiments of issue 5 on a 2-GPU machine (made for the
-# lent 2x H200, NV18):
+# Record the Fashion-MNIST training experiments (scaling, NCCL paths, single-GPU speed options)
+# on a 2-GPU machine:
 #
-#   OUT=/some/dir [TIMEOUT=90] tools/gpu_train.sh [ddp] [horovod] [perf]   (default: all three, in this order)
+#   OUT=/some/dir [TIMEOUT=90] tools/recording/gpu_train.sh [ddp] [horovod] [perf]   (default: all three, in this order)
 #
 #   ddp      PyTorch DDP (torchrun), models cnn and wide: 1 GPU, then 2 GPUs under the NCCL
 #            paths default / shm / socket (NCCL_DEBUG=INFO, transport read from the log).
 #            Eager steps: DDP's CUDA-graph capture is opt-in (record it with
-#            `python tools/gpu_nccl_paths.py OUT ddp:cnn:graph ddp:wide:graph`)
+#            `python tools/recording/gpu_nccl_paths.py OUT ddp:cnn:graph ddp:wide:graph`)
 #   horovod  the same with Horovod (horovodrun --gloo; gradients over NCCL); skipped unless
-#            HVD_OK=1 (tools/gpu_setup.sh sets it when `import horovod.torch` works)
+#            HVD_OK=1 (tools/recording/gpu_setup.sh sets it when `import horovod.torch` works)
 #   perf     one GPU, model cnn, batch 512: plain fp32, bf16, CUDA graph (fp32, bf16,
 #            bf16 + channels-last), torch.compile, compile + CUDA graph  -> which reaches 400k img/s.
 #            Last by default: the slowest section (two runs compile with torch.compile)
@@ -24,20 +24,23 @@
 # ending with a summary table). Needs Fashion-MNIST on the machine: carry .cache/fashion-mnist
 # (a copy of /usr/share/datasets/fashion-mnist) or set DDLAB_DATA_DIR.
 #
-# Time: the last session's 7 single-GPU perf runs took about 8 minutes in all, so a launch
+# The provenance's machine label (DDLAB_MACHINE) defaults to the hardware's own name
+# (machine_name.sh), e.g. "2x NVIDIA H200, NV18".
+#
+# Time: the 7 single-GPU perf runs took about 8 minutes in all on 2x NVIDIA H200, NV18, so a launch
 # costs tens of seconds (the phase lines now say where); 23 launches do not fit one
 # 10-minute call: run one section per call (`ddp`, then `horovod`, then `perf`).
 # A failed run is reported in its row and the rest goes on.
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT/experiments"
 # Horovod and the carried wheels come from gpu_setup.sh unless the caller sourced it already.
-[ -n "${HVD_OK:-}" ] || source tools/gpu_setup.sh
+[ -n "${HVD_OK:-}" ] || source tools/recording/gpu_setup.sh
 export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}"
-export DDLAB_MACHINE=${DDLAB_MACHINE:-lent nvidia-h200-x2}
+source tools/recording/machine_name.sh || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 start=$SECONDS
 

@@ -1,47 +1,75 @@
-"""Turn the Horovod part of tools/gpu_record_benchmarks.sh's output (its work folder) into
-source_code/reference/horovod/<name>.json: what Horovod was built with on that machine and the
-2-GPU all-reduce smoke results, with the transport NCCL chose, plus the machine's provenance
+"""Turn the Horovod part of tools/recording/gpu_record_benchmarks.sh's output (its work folder)
+into source_code/reference/horovod/<NAME>.json: what Horovod was built with on that machine and
+the 2-GPU all-reduce smoke results, with the transport NCCL chose, plus the machine's provenance
 (read from the `ddlab doctor --json` taken in the same call; the date is the smoke log's).
 
-Usage: python tools/record_horovod_smoke.py WORK_DIR [NAME]"""
+Runs anywhere (no GPU needed): it only reads the work folder. The machine is named from the
+recorded hardware (doctor.json, and topo.txt when the work folder has it), e.g.
+"2x NVIDIA H200, NV18" and the file name 2xh200-nv18, unless --name / $DDLAB_MACHINE say otherwise.
+"""
+import argparse
 import datetime as dt
 import json
 import os
 import re
 import sys
 
-from ddlab import hardware, nccl_log, reference
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-work = sys.argv[1]
-name = sys.argv[2] if len(sys.argv) > 2 else "h200x2"
-doc = json.load(open(os.path.join(work, "doctor.json")))
-build_txt = open(os.path.join(work, "hvd_build.txt")).read()
-smoke = {}
-for path in ("default", "shm"):
-    p = os.path.join(work, f"hvd_smoke_{path}.log")
-    text = open(p).read()
-    log = nccl_log.parse(text)
-    smoke[path] = {
-        "env": {"default": {}, "shm": {"NCCL_P2P_LEVEL": "LOC"}}[path],
-        "lines": [l[l.index("SMOKE"):] for l in text.splitlines() if "SMOKE hvd-torch" in l],
-        "transport_counts": log.transport_counts(),
-        "nccl_version": log.version,
-        "date": dt.datetime.fromtimestamp(os.path.getmtime(p), dt.timezone.utc).isoformat(timespec="seconds"),
+from ddlab import hardware, nccl_log, reference, topology  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p.add_argument("work", help="the work folder of gpu_record_benchmarks.sh (doctor.json, hvd_build.txt, "
+                                "hvd_smoke_default.log, hvd_smoke_shm.log, optionally topo.txt)")
+    p.add_argument("--name", help="file name under source_code/reference/horovod/ (default: the machine's "
+                                  "hardware as a file name, e.g. 2xh200-nv18)")
+    a = p.parse_args(argv)
+    work = a.work
+    try:
+        doc = json.load(open(os.path.join(work, "doctor.json")))
+        build_txt = open(os.path.join(work, "hvd_build.txt")).read()
+    except (OSError, ValueError) as exc:
+        p.error(f"{work} is not a gpu_record_benchmarks.sh work folder: {exc}")
+    topo = None
+    topo_txt = os.path.join(work, "topo.txt")
+    if os.path.exists(topo_txt):
+        try:
+            topo = topology.Topology.from_file(topo_txt)
+        except topology.TopologyParseError as exc:
+            print(f"record_horovod_smoke: {topo_txt} not read, the machine's name has no link part: {exc}")
+    smoke = {}
+    for path in ("default", "shm"):
+        log_path = os.path.join(work, f"hvd_smoke_{path}.log")
+        text = open(log_path).read()
+        log = nccl_log.parse(text)
+        smoke[path] = {
+            "env": {"default": {}, "shm": {"NCCL_P2P_LEVEL": "LOC"}}[path],
+            "lines": [ln[ln.index("SMOKE"):] for ln in text.splitlines() if "SMOKE hvd-torch" in ln],
+            "transport_counts": log.transport_counts(),
+            "nccl_version": log.version,
+            "date": dt.datetime.fromtimestamp(os.path.getmtime(log_path), dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+    names = sorted({g["name"] for g in doc["gpus"]})
+    prov = {
+        "machine": os.environ.get("DDLAB_MACHINE") or hardware.machine_label(doc, topo),
+        "gpu_model": ", ".join(names), "gpu_count": doc["gpu_count"], "driver": doc["driver"],
+        "cuda_driver": doc["cuda_driver"], "cuda_runtime": doc["cuda_runtime"], "nccl": doc["nccl"],
+        "torch": doc["torch"], "tensorflow": doc["tensorflow"], "horovod": "0.28.1", "python": doc["python"],
+        "hostname": doc["hostname"],
+        "command": "PYTHON=python3 tools/build_horovod.sh; NCCL_DEBUG=INFO horovodrun -np 2 -H localhost:2 --gloo "
+                   "python3 -m ddlab.smoke hvd-torch (default, and with NCCL_P2P_LEVEL=LOC)",
+        "date": smoke["default"]["date"], "source_files": "tools/recording/gpu_record_benchmarks.sh work folder",
     }
-names = sorted({g["name"] for g in doc["gpus"]})
-prov = {
-    "machine": os.environ.get("DDLAB_MACHINE", "lent nvidia-h200-x2"), "gpu_model": ", ".join(names),
-    "gpu_count": doc["gpu_count"], "driver": doc["driver"], "cuda_driver": doc["cuda_driver"],
-    "cuda_runtime": doc["cuda_runtime"], "nccl": doc["nccl"], "torch": doc["torch"],
-    "tensorflow": doc["tensorflow"], "horovod": "0.28.1", "python": doc["python"], "hostname": doc["hostname"],
-    "command": "PYTHON=python3 tools/build_horovod.sh; NCCL_DEBUG=INFO horovodrun -np 2 -H localhost:2 --gloo "
-               "python3 -m ddlab.smoke hvd-torch (default, and with NCCL_P2P_LEVEL=LOC)",
-    "date": smoke["default"]["date"], "source_files": "tools/gpu_record_benchmarks.sh work folder",
-}
-build_seconds = re.search(r"seconds=(\d+)", build_txt)
-obj = {"provenance": prov, "check_build": hardware.parse_check_build(build_txt),
-       "build_rc": int(re.search(r"build rc=(\d+)", build_txt).group(1)), "smoke": smoke}
-print(reference.save("horovod", name, obj))
-print(json.dumps({k: obj[k] for k in ("check_build", "build_rc")}, indent=1))
-for k, v in smoke.items():
-    print(k, v["transport_counts"], v["lines"])
+    obj = {"provenance": prov, "check_build": hardware.parse_check_build(build_txt),
+           "build_rc": int(re.search(r"build rc=(\d+)", build_txt).group(1)), "smoke": smoke}
+    print(reference.save("horovod", a.name or hardware.machine_slug(doc, topo), obj))
+    print(json.dumps({k: obj[k] for k in ("check_build", "build_rc")}, indent=1))
+    for k, v in smoke.items():
+        print(k, v["transport_counts"], v["lines"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

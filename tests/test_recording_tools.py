@@ -1,0 +1,71 @@
+"""tools/recording/: the scripts that record reference results on a GPU machine. Without a GPU
+the shell scripts are only checked for syntax here; record_horovod_smoke.py runs on a work
+folder written below (it needs no GPU), to show the machine is named from its hardware."""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from ddlab import reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORDING = os.path.join(ROOT, "tools", "recording")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(RECORDING, name))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+@pytest.mark.parametrize("script", sorted(f for f in os.listdir(RECORDING) if f.endswith(".sh")))
+def test_shell_scripts_parse(script):
+    out = subprocess.run(["bash", "-n", os.path.join(RECORDING, script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_readme_describes_every_script():
+    readme = open(os.path.join(RECORDING, "README.md")).read()
+    for f in os.listdir(RECORDING):
+        if f.endswith((".sh", ".py")):
+            assert f"`{f}`" in readme, f"tools/recording/README.md does not describe {f}"
+
+
+def work_folder(tmp_path, with_topo):
+    w = tmp_path / "work"
+    w.mkdir()
+    gpus = [{"index": i, "name": "NVIDIA H200"} for i in range(2)]
+    doc = {"gpus": gpus, "gpu_count": 2, "driver": "1.0", "cuda_driver": "13.0", "cuda_runtime": "13.0",
+           "nccl": "2.28.9", "torch": "2.11.0", "tensorflow": None, "python": "3.12.3", "hostname": "box"}
+    (w / "doctor.json").write_text(json.dumps(doc))
+    (w / "hvd_build.txt").write_text("Available Frameworks:\n    [X] PyTorch\nbuild rc=0 seconds=90\n")
+    for path in ("default", "shm"):
+        shutil.copy(os.path.join(FIXTURES, "nccl", f"h200x2_{path}.log"), w / f"hvd_smoke_{path}.log")
+    if with_topo:
+        shutil.copy(os.path.join(FIXTURES, "topo", "h200x2.txt"), w / "topo.txt")
+    return w
+
+
+@pytest.mark.parametrize("with_topo,label,slug", [(True, "2x NVIDIA H200, NV18", "2xh200-nv18"),
+                                                  (False, "2x NVIDIA H200", "2xh200")])
+def test_record_horovod_smoke_names_the_machine_from_its_hardware(tmp_path, monkeypatch, with_topo, label, slug):
+    mod = load("record_horovod_smoke.py")
+    monkeypatch.delenv("DDLAB_MACHINE", raising=False)
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "reference"))
+    assert mod.main([str(work_folder(tmp_path, with_topo))]) == 0
+    obj = json.load(open(tmp_path / "reference" / "horovod" / f"{slug}.json"))
+    assert obj["provenance"]["machine"] == label and obj["build_rc"] == 0
+    assert obj["check_build"]["frameworks"] == ["PyTorch"]
+
+
+def test_record_horovod_smoke_rejects_a_folder_that_is_not_a_work_folder(tmp_path, capsys):
+    mod = load("record_horovod_smoke.py")
+    with pytest.raises(SystemExit):
+        mod.main([str(tmp_path)])
+    assert "is not a gpu_record_benchmarks.sh work folder" in capsys.readouterr().err
