@@ -25,7 +25,7 @@ EXPECTED = {
 
 
 def test_expected_counts_are_the_documented_ones():
-    # The numbers the course quotes (module docstring, COURSE_DESIGN section 7).
+    # The numbers the course quotes (models_torch's module docstring).
     assert EXPECTED == {"cnn": 1_199_882, "wide": 75_606_410, "mlp-small": 242_762, "mlp-large": 2_774_794}
     # ... which are not the case-study reports' stated counts (see models_torch's docstring).
     assert EXPECTED["mlp-small"] != 258_432 and EXPECTED["mlp-large"] != 6_885_376

@@ -51,3 +51,98 @@ def test_recorded_results_carry_provenance():
         if not prov.get("cited") and not prov.get("illustrative"):
             for key in ("machine", "gpu_model", "gpu_count", "driver", "command", "date"):
                 assert key in prov, (p, key)
+
+
+# ------------------------------------------------------------------------ product text
+# The product names no issue of this project, no document outside the repository, and no way a
+# machine was obtained: a machine is named by its hardware ("2x NVIDIA H200, NV18").
+FORBIDDEN = [
+    (re.compile(r"\bissues?\s*#?\d+", re.I), "names an issue"),
+    (re.compile(r"(?<![&\w#])#\d+\b"), "names an issue"),
+    (re.compile(r"COURSE_DESIGN|\bdesign doc|\bcourse design\b", re.I), "cites a document outside the repository"),
+    (re.compile(r"\blent\b|\blending\b", re.I), "says how a machine was obtained"),
+    (re.compile(r"\bnvidia-h\d{3}(?:-x\d+)?\b|\bh\d{3}-x\d+\b", re.I), "names a machine kind instead of its hardware"),
+]
+# An issue of another project, named with its project, is a citation: "NVIDIA/nccl issue #1127",
+# "PyTorch issue 115388", "pytorch/pytorch#1234".
+UPSTREAM = re.compile(r"(?:\b[\w.-]+/[\w.-]+|\b(?:PyTorch|NCCL|Horovod|TensorFlow|Keras|CUDA|cuda-samples|NVIDIA|"
+                      r"Jupyter|nbval|pytest|numpy|matplotlib))(?:\s+issues?)?\s*$", re.I)
+# "#888" in a colour, "&#9989;" in HTML: not issues.
+COLOUR = re.compile(r"(?:colou?r|solid|fill|stroke|background)\W*$|['\"]$", re.I)
+
+# TODO(notebook merge): notebook lines known to break the rule today; the coordinator fixes them
+# when the notebooks are split, then removes this constant (a stale entry fails the test).
+TODO_NOTEBOOK_HITS_TO_FIX = {
+    "Start_Here.ipynb": ["their outlines are in the course design"],
+    "notebooks/2.System-Topology.ipynb": ["lent GPU machine"],
+}
+
+
+def product_files():
+    """README, instructor guide, code, scripts, notebooks, Makefile, CI, and the tests' own text
+    (recorded JSON data and captured fixtures excepted: they are data, kept as recorded)."""
+    roots = ["README.md", "Makefile", "Start_Here.ipynb", "pyproject.toml", "requirements.txt",
+             "environment.yml", "instructor", "source_code", "tools", "notebooks", ".ci", "tests"]
+    skip_dirs = {"__pycache__", ".ipynb_checkpoints", "build"}
+    out = []
+    for r in roots:
+        p = os.path.join(ROOT, r)
+        if os.path.isfile(p):
+            out.append(p)
+        for d, dirs, files in os.walk(p):
+            dirs[:] = [x for x in dirs if x not in skip_dirs]
+            rel_d = os.path.relpath(d, ROOT)
+            for f in files:
+                rel = os.path.join(rel_d, f)
+                if rel.startswith(os.path.join("source_code", "reference")) and f.endswith(".json"):
+                    continue
+                if rel.startswith(os.path.join("tests", "fixtures")) and not f.endswith(".md"):
+                    continue
+                if rel == os.path.join("tests", "test_repository.py"):
+                    continue  # the patterns themselves
+                out.append(os.path.join(d, f))
+    return out
+
+
+def forbidden_hits(text):
+    """(line number, why, line) for each line that breaks the rule."""
+    hits = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for pattern, why in FORBIDDEN:
+            for m in pattern.finditer(line):
+                before = line[:m.start()]
+                if why == "names an issue" and (UPSTREAM.search(before) or
+                                                (m.group().startswith("#") and COLOUR.search(before))):
+                    continue
+                hits.append((n, why, line.strip()))
+    return hits
+
+
+def test_forbidden_text_is_recognised():
+    bad = ["fixed in issue 12", "see #12", "(issue #3)", "COURSE_DESIGN.md section 8", "the design document says",
+           "outlines are in the course design.", "made for the lent 2x H200", "machine lending", "nvidia-h200-x2",
+           "kind nvidia-h100-x1", "on the h200-x2 box"]
+    good = ["NVIDIA/cuda-samples issue #230", "PyTorch issue 115388", "NVIDIA/nccl issue #1127",
+            "github.com/NVIDIA/cuda-samples/issues/230", "border:1px solid #888'", "'&#9989;'",
+            "color='#2e8b57'", "recorded on 2x NVIDIA H200, NV18", "reference/p2p/h200x2.json", "# 1. set up"]
+    assert [b for b in bad if not forbidden_hits(b)] == []
+    assert [g for g in good if forbidden_hits(g)] == []
+
+
+def test_product_text_names_no_issue_outside_document_or_machine_source():
+    found, todo_seen = [], set()
+    for path in product_files():
+        try:
+            text = open(path, encoding="utf-8").read()
+        except UnicodeDecodeError:
+            continue  # binary (images, compiled files)
+        rel = os.path.relpath(path, ROOT)
+        for n, why, line in forbidden_hits(text):
+            todo = [t for t in TODO_NOTEBOOK_HITS_TO_FIX.get(rel, []) if t in line]
+            if todo:
+                todo_seen.update((rel, t) for t in todo)
+                continue
+            found.append(f"{rel}:{n}: {why}: {line[:160]}")
+    assert not found, "product text to fix:\n" + "\n".join(found)
+    stale = [(f, t) for f, ts in TODO_NOTEBOOK_HITS_TO_FIX.items() for t in ts if (f, t) not in todo_seen]
+    assert not stale, f"fixed already, remove from TODO_NOTEBOOK_HITS_TO_FIX: {stale}"

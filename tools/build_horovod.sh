@@ -8,7 +8,7 @@
 #
 # Gloo is always built. NCCL GPU operations are built when a CUDA compiler and a GPU are
 # present (HOROVOD_FORCE_CPU=1 skips them). Why each patch hunk exists: see
-# source_code/patches/README.md and COURSE_DESIGN.md section 7b.
+# source_code/patches/README.md.
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}

@@ -62,8 +62,8 @@ CPU_SIZES = {"batch_size": 64, "steps": 20, "warmup_steps": 5, "precision": "fp3
 CPU_SIZES_WIDE = dict(CPU_SIZES, batch_size=32, steps=8, warmup_steps=2, test_samples=1000)
 # A launch on the 2x H200 machine took tens of seconds (seven single-GPU runs, two with
 # torch.compile, about 8 minutes); the phase lines of each run say where that time goes. A
-# hung collective is killed well before a 10-minute budget is gone (the tools/ scripts for
-# the GPU machine use 90 s).
+# hung collective is killed well before a 10-minute budget is gone (the scripts in
+# tools/recording/ use 90 s).
 DEFAULT_TIMEOUT = {"cuda": 240.0, "cpu": 600.0}
 
 # Single-GPU speed options for performance_options(): label -> extra script arguments.
@@ -771,8 +771,8 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
             cpu.notes.insert(0, f"live on CPU, small: this machine cannot run it on GPUs ({why})")
             note = f"no recorded GPU result: {missing}"
             if framework == "keras":
-                note += (" (TensorFlow cannot travel to the course's lent GPU machine, so the Keras path is "
-                         "verified on CPU; it runs on GPUs wherever a GPU TensorFlow is installed)")
+                note += (" (the machine the course recorded on had no GPU build of TensorFlow, so the Keras path "
+                         "is verified on CPU; it runs on GPUs wherever a GPU TensorFlow is installed)")
             cpu.notes.append(note)
             return cpu
         cpu.notes.insert(0, "live on CPU: a small real run with gloo beside the recorded GPU result")
@@ -850,7 +850,7 @@ def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
 def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
                    models: Sequence[str] = ("cnn", "wide"), echo: bool = False,
                    progress: Optional[Callable[[str], None]] = None, **sizes) -> dict:
-    """The issue-5 measurements for source_code/reference/experiments/: on 2 GPUs, for each
+    """The measurements for source_code/reference/experiments/: on 2 GPUs, for each
     model and each of DDP and Horovod (PyTorch), the NCCL path comparison (which includes
     the 1-GPU baseline) and the 1 -> 2 scaling taken from it; on 1 GPU, the speed options.
 

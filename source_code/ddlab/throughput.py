@@ -1,6 +1,7 @@
 """Honest throughput arithmetic, shared by the training scripts and the experiments.
 
-The rule (COURSE_DESIGN.md section 8 lists what breaking it cost older material):
+The rule (computing dataset size / epoch time while fewer samples ran overstates throughput,
+and a run that trained no step at all can then still report a rate):
 
     images/s = (images actually processed by all workers in the timed steps)
                / (wall time between two device synchronisations around those steps)
