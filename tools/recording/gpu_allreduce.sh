@@ -75,7 +75,8 @@ if not results:
     raise SystemExit("no sweep finished: nothing to summarise")
 c.write_json(results, os.path.join(out, f"reference_allreduce_{name}.json"))
 print()
-print("busbw at 512 MiB (nccl-tests on the same machine: 316 default, 27.2 shm, 3.5 socket GB/s)")
+print("busbw at 512 MiB (for comparison, nccl-tests measured on 2x NVIDIA H200, NV18: 316 default, "
+      "27.2 shm, 3.5 socket GB/s)")
 print(c.summary(results, at_bytes=512 << 20))
 for r in results:
     counts = r.transport_counts()
