@@ -185,6 +185,11 @@ def test_recorded_captions_name_the_hardware_not_how_the_machine_was_obtained():
     cap = provenance.caption(prov)
     assert cap == f"recorded on {prov['gpu_count']}x {prov['gpu_model']}, {prov['date'][:10]}"
     assert prov["machine"] not in cap
+    from ddlab import topology
+    topo = topology.recorded("h200x2")
+    text = topology.report(topo)
+    assert f"captured on {hardware.machine_label(topo.provenance, topo)}, " in text
+    assert topo.provenance["machine"] not in text
 
 
 def test_doctor_label_and_slug_without_gpu(capsys, monkeypatch):

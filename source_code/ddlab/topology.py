@@ -1011,7 +1011,8 @@ def report(topo: Topology) -> str:
     elif prov.get("illustrative"):
         lines.append(f"   (illustrative example, not a measurement: {prov.get('note', '')})")
     elif prov.get("date"):
-        lines.append(f"   (captured on {prov.get('machine')} {str(prov.get('date'))[:10]})")
+        from .hardware import machine_label  # named from the recorded hardware, not the free-text label
+        lines.append(f"   (captured on {machine_label(prov, topo)}, {str(prov.get('date'))[:10]})")
     lines += ["", topo.matrix_table(), ""]
     gpus = topo.gpus
     if len(gpus) >= 2:
