@@ -102,6 +102,14 @@ def test_explicit_path_is_never_replaced_by_another_location(data_elsewhere, wha
     assert data.dataset_status(path).startswith("MISSING")
 
 
+def test_empty_path_is_not_the_current_folder(data_elsewhere, monkeypatch):
+    write_tiny(str(data_elsewhere / "here"))
+    monkeypatch.chdir(data_elsewhere / "here")
+    assert data.find_dataset("") is None
+    with pytest.raises(data.DatasetError, match="path '' is empty"):
+        data.load_fashion_mnist("", verify=False)
+
+
 def test_explicit_path_that_holds_the_files_is_used(data_elsewhere):
     d = str(data_elsewhere / "mine")
     write_tiny(d, n_train=5)

@@ -83,7 +83,12 @@ def _file_in(d: str, stem: str) -> Optional[str]:
 def find_dataset(path: Optional[str] = None) -> Optional[str]:
     """The first folder in the search order that holds all four files, else None. With
     ``path``, that folder when it holds them, else None (no other folder is looked at)."""
-    for d in search_dirs(path):
+    if path is not None:
+        try:
+            return _check_explicit_path(path)
+        except DatasetError:
+            return None
+    for d in search_dirs():
         if all(_file_in(d, stem) for stem in FILES.values()):
             return d
     return None

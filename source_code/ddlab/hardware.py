@@ -393,7 +393,7 @@ def this_machine() -> tuple:
         try:
             topo = topo_mod.Topology.from_system()
         except (topo_mod.NoGPUError, topo_mod.TopologyParseError) as exc:
-            print(f"ddlab doctor: no link in the machine's name: {exc}", file=sys.stderr)
+            print(f"machine name without its links: {exc}", file=sys.stderr)
     return machine_label(inv, topo), machine_slug(inv, topo)
 
 
