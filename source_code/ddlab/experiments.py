@@ -771,7 +771,7 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
             cpu.notes.insert(0, f"live on CPU, small: this machine cannot run it on GPUs ({why})")
             note = f"no recorded GPU result: {missing}"
             if framework == "keras":
-                note += (" (the machine the course recorded on had no GPU build of TensorFlow, so the Keras path "
+                note += (" (TensorFlow was not installed on the machine the course recorded on, so the Keras path "
                          "is verified on CPU; it runs on GPUs wherever a GPU TensorFlow is installed)")
             cpu.notes.append(note)
             return cpu
