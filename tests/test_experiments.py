@@ -29,7 +29,7 @@ def fake_paths_result():
 def test_result_table_plot_and_json_round_trip(tmp_path):
     res = fake_paths_result()
     text = res.table()
-    assert "NCCL paths: torch ddp, model wide" in text and "measured now on h200x2 (2x NVIDIA H200), 2026-11-22" in text
+    assert "NCCL paths: torch ddp, model wide" in text and "measured now on 2x NVIDIA H200 (2x NVIDIA H200), 2026-11-22" in text
     assert "185" in text and "1.85x" in text and "failed: timed out after 300 s" in text and "note: a note" in text
     ax = res.plot()
     assert len(ax.patches) == 3   # the failed path has no bar
@@ -57,8 +57,8 @@ def recorded(tmp_path, monkeypatch):
 def test_recorded_result_is_loaded_and_labelled(recorded):
     res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", source="recorded", cpu_run=False)
     assert res.source == "recorded" and res.companion is None
-    assert res.notes[0].startswith("recorded: as asked; showing the run recorded on h200x2")
-    assert "recorded on h200x2" in res.table()
+    assert res.notes[0].startswith("recorded: as asked; showing the run recorded on 2x NVIDIA H200")
+    assert "recorded on 2x NVIDIA H200" in res.table()
     with pytest.raises(ex.ExperimentError, match="nothing is recorded"):
         ex.live_or_recorded("scaling", "torch", "ddp", "mlp-large", source="recorded", cpu_run=False)
 
@@ -98,7 +98,7 @@ def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded):
     assert any("do not apply" in n for n in cpu.notes)
     assert len(cpu.runs) == 2 and cpu.runs[1]["nccl_env"].get("NCCL_DEBUG") == "INFO"
     text = res.table()
-    assert "recorded on h200x2" in text and "measured now on" in text
+    assert "recorded on 2x NVIDIA H200" in text and "measured now on" in text
     axes = res.plot()
     assert len(axes) == 2
 
@@ -302,7 +302,7 @@ def test_launchers_side_by_side(recorded):
         ("1 worker", "ddp"), ("1 worker", "horovod"), ("default", "ddp"), ("default", "horovod")]
     assert both.rows[3]["images_per_s"] == pytest.approx(0.9 * both.rows[2]["images_per_s"])
     text = both.table()
-    assert "NCCL paths by launcher" in text and "horovod" in text and "recorded on h200x2" in text
+    assert "NCCL paths by launcher" in text and "horovod" in text and "recorded on 2x NVIDIA H200" in text
     assert len(both.plot().patches) == 6
 
 
@@ -339,7 +339,7 @@ def test_compare_speedups_lines_up_paths_and_marks_gaps():
     assert socket.split() == ["socket", "-", "-"]          # the failed run shows as a gap, not a number
     default = next(ln for ln in lines if ln.startswith("default"))
     assert default.split() == ["default", "185", "1.85x", "185", "1.85x"]
-    assert "eager: recorded on h200x2" in text or "eager: measured now on h200x2" in text
+    assert "eager: recorded on 2x NVIDIA H200" in text or "eager: measured now on 2x NVIDIA H200" in text
     with pytest.raises(ValueError):
         ex.compare_speedups({})
 
