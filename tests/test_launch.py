@@ -36,10 +36,22 @@ def test_command_for_rejects_bad_requests(bad):
 
 def test_environment_is_passed_and_removed(monkeypatch):
     monkeypatch.setenv("DDLAB_TEST_REMOVE_ME", "1")
-    code = "import os; print(os.environ.get('NCCL_P2P_LEVEL'), os.environ.get('DDLAB_TEST_REMOVE_ME'), os.environ['NCCL_NVLS_ENABLE'])"
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    code = ("import os; print(os.environ.get('NCCL_P2P_LEVEL'), os.environ.get('DDLAB_TEST_REMOVE_ME'), "
+            "os.environ.get('NCCL_NVLS_ENABLE'))")
     r = launch.run(["-c", code], env={"NCCL_P2P_LEVEL": "LOC", "DDLAB_TEST_REMOVE_ME": None}, timeout=60)
-    assert r.output.strip() == "LOC None 0"
+    # launch adds no NCCL setting of its own: NVLink multicast stays NCCL's choice
+    assert r.output.strip() == "LOC None None"
     assert r.ok and r.returncode == 0
+
+
+def test_inherited_nccl_settings_reach_the_workers(monkeypatch):
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")         # as a shared machine's administrators may set it
+    r = launch.run(["-c", "import os; print(os.environ.get('NCCL_NVLS_ENABLE'))"], timeout=60)
+    assert r.output.strip() == "0"
+    assert launch.worker_environment()["NCCL_NVLS_ENABLE"] == "0"
+    monkeypatch.delenv("NCCL_NVLS_ENABLE")
+    assert "NCCL_NVLS_ENABLE" not in launch.worker_environment()
 
 
 def test_failure_raises_one_error_quoting_the_output():

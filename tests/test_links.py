@@ -83,28 +83,14 @@ def test_tables_and_legend():
         links.legend_rows(pcie_generation=2)
 
 
-class _Link:
-    def __init__(self, label, kind, nvlinks=0, rank=0):
-        self.label, self.kind, self.nvlinks, self.rank = label, kind, nvlinks, rank
-
-
-def test_nccl_p2p_level_is_a_maximum_distance():
-    nv, pix, sys_ = _Link("NV4", "NVLINK", 4, 104), _Link("PIX", "PIX", 0, 50), _Link("SYS", "SYS", 0, 10)
-    # PIX still allows NVLink: the level is a distance cap, not a choice of link
-    assert links.p2p_allowed(nv, "PIX") and links.p2p_allowed(nv, "NVL")
-    assert not links.p2p_allowed(nv, "LOC")
-    assert links.p2p_allowed(pix, "PIX") and not links.p2p_allowed(pix, "NVL")
-    assert not links.p2p_allowed(sys_, "PHB") and links.p2p_allowed(sys_, "sys")
-    assert links.p2p_allowed(_Link("NODE", "NODE"), "PHB") and not links.p2p_allowed(_Link("NODE", "NODE"), "PXB")
-    with pytest.raises(ValueError, match="NCCL_P2P_LEVEL"):
-        links.p2p_allowed(nv, "NVLINK")
-
-
-def test_nccl_level_table_on_a_topology():
-    from ddlab.topology import parse_topo_matrix
-    topo = parse_topo_matrix("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV2\tSYS\nGPU1\tNV2\t X \tPIX\nGPU2\tSYS\tPIX\t X \n")
-    table = links.nccl_level_table(topo).splitlines()
-    assert table[1].startswith("LOC") and "none: P2P off  (0 pairs)" in table[1]
-    assert table[2].startswith("NVL") and "NV2  (1 pairs)" in table[2]
-    assert table[3].startswith("PIX") and "NV2, PIX  (2 pairs)" in table[3]
-    assert table[6].startswith("SYS") and "NV2, PIX, SYS  (3 pairs)" in table[6]
+def test_link_kinds_legend_is_complete_and_cited():
+    assert set(links.LINK_KINDS) == {"NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS"}
+    for kind, info in links.LINK_KINDS.items():
+        for key in ("legend", "path", "typical_bandwidth", "typical_latency", "nccl_p2p_level", "sources"):
+            assert info[key], (kind, key)
+    assert "PCI-SIG" in " ".join(links.LINK_KINDS["PIX"]["sources"])
+    assert links.LINK_KINDS["NODE"]["nccl_p2p_level"] == "PHB"     # NODE counts as PHB for NCCL
+    gens = links.NVLINK_GENERATIONS
+    for g in gens:  # per-link rate x links x 2 directions = NVIDIA's stated total
+        assert g["GB_s_per_link_per_direction"] * g["links_per_gpu"] * 2 == g["total_GB_s"], g
+        assert g["source"]

@@ -1,6 +1,7 @@
 """The training scripts for real, on CPU processes: sharding, one process, and a 2-process
 run per launcher (torch DDP via torchrun, torch Horovod and Keras Horovod via horovodrun
 --gloo) that must end with identical weights on both ranks."""
+import os
 import subprocess
 import sys
 
@@ -50,7 +51,8 @@ def check_result(r, framework, launcher, workers):
     assert len(r["rank_checksums"]) == workers and r["ranks_agree"] is True
     assert all(c == r["rank_checksums"][0] for c in r["rank_checksums"])
     assert r["checksum"] != r["start_checksum"]
-    assert r["nccl_env"].get("NCCL_NVLS_ENABLE") == "0"
+    # NVLink multicast is not forced: the run records what its workers inherited
+    assert r["nccl_env"].get("NCCL_NVLS_ENABLE") == os.environ.get("NCCL_NVLS_ENABLE")
     check_phases(r)
     prov = r["provenance"]
     assert prov["command"] and prov["date"] and "machine" in prov

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Optional
+
+from . import nccl
 
 
 # --------------------------------------------------------------------------- results
@@ -150,21 +153,17 @@ def check_best_worst_pair(topology, best, worst) -> CheckResult:
 
 
 # --------------------------------------------------------------------------- NCCL paths
-PATHS = ("default", "shm", "socket")
-PATH_ALIASES = {
-    "default": "default", "p2p": "default", "nvlink": "default",
-    "shm": "shm", "shared memory": "shm", "p2p off": "shm", "host": "shm",
-    "socket": "socket", "sockets": "socket", "net": "socket", "tcp": "socket", "net/socket": "socket",
-}
-PATH_WHY = {
-    "default": ("default: NCCL's P2P transport, each GPU writing straight into its peer's memory over "
-                "NVLink where there is one (hundreds of GB/s), otherwise over PCIe"),
-    "shm": ("shm (NCCL_P2P_LEVEL=LOC or NCCL_P2P_DISABLE=1): no peer access, so data is staged through "
-            "shared host memory: GPU to host over PCIe, then host to GPU, tens of GB/s at best"),
-    "socket": ("socket (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1): NCCL's network transport over TCP, as "
-               "between two nodes without InfiniBand; the kernel copies every byte and each message "
-               "costs tens of microseconds"),
-}
+# The three paths the course compares, their names, aliases and reasons: ddlab.nccl.
+PATHS = nccl.COMPARED
+
+
+def _compared(name) -> Optional[str]:
+    """The compared path a name or alias means (``"tcp"`` -> ``"socket"``), or None."""
+    try:
+        key = nccl.get(str(name).strip()).name
+    except ValueError:
+        return None
+    return key if key in PATHS else None
 
 
 def parse_ordering(prediction) -> tuple:
@@ -180,7 +179,7 @@ def parse_ordering(prediction) -> tuple:
         raise ValueError(f"give the three paths fastest first, e.g. 'default > shm > socket'; got {prediction!r}")
     names = []
     for p in parts:
-        key = PATH_ALIASES.get(p.strip().lower())
+        key = _compared(p)
         if key is None:
             raise ValueError(f"unknown path {p!r}; the paths are default, shm and socket")
         names.append(key)
@@ -198,10 +197,10 @@ def measured_rates(measured) -> dict:
                     if r.get("path") in PATHS and not r.get("error") and r.get("images_per_s") is not None}
     if not isinstance(measured, dict):
         raise ValueError(f"measured must map path -> images/s, or be an experiment result; got {type(measured).__name__}")
-    unknown = [k for k in measured if PATH_ALIASES.get(str(k).lower()) is None]
+    unknown = [k for k in measured if _compared(k) is None]
     if unknown:
         raise ValueError(f"measured results name unknown paths {unknown}; expected default, shm, socket")
-    return {PATH_ALIASES[str(k).lower()]: float(v) for k, v in measured.items()}
+    return {_compared(k): float(v) for k, v in measured.items()}
 
 
 def check_path_ordering(prediction, measured=None, noise: float = 0.05, unit: str = "images/s") -> CheckResult:
@@ -222,7 +221,7 @@ def check_path_ordering(prediction, measured=None, noise: float = 0.05, unit: st
     else:
         msg = [f"Not quite: you predicted {' > '.join(order)}, but the bandwidth of the three paths orders "
                f"them default > shm > socket."]
-    msg.append("Why: " + "; ".join(PATH_WHY[p] for p in PATHS) + ".")
+    msg.append("Why: " + "; ".join(f"{p} ({nccl.PATHS[p].env_text()}): {nccl.PATHS[p].why}" for p in PATHS) + ".")
     rates = measured_rates(measured) if measured is not None else {}
     if measured is not None and not rates:
         msg.append("No measurement of the paths is available on this machine or in the recordings yet: "

@@ -30,9 +30,11 @@ Bandwidths follow nccl-tests, doc/PERFORMANCE.md (github.com/NVIDIA/nccl-tests):
 
 GB/s means 10^9 bytes per second, as in nccl-tests.
 
-The NCCL *paths* (``PATHS``) are environments that make NCCL choose a different transport
-between GPUs of one machine, so a learner sees what NVLink peer-to-peer is worth. NVLink
-multicast stays off everywhere (``NCCL_NVLS_ENABLE=0``, set by ``ddlab.launch``).
+The NCCL *paths* (:mod:`ddlab.nccl`) are environments that make NCCL choose a different
+transport between GPUs of one machine, so a learner sees what NVLink peer-to-peer is worth.
+NVLink multicast is NCCL's choice unless the path turns it off (``shm`` and ``socket`` do,
+so nothing bypasses the host or the network) or the caller passes ``multicast_off=True``; a
+sweep's ``provenance["nccl_env"]`` records every NCCL variable its workers saw.
 """
 from __future__ import annotations
 
@@ -46,31 +48,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter")
+from . import nccl
 
-# NCCL environments that pick the transport between GPUs of one node.
-PATHS = {
-    # NCCL decides: on NVLink-connected GPUs it uses peer-to-peer over NVLink
-    # (transport "P2P/CUMEM" or "P2P/IPC" in NCCL_DEBUG=INFO), on PCIe peers P2P where the
-    # topology allows it.
-    "default": {},
-    # NCCL_P2P_LEVEL is a *maximum distance* between two GPUs up to which NCCL uses P2P:
-    # LOC (never: P2P off), NVL (only over NVLink), PIX (same PCIe switch), PXB (across PCIe
-    # switches, not through a CPU), PHB (through the PCIe host bridge of one CPU), SYS
-    # (anywhere, also across CPU sockets). It does not pick a link: with NVL or PIX two
-    # NVLink-connected GPUs still talk over NVLink. LOC turns P2P off entirely, and NCCL
-    # falls back to its SHM transport: data is staged through shared host memory
-    # (GPU -> pinned host buffer -> GPU), as on a PCIe box without peer access.
-    "shm": {"NCCL_P2P_LEVEL": "LOC"},
-    # No P2P and no shared memory: NCCL uses its network transport between processes of
-    # the same machine, as it would between nodes. NCCL_IB_DISABLE=1 keeps it on TCP sockets
-    # (NET/Socket) on machines that also have InfiniBand/RoCE adapters, where NCCL would
-    # otherwise loop back through the adapter (NET/IB) and the name "socket" would be wrong.
-    "socket": {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1"},
-}
-# The variables the paths control: each path sets its own and removes the others, so a
-# variable left in the user's shell cannot turn "default" into something else.
-PATH_VARIABLES = ("NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE")
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 # dtype name -> (nccl-tests' type name, bytes per element, largest n with all integers 0..n exact)
 DTYPES = {
@@ -333,29 +313,21 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def path_env(path: str, env: Optional[Mapping[str, Optional[str]]] = None) -> dict:
-    """The environment overrides for ``path`` plus ``env`` (None removes a variable)."""
-    if path not in PATHS:
-        raise ValueError(f"unknown NCCL path {path!r}; choose one of {', '.join(PATHS)}")
-    out = {k: None for k in PATH_VARIABLES}
-    out.update(PATHS[path])
-    out.update(env or {})
-    return out
-
-
 def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional[str] = None,
           path: str = "default", min_bytes=8, max_bytes=None, factor: int = 2,
           sizes: Optional[Sequence[int]] = None, iters: Optional[int] = None,
           warmup: Optional[int] = None, dtype: str = "float32",
           env: Optional[Mapping[str, Optional[str]]] = None, timeout: Optional[float] = None,
           nccl_debug: bool = False, command=None, inventory=None, echo: bool = False,
-          _inject_error: bool = False) -> SweepResult:
+          multicast_off: bool = False, _inject_error: bool = False) -> SweepResult:
     """Measure ``op`` over message sizes with ``nproc`` processes; returns a :class:`SweepResult`.
 
     backend: ``"nccl"`` (one process per GPU; the default when this machine has 2 or more) or
-    ``"gloo"`` (CPU processes, 2 by default; the default with 0 or 1 GPU). ``path`` picks an NCCL environment from
-    ``PATHS``; with gloo only ``"default"`` means anything. Sizes run from ``min_bytes`` to
-    ``max_bytes`` (default 1 GiB on GPUs, 64 MiB on CPU; ``"512M"``-style strings accepted)
+    ``"gloo"`` (CPU processes, 2 by default; the default with 0 or 1 GPU). ``path`` picks an NCCL environment
+    (a name or alias of :data:`ddlab.nccl.PATHS`); with gloo only ``"default"`` means anything.
+    ``multicast_off`` turns NVLink multicast off for this sweep (:data:`ddlab.nccl.MULTICAST_OFF`)
+    whatever the path; without it the path decides (see :class:`ddlab.nccl.NcclPath`). Sizes run
+    from ``min_bytes`` to ``max_bytes`` (default 1 GiB on GPUs, 64 MiB on CPU; ``"512M"``-style strings accepted)
     by ``factor``, or exactly ``sizes``. ``iters``/``warmup`` default to an automatic choice
     that keeps each size to a fraction of a second. ``nccl_debug`` runs with NCCL_DEBUG=INFO
     and keeps the log in ``.nccl_log_text``. A wrong result raises
@@ -364,6 +336,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
     from . import SOURCE_DIR, launch, provenance
 
     _check_op(op)
+    path = nccl.get(path).name
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     gpus = _gpu_count()
@@ -402,7 +375,8 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
                              f"on {nproc} ranks; got {bad or sizes}")
     timeout = timeout if timeout is not None else (600.0 if backend == "nccl" else 300.0)
 
-    overrides = path_env(path, env) if backend == "nccl" else dict(env or {})
+    overrides = (nccl.get(path).environment(env, multicast_off=multicast_off) if backend == "nccl"
+                 else dict(env or {}))
     nccl_debug = nccl_debug and backend == "nccl"     # gloo writes no NCCL log
     if nccl_debug:
         overrides["NCCL_DEBUG"] = "INFO"
@@ -439,7 +413,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
                    f"sizes={format_size(sizes[0])}..{format_size(sizes[-1])}, dtype={dtype!r})")
     prov = provenance.collect(command, inventory=inventory)
     # Record the NCCL variables the workers saw (this process's environment is not theirs).
-    prov["nccl_env"] = {k: v for k, v in launch.worker_environment(overrides).items() if k.startswith("NCCL_")}
+    prov["nccl_env"] = nccl.recorded_environment(launch.worker_environment(overrides))
     shown_env = {k: v for k, v in overrides.items()
                  if v is not None and k != "PYTHONPATH" and (backend == "nccl" or not k.startswith("NCCL_"))}
     return SweepResult(op=op, backend=backend, path=path, env=shown_env, nproc=nproc, rows=worker["rows"],
@@ -448,15 +422,13 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
                        meta={k: v for k, v in worker.items() if k != "rows"})
 
 
-def compare_paths(paths: Sequence[str] = ("default", "shm", "socket"), op: str = "all_reduce",
+def compare_paths(paths: Sequence[str] = nccl.COMPARED, op: str = "all_reduce",
                   **kwargs) -> dict:
     """``sweep()`` once per NCCL path; returns ``{path: SweepResult}`` in the order given."""
     from . import hardware
     if isinstance(paths, str):
         paths = [p.strip() for p in paths.split(",") if p.strip()]
-    for p in paths:
-        if p not in PATHS:
-            raise ValueError(f"unknown NCCL path {p!r}; choose from {', '.join(PATHS)}")
+    paths = [nccl.get(p).name for p in paths]
     kwargs.setdefault("inventory", hardware.inventory(dataset=False))
     return {p: sweep(op=op, path=p, **kwargs) for p in paths}
 
@@ -701,7 +673,10 @@ def cli(argv: list) -> int:
                     "between nodes). No GPU (or one): gloo on CPU processes.")
     p.add_argument("--op", default="all_reduce", choices=OPS)
     p.add_argument("--paths", default=None,
-                   help="comma-separated NCCL paths from: " + ", ".join(PATHS) + " (default: all three on GPUs)")
+                   help="comma-separated NCCL paths from: " + ", ".join(nccl.PATHS) + " (default: "
+                        + ", ".join(nccl.COMPARED) + " on GPUs)")
+    p.add_argument("--multicast-off", action="store_true",
+                   help="turn NVLink multicast (NVLS) off on every path (shm and socket always do)")
     p.add_argument("--nproc", type=int, default=None, help="processes (default: one per GPU; 2 on CPU)")
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
     p.add_argument("--min-bytes", default="8", help="smallest size, e.g. 8, 64K (default 8)")
@@ -745,13 +720,12 @@ def cli(argv: list) -> int:
     inv = hardware.inventory(dataset=False)
     results, failed = [], []
     for path in paths:
-        where = f"NCCL path {path} ({' '.join(f'{k}={v}' for k, v in PATHS[path].items()) or 'NCCL defaults'})" \
-            if backend == "nccl" else "gloo"
+        where = f"NCCL path {nccl.get(path).describe(a.multicast_off)}" if backend == "nccl" else "gloo"
         note(f"running {a.op} on {a.nproc or (gpus if backend == 'nccl' else 2)} processes, {where} ...")
         try:
             r = sweep(op=a.op, nproc=a.nproc, backend=backend, path=path, min_bytes=min_bytes, max_bytes=max_bytes,
                       factor=a.factor, iters=a.iters, warmup=a.warmup, dtype=a.dtype, timeout=a.timeout,
-                      nccl_debug=nccl_debug, inventory=inv,
+                      nccl_debug=nccl_debug, inventory=inv, multicast_off=a.multicast_off,
                       command=["ddlab", "allreduce", *argv])
         except (ValueError, CollectiveValidationError, RuntimeError) as exc:
             print(f"ddlab allreduce: {where} failed: {exc}", file=sys.stderr)
@@ -782,9 +756,7 @@ def cli_plan(gpus: int, backend: str = "auto", paths: Optional[Sequence[str]] = 
 
     2+ GPUs: NCCL, all three paths unless asked otherwise. 0 or 1 GPU: gloo on CPU processes,
     and only the "default" path: the paths are NCCL variables, which gloo never reads."""
-    unknown = [x for x in (paths or []) if x not in PATHS]
-    if unknown:
-        raise ValueError(f"unknown path(s) {', '.join(unknown)}; choose from {', '.join(PATHS)}")
+    paths = [nccl.get(x).name for x in (paths or [])] or None
     if backend not in ("auto", "nccl", "gloo"):
         raise ValueError(f"backend must be auto, nccl or gloo, got {backend!r}")
     notes = []
@@ -799,7 +771,7 @@ def cli_plan(gpus: int, backend: str = "auto", paths: Optional[Sequence[str]] = 
     if backend == "nccl" and gpus < 2:
         raise ValueError(f"--backend nccl needs at least 2 GPUs; this machine has {gpus}")
     if backend == "nccl":
-        return backend, list(paths or ("default", "shm", "socket")), notes
+        return backend, list(paths or nccl.COMPARED), notes
     if any(x != "default" for x in (paths or [])):
         notes.append("NCCL paths (shm, socket) are NCCL settings and gloo ignores them: with gloo only "
                      "'default' is measured.")

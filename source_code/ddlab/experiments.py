@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
-from . import SOURCE_DIR, launch, reference, throughput
+from . import SOURCE_DIR, launch, nccl, reference, throughput
 
 SCRIPTS = {"torch": os.path.join(SOURCE_DIR, "train", "fmnist_torch.py"),
            "keras": os.path.join(SOURCE_DIR, "train", "fmnist_keras.py")}
@@ -364,7 +364,7 @@ class ExperimentResult:
             return
         labels = [_row_label(self.name, r) for r in ok]
         values = [r["images_per_s"] for r in ok]
-        colours = [_PATH_COLOURS.get(r.get("path"), "#4c72b0") for r in ok]
+        colours = [_BASELINE_COLOUR if r.get("path") == "1 worker" else nccl.colour(r.get("path")) for r in ok]
         bars = ax.bar(range(len(ok)), values, color=colours)
         for bar, r in zip(bars, ok):
             ratio = r.get("speedup")
@@ -431,7 +431,7 @@ _COLUMNS = {
                      ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"),
                      ("cuda graph", "cuda_graph"), ("test acc", "test_accuracy")],
 }
-_PATH_COLOURS = {"1 worker": "#8c8c8c", "default": "#2a9d8f", "shm": "#e9c46a", "socket": "#e76f51"}
+_BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.nccl's
 
 
 def _fmt(v, key: str = "") -> str:
@@ -555,7 +555,7 @@ def nccl_path_comparison(framework: str = "torch", launcher: str = "ddp", model:
                          warmup_steps: Optional[int] = None, precision: Optional[str] = None,
                          device: str = "auto", timeout: Optional[float] = None, extra_args: Sequence[str] = (),
                          echo: bool = False, progress: Optional[Callable[[str], None]] = None) -> ExperimentResult:
-    """The same training on ``workers`` GPUs under each NCCL path (``ddlab.collectives.PATHS``:
+    """The same training on ``workers`` GPUs under each NCCL path (``ddlab.nccl.PATHS``:
     default, shm = ``NCCL_P2P_LEVEL=LOC``, socket = ``NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1``),
     plus one worker alone as the baseline. Each path runs under ``NCCL_DEBUG=INFO`` and its
     row says which transport NCCL used. On CPU (gloo) there is no NCCL: only the default path
@@ -567,9 +567,7 @@ def nccl_path_comparison(framework: str = "torch", launcher: str = "ddp", model:
     With DDP on GPUs the step is not captured as a CUDA graph unless ``extra_args`` has
     ``--cuda-graph on`` (see fmnist_torch.py): baseline and paths then all run eagerly, so
     their ratios compare like with like."""
-    from .collectives import PATHS, path_env
-    for p in paths:
-        _check_choice("NCCL path", p, tuple(PATHS))
+    paths = [nccl.get(p).name for p in paths]
     if launcher == "none":
         raise ValueError("the NCCL paths need several workers: use launcher 'ddp' or 'horovod'")
     if workers < 2:
@@ -598,7 +596,7 @@ def nccl_path_comparison(framework: str = "torch", launcher: str = "ddp", model:
                          run=0))
         runs.append(_slim(base_run))
     for p in paths:
-        env = path_env(p, {"NCCL_DEBUG": "INFO"})
+        env = nccl.get(p).environment({"NCCL_DEBUG": "INFO"})
         shown = {k: v for k, v in env.items() if v is not None and k != "NCCL_DEBUG"}
         env_text = " ".join(f"{k}={v}" for k, v in shown.items()) or "(NCCL defaults)"
         try:

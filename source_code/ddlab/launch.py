@@ -4,8 +4,10 @@ Every multi-process run in the course goes through :func:`run`. It
 
 * builds the command for a launcher: ``python`` (one process), ``torchrun`` (DDP),
   ``horovodrun`` (Horovod, Gloo controller by default) or ``mpirun``;
-* merges the given environment (``None`` as a value removes a variable), always keeping
-  NVLink multicast off (``NCCL_NVLS_ENABLE=0``);
+* merges the given environment (``None`` as a value removes a variable) into this
+  process's; it adds no NCCL setting of its own (NVLink multicast included: a caller that
+  wants it off passes :data:`ddlab.nccl.MULTICAST_OFF`, and a value inherited from the shell
+  is kept);
 * captures stdout and stderr together (optionally echoing them live);
 * enforces a timeout, and on timeout or failure kills the whole process tree: the
   process group, every descendant, and any stray process that carries this launch's
@@ -40,6 +42,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
+
+from . import nccl
 
 LAUNCHERS = ("python", "torchrun", "horovodrun", "mpirun")
 TAIL_LINES = 40
@@ -116,18 +120,17 @@ def command_for(launcher: str, nproc: int, argv: Sequence[str], *, python: str =
 
 
 def worker_environment(env: Optional[Mapping[str, Optional[str]]] = None) -> dict:
-    """The environment the workers of a launch see: this process's, with NVLink multicast
-    kept off, unbuffered Python, and ``env`` applied (``None`` removes a variable)."""
+    """The environment the workers of a launch see: this process's, with unbuffered Python
+    and ``env`` applied (``None`` removes a variable). Nothing else is added: what NCCL
+    reads is what the shell had plus what ``env`` says (:func:`ddlab.nccl.recorded_environment`
+    picks it out for a run's record)."""
     full = dict(os.environ)
-    full.setdefault("NCCL_NVLS_ENABLE", "0")
-    full.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     full["PYTHONUNBUFFERED"] = "1"
     for k, v in (env or {}).items():
         if v is None:
             full.pop(k, None)
         else:
             full[k] = str(v)
-    full["NCCL_NVLS_ENABLE"] = full.get("NCCL_NVLS_ENABLE") or "0"
     return full
 
 
@@ -239,8 +242,12 @@ def run(argv: Sequence[str], *, launcher: str = "python", nproc: int = 1,
     launch_id = uuid.uuid4().hex
     full_env = _merged_env(env, launch_id)
     overrides = {k: v for k, v in (env or {}).items()}
+    # mpirun forwards only the variables it is told to: the overrides and every NCCL setting
+    # the workers will see (inherited ones included), so its ranks read what the record says.
+    forwarded = [k for k, v in overrides.items() if v is not None]
+    forwarded += [k for k in nccl.recorded_environment(full_env) if k not in forwarded]
     cmd = command_for(launcher, nproc, argv, python=python, controller=controller,
-                      env_keys=[k for k, v in overrides.items() if v is not None] + ["NCCL_NVLS_ENABLE", "DDLAB_LAUNCH_ID", "PYTHONUNBUFFERED"])
+                      env_keys=forwarded + ["DDLAB_LAUNCH_ID", "PYTHONUNBUFFERED"])
     lines: list = []
     start = time.monotonic()
     try:

@@ -1,7 +1,10 @@
 """Link technologies between GPUs and between nodes: bandwidth per direction and latency.
 
 This is the catalogue behind the alpha-beta calculator of notebook 2 and behind the link
-legend of the topology drawings. Every figure carries its source:
+legend of the topology drawings: :data:`LINK_KINDS` says what each ``nvidia-smi topo -m`` label
+means (ddlab.topology parses the labels and imports this module, never the other way round;
+how far each kind is for ``NCCL_P2P_LEVEL`` comes from ddlab.nccl). Every figure carries its
+source:
 
 * bandwidth comes from a specification or a vendor document and is *derived* here in code
   from the signalling facts (lanes x rate x encoding), so a learner can check the arithmetic;
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
+from . import nccl as _nccl
 
 GB = 1e9  # link rates are decimal
 
@@ -226,9 +231,83 @@ def sources(keys=None) -> str:
     return "\n".join(out)
 
 
+# --------------------------------------------------------------------------- topology link kinds
+# What each `nvidia-smi topo -m` label means; ddlab.topology parses the labels, this table explains them.
+_PCIE_X16 = ("PCIe x16, per direction: 15.75 GB/s Gen3, 31.5 GB/s Gen4, 63 GB/s Gen5 "
+             "(16 lanes x 8/16/32 GT/s with 128b/130b encoding)")
+_PCIE_SOURCE = ("PCI-SIG, PCI Express Base Specification 3.0 / 4.0 / 5.0: 8, 16 and 32 GT/s per "
+                "lane with 128b/130b encoding (x16 per direction = rate x 16 x 128/130 / 8 bits)")
+_SMI_LEGEND_SOURCE = "the legend printed by `nvidia-smi topo -m` (NVIDIA driver)"
+
+
+# What each kind means, what bounds its bandwidth, and how far the data travels. Latency is
+# given as a path description, not a number: vendors publish no per-hop latency, so the
+# course measures it (`ddlab p2p`) instead of quoting one.
+LINK_KINDS = {
+    "NVLINK": {
+        "labels": "NV1 .. NV18 (NV<n>)",
+        "legend": "Connection traversing a bonded set of # NVLinks",
+        "path": "GPU to GPU over n bonded NVLinks (directly, or through an NVSwitch); no PCIe, no CPU",
+        "typical_bandwidth": ("n x the per-link rate of the generation, per direction: 20 GB/s (NVLink 1, "
+                              "P100), 25 GB/s (NVLink 2-4: V100, A100, H100/H200), 50 GB/s (NVLink 5, "
+                              "B200); e.g. NV18 on H100/H200 = 450 GB/s per direction. `nvidia-smi "
+                              "nvlink -s` prints the raw per-link rate of your machine."),
+        "typical_latency": "the shortest path there is: one GPU-to-GPU hop (or GPU-switch-GPU)",
+        "sources": [g["source"] for g in NVLINK_GENERATIONS] + [_SMI_LEGEND_SOURCE],
+    },
+    "PIX": {
+        "labels": "PIX",
+        "legend": "Connection traversing at most a single PCIe bridge",
+        "path": "both devices hang off the same PCIe switch; traffic turns around in that switch",
+        "typical_bandwidth": "bounded by the devices' PCIe links: " + _PCIE_X16,
+        "typical_latency": "one PCIe switch hop; the CPU is not on the path",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _nccl.SOURCE],
+    },
+    "PXB": {
+        "labels": "PXB",
+        "legend": "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+        "path": "through several PCIe switches, but below the CPU's host bridge",
+        "typical_bandwidth": "bounded by the narrowest PCIe link on the path: " + _PCIE_X16,
+        "typical_latency": "several PCIe switch hops; the CPU is not on the path",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _nccl.SOURCE],
+    },
+    "PHB": {
+        "labels": "PHB",
+        "legend": "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+        "path": "up to the CPU's PCIe host bridge (root complex) and back down",
+        "typical_bandwidth": ("at most the PCIe link rate (" + _PCIE_X16 + "); peer-to-peer through a "
+                              "root complex is often slower or unsupported, and then data is staged "
+                              "through host memory"),
+        "typical_latency": "PCIe hops plus the CPU's root complex",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _nccl.SOURCE],
+    },
+    "NODE": {
+        "labels": "NODE",
+        "legend": ("Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
+                   "within a NUMA node"),
+        "path": "between two host bridges of the same CPU socket / NUMA node",
+        "typical_bandwidth": "at most the PCIe link rate (" + _PCIE_X16 + "), often less",
+        "typical_latency": "PCIe hops plus the on-chip fabric between root complexes",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _nccl.SOURCE],
+    },
+    "SYS": {
+        "labels": "SYS (older drivers: SOC)",
+        "legend": ("Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+                   "(e.g., QPI/UPI)"),
+        "path": "across the link between CPU sockets / NUMA nodes (QPI/UPI, Infinity Fabric)",
+        "typical_bandwidth": ("at most the PCIe link rate (" + _PCIE_X16 + "); GPU peer-to-peer across "
+                              "sockets is frequently unsupported, so data goes through host memory"),
+        "typical_latency": "the longest path in one machine: PCIe, both root complexes and the socket link",
+        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _nccl.SOURCE],
+    },
+}
+# How far each kind is on NCCL_P2P_LEVEL's scale: ddlab.nccl owns that mapping.
+for _kind, _info in LINK_KINDS.items():
+    _info["nccl_p2p_level"] = _nccl.KIND_LEVEL[_kind]
+
+
 # --------------------------------------------------------------------------- topology legend
-# The wording of each `nvidia-smi topo -m` label (its legend line and the data path) lives in
-# ddlab.topology.LINK_KINDS; this table adds the typical figures from the catalogue above.
+# The legend table: LINK_KINDS' wording with the typical figures of the catalogue above.
 LEGEND_ORDER = ("NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
@@ -237,7 +316,6 @@ def legend_rows(pcie_generation: int = 4, nvlink_generation: int = 4, nvlinks: i
 
     The typical figures depend on the machine, so the caller says which PCIe and NVLink
     generations to assume (a DGX-1 V100 is PCIe 3 + NVLink 2; a DGX A100 PCIe 4 + NVLink 3)."""
-    from .topology import LINK_KINDS
     key = f"pcie{pcie_generation}_x16"
     if key not in LINKS:
         raise ValueError(f"PCIe generation {pcie_generation!r} is not in the catalogue; choose 3, 4 or 5")
@@ -282,56 +360,3 @@ def for_label(label: str, nvlink_generation: Optional[int] = None, pcie_generati
     if lab in ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC"):
         return get(f"pcie{pcie_generation}_x16")
     raise ValueError(f"unknown topology label {label!r}; expected NV<n>, PIX, PXB, PHB, NODE or SYS")
-
-
-# --------------------------------------------------------------------------- NCCL_P2P_LEVEL
-# NCCL_P2P_LEVEL is a *maximum distance*: NCCL uses its P2P transport between two GPUs only
-# when their path is no longer than the level (NVIDIA NCCL User Guide, "Environment
-# Variables", NCCL_P2P_LEVEL). The distances, shortest first:
-NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
-NCCL_LEVEL_MEANING = {
-    "LOC": "never use P2P",
-    "NVL": "P2P only between GPUs connected through NVLink",
-    "PIX": "P2P up to GPUs on the same PCI switch (and over NVLink)",
-    "PXB": "P2P up to GPUs connected through PCI switches, possibly several hops",
-    "PHB": "P2P up to GPUs on the same NUMA node, through the CPU",
-    "SYS": "P2P between NUMA nodes too, across the SMP interconnect (QPI/UPI)",
-}
-NCCL_SOURCE = ("NVIDIA NCCL User Guide, 'Environment Variables': NCCL_P2P_LEVEL ('the maximum distance between "
-               "GPUs where NCCL will use the P2P transport'), NCCL_P2P_DISABLE, NCCL_SHM_DISABLE")
-# How far each `nvidia-smi topo -m` kind is, on NCCL's scale (NODE counts as PHB: both go
-# through the CPU's host bridges within one NUMA node).
-_KIND_DISTANCE = {"NVLINK": "NVL", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
-
-
-def p2p_allowed(link, level: str) -> bool:
-    """Does NCCL_P2P_LEVEL=``level`` allow the P2P transport over ``link`` (a topology Link)?
-
-    Allowed is not the same as used: the platform must also support peer access for the
-    pair (often not across CPU sockets), which NCCL checks separately."""
-    lvl = str(level).strip().upper()
-    if lvl not in NCCL_P2P_LEVELS:
-        raise ValueError(f"unknown NCCL_P2P_LEVEL {level!r}; choose one of {', '.join(NCCL_P2P_LEVELS)}")
-    kind = str(link.kind).upper()
-    if kind not in _KIND_DISTANCE:
-        raise ValueError(f"unknown link kind {link.kind!r}")
-    return NCCL_P2P_LEVELS.index(_KIND_DISTANCE[kind]) <= NCCL_P2P_LEVELS.index(lvl)
-
-
-def nccl_level_table(topology) -> str:
-    """For each NCCL_P2P_LEVEL, which GPU pairs of ``topology`` may use P2P (by link label)."""
-    gpus = list(topology.gpus)
-    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
-    if not pairs:
-        raise ValueError("this topology has fewer than two GPUs: no pair to use P2P between")
-    by_label: dict = {}                       # label -> (one link with it, how many pairs have it)
-    for a, b in pairs:
-        ln = topology.link(a, b)
-        by_label[ln.label] = (ln, by_label.get(ln.label, (ln, 0))[1] + 1)
-    labels = sorted(by_label, key=lambda lab: -by_label[lab][0].rank)   # best link first
-    out = [f"{'NCCL_P2P_LEVEL':<15} P2P allowed over ({len(pairs)} pairs in all)"]
-    for lvl in NCCL_P2P_LEVELS:
-        ok = [lab for lab in labels if p2p_allowed(by_label[lab][0], lvl)]
-        n = sum(by_label[lab][1] for lab in ok)
-        out.append(f"{lvl:<15} {', '.join(ok) if ok else 'none: P2P off'}  ({n} pairs)")
-    return "\n".join(out)

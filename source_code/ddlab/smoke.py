@@ -47,8 +47,8 @@ def hvd_torch(n_elems: int = 1 << 20) -> bool:
 
 
 def hvd_tf(n_elems: int = 1 << 16) -> bool:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .models_keras import use_tf_keras
+    use_tf_keras()                      # before TensorFlow is imported
     import tensorflow as tf
     import horovod.tensorflow as hvd
     hvd.init()

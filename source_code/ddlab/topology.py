@@ -42,8 +42,8 @@ import warnings as _warnings
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-# NVLink generations, their per-link rates and sources: one table, kept in ddlab.links.
-from .links import NVLINK_GENERATIONS
+# What each `nvidia-smi topo -m` link kind means, and the link catalogue: ddlab.links (below this module).
+from .links import LINK_KINDS
 
 REFERENCE_KIND = "topologies"  # source_code/reference/topologies/<name>.json
 
@@ -60,84 +60,6 @@ class TopologyWarning(UserWarning):
 class NoGPUError(RuntimeError):
     """This machine has no usable NVIDIA GPU or no ``nvidia-smi``."""
 
-
-# ----------------------------------------------------------------------------- link kinds
-_PCIE_X16 = ("PCIe x16, per direction: 15.75 GB/s Gen3, 31.5 GB/s Gen4, 63 GB/s Gen5 "
-             "(16 lanes x 8/16/32 GT/s with 128b/130b encoding)")
-_PCIE_SOURCE = ("PCI-SIG, PCI Express Base Specification 3.0 / 4.0 / 5.0: 8, 16 and 32 GT/s per "
-                "lane with 128b/130b encoding (x16 per direction = rate x 16 x 128/130 / 8 bits)")
-_NCCL_ENV_SOURCE = ("NVIDIA NCCL User Guide, 'Environment Variables', NCCL_P2P_LEVEL: the level is the "
-                    "maximum distance at which NCCL uses P2P (LOC, NVL, PIX, PXB, PHB, SYS)")
-_SMI_LEGEND_SOURCE = "the legend printed by `nvidia-smi topo -m` (NVIDIA driver)"
-
-
-# What each kind means, what bounds its bandwidth, and how far the data travels. Latency is
-# given as a path description, not a number: vendors publish no per-hop latency, so the
-# course measures it (`ddlab p2p`) instead of quoting one.
-LINK_KINDS = {
-    "NVLINK": {
-        "labels": "NV1 .. NV18 (NV<n>)",
-        "legend": "Connection traversing a bonded set of # NVLinks",
-        "path": "GPU to GPU over n bonded NVLinks (directly, or through an NVSwitch); no PCIe, no CPU",
-        "typical_bandwidth": ("n x the per-link rate of the generation, per direction: 20 GB/s (NVLink 1, "
-                              "P100), 25 GB/s (NVLink 2-4: V100, A100, H100/H200), 50 GB/s (NVLink 5, "
-                              "B200); e.g. NV18 on H100/H200 = 450 GB/s per direction. `nvidia-smi "
-                              "nvlink -s` prints the raw per-link rate of your machine."),
-        "typical_latency": "the shortest path there is: one GPU-to-GPU hop (or GPU-switch-GPU)",
-        "nccl_p2p_level": "NVL",
-        "sources": [g["source"] for g in NVLINK_GENERATIONS] + [_SMI_LEGEND_SOURCE],
-    },
-    "PIX": {
-        "labels": "PIX",
-        "legend": "Connection traversing at most a single PCIe bridge",
-        "path": "both devices hang off the same PCIe switch; traffic turns around in that switch",
-        "typical_bandwidth": "bounded by the devices' PCIe links: " + _PCIE_X16,
-        "typical_latency": "one PCIe switch hop; the CPU is not on the path",
-        "nccl_p2p_level": "PIX",
-        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
-    },
-    "PXB": {
-        "labels": "PXB",
-        "legend": "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
-        "path": "through several PCIe switches, but below the CPU's host bridge",
-        "typical_bandwidth": "bounded by the narrowest PCIe link on the path: " + _PCIE_X16,
-        "typical_latency": "several PCIe switch hops; the CPU is not on the path",
-        "nccl_p2p_level": "PXB",
-        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
-    },
-    "PHB": {
-        "labels": "PHB",
-        "legend": "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
-        "path": "up to the CPU's PCIe host bridge (root complex) and back down",
-        "typical_bandwidth": ("at most the PCIe link rate (" + _PCIE_X16 + "); peer-to-peer through a "
-                              "root complex is often slower or unsupported, and then data is staged "
-                              "through host memory"),
-        "typical_latency": "PCIe hops plus the CPU's root complex",
-        "nccl_p2p_level": "PHB",
-        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
-    },
-    "NODE": {
-        "labels": "NODE",
-        "legend": ("Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
-                   "within a NUMA node"),
-        "path": "between two host bridges of the same CPU socket / NUMA node",
-        "typical_bandwidth": "at most the PCIe link rate (" + _PCIE_X16 + "), often less",
-        "typical_latency": "PCIe hops plus the on-chip fabric between root complexes",
-        "nccl_p2p_level": "PHB",
-        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
-    },
-    "SYS": {
-        "labels": "SYS (older drivers: SOC)",
-        "legend": ("Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
-                   "(e.g., QPI/UPI)"),
-        "path": "across the link between CPU sockets / NUMA nodes (QPI/UPI, Infinity Fabric)",
-        "typical_bandwidth": ("at most the PCIe link rate (" + _PCIE_X16 + "); GPU peer-to-peer across "
-                              "sockets is frequently unsupported, so data goes through host memory"),
-        "typical_latency": "the longest path in one machine: PCIe, both root complexes and the socket link",
-        "nccl_p2p_level": "SYS",
-        "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _NCCL_ENV_SOURCE],
-    },
-}
 
 _BASE_RANK = {"PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
 _LABEL_HELP = "X, NV<n>, PIX, PXB, PHB, NODE, SYS or SOC"

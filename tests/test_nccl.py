@@ -1,0 +1,174 @@
+"""ddlab.nccl: the one home of the NCCL paths (environments, aliases, levels, multicast)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ddlab import checks, collectives, launch, links, nccl
+from ddlab.topology import parse_topo_matrix
+
+
+def test_paths_are_complete_environments():
+    assert list(nccl.PATHS) == ["default", "shm", "socket", "LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]
+    assert nccl.COMPARED == ("default", "shm", "socket")
+    assert dict(nccl.PATHS["default"].env) == {}
+    assert dict(nccl.PATHS["shm"].env) == {"NCCL_P2P_LEVEL": "LOC", "NCCL_NET_DISABLE_INTRA": "1"}
+    assert dict(nccl.PATHS["socket"].env) == {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
+                                              "NCCL_IB_DISABLE": "1"}
+    for level in nccl.P2P_LEVELS:
+        assert dict(nccl.PATHS[level].env) == {"NCCL_P2P_LEVEL": level}
+    assert set(nccl.VARIABLES) == {"NCCL_P2P_LEVEL", "NCCL_NET_DISABLE_INTRA", "NCCL_P2P_DISABLE",
+                                   "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE"}
+    # A variable left in the user's shell cannot turn "default" into another path.
+    env = nccl.get("default").environment()
+    assert all(env[k] is None for k in nccl.VARIABLES)
+    env = nccl.get("shm").environment({"NCCL_DEBUG": "WARN"})
+    assert env["NCCL_P2P_LEVEL"] == "LOC" and env["NCCL_P2P_DISABLE"] is None and env["NCCL_DEBUG"] == "WARN"
+    with pytest.raises(ValueError, match="unknown NCCL path"):
+        nccl.get("nvlnk")
+
+
+def test_every_path_says_why_has_a_colour_and_a_transport():
+    colours = [p.colour for p in nccl.PATHS.values()]
+    assert len(set(colours)) == len(colours) and all(c.startswith("#") and len(c) == 7 for c in colours)
+    for p in nccl.PATHS.values():
+        assert len(p.why) > 20 and p.transport and p.multicast in nccl.MULTICAST_TEXT
+    assert nccl.PATHS["shm"].transport == "SHM" and nccl.PATHS["socket"].transport == "NET/Socket"
+    assert nccl.colour("shm") == nccl.PATHS["shm"].colour and nccl.colour("1 worker", "#000000") == "#000000"
+
+
+@pytest.mark.parametrize("alias, name", [
+    ("p2p", "default"), ("NVLink", "default"), ("p2p-off", "shm"), ("P2P off", "shm"), ("shared memory", "shm"),
+    ("host", "shm"), ("sockets", "socket"), ("net", "socket"), ("TCP", "socket"), ("net/socket", "socket"),
+    (" shm ", "shm"), ("pix", "PIX"), ("Sys", "SYS")])
+def test_aliases(alias, name):
+    assert nccl.get(alias).name == name
+    assert nccl.get(nccl.PATHS[name]) is nccl.PATHS[name]
+
+
+def test_a_typo_lists_the_choices():
+    with pytest.raises(ValueError) as ei:
+        nccl.get("shmm")
+    msg = str(ei.value)
+    assert "'shmm'" in msg and all(name in msg for name in nccl.PATHS) and "tcp" in msg and "0-5" in msg
+    for bad in (None, True, 2.5, -1):
+        with pytest.raises(ValueError):
+            nccl.get(bad)
+
+
+def test_legacy_integer_levels():
+    # NCCL User Guide, "Integer Values (Legacy)": LOC 0, PIX 1, PXB 2, PHB 3, SYS 4; greater than 4: SYS
+    assert [nccl.get(i).name for i in range(6)] == ["LOC", "PIX", "PXB", "PHB", "SYS", "SYS"]
+    assert nccl.get(17).name == "SYS" and nccl.get("3").name == "PHB"
+    assert "NVL" not in nccl.LEGACY_LEVELS.values()
+
+
+class _Link:
+    def __init__(self, label, kind, nvlinks=0, rank=0):
+        self.label, self.kind, self.nvlinks, self.rank = label, kind, nvlinks, rank
+
+
+# level -> the link kinds it allows P2P over (NODE counts as PHB)
+ALLOWED = {
+    "LOC": set(),
+    "NVL": {"NVLINK"},
+    "PIX": {"NVLINK", "PIX"},
+    "PXB": {"NVLINK", "PIX", "PXB"},
+    "PHB": {"NVLINK", "PIX", "PXB", "PHB", "NODE"},
+    "SYS": {"NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS"},
+}
+
+
+@pytest.mark.parametrize("level", nccl.P2P_LEVELS)
+def test_p2p_level_is_a_maximum_distance(level):
+    for kind in ("NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS"):
+        link = _Link(kind if kind != "NVLINK" else "NV4", kind, 4 if kind == "NVLINK" else 0)
+        assert nccl.get(level).allows_p2p(link) is (kind in ALLOWED[level]), (level, kind)
+        assert nccl.get(level).allows_p2p(kind.lower()) is (kind in ALLOWED[level])
+
+
+def test_p2p_for_the_compared_paths():
+    nv = _Link("NV4", "NVLINK", 4, 104)
+    # PIX still allows NVLink: the level is a distance cap, not a choice of link
+    assert nccl.get("PIX").allows_p2p(nv) and not nccl.get("LOC").allows_p2p(nv)
+    assert nccl.get("shm").allows_p2p(nv) is False and nccl.get("socket").allows_p2p(nv) is False
+    assert nccl.get("default").allows_p2p(nv) is None          # NCCL picks the level itself
+    with pytest.raises(ValueError, match="unknown link kind"):
+        nccl.get("PIX").allows_p2p(_Link("QPI", "QPI"))
+
+
+def test_level_table_on_a_topology():
+    topo = parse_topo_matrix("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV2\tSYS\nGPU1\tNV2\t X \tPIX\nGPU2\tSYS\tPIX\t X \n")
+    lt = nccl.level_table(topo)
+    assert lt.total_pairs == 3 and [r["level"] for r in lt.rows] == list(nccl.P2P_LEVELS)
+    assert lt.rows[3] == {"level": "PXB", "labels": ["NV2", "PIX"], "pairs": 2}
+    table = str(lt).splitlines()
+    assert table[1].startswith("LOC") and "none: P2P off  (0 pairs)" in table[1]
+    assert table[2].startswith("NVL") and "NV2  (1 pairs)" in table[2]
+    assert table[3].startswith("PIX") and "NV2, PIX  (2 pairs)" in table[3]
+    assert table[6].startswith("SYS") and "NV2, PIX, SYS  (3 pairs)" in table[6]
+    with pytest.raises(ValueError, match="fewer than two GPUs"):
+        nccl.level_table(parse_topo_matrix("\tGPU0\nGPU0\t X \n"))
+
+
+def test_environment_removes_stray_variables_and_keeps_inherited_multicast(monkeypatch):
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")         # left in the shell from an earlier experiment
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")         # set by a shared machine's administrators
+    monkeypatch.delenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", raising=False)
+    seen = launch.worker_environment(nccl.get("default").environment())
+    assert "NCCL_P2P_DISABLE" not in seen and seen["NCCL_NVLS_ENABLE"] == "0"
+    assert nccl.recorded_environment(seen) == {k: v for k, v in seen.items() if k.startswith("NCCL_")}
+    assert nccl.recorded_environment(seen)["NCCL_NVLS_ENABLE"] == "0"
+    # a path that does not turn multicast off never mentions it
+    for name in ("default", "PIX", "LOC"):
+        env = nccl.get(name).environment()
+        assert not set(env) & set(nccl.MULTICAST_OFF), name
+    # shm and socket turn it off (so NVLS cannot bypass the path); anyone may ask for it
+    for name in ("shm", "socket"):
+        assert {k: nccl.get(name).environment()[k] for k in nccl.MULTICAST_OFF} == dict(nccl.MULTICAST_OFF)
+    env = nccl.get("default").environment({"NCCL_DEBUG": "INFO"}, multicast_off=True)
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    seen = launch.worker_environment(env)
+    assert nccl.recorded_environment(seen)["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+
+
+def test_multicast_is_stated_in_words():
+    assert "NCCL decides" in nccl.get("default").describe()
+    assert "NVLink multicast (NVLS) off" in nccl.get("default").describe(multicast_off=True)
+    text = nccl.get("shm").describe()
+    assert text.startswith("shm (NCCL_P2P_LEVEL=LOC NCCL_NET_DISABLE_INTRA=1)") and "NVLS) off" in text
+    assert nccl.get("default").env_text() == "NCCL defaults"
+
+
+def test_default_level_is_stated_as_nccl_documents_it():
+    text = nccl.default_level_text()
+    assert "optimally select a value based on the architecture and environment" in text
+    assert "NCCL User Guide" in text
+
+
+def test_consumers_ask_nccl():
+    assert checks.PATHS is nccl.COMPARED
+    assert checks.parse_ordering("p2p > host > tcp") == nccl.COMPARED
+    assert links.LINK_KINDS["NODE"]["nccl_p2p_level"] == nccl.KIND_LEVEL["NODE"] == "PHB"
+    assert collectives.cli_plan(2)[1] == list(nccl.COMPARED)
+    for gone in ("PATHS", "PATH_VARIABLES", "path_env"):
+        assert not hasattr(collectives, gone), gone
+    for gone in ("p2p_allowed", "nccl_level_table", "NCCL_P2P_LEVELS", "NCCL_LEVEL_MEANING"):
+        assert not hasattr(links, gone), gone
+    for gone in ("PATH_ALIASES", "PATH_WHY"):
+        assert not hasattr(checks, gone), gone
+
+
+def test_importing_ddlab_changes_no_environment_variable():
+    code = ("import json, os; before = dict(os.environ); import ddlab, ddlab.nccl, ddlab.launch, "
+            "ddlab.collectives, ddlab.links, ddlab.topology, ddlab.checks, ddlab.models_keras; "
+            "after = dict(os.environ); print(json.dumps({k: [before.get(k), after.get(k)] "
+            "for k in set(before) | set(after) if before.get(k) != after.get(k)}))")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NCCL_", "TF_")) and k != "TORCH_SYMM_MEM_DISABLE_MULTICAST"}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(nccl.__file__))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {}
