@@ -172,3 +172,16 @@ def test_importing_ddlab_changes_no_environment_variable():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {}
+
+
+def test_cli_gives_shell_scripts_the_settings(capsys):
+    assert nccl.cli(["env", "shm"]) == 0
+    words = capsys.readouterr().out.split()
+    assert words == ["NCCL_P2P_LEVEL=LOC", "NCCL_NET_DISABLE_INTRA=1", "NCCL_NVLS_ENABLE=0",
+                     "TORCH_SYMM_MEM_DISABLE_MULTICAST=1"]
+    assert nccl.cli(["env", "default"]) == 0 and capsys.readouterr().out.strip() == ""
+    assert nccl.cli(["env", "2", "--multicast-off"]) == 0
+    assert capsys.readouterr().out.split() == ["NCCL_P2P_LEVEL=PXB", "NCCL_NVLS_ENABLE=0",
+                                               "TORCH_SYMM_MEM_DISABLE_MULTICAST=1"]
+    assert nccl.cli(["env", "shmm"]) == 2 and "unknown NCCL path 'shmm'" in capsys.readouterr().err
+    assert nccl.cli(["list"]) == 0 and len(capsys.readouterr().out.splitlines()) == len(nccl.PATHS)

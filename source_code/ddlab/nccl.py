@@ -268,3 +268,36 @@ def level_table(topology) -> LevelTable:
         ok = [lab for lab in labels if PATHS[lvl].allows_p2p(by_label[lab][0])]
         rows.append({"level": lvl, "labels": ok, "pairs": sum(by_label[lab][1] for lab in ok)})
     return LevelTable(tuple(rows), len(pairs))
+
+
+# --------------------------------------------------------------------------- shell scripts
+def cli(argv: list) -> int:
+    """``python -m ddlab.nccl env PATH [--multicast-off]``: the path's settings as ``K=V`` words
+    for a shell script (``env $(python -m ddlab.nccl env shm) python ...``); ``list``: one line
+    per path with its settings and why."""
+    import argparse
+    import sys
+    p = argparse.ArgumentParser(prog="python -m ddlab.nccl", description="The course's NCCL paths.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("env", help="the variables a path sets, as K=V words")
+    e.add_argument("path")
+    e.add_argument("--multicast-off", action="store_true", help="also turn NVLink multicast (NVLS) off")
+    sub.add_parser("list", help="every path, its settings and why")
+    a = p.parse_args(argv)
+    if a.cmd == "list":
+        for path in PATHS.values():
+            print(path.describe())
+        return 0
+    try:
+        path = get(a.path)
+    except ValueError as exc:
+        print(f"python -m ddlab.nccl: {exc}", file=sys.stderr)
+        return 2
+    env = path.environment(multicast_off=a.multicast_off)
+    print(" ".join(f"{k}={v}" for k, v in env.items() if v is not None))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(cli(sys.argv[1:]))
