@@ -46,8 +46,8 @@ KIND_WORDS = {
     "PIX": "no NVLink; both GPUs sit under one PCIe switch, so peer-to-peer stays inside that switch",
     "PXB": "no NVLink; the path crosses several PCIe switches but not the CPU",
     "PHB": "no NVLink; the path goes up to the CPU's PCIe host bridge and back down",
-    "NODE": "no NVLink; the path crosses two PCIe host bridges inside one CPU socket",
-    "SYS": ("no NVLink; the path crosses the link between the two CPU sockets (QPI/UPI), where peer "
+    "NODE": "no NVLink; the path crosses two PCIe host bridges within one NUMA node",
+    "SYS": ("no NVLink; the path crosses the SMP interconnect between NUMA nodes (QPI/UPI), where peer "
             "access is often unavailable and data is staged through host memory"),
 }
 
@@ -274,7 +274,7 @@ QUIZ = (
          2: "Shared memory is what NCCL_P2P_LEVEL=LOC (or NCCL_P2P_DISABLE=1) gives."}),
     Question(
         "`nvidia-smi topo -m` shows SYS between GPU0 and GPU5. What does that tell you?",
-        ("they share a PCIe switch", "the path crosses the link between CPU sockets",
+        ("they share a PCIe switch", "the path crosses the interconnect between NUMA nodes",
          "they are joined by a system NVSwitch"), 1,
         "SYS: the path traverses PCIe and the SMP interconnect between NUMA nodes (QPI/UPI). It is the "
         "slowest label; peer access is often unavailable there and data is staged through host memory.",

@@ -285,7 +285,7 @@ LINK_KINDS = {
         "labels": "NODE",
         "legend": ("Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
                    "within a NUMA node"),
-        "path": "between two host bridges of the same CPU socket / NUMA node",
+        "path": "between two PCIe host bridges within one NUMA node (through the CPU's on-chip fabric)",
         "typical_bandwidth": "at most the PCIe link rate (" + _PCIE_X16 + "), often less",
         "typical_latency": "PCIe hops plus the on-chip fabric between root complexes",
         "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _nccl.SOURCE],
@@ -294,10 +294,10 @@ LINK_KINDS = {
         "labels": "SYS (older drivers: SOC)",
         "legend": ("Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
                    "(e.g., QPI/UPI)"),
-        "path": "across the link between CPU sockets / NUMA nodes (QPI/UPI, Infinity Fabric)",
+        "path": "across NUMA nodes, over the SMP interconnect between them (QPI/UPI, Infinity Fabric)",
         "typical_bandwidth": ("at most the PCIe link rate (" + _PCIE_X16 + "); GPU peer-to-peer across "
-                              "sockets is frequently unsupported, so data goes through host memory"),
-        "typical_latency": "the longest path in one machine: PCIe, both root complexes and the socket link",
+                              "NUMA nodes is frequently unsupported, so data goes through host memory"),
+        "typical_latency": "the longest path in one machine: PCIe, both root complexes and the SMP interconnect",
         "sources": [_PCIE_SOURCE, _SMI_LEGEND_SOURCE, _nccl.SOURCE],
     },
 }
@@ -327,7 +327,7 @@ def legend_rows(pcie_generation: int = 4, nvlink_generation: int = 4, nvlinks: i
         "PXB": (f"up to {pcie.bandwidth_gbs:.1f} GB/s ({pcie.name})", f"~{pcie.latency_us:g} us"),
         "PHB": (f"up to {pcie.bandwidth_gbs:.1f} GB/s, often less through the CPU", f"~{pcie.latency_us:g} us or more"),
         "NODE": (f"up to {pcie.bandwidth_gbs:.1f} GB/s, often less through the CPU", f"~{pcie.latency_us:g} us or more"),
-        "SYS": (f"below {pcie.bandwidth_gbs:.1f} GB/s: two PCIe trips and the inter-socket link",
+        "SYS": (f"below {pcie.bandwidth_gbs:.1f} GB/s: two PCIe trips and the SMP interconnect",
                 "10-25 us when host staged"),
     }
     return [{"label": LINK_KINDS[k]["labels"], "meaning": LINK_KINDS[k]["legend"], "path": LINK_KINDS[k]["path"],

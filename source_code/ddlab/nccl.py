@@ -70,7 +70,7 @@ MULTICAST_TEXT = MappingProxyType({
 })
 
 _LEVEL_MEANING = {
-    "LOC": "never use P2P: NCCL falls back to shared host memory (SHM)",
+    "LOC": "never use P2P: NCCL falls back to shared host memory (SHM), or to its network transport where it judges a NIC close to the GPUs faster",
     "NVL": "P2P only between GPUs connected through NVLink",
     "PIX": "P2P up to GPUs on the same PCIe switch (and over NVLink)",
     "PXB": "P2P up to GPUs connected through PCIe switches, possibly several hops, not through the CPU",
