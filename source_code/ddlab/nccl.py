@@ -70,7 +70,8 @@ MULTICAST_TEXT = MappingProxyType({
 })
 
 _LEVEL_MEANING = {
-    "LOC": "never use P2P: NCCL falls back to shared host memory (SHM), or to its network transport where it judges a NIC close to the GPUs faster",
+    "LOC": ("never use P2P: NCCL falls back to shared host memory (SHM), or to its network transport where "
+            "it judges a NIC close to the GPUs faster"),
     "NVL": "P2P only between GPUs connected through NVLink",
     "PIX": "P2P up to GPUs on the same PCIe switch (and over NVLink)",
     "PXB": "P2P up to GPUs connected through PCIe switches, possibly several hops, not through the CPU",
@@ -154,7 +155,8 @@ PATHS = {
         "where there is one (hundreds of GB/s), otherwise over PCIe where the topology allows it",
         "#2a9d8f", "P2P where allowed", ("p2p", "nvlink")),
     # LOC switches P2P off; NCCL_NET_DISABLE_INTRA=1 stops NCCL from replacing SHM by its
-    # network transport (NET/IB) on machines with a NIC close to the GPUs, so "shm" stays SHM.
+    # network transport (NET/IB) on machines with a NIC close to the GPUs, so "shm" stays SHM
+    # (SOURCE_NET_DISABLE_INTRA: NCCL's source, not its User Guide, documents the variable).
     "shm": NcclPath(
         "shm", MappingProxyType({"NCCL_P2P_LEVEL": "LOC", "NCCL_NET_DISABLE_INTRA": "1"}),
         "no peer access and no network inside the node, so data is staged through shared host memory: GPU to "
