@@ -111,7 +111,7 @@ def test_train_rejects_bad_requests():
     with pytest.raises(ValueError, match="unknown launcher"):
         ex.train("keras", "ddp", 2)
     with pytest.raises(ValueError, match="unknown NCCL path"):
-        ex.nccl_path_comparison(paths=["nvlink"])
+        ex.nccl_path_comparison(paths=["nvlnk"])
 
 
 @pytest.mark.slow
