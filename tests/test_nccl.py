@@ -109,6 +109,9 @@ def test_level_table_on_a_topology():
     assert table[2].startswith("NVL") and "NV2  (1 pairs)" in table[2]
     assert table[3].startswith("PIX") and "NV2, PIX  (2 pairs)" in table[3]
     assert table[6].startswith("SYS") and "NV2, PIX, SYS  (3 pairs)" in table[6]
+    t = lt.table()
+    assert t.column("labels")[2] == "NV2, PIX" and t.column("pairs") == [0, 1, 2, 2, 2, 3]
+    assert "<table" in lt._repr_html_() and "none: P2P off" in lt._repr_html_()
     with pytest.raises(ValueError, match="fewer than two GPUs"):
         nccl.level_table(parse_topo_matrix("\tGPU0\nGPU0\t X \n"))
 

@@ -252,6 +252,17 @@ class LevelTable:
     def splitlines(self) -> list:
         return str(self).splitlines()
 
+    def table(self):
+        """The same rows as a :class:`ddlab.tables.Table` (HTML in Jupyter, text in a terminal)."""
+        from .tables import Table
+        rows = [{"level": r["level"], "labels": ", ".join(r["labels"]) or "none: P2P off", "pairs": r["pairs"]}
+                for r in self.rows]
+        return Table([("level", "text", "NCCL_P2P_LEVEL"), ("labels", "text", "P2P allowed over"),
+                      ("pairs", "int", f"pairs (of {self.total_pairs})")], rows)
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
 
 def level_table(topology) -> LevelTable:
     """For each NCCL_P2P_LEVEL, which GPU pairs of ``topology`` may use P2P (by link label).
