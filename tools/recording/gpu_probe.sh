@@ -24,12 +24,12 @@ cp /tmp/hvdcache/build.log "$P/hvd_build_full.log" 2>/dev/null
 for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done
 # Horovod smoke: 2 GPUs, default and SHM
 for path in default shm; do
-  env_extra=""; [ $path = shm ] && env_extra="NCCL_P2P_LEVEL=LOC"
+  env_extra=$(python3 -m ddlab.nccl env $path)
   env $env_extra NCCL_DEBUG=INFO timeout 120 horovodrun -np 2 -H localhost:2 --gloo python3 -m ddlab.smoke hvd-torch > "$P/hvd_smoke_$path.log" 2>&1; echo "rc=$?" >> "$P/hvd_smoke_$path.log"
 done
 # torch.distributed NCCL all-reduce logs under the three paths
 for path in default shm socket; do
-  case $path in default) e="";; shm) e="NCCL_P2P_LEVEL=LOC";; socket) e="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1";; esac
+  e=$(python3 -m ddlab.nccl env $path)
   env $e NCCL_DEBUG=INFO timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node=2 -m ddlab.smoke nccl-allreduce > "$P/nccl_$path.log" 2>&1; echo "rc=$?" >> "$P/nccl_$path.log"
 done
 tar -czf "$OUT/probe.tgz" -C "$OUT" probe && rm -rf "$P"

@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab import hardware, nccl_log, reference, topology  # noqa: E402
+from ddlab import hardware, nccl, nccl_log, reference, topology  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         text = open(log_path).read()
         log = nccl_log.parse(text)
         smoke[path] = {
-            "env": {"default": {}, "shm": {"NCCL_P2P_LEVEL": "LOC"}}[path],
+            "env": dict(nccl.get(path).env),
             "lines": [ln[ln.index("SMOKE"):] for ln in text.splitlines() if "SMOKE hvd-torch" in ln],
             "transport_counts": log.transport_counts(),
             "nccl_version": log.version,
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         "torch": doc["torch"], "tensorflow": doc["tensorflow"], "horovod": "0.28.1", "python": doc["python"],
         "hostname": doc["hostname"],
         "command": "PYTHON=python3 tools/build_horovod.sh; NCCL_DEBUG=INFO horovodrun -np 2 -H localhost:2 --gloo "
-                   "python3 -m ddlab.smoke hvd-torch (default, and with NCCL_P2P_LEVEL=LOC)",
+                   "python3 -m ddlab.smoke hvd-torch (default, and with " + nccl.get("shm").env_text() + ")",
         "date": smoke["default"]["date"], "source_files": "tools/recording/gpu_record_benchmarks.sh work folder",
     }
     obj = {"provenance": prov, "check_build": hardware.parse_check_build(build_txt),
