@@ -1,7 +1,13 @@
-"""Provenance: where and how a result was measured. Every recorded result carries one."""
+"""Provenance: where and how a result was measured. Every recorded result carries one.
+
+:func:`collect` describes this machine and run; :func:`run_provenance` is the quicker form a
+training script calls for its own result; :func:`label` and :func:`caption` turn a provenance
+into the one line a figure or table shows.
+"""
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import os
 import shlex
 import subprocess
@@ -53,6 +59,29 @@ def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[s
         "ddlab_commit": _git_commit(),
         "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
     }
+
+
+def run_provenance(command, torch_facts: bool = True) -> dict:
+    """:func:`collect` for one training run, without the slow part of the full inventory
+    (``horovodrun --check-build`` imports every framework: seconds per run).
+    ``torch_facts=False`` reads torch's version without importing it (the Keras script)."""
+    from . import hardware
+
+    def version(dist):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    inv = hardware.inventory(software=False, dataset=False)
+    if torch_facts:
+        facts = hardware.torch_facts(inv.notes)
+        inv.torch, inv.cuda_runtime, inv.nccl = facts["torch"], facts["cuda_runtime"], facts["nccl"]
+    else:
+        inv.torch = version("torch")
+    inv.tensorflow = hardware.tensorflow_version()
+    inv.horovod = version("horovod")
+    return collect(command=command, inventory=inv)
 
 
 def label(prov: dict) -> str:

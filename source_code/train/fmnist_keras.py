@@ -231,7 +231,7 @@ def main(argv=None) -> int:
         xt = normalise(x_test[:args.test_samples])
         _, accuracy = model.evaluate(xt, y_test[:args.test_samples].astype(np.int32), batch_size=1000, verbose=0)
         phases.done("test evaluation")
-        from ddlab.experiments import run_provenance
+        from ddlab.provenance import run_provenance
         provenance = run_provenance(train_common.run_command(), torch_facts=False)
         phases.done("result and provenance")
         result = train_common.build_result(

@@ -81,7 +81,7 @@ from ddlab.train_common import FMNIST_MEAN, FMNIST_STD, rank_seed  # noqa: E402
 DDP_EAGER_BEFORE_CAPTURE = 20  # PyTorch's CUDA-graph notes: >= 11 DDP iterations before capture;
 # DDP also times iterations 1-10 and every 100th with CUDA events, which must not fall in a capture.
 EAGER_BEFORE_CAPTURE = 3       # one process: warm cuDNN, cuBLAS and the optimizer state first
-# Printed (rank 0) right before and after the capture: ddlab.experiments reads them to tell a
+# Printed (rank 0) right before and after the capture: ddlab.runs reads them to tell a
 # run that failed or hung inside the capture from one that failed elsewhere.
 CAPTURE_START, CAPTURE_DONE = "cuda-graph capture: start", "cuda-graph capture: done"
 
@@ -498,7 +498,7 @@ def main(argv=None) -> int:
             model.to(memory_format=torch.channels_last)
         accuracy = evaluate(model, Xt, Yt, 1000, autocast)
         phases.done("test evaluation")
-        from ddlab.experiments import run_provenance
+        from ddlab.provenance import run_provenance
         provenance = run_provenance(train_common.run_command())
         phases.done("result and provenance")
         result = train_common.build_result(
