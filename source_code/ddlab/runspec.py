@@ -206,7 +206,7 @@ class RunSpec:
         launcher = config.get("launcher") or "none"
         if "+" in launcher:           # a combination of launchers: describe the first
             launcher = launcher.split("+")[0]
-        spec = {"framework": config.get("framework"), "launcher": launcher, "model": config.get("model"),
+        spec = {"framework": config.get("framework"), "launcher": launcher,
                 "batch": config.get("batch_size"), "steps": config.get("steps"),
                 "warmup_steps": config.get("warmup_steps"), "precision": config.get("precision"),
                 "workers": workers, "repeats": config.get("repeats")}

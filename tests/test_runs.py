@@ -1,0 +1,99 @@
+"""ddlab.runs: one training run from a RunSpec (launch, timeout, the CUDA-graph rerun) and `ddlab train`."""
+import json
+
+import pytest
+
+from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches
+from ddlab import cli, experiments, runs
+from ddlab.runspec import RunSpec
+
+
+def test_train_rejects_bad_requests():
+    with pytest.raises(ValueError, match="launcher 'none' runs one process"):
+        runs.train(RunSpec(launcher="none", workers=2))
+    with pytest.raises(ValueError, match="unknown model"):
+        runs.train(RunSpec(launcher="ddp", workers=2, model="resnet"))
+    with pytest.raises(ValueError, match="unknown launcher"):
+        runs.train(RunSpec(framework="keras", launcher="ddp", workers=2))
+    with pytest.raises(ValueError, match="unknown NCCL path"):
+        experiments.nccl_path_comparison(paths=["nvlink"])
+    with pytest.raises(TypeError, match="takes a RunSpec"):
+        runs.train("torch")
+
+
+def test_the_workers_get_the_spec_path_environment(monkeypatch):
+    fake = FakeLaunches({"images_per_s": 5.0}, {"images_per_s": 5.0})
+    monkeypatch.setattr(runs.launch, "run", fake)
+    runs.train(RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2, path="shm"), env={"NCCL_DEBUG": "INFO"})
+    env = fake.envs[0]
+    assert env["NCCL_P2P_LEVEL"] == "LOC" and env["NCCL_DEBUG"] == "INFO" and env["NCCL_P2P_DISABLE"] is None
+    assert "torch.distributed.run" in env["DDLAB_COMMAND"] and "--batch-size 512" in env["DDLAB_COMMAND"]
+    runs.train(RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2))       # default: NCCL's own
+    assert all(fake.envs[1][k] is None for k in ("NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"))
+
+
+def test_a_run_stuck_in_its_default_capture_is_rerun_once_without_it_and_says_so(monkeypatch):
+    fake = FakeLaunches("timeout\n" + STUCK_IN_CAPTURE, {"images_per_s": 5.0, "notes": [], "phase_s": {"imports": 1.0}})
+    monkeypatch.setattr(runs.launch, "run", fake)
+    lines = []
+    r = runs.train(RunSpec.for_device("cuda", "cnn"), progress=lines.append)
+    assert len(fake.argvs) == 2 and "--cuda-graph" not in fake.argvs[0]
+    assert fake.argvs[1][fake.argvs[1].index("--cuda-graph") + 1] == "off"
+    assert "rerun with --cuda-graph off" in r["notes"][-1] and "timed out" in r["notes"][-1]
+    assert "in main" in r["cuda_graph_failure_log"]   # where it hung travels with the result
+    assert any("running it once more with --cuda-graph off" in ln for ln in lines)   # said at once
+    assert "done in 1.5 s" in lines[-1] and "imports 1.0" in lines[-1]
+
+
+@pytest.mark.parametrize("launcher,extra,output", [
+    ("none", {}, "timeout\nphase data to device: 1.0 s\n"),   # died before any capture: no rerun
+    ("none", {"cuda_graph": "on"}, "timeout\n" + STUCK_IN_CAPTURE),   # asked for explicitly
+    ("ddp", {"cuda_graph": "on"}, "timeout\n" + STUCK_IN_CAPTURE),    # DDP capture is never rerun
+])
+def test_other_failures_are_not_rerun(monkeypatch, launcher, extra, output):
+    fake = FakeLaunches(output)
+    monkeypatch.setattr(runs.launch, "run", fake)
+    with pytest.raises(runs.launch.LaunchTimeout):
+        runs.train(RunSpec.for_device("cuda", "cnn", launcher=launcher, workers=2 if launcher == "ddp" else 1,
+                                      **extra))
+    assert len(fake.argvs) == 1
+
+
+@pytest.mark.slow
+def test_cli_train_json(capsys):
+    rc = cli.main(["train", "--launcher", "none", "--model", "mlp-small", "--batch-size", "16", "--steps", "4",
+                   "--warmup-steps", "1", "--device", "cpu", "--test-samples", "200", "--json", "--lr", "0.002"])
+    assert rc == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["launcher"] == "none" and r["timed_steps"] == 3 and r["lr"] == 0.002 and r["test_samples"] == 200
+
+
+def test_cli_train_failure_is_one_message(capsys):
+    assert cli.main(["train", "--launcher", "none", "--workers", "2"]) == 1
+    assert "launcher 'none' runs one process" in capsys.readouterr().err
+    assert cli.main(["train", "--steps", "3", "--warmup-steps", "3", "--device", "cpu"]) == 1
+    assert "must be fewer than steps" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_gpu_graph_run_single():
+    """On a GPU machine: one process captures its step by default (run with `pytest -m gpu`)."""
+    if runs.gpu_count("torch") < 1:
+        pytest.skip("no GPU")
+    r = runs.train(RunSpec.for_device("cuda", "cnn", steps=60, warmup_steps=10, timeout=90), graph_fallback=False)
+    assert r["cuda_graph"] is True and r["ranks_agree"] and r["test_accuracy"] > 0.5
+
+
+@pytest.mark.gpu
+def test_gpu_ddp_is_eager_by_default_and_captures_when_asked():
+    """On 2 GPUs: DDP runs eagerly unless cuda_graph="on"; the opt-in capture must finish well
+    within its timeout, shutdown included (NCCL's destroy hangs while a graph that captured its
+    all-reduce is alive, PyTorch issue 115388), or the LaunchTimeout message shows where each
+    rank was stuck."""
+    if runs.gpu_count("torch") < 2:
+        pytest.skip("needs 2 GPUs")
+    spec = RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2, steps=60, warmup_steps=25, timeout=90)
+    r = runs.train(spec)
+    assert r["cuda_graph"] is False and "opt-in" in r["cuda_graph_reason"] and r["ranks_agree"] is True
+    r = runs.train(spec.with_(cuda_graph="on"))
+    assert r["cuda_graph"] is True and r["ranks_agree"] is True
