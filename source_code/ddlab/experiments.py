@@ -49,6 +49,7 @@ def _base(base: Optional[RunSpec], device: str, workers: int, fields: dict) -> R
     """The experiment's base run: ``base`` with ``fields`` changed, or the default for the device."""
     if base is not None:
         return base.with_(**{k: v for k, v in fields.items() if v is not None}) if fields else base
+    fields = {k: v for k, v in fields.items() if k != "workers"}
     return spec_for(device, fields.pop("framework", "torch"), fields.pop("model", "cnn"), workers, **fields)
 
 

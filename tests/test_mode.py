@@ -1,0 +1,93 @@
+"""ddlab.mode: one live-or-recorded policy for every part, decided from injected machine facts."""
+import os
+
+import pytest
+
+from ddlab import REFERENCE_DIR, mode
+
+OK = lambda framework, launcher: (True, "")  # noqa: E731
+NO_GPU = mode.Machine(gpus=0, software=OK)
+ONE_GPU = mode.Machine(gpus=1, label="1x NVIDIA L4", software=OK)
+TWO_GPUS = mode.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK)
+TWO_GPUS_NO_NVCC = mode.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=False, software=OK)
+
+
+@pytest.mark.parametrize("machine,needs,live,why", [
+    (NO_GPU, mode.Needs(gpus=1), False, "it needs 1 GPU(s) and this machine sees 0"),
+    (ONE_GPU, mode.Needs(gpus=1), True, ""),
+    (ONE_GPU, mode.Needs(gpus=2, framework="torch", launcher="ddp"), False, "it needs 2 GPU(s) and torch sees 1"),
+    (TWO_GPUS, mode.Needs(gpus=2, framework="torch", launcher="ddp"), True, ""),
+    (TWO_GPUS, mode.Needs(gpus=2, nvcc=True), True, ""),
+    (TWO_GPUS_NO_NVCC, mode.Needs(gpus=2, nvcc=True), False, "it needs nvcc"),
+    (mode.Machine(gpus=2, software=lambda f, la: (False, "PyTorch is not installed")),
+     mode.Needs(gpus=2, framework="torch", launcher="ddp"), False, "PyTorch is not installed"),
+])
+def test_decide(machine, needs, live, why):
+    d = mode.decide(needs, machine)
+    assert d.live is live and d.why.startswith(why)
+
+
+@pytest.fixture
+def live_parts(monkeypatch):
+    """The live measurements, replaced by markers (no GPU here): which one ran."""
+    from ddlab import collectives, nccl_log, p2p, topology
+    monkeypatch.setattr(topology.Topology, "from_system", classmethod(lambda cls, timeout=30.0: "live topology"))
+    monkeypatch.setattr(nccl_log, "capture_allreduce_log", lambda env=None, **k: "")
+    monkeypatch.setattr(p2p, "run", lambda *a, **k: "live p2p")
+    monkeypatch.setattr(collectives, "compare_paths", lambda *a, **k: "live sweeps")
+
+
+@pytest.mark.parametrize("part", ["topology", "nccl-logs", "p2p", "allreduce"])
+def test_no_gpu_shows_each_part_as_recorded_with_one_line(part, live_parts):
+    shown = mode.live_or_recorded(part, machine=NO_GPU)
+    assert shown.live is False and shown.value is not None
+    assert shown.line.startswith("recorded on 2x NVIDIA H200") and "\n" not in shown.line
+    assert "lent" not in shown.line and str(shown) == shown.line
+
+
+def test_one_gpu_runs_the_topology_live_and_records_the_rest(live_parts):
+    shown = mode.live_or_recorded("topology", machine=ONE_GPU)
+    assert shown.live and shown.value == "live topology" and shown.line == "measured now on 1x NVIDIA L4"
+    for part in ("nccl-logs", "p2p", "allreduce"):
+        assert not mode.live_or_recorded(part, machine=ONE_GPU).live, part
+
+
+def test_two_gpus_run_every_part_live(live_parts):
+    for part, value in (("topology", "live topology"), ("p2p", "live p2p"), ("allreduce", "live sweeps")):
+        shown = mode.live_or_recorded(part, machine=TWO_GPUS)
+        assert shown.live and shown.value == value and shown.line == "measured now on 2x NVIDIA H200, NV18"
+    logs = mode.live_or_recorded("nccl-logs", machine=TWO_GPUS)
+    assert logs.live and set(logs.value) == {"default", "shm", "socket"}
+    # without nvcc our p2p test cannot be built: recorded instead, and asking for live says why
+    assert not mode.live_or_recorded("p2p", machine=TWO_GPUS_NO_NVCC).live
+    with pytest.raises(RuntimeError, match="needs nvcc"):
+        mode.live_or_recorded("p2p", source="live", machine=TWO_GPUS_NO_NVCC)
+    assert not mode.live_or_recorded("topology", source="recorded", machine=TWO_GPUS).live
+
+
+def test_recorded_nccl_logs_come_from_the_reference_folder_not_the_tests():
+    rec = mode.recorded_nccl_logs()
+    assert mode.NCCL_LOG_DIR == os.path.join(REFERENCE_DIR, "nccl_logs") and "tests" not in mode.NCCL_LOG_DIR
+    assert set(rec["logs"]) == {"default", "shm", "socket"}
+    prov = rec["provenance"]
+    assert prov["machine"] == "2x NVIDIA H200, NV18" and prov["nccl"].startswith(rec["logs"]["default"].version)
+    assert rec["logs"]["default"].transport_counts() and rec["logs"]["socket"].transport_counts()
+
+
+def test_training_parts_go_through_the_experiments_policy(monkeypatch):
+    from ddlab import experiments
+    shown = mode.live_or_recorded("nccl-paths", machine=NO_GPU, launcher="ddp", model="cnn", cpu_run=False)
+    assert not shown.live and shown.line.startswith("recorded on 2x NVIDIA H200")
+    assert isinstance(shown.value, experiments.ExperimentResult)
+    missing = mode.live_or_recorded("nccl-paths", machine=NO_GPU, launcher="ddp", model="mlp-large",
+                                    cpu_run=False, missing_ok=True)
+    assert missing.line == "not recorded yet"
+
+
+def test_bad_requests_get_one_message():
+    with pytest.raises(ValueError, match="unknown part 'nvlink'"):
+        mode.live_or_recorded("nvlink", machine=NO_GPU)
+    with pytest.raises(ValueError, match="unknown source"):
+        mode.live_or_recorded("p2p", source="maybe", machine=NO_GPU)
+    with pytest.raises(ValueError, match="takes no options"):
+        mode.live_or_recorded("p2p", machine=NO_GPU, size="1G")
