@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from ddlab import data, experiments, launch
+from ddlab import data, launch, runs, runspec
+from ddlab.runspec import RunSpec
 
-TINY = dict(model="mlp-small", batch_size=16, steps=6, warmup_steps=2, device="cpu", timeout=240)
+TINY = dict(model="mlp-small", batch=16, steps=6, warmup_steps=2, device="cpu", timeout=240)
 
 
 # ----------------------------------------------------------------------------- sharding
@@ -78,8 +79,8 @@ def check_phases(r):
 @pytest.mark.slow
 def test_one_process_cnn_run():
     lines = []
-    r = experiments.train("torch", "none", 1, "cnn", batch_size=8, steps=4, warmup_steps=1, device="cpu",
-                          test_samples=500, timeout=240, progress=lines.append)
+    r = runs.train(RunSpec(model="cnn", batch=8, steps=4, warmup_steps=1, device="cpu", test_samples=500,
+                           timeout=240), progress=lines.append)
     assert r["params"] == 1_199_882 and r["timed_steps"] == 3 and r["images_timed"] == 24
     check_phases(r)
     assert len(lines) == 2 and "start: torch none, 1 worker(s), model cnn, cpu (timeout 240 s)" in lines[0]
@@ -91,13 +92,13 @@ def test_one_process_cnn_run():
 
 @pytest.mark.slow
 def test_ddp_two_processes_agree():
-    r = experiments.train("torch", "ddp", 2, **TINY)
+    r = runs.train(RunSpec(framework="torch", launcher="ddp", workers=2, **TINY))
     check_result(r, "torch", "ddp", 2)
     assert r["backend"] == "gloo" and "torch.distributed.run" in r["provenance"]["command"]
 
 
 def _need_horovod(framework):
-    ok, why = experiments.availability(framework, "horovod")
+    ok, why = runs.availability(framework, "horovod")
     if not ok:
         pytest.skip(why)
 
@@ -105,7 +106,7 @@ def _need_horovod(framework):
 @pytest.mark.slow
 def test_horovod_torch_two_processes_agree():
     _need_horovod("torch")
-    r = experiments.train("torch", "horovod", 2, **TINY)
+    r = runs.train(RunSpec(framework="torch", launcher="horovod", workers=2, **TINY))
     check_result(r, "torch", "horovod", 2)
     assert r["backend"] == "horovod-gloo" and "horovodrun" in r["provenance"]["command"]
 
@@ -113,7 +114,7 @@ def test_horovod_torch_two_processes_agree():
 @pytest.mark.slow
 def test_horovod_keras_two_processes_agree():
     _need_horovod("keras")
-    r = experiments.train("keras", "horovod", 2, **TINY)
+    r = runs.train(RunSpec(framework="keras", launcher="horovod", workers=2, **TINY))
     check_result(r, "keras", "horovod", 2)
     assert r["backend"] == "horovod-gloo"
 
@@ -121,7 +122,7 @@ def test_horovod_keras_two_processes_agree():
 def load_script(name):
     """The training script as a module, to call its main() in this process (fast: torch is loaded)."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location(f"_{name}_under_test", experiments.SCRIPTS[name])
+    spec = importlib.util.spec_from_file_location(f"_{name}_under_test", runspec.SCRIPTS[name])
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -144,8 +145,8 @@ def test_graph_capture_is_opt_in_for_ddp():
     assert decide("none", compile_mode="default")[0] is False
     with pytest.raises(SystemExit, match="background thread"):
         decide("horovod", "on")
-    # ddlab.experiments recognises a run that died inside the capture by the script's marker
-    assert mod.CAPTURE_START == experiments.CAPTURE_START
+    # ddlab.runs recognises a run that died inside the capture by the script's marker
+    assert mod.CAPTURE_START == runs.CAPTURE_START
 
 
 @pytest.mark.parametrize("args,message", [
@@ -166,7 +167,7 @@ def test_torch_script_refuses_bad_setups_with_one_clear_line(args, message, monk
 
 @pytest.mark.slow
 def test_error_exit_shows_no_traceback():
-    out = subprocess.run([sys.executable, experiments.SCRIPTS["keras"], "--steps", "1"], capture_output=True,
+    out = subprocess.run([sys.executable, runspec.SCRIPTS["keras"], "--steps", "1"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode != 0 and "--steps must be at least 2" in out.stderr and "Traceback" not in out.stderr
 
@@ -174,5 +175,5 @@ def test_error_exit_shows_no_traceback():
 @pytest.mark.slow
 def test_failed_run_raises_launch_error_quoting_the_script():
     with pytest.raises(launch.LaunchError, match="unrecognized arguments: --no-such-flag"):
-        experiments.train("torch", "none", 1, "mlp-small", steps=4, warmup_steps=1, device="cpu",
-                          extra_args=["--no-such-flag"], timeout=120)
+        runs.train(RunSpec(model="mlp-small", steps=4, warmup_steps=1, device="cpu",
+                           extra_args=["--no-such-flag"], timeout=120))

@@ -55,6 +55,46 @@ def use_hardware_label() -> str:
     return os.environ["DDLAB_MACHINE"]
 
 
+def gpu_spec(model: str, repeats: int = MIN_REPEATS, **fields) -> RunSpec:
+    """The run description a recording uses: today's live GPU default for ``model``, repeated."""
+    return RunSpec.for_device("cuda", model, repeats=repeats, **fields)
+
+
+def _write(out_dir: str, name: str, res: ExperimentResult, done: dict) -> None:
+    res.save(os.path.join(out_dir, name + ".json"))
+    done[name] = res
+    print("\n" + res.table() + "\n", flush=True)
+
+
+def _attempt(done: dict, name: str, make):
+    try:
+        return make()
+    except Exception as exc:  # reported in the summary; the other measurements still run
+        done[name] = f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def record_paths(out_dir: str, base: RunSpec, variant: Optional[str] = None, echo: bool = False,
+                 progress: Optional[Callable[[str], None]] = None, done: Optional[dict] = None) -> dict:
+    """Records the NCCL path comparison of ``base`` (2 workers) in ``out_dir``, and the 1 -> 2
+    scaling taken from it (not for a ``variant``, e.g. "graph"). Returns ``done`` with
+    {name: ExperimentResult or error text}."""
+    from . import experiments
+    done = {} if done is None else done
+    os.makedirs(out_dir, exist_ok=True)
+    name = reference_name("nccl-paths", base.framework, base.launcher, base.model) + (f"-{variant}" if variant else "")
+    res = _attempt(done, name, lambda: experiments.nccl_path_comparison(base, echo=echo, progress=progress))
+    if res is None:
+        return done
+    _write(out_dir, name, res, done)
+    if variant is None:
+        sname = reference_name("scaling", base.framework, base.launcher, base.model)
+        scaling = _attempt(done, sname, lambda: experiments.scaling_from_paths(res))
+        if scaling is not None:
+            _write(out_dir, sname, scaling, done)
+    return done
+
+
 def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
                    models: Sequence[str] = ("cnn", "wide"), echo: bool = False,
                    progress: Optional[Callable[[str], None]] = None, repeats: int = MIN_REPEATS,
@@ -62,9 +102,9 @@ def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
     """The course's recorded training set, for source_code/reference/experiments/: on 2
     GPUs, for each model and each of DDP and Horovod (PyTorch), the NCCL path comparison
     (which includes the 1-GPU baseline) and the 1 -> 2 scaling taken from it; on 1 GPU, the
-    speed options. Every run is the live default (:meth:`RunSpec.for_device` "cuda") with
-    ``repeats`` repeats; ``sizes`` (RunSpec fields) change it, for tests only: a recording
-    with other sizes no longer matches the live default and says so. ``graph`` adds DDP with
+    speed options. Every run is the live default (:func:`gpu_spec`) with ``repeats``
+    repeats; ``sizes`` (RunSpec fields) change it, for tests only: a recording with other
+    sizes no longer matches the live default and says so. ``graph`` adds DDP with
     ``cuda_graph="on"`` as the "-graph" variant.
 
     ``sections`` ("ddp", "horovod", "perf") run in the order given; the default puts the
@@ -78,29 +118,15 @@ def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
     done: dict = {}
     gpus = runs.gpu_count("torch")
 
-    def spec(model: str, **more) -> RunSpec:
-        return RunSpec.for_device("cuda", model, repeats=repeats, timeout=timeout, **sizes, **more)
-
-    def keep(res: ExperimentResult, name: str):
-        res.save(os.path.join(out_dir, name + ".json"))
-        done[name] = res
-        print("\n" + res.table() + "\n", flush=True)
-
-    def attempt(name: str, make):
-        try:
-            return make()
-        except Exception as exc:  # reported in the summary; the other measurements still run
-            done[name] = f"{type(exc).__name__}: {exc}"
-            return None
-
     def perf():
         name = reference_name("perf-options", "torch", "none", "cnn")
         if gpus < 1:
             done[name] = "skipped: no GPU visible to torch"
             return
-        res = attempt(name, lambda: experiments.performance_options(spec("cnn"), echo=echo, progress=progress))
+        spec = gpu_spec("cnn", repeats, timeout=timeout, **sizes)
+        res = _attempt(done, name, lambda: experiments.performance_options(spec, echo=echo, progress=progress))
         if res is not None:
-            keep(res, name)
+            _write(out_dir, name, res, done)
 
     def paths(launcher: str):
         ok, why = runs.availability("torch", launcher)
@@ -109,20 +135,13 @@ def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
         variants = [None, "graph"] if graph and launcher == "ddp" else [None]
         for model in models:
             for variant in variants:
-                name = reference_name("nccl-paths", "torch", launcher, model) + (f"-{variant}" if variant else "")
                 if not ok:
+                    name = reference_name("nccl-paths", "torch", launcher, model) + (f"-{variant}" if variant else "")
                     done[name] = f"skipped: {why}"
                     continue
-                base = spec(model, launcher=launcher, workers=2, **({"cuda_graph": "on"} if variant else {}))
-                res = attempt(name, lambda: experiments.nccl_path_comparison(base, echo=echo, progress=progress))
-                if res is None:
-                    continue
-                keep(res, name)
-                if variant is None:
-                    sname = reference_name("scaling", "torch", launcher, model)
-                    scaling = attempt(sname, lambda: experiments.scaling_from_paths(res))
-                    if scaling is not None:
-                        keep(scaling, sname)
+                base = gpu_spec(model, repeats, launcher=launcher, workers=2, timeout=timeout,
+                                cuda_graph="on" if variant else None, **sizes)
+                record_paths(out_dir, base, variant, echo, progress, done)
 
     for section in sections:
         if section == "perf":

@@ -71,9 +71,10 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         say(f"\n== {job}: {steps} steps ({warm} warm-up) per run, paths {', '.join(paths)}")
         try:
-            res = experiments.nccl_path_comparison(
-                "torch", launcher, model, paths=paths, device="cuda", steps=steps, warmup_steps=warm,
-                timeout=a.timeout, extra_args=["--cuda-graph", "on"] if graph else [], progress=say)
+            base = experiments.RunSpec.for_device("cuda", model, launcher=launcher, workers=2, steps=steps,
+                                                  warmup_steps=warm, timeout=a.timeout,
+                                                  cuda_graph="on" if graph else None)
+            res = experiments.nccl_path_comparison(base, paths=paths, progress=say)
         except Exception as exc:  # reported; the next comparison still runs
             failed += 1
             say(f"== {job}: FAILED after {time.monotonic() - t0:.0f} s: {type(exc).__name__}: {exc}")

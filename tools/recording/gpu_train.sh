@@ -66,11 +66,11 @@ EOF
 
 OUT="$OUT" SECTIONS="$sections" TIMEOUT="$TIMEOUT" "$PY" - <<'EOF' 2>&1 | tee -a "$OUT/experiments/train.txt"
 import os
-from ddlab import experiments
+from ddlab import experiments, recording
 sections = os.environ["SECTIONS"].split()
 timeout = float(os.environ["TIMEOUT"])
 print(f"gpu_train.sh: sections {sections}, timeout {timeout:.0f} s per launch", flush=True)
-done = experiments.record_gpu_set(os.path.join(os.environ["OUT"], "experiments"), sections=sections,
+done = recording.record_gpu_set(os.path.join(os.environ["OUT"], "experiments"), sections=sections,
                                   timeout=timeout, progress=lambda line: print(line, flush=True))
 failed = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
           or any(r.get("error") for r in v.rows)]

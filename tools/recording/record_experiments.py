@@ -1,0 +1,104 @@
+"""Record the training experiments on a 2-GPU machine, with the live defaults, repeated.
+
+    python tools/recording/record_experiments.py OUT_DIR [JOB ...] [--repeats 3] [--timeout 240]
+
+JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide), launcher:model:graph
+(DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording), or
+"perf" (one GPU, model cnn, each single-GPU speed option). Default: ddp:cnn ddp:wide
+horovod:cnn horovod:wide.
+
+Every run is ddlab.recording.gpu_spec(model): the same run description (batch, steps,
+warm-up, precision) a live run takes on GPUs (ddlab.runspec.RunSpec.for_device("cuda")),
+so a recording and a live run are the same experiment; each configuration runs --repeats
+times (at least 3) and the result keeps every value, the median and the min-max. The
+machine is named by its hardware in the results' provenance (e.g. "2x NVIDIA H200, NV18").
+
+Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph].json and, for an eager
+comparison, OUT_DIR/scaling-torch-<launcher>-<model>.json (ready for
+source_code/reference/experiments/), each as soon as it is complete, so a call cut short
+keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
+worker's phase times); a launch is killed after --timeout seconds and its row shows where
+each worker was stuck.
+
+Time: one comparison is (1 + 3 paths) x repeats launches, 12 with 3 repeats; at tens of
+seconds a launch (start-up, data, warm-up, the timed steps, the test pass), plan one JOB per
+10-minute call. The wide model over sockets is the slowest path (about 0.1 s a step).
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
+
+from ddlab import experiments, recording, runs  # noqa: E402
+from ddlab.runspec import MODELS  # noqa: E402
+
+DEFAULT_JOBS = ["ddp:cnn", "ddp:wide", "horovod:cnn", "horovod:wide"]
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def parse_job(job: str) -> tuple:
+    if job == "perf":
+        return ("perf", "cnn", False)
+    parts = job.split(":")
+    if len(parts) not in (2, 3) or parts[0] not in ("ddp", "horovod") or parts[1] not in MODELS \
+            or parts[2:] not in ([], ["graph"]) or (parts[2:] == ["graph"] and parts[0] != "ddp"):
+        raise argparse.ArgumentTypeError(f"bad job {job!r}: expected perf or launcher:model[:graph], e.g. ddp:cnn "
+                                         f"or ddp:cnn:graph (launcher ddp or horovod, :graph only with ddp; model "
+                                         f"one of {', '.join(MODELS)})")
+    return parts[0], parts[1], parts[2:] == ["graph"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out", help="folder for the result JSON files")
+    p.add_argument("jobs", nargs="*", type=parse_job, help=f"perf or launcher:model[:graph] "
+                   f"(default: {' '.join(DEFAULT_JOBS)})")
+    p.add_argument("--repeats", type=int, default=recording.MIN_REPEATS,
+                   help=f"runs per configuration (at least {recording.MIN_REPEATS})")
+    p.add_argument("--timeout", type=float, help="seconds per launch before it is killed (default: the live one)")
+    p.add_argument("--echo", action="store_true", help="show the workers' output")
+    a = p.parse_args(argv)
+    if a.repeats < recording.MIN_REPEATS:
+        p.error(f"--repeats must be at least {recording.MIN_REPEATS}: a recording shows a median and a spread")
+    jobs = a.jobs or [parse_job(j) for j in DEFAULT_JOBS]
+    start = time.monotonic()
+    machine = recording.use_hardware_label()
+    gpus = runs.gpu_count("torch")
+    say(f"record_experiments: {len(jobs)} job(s), {a.repeats} repeats each, on {machine}; torch sees {gpus} GPU(s)")
+    need = 1 if all(j[0] == "perf" for j in jobs) else 2
+    if gpus < need:
+        say(f"record_experiments: error: these jobs need {need} GPU(s) visible to torch")
+        return 2
+    failed = 0
+    for launcher, model, graph in jobs:
+        t0 = time.monotonic()
+        job = "perf" if launcher == "perf" else f"{launcher}:{model}" + (":graph" if graph else "")
+        if launcher == "perf":
+            done = recording.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
+                                            echo=a.echo, progress=say)
+        else:
+            base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout,
+                                      cuda_graph="on" if graph else None)
+            say(f"\n== {job}: {base.steps} steps ({base.warmup_steps} warm-up), batch {base.batch}/GPU, "
+                f"{base.precision}, {base.repeats} repeats")
+            done = recording.record_paths(a.out, base, "graph" if graph else None, a.echo, say)
+        bad = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
+               or any(r.get("error") for r in v.rows)]
+        failed += bool(bad)
+        say(f"== {job}: done in {time.monotonic() - t0:.0f} s"
+            + (f"; with failures: {', '.join(bad)}" if bad else ""))
+        for res in done.values():
+            if isinstance(res, str):
+                say(f"   {res}")
+    say(f"\nrecord_experiments: finished in {time.monotonic() - start:.0f} s"
+        + (f"; {failed} job(s) with failures" if failed else "; no failures"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
