@@ -9,7 +9,7 @@ import pytest
 matplotlib.use("Agg")
 
 from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches, fake_paths_result, script_result  # noqa: E402
-from ddlab import SOURCE_DIR, cli, experiments as ex, mode, reference, results, runs  # noqa: E402
+from ddlab import SOURCE_DIR, cli, experiments as ex, mode, reference, results, runs, training_cli  # noqa: E402
 from ddlab.runspec import RunSpec  # noqa: E402
 
 NO_GPU = mode.Machine(gpus=0, software=lambda framework, launcher: (True, ""))
@@ -170,9 +170,9 @@ def test_cli_experiment_cuda_graph_reads_the_graph_recording(recorded, capsys):
     g = fake_paths_result()
     g.rows[1]["images_per_s"] = 777.0
     g.save_reference(ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small") + "-graph")
-    assert ex.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded", "--cuda-graph"]) == 0
+    assert training_cli.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded", "--cuda-graph"]) == 0
     assert "777" in capsys.readouterr().out
-    assert ex.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded"]) == 0
+    assert training_cli.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded"]) == 0
     out = capsys.readouterr().out
     assert "777" not in out and "185" in out
 

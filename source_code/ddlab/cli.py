@@ -13,8 +13,8 @@ COMMANDS = {
     "nccl-log": ("ddlab.nccl_log", "cli", "parse an NCCL_DEBUG=INFO log into a transport table"),
     "p2p": ("ddlab.p2p", "cli", "build and run the course's CUDA p2p bandwidth/latency test"),
     "allreduce": ("ddlab.collectives", "cli", "all-reduce bandwidth sweep under NCCL paths (or gloo on CPU)"),
-    "train": ("ddlab.runs", "cli_train", "one Fashion-MNIST training run"),
-    "experiment": ("ddlab.experiments", "cli_experiment", "named experiments: scaling, nccl-paths"),
+    "train": ("ddlab.training_cli", "cli_train", "one Fashion-MNIST training run"),
+    "experiment": ("ddlab.training_cli", "cli_experiment", "named experiments: scaling, nccl-paths"),
 }
 
 

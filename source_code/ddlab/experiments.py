@@ -17,16 +17,13 @@ GPU it also runs the experiment for real, small, on CPU processes with gloo, and
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from typing import Callable, Mapping, Optional, Sequence
 
-from . import launch, recording, reference, throughput
+from . import launch, reference, throughput
 from .results import (ExperimentResult, add_speedup, combine_launchers, compare_speedups,  # noqa: F401
                       median_run, row_of_repeats)
 from .runs import ExperimentError, availability, gpu_count, spec_for, train  # noqa: F401  (names the notebooks use)
-from .runspec import FRAMEWORKS, MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_names
+from .runspec import MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_names  # noqa: F401
 from .recording import load_recorded, reference_name  # noqa: F401
 
 EXPERIMENTS = ("scaling", "nccl-paths", "perf-options")
@@ -376,79 +373,3 @@ def launchers_side_by_side(model: str = "wide", framework: str = "torch", launch
     for :func:`live_or_recorded` (default "recorded")."""
     return combine_launchers({la: live_or_recorded("nccl-paths", framework, la, model, source=source,
                                                    cpu_run=False, **kwargs) for la in launchers})
-
-
-# ----------------------------------------------------------------------------- CLI
-def _int_list(text: str) -> list:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive whole numbers, got {text!r}")
-    return out
-
-
-def cli_experiment(argv: list) -> int:
-    """``ddlab experiment scaling|nccl-paths|perf-options``."""
-    p = argparse.ArgumentParser(prog="ddlab experiment", description="Named training experiments: live when "
-                                "this machine can, else the recorded result (--source).")
-    p.add_argument("name", choices=EXPERIMENTS)
-    p.add_argument("--framework", choices=FRAMEWORKS, default="torch")
-    p.add_argument("--launcher", choices=("ddp", "horovod", "none"), default="ddp")
-    p.add_argument("--model", choices=MODELS, default="cnn")
-    p.add_argument("--workers", type=_int_list, help="scaling: e.g. 1,2 (default); nccl-paths: e.g. 2 (default)")
-    p.add_argument("--paths", help="nccl-paths: comma-separated, default default,shm,socket")
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--steps", type=int)
-    p.add_argument("--warmup-steps", type=int)
-    p.add_argument("--precision", choices=("fp32", "bf16"))
-    p.add_argument("--repeats", type=int, help="run each configuration this many times (median and min-max)")
-    p.add_argument("--cuda-graph", action="store_true",
-                   help="PyTorch scaling/nccl-paths: capture each step as a CUDA graph (opt-in for DDP); "
-                        "with a recorded result, the one recorded so")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="with --source live: where to run (auto: GPUs if there are enough)")
-    p.add_argument("--source", choices=("auto", "live", "recorded"), default="auto")
-    p.add_argument("--no-cpu-run", action="store_true", help="with no GPU, do not add the small CPU run")
-    p.add_argument("--timeout", type=float)
-    p.add_argument("--echo", action="store_true", help="show the workers' output while they run")
-    p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
-    p.add_argument("--out", help="write the result JSON to this file")
-    p.add_argument("--save-reference", metavar="NAME",
-                   help="record a live result as source_code/reference/experiments/NAME.json")
-    a = p.parse_args(argv)
-    kw = {k: v for k, v in (("batch", a.batch_size), ("steps", a.steps), ("warmup_steps", a.warmup_steps),
-                            ("timeout", a.timeout), ("repeats", a.repeats)) if v is not None}
-    if a.name != "perf-options" and a.precision:
-        kw["precision"] = a.precision
-    if a.echo:
-        kw["echo"] = True
-    if a.paths:
-        if a.name != "nccl-paths":
-            p.error("--paths is for nccl-paths")
-        kw["paths"] = [x.strip() for x in a.paths.split(",") if x.strip()]
-    workers = a.workers
-    if a.name == "nccl-paths" and workers:
-        if len(workers) != 1:
-            p.error("nccl-paths takes one worker count, e.g. --workers 2")
-        workers = workers[0]
-    try:
-        if a.source == "live" and a.device != "auto":
-            if a.cuda_graph:
-                kw["cuda_graph"] = "on"
-            res = _run(a.name, a.framework, "none" if a.name == "perf-options" else a.launcher, a.model, workers,
-                       a.device, **kw)
-        else:
-            res = live_or_recorded(a.name, a.framework, a.launcher, a.model, workers, a.source,
-                                   cpu_run=not a.no_cpu_run, cuda_graph=a.cuda_graph, **kw)
-        if a.save_reference:
-            print(f"recorded as {res.save_reference(a.save_reference)}", file=sys.stderr)
-    except (RunSpecError, ExperimentError, launch.LaunchError, reference.ReferenceMissing) as exc:
-        print(f"ddlab experiment: {exc}", file=sys.stderr)
-        return 1
-    if a.out:
-        res.save(a.out)
-    print(json.dumps(res.to_dict(), indent=1) if a.json else res.table())
-    return 0
-

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from . import throughput
+from . import tables, throughput, units
 from .runspec import PATH_COLOURS, RunSpec, RunSpecError
 
 TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
@@ -170,7 +170,7 @@ class ExperimentResult:
             if r.get("above_linear"):
                 base = _base_workers(self.rows)
                 lines.append(f"above linear: {row_label(self.name, r).replace(chr(10), ' ')}, {r['workers']} workers "
-                             f"ran {r['speedup']:.2f}x as fast as {base}, more than the {r['workers'] / base:.1f}x "
+                             f"ran {_speedup(r['speedup'])} as fast as {base}, more than the {r['workers'] / base:.1f}x "
                              "of perfect scaling (marked (!)): worth a second look, not a result to trust as is")
         if self.source == "recorded":
             note = self.live_default_note()
@@ -178,24 +178,32 @@ class ExperimentResult:
                 lines.append(note)
         return lines
 
-    def table(self) -> str:
+    def as_table(self) -> tables.Table:
+        """The rows as a :class:`ddlab.tables.Table` (title: what and where; notes below)."""
         cols = _COLUMNS.get(self.name, _COLUMNS["scaling"])
         spread = any((r.get("repeats") or 1) > 1 for r in self.rows)
-        cells = [[("images/s median (min-max)" if spread and key == "images_per_s" else h) for h, key in cols]]
+        columns = [tables.Column(key, "images/s median (min-max)" if spread and key == "images_per_s" else head,
+                                 "text", "right" if key in _NUMERIC else "left") for head, key in cols]
+        rows = []
         for row in self.rows:
             if row.get("error"):
-                cells.append([_fmt(row.get(cols[0][1]))] + [f"failed: {row['error'][:70]}"] + [""] * (len(cols) - 2))
+                cells = [_fmt(row.get(cols[0][1])), f"failed: {row['error'][:70]}"] + [""] * (len(cols) - 2)
             else:
-                cells.append([_fmt_cell(row, key, spread) for _, key in cols])
-        widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
-        lines = [f"{self.title()} ({self.where()})"]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells[:1]]
-        lines.append("  ".join("-" * w for w in widths))
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells[1:]]
-        lines += [f"note: {n}" for n in self.table_notes()]
+                cells = [_fmt_cell(row, key, spread) for _, key in cols]
+            rows.append(cells)
+        return tables.Table(columns, rows, title=f"{self.title()} ({self.where()})",
+                            notes=[f"note: {n}" for n in self.table_notes()])
+
+    def table(self) -> str:
+        """The result as aligned text (with its companion's below)."""
+        lines = [self.as_table().text()]
         if self.companion is not None:
             lines += ["", self.companion.table()]
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        out = self.as_table()._repr_html_()
+        return out + (self.companion._repr_html_() if self.companion is not None else "")
 
     def __str__(self) -> str:
         return self.table()
@@ -236,7 +244,7 @@ class ExperimentResult:
             ax.errorbar(range(len(ok)), values, yerr=[low, high], fmt="none", ecolor="black", capsize=3)
         for bar, r in zip(bars, ok):
             ratio = r.get("speedup")
-            text = f"{r['images_per_s']:,.0f}" + (f"\n{ratio:.2f}x" if ratio is not None else "")
+            text = units.format_count(r["images_per_s"]) + (f"\n{_speedup(ratio)}" if ratio is not None else "")
             text += " (!)" if r.get("above_linear") else ""
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=8, xytext=(0, 2), textcoords="offset points")
@@ -304,15 +312,25 @@ _COLUMNS = {
 }
 
 
+def _speedup(v) -> str:
+    """A speedup with two decimals ("0.43x", "2.06x"), as the course's tables always showed."""
+    return f"{v:.2f}x"
+
+
+_NUMERIC = {"workers", "images_per_s", "speedup", "efficiency", "step_ms_median", "global_batch", "test_accuracy"}
+
+
 def _fmt(v, key: str = "") -> str:
     if v is None:
         return "-"
     if key == "images_per_s":
-        return f"{v:,.0f}"
-    if key in ("speedup",):
-        return f"{v:.2f}x"
-    if key in ("efficiency", "test_accuracy"):
-        return f"{v:.1%}" if key == "efficiency" else f"{v:.4f}"
+        return units.format_count(v)
+    if key == "speedup":
+        return _speedup(v)
+    if key == "efficiency":
+        return units.format_percent(v, decimals=1)
+    if key == "test_accuracy":
+        return f"{v:.4f}"
     if key == "step_ms_median":
         return f"{v:.3f}"
     if isinstance(v, bool):
@@ -325,7 +343,7 @@ def _fmt_cell(row: dict, key: str, spread: bool) -> str:
     if key == "speedup" and row.get("above_linear"):
         text += " (!)"
     if spread and key == "images_per_s" and (row.get("repeats") or 1) > 1:
-        text += f" ({row['images_per_s_min']:,.0f}-{row['images_per_s_max']:,.0f})"
+        text += f" ({units.format_count(row['images_per_s_min'])}-{units.format_count(row['images_per_s_max'])})"
     return text
 
 
@@ -366,7 +384,8 @@ def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
             if r.get("error") or r.get("images_per_s") is None:
                 continue
             sp = r.get("speedup")
-            cells[(r.get("path"), label)] = f"{r['images_per_s']:>9,.0f} {(f'{sp:.2f}x' if sp is not None else '-'):>6}"
+            cells[(r.get("path"), label)] = (f"{units.format_count(r['images_per_s']):>9} "
+                                             f"{(_speedup(sp) if sp is not None else '-'):>6}")
     width = max(17, *(len(label) for label in results))
     lines = [f"{'path':<10}" + "".join(f"  {label:>{width}}" for label in results),
              f"{'':<10}" + "".join(f"  {'images/s speedup':>{width}}" for _ in results)]
@@ -392,6 +411,6 @@ def summary_table(done: Mapping) -> str:
                 lines += ["    " + ln for ln in (r.get("hang_traceback") or "").splitlines()[:24]]
                 continue
             sp = r.get("speedup")
-            lines.append(f"{name:<34} {label:<30} {r['images_per_s']:>12,.0f} "
-                         f"{(f'{sp:.2f}x' if sp is not None else '-'):>8}  {r.get('transport', '')}")
+            lines.append(f"{name:<34} {label:<30} {units.format_count(r['images_per_s']):>12} "
+                         f"{(_speedup(sp) if sp is not None else '-'):>8}  {r.get('transport', '')}")
     return "\n".join(lines)
