@@ -88,5 +88,11 @@ def test_compare_speedups_lines_up_paths_and_marks_gaps():
     default = next(ln for ln in lines if ln.startswith("default"))
     assert default.split() == ["default", "185", "1.85x", "185", "1.85x"]
     assert "eager: recorded on h200x2" in text or "eager: measured now on h200x2" in text
+    assert "above linear" not in text
+    b.rows[1]["speedup"] = 2.1
+    b = ExperimentResult.from_dict(b.to_dict())
+    text = results.compare_speedups({"eager": a, "graph": b})
+    default = next(ln for ln in text.splitlines() if ln.startswith("default"))
+    assert default.split() == ["default", "185", "1.85x", "185", "2.10x!"] and "!: above linear" in text
     with pytest.raises(ValueError):
         results.compare_speedups({})

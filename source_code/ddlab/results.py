@@ -384,14 +384,17 @@ def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
             if r.get("error") or r.get("images_per_s") is None:
                 continue
             sp = r.get("speedup")
+            mark = "!" if r.get("above_linear") else " "
             cells[(r.get("path"), label)] = (f"{units.format_count(r['images_per_s']):>9} "
-                                             f"{(_speedup(sp) if sp is not None else '-'):>6}")
-    width = max(17, *(len(label) for label in results))
+                                             f"{(_speedup(sp) if sp is not None else '-'):>6}{mark}")
+    width = max(18, *(len(label) for label in results))
     lines = [f"{'path':<10}" + "".join(f"  {label:>{width}}" for label in results),
-             f"{'':<10}" + "".join(f"  {'images/s speedup':>{width}}" for _ in results)]
+             f"{'':<10}" + "".join(f"  {'images/s speedup ':>{width}}" for _ in results)]
     for path in paths:
         lines.append(f"{path:<10}" + "".join(f"  {cells.get((path, label), '-'):>{width}}" for label in results))
     lines.append("")
+    if any(r.get("above_linear") for res in results.values() for r in res.rows):
+        lines.append("!: above linear (more than N times one worker's images/s on N workers): flagged, not hidden")
     lines += [f"{label}: {res.where()}" for label, res in results.items()]
     return "\n".join(lines)
 
