@@ -36,8 +36,8 @@ def recorded(tmp_path, monkeypatch):
 def test_recorded_result_is_loaded_and_labelled(recorded):
     res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", source="recorded", cpu_run=False)
     assert res.source == "recorded" and res.companion is None
-    assert res.notes[0].startswith("recorded: as asked; showing the run recorded on h200x2")
-    assert "recorded on h200x2" in res.table()
+    assert res.notes[0].startswith("recorded: as asked; showing the run recorded on 2x NVIDIA H200")
+    assert "recorded on 2x NVIDIA H200" in res.table()
     with pytest.raises(ex.ExperimentError, match="nothing is recorded"):
         ex.live_or_recorded("scaling", "torch", "ddp", "mlp-large", source="recorded", cpu_run=False)
 
@@ -73,7 +73,7 @@ def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded):
     assert any("do not apply" in n for n in cpu.notes)
     assert len(cpu.runs) == 2 and cpu.runs[1]["nccl_env"].get("NCCL_DEBUG") == "INFO"
     text = res.table()
-    assert "recorded on h200x2" in text and "measured now on" in text
+    assert "recorded on 2x NVIDIA H200" in text and "measured now on" in text
     axes = res.plot()
     assert len(axes) == 2
 
@@ -142,7 +142,7 @@ def test_launchers_side_by_side(recorded):
         ("1 worker", "ddp"), ("1 worker", "horovod"), ("default", "ddp"), ("default", "horovod")]
     assert both.rows[3]["images_per_s"] == pytest.approx(0.9 * both.rows[2]["images_per_s"])
     text = both.table()
-    assert "NCCL paths by launcher" in text and "horovod" in text and "recorded on h200x2" in text
+    assert "NCCL paths by launcher" in text and "horovod" in text and "recorded on 2x NVIDIA H200" in text
     assert len(both.plot().patches) == 6
 
 

@@ -26,27 +26,6 @@ def test_git_commit_marks_uncommitted_changes(tmp_path, monkeypatch):
     assert provenance._git_commit() == head + "+changes"
 
 
-def test_machine_label_names_the_hardware_from_the_hardware():
-    from ddlab import hardware, topology
-    two = hardware.Inventory(gpus=[hardware.GPU(0, "NVIDIA H200"), hardware.GPU(1, "NVIDIA H200")])
-    assert provenance.machine_label(two, topology.recorded("h200x2")) == "2x NVIDIA H200, NV18"
-    one = hardware.Inventory(gpus=[hardware.GPU(0, "NVIDIA L4")])
-    assert provenance.machine_label(one) == "1x NVIDIA L4"
-    assert provenance.machine_label(hardware.Inventory()) == "CPU only"
-    four = hardware.Inventory(gpus=[hardware.GPU(i, "Tesla V100-SXM2-16GB") for i in range(8)])
-    label = provenance.machine_label(four, topology.recorded("dgx1-v100"))
-    assert label.startswith("8x Tesla V100-SXM2-16GB, NV") and "/" in label    # several kinds of link
-
-
-def test_label_shows_the_hardware_never_how_a_machine_was_obtained():
-    prov = {"machine": "2x NVIDIA H200, NV18", "gpu_model": "NVIDIA H200", "gpu_count": 2, "date": "2026-11-22T01:00"}
-    assert provenance.label(prov) == "2x NVIDIA H200, NV18, 2026-11-22"
-    assert provenance.caption(prov) == "recorded on 2x NVIDIA H200, NV18, 2026-11-22"
-    older = dict(prov, machine="lent nvidia-h200-x2")
-    assert provenance.label(older) == "2x NVIDIA H200, 2026-11-22"
-    assert provenance.label(dict(prov, machine="box")) == "box (2x NVIDIA H200), 2026-11-22"
-
-
 def test_run_provenance_is_collect_without_the_slow_checks(monkeypatch):
     seen = {}
     monkeypatch.setattr(provenance, "collect", lambda command=None, machine=None, inventory=None:

@@ -15,7 +15,7 @@ from ddlab.results import ExperimentResult  # noqa: E402
 def test_result_table_plot_and_json_round_trip(tmp_path):
     res = fake_paths_result()
     text = res.table()
-    assert "NCCL paths: torch ddp, model wide" in text and "measured now on h200x2 (2x NVIDIA H200), 2026-11-22" in text
+    assert "NCCL paths: torch ddp, model wide" in text and "measured now on 2x NVIDIA H200, 2026-11-22" in text
     assert "185" in text and "1.85x" in text and "failed: timed out after 300 s" in text and "note: a note" in text
     ax = res.plot()
     assert len(ax.patches) == 3   # the failed path has no bar
@@ -87,7 +87,7 @@ def test_compare_speedups_lines_up_paths_and_marks_gaps():
     assert socket.split() == ["socket", "-", "-"]          # the failed run shows as a gap, not a number
     default = next(ln for ln in lines if ln.startswith("default"))
     assert default.split() == ["default", "185", "1.85x", "185", "1.85x"]
-    assert "eager: recorded on h200x2" in text or "eager: measured now on h200x2" in text
+    assert "eager: recorded on 2x NVIDIA H200" in text or "eager: measured now on 2x NVIDIA H200" in text
     assert "above linear" not in text
     b.rows[1]["speedup"] = 2.1
     b = ExperimentResult.from_dict(b.to_dict())

@@ -48,10 +48,10 @@ class Machine:
 
     @classmethod
     def detect(cls) -> "Machine":
-        from . import hardware, p2p, provenance, runs
+        from . import hardware, p2p, runs
         n = runs.gpu_count("torch") if runs._has_module("torch") else \
             hardware.inventory(software=False, dataset=False).gpu_count
-        label = provenance.machine_label() if n else "CPU only"
+        label = hardware.this_machine()[0] if n else "CPU only"
         return cls(gpus=n, label=label, nvcc=p2p._nvcc() is not None)
 
 

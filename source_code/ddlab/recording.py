@@ -2,7 +2,7 @@
 
 A recording is an :class:`~ddlab.results.ExperimentResult` saved as
 ``source_code/reference/experiments/<experiment>-<framework>-<launcher>-<model>[-<variant>].json``
-with its provenance (which names the machine by its hardware, :func:`ddlab.provenance.machine_label`).
+with its provenance (which names the machine by its hardware, :func:`ddlab.hardware.machine_label`).
 :func:`record_gpu_set` records the course's set on a 2-GPU machine with the live defaults
 (:meth:`ddlab.runspec.RunSpec.for_device`) and at least :data:`MIN_REPEATS` repeats, so a
 recording and a live run are the same experiment.
@@ -50,8 +50,8 @@ def save_reference(result: ExperimentResult, name: Optional[str] = None) -> str:
 def use_hardware_label() -> str:
     """Names this machine by its hardware in every provenance written from now on (the
     training workers inherit it): sets and returns ``DDLAB_MACHINE``."""
-    from . import provenance
-    os.environ["DDLAB_MACHINE"] = provenance.machine_label()
+    from . import hardware
+    os.environ["DDLAB_MACHINE"] = hardware.this_machine()[0]
     return os.environ["DDLAB_MACHINE"]
 
 
