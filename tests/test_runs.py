@@ -16,7 +16,7 @@ def test_train_rejects_bad_requests():
     with pytest.raises(ValueError, match="unknown launcher"):
         runs.train(RunSpec(framework="keras", launcher="ddp", workers=2))
     with pytest.raises(ValueError, match="unknown NCCL path"):
-        experiments.nccl_path_comparison(paths=["nvlink"])
+        experiments.nccl_path_comparison(paths=["nvlnk"])
     with pytest.raises(TypeError, match="takes a RunSpec"):
         runs.train("torch")
 

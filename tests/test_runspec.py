@@ -13,6 +13,7 @@ def test_defaults_per_device_are_the_shared_sizes():
     cpu = RunSpec.for_device("cpu", "wide")
     assert (cpu.batch, cpu.steps, cpu.test_samples, cpu.precision) == (32, 8, 1000, "fp32")
     assert RunSpec.for_device("cuda", "cnn", steps=None).steps == 300     # None leaves the default
+    assert RunSpec(path="p2p off").path == "shm" and RunSpec(path=0).path == "LOC"   # ddlab.nccl's names
     assert gpu.limit_s == runspec.DEFAULT_TIMEOUT["cuda"] and gpu.with_(timeout=9).limit_s == 9
 
 
@@ -23,7 +24,7 @@ def test_defaults_per_device_are_the_shared_sizes():
     ({"workers": 0}, "workers must be a whole number >= 1, got 0"),
     ({"workers": True}, "workers must be a whole number"),
     ({"steps": 5, "warmup_steps": 5}, r"warmup_steps \(5\) must be fewer than steps \(5\)"),
-    ({"path": "nvlink"}, "unknown NCCL path 'nvlink'"),
+    ({"path": "nvlnk"}, "unknown NCCL path 'nvlnk'"),
     ({"device": "tpu"}, "unknown device 'tpu'"),
     ({"precision": "fp8"}, "unknown precision"),
     ({"repeats": 0}, "repeats must be"),

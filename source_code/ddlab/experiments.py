@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional, Sequence
 
-from . import launch, reference, throughput
+from . import launch, nccl, reference, throughput
 from .results import (ExperimentResult, add_speedup, combine_launchers, compare_speedups,  # noqa: F401
                       median_run, row_of_repeats)
 from .runs import ExperimentError, availability, gpu_count, spec_for, train  # noqa: F401  (names the notebooks use)
-from .runspec import MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_names  # noqa: F401
+from .runspec import MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_name  # noqa: F401
 from .recording import load_recorded, reference_name  # noqa: F401
 
 EXPERIMENTS = ("scaling", "nccl-paths", "perf-options")
-COMPARED_PATHS = ("default", "shm", "socket")
+COMPARED_PATHS = nccl.COMPARED
 
 # Single-GPU speed options for performance_options(): label -> what they change in the RunSpec.
 PERF_OPTIONS = {
@@ -147,8 +147,7 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
     With DDP on GPUs the step is not captured as a CUDA graph unless ``cuda_graph="on"``
     (see fmnist_torch.py): baseline and paths then all run eagerly, so their ratios compare
     like with like."""
-    for p in paths:
-        _check_choice("NCCL path", p, nccl_path_names())
+    paths = [nccl_path_name(p) for p in paths]
     if base is None:
         fields.setdefault("launcher", "ddp")
         fields.setdefault("model", "wide")

@@ -117,10 +117,10 @@ def _topology(live: bool, machine: Machine):
 
 
 def _nccl_logs(live: bool, machine: Machine):
-    from . import nccl_log, runspec
+    from . import nccl, nccl_log
     if live:
-        return {p: nccl_log.parse(nccl_log.capture_allreduce_log(env=runspec.nccl_path_env(p)))
-                for p in runspec.nccl_path_names()}, None
+        return {p: nccl_log.parse(nccl_log.capture_allreduce_log(env=nccl.get(p).environment()))
+                for p in nccl.COMPARED}, None
     rec = recorded_nccl_logs()
     return rec["logs"], rec["provenance"]
 

@@ -15,13 +15,14 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from . import tables, throughput, units
-from .runspec import PATH_COLOURS, RunSpec, RunSpecError
+from . import nccl, tables, throughput, units
+from .runspec import RunSpec, RunSpecError
 
 TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
           "perf-options": "single-GPU speed options"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
 _SCALING_ROWS = ("scaling", "nccl-paths", "launchers")
+_BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.nccl's
 
 
 # ----------------------------------------------------------------------------- rows
@@ -236,7 +237,7 @@ class ExperimentResult:
             return
         labels = [row_label(self.name, r) for r in ok]
         values = [r["images_per_s"] for r in ok]
-        colours = [PATH_COLOURS.get(r.get("path"), "#4c72b0") for r in ok]
+        colours = [_BASELINE_COLOUR if r.get("path") == "1 worker" else nccl.colour(r.get("path")) for r in ok]
         bars = ax.bar(range(len(ok)), values, color=colours)
         if any("images_per_s_min" in r for r in ok):
             low = [r["images_per_s"] - r.get("images_per_s_min", r["images_per_s"]) for r in ok]

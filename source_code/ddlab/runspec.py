@@ -69,7 +69,7 @@ def default_sizes(device: str, model: str) -> dict:
 @dataclass(frozen=True)
 class RunSpec:
     """One training run. ``batch`` is per worker; ``steps`` include ``warmup_steps``;
-    ``path`` is an NCCL path name (:func:`nccl_path_names`); ``repeats``: how many times an
+    ``path`` names an NCCL path of :data:`ddlab.nccl.PATHS` (an alias becomes its name); ``repeats``: how many times an
     experiment runs it (the result keeps each run plus median and min-max). ``cuda_graph``
     and ``compile`` None leave the script's own default; ``seed`` None too. ``timeout``
     None: :data:`DEFAULT_TIMEOUT` for the device. ``extra_args``: further script options
@@ -99,7 +99,7 @@ class RunSpec:
         _check_choice("model", self.model, MODELS)
         _check_choice("device", self.device, DEVICES)
         _check_choice("precision", self.precision, PRECISIONS)
-        _check_choice("NCCL path", self.path, nccl_path_names())
+        object.__setattr__(self, "path", nccl_path_name(self.path))
         _positive_int("workers", self.workers)
         _positive_int("batch", self.batch)
         _positive_int("steps", self.steps)
@@ -214,17 +214,18 @@ class RunSpec:
         return cls.for_device(config.get("device") or "cuda", config.get("model") or "cnn", **spec)
 
 
-# ----------------------------------------------------------------------------- NCCL path names
-# The only lines of the experiment code that know where the NCCL path table lives.
-def nccl_path_names() -> tuple:
-    from .collectives import PATHS
-    return tuple(PATHS)
+# ----------------------------------------------------------------------------- NCCL paths
+# The NCCL paths are ddlab.nccl's; a RunSpec names one (aliases become the path's name).
+def nccl_path_name(path) -> str:
+    """The path's name for a name, alias or legacy NCCL_P2P_LEVEL integer (RunSpecError if unknown)."""
+    from . import nccl
+    try:
+        return nccl.get(path).name
+    except ValueError as exc:
+        raise RunSpecError(str(exc)) from None
 
 
 def nccl_path_env(path: str, extra: Optional[Mapping] = None) -> dict:
     """The environment of NCCL path ``path`` plus ``extra`` (None removes a variable)."""
-    from .collectives import path_env
-    return path_env(path, extra)
-
-
-PATH_COLOURS = {"1 worker": "#8c8c8c", "default": "#2a9d8f", "shm": "#e9c46a", "socket": "#e76f51"}
+    from . import nccl
+    return nccl.get(path).environment(extra)
