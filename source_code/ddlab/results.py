@@ -7,6 +7,9 @@ Two things a result says about itself, never hidden: a speedup above linear (2 w
 than 2.0x faster than one; field ``above_linear`` on the row and a note under the table),
 and, for a recording, whether its run description is today's live default
 (:attr:`ExperimentResult.matches_live_default` and a note).
+
+A little over 400 lines, on purpose: the result, its table and plot, and the views over
+several results all read the same rows; split, each half would need the other's helpers.
 """
 from __future__ import annotations
 
