@@ -3,6 +3,7 @@
 
 * images/data_paths.png, images/host_staging.png, images/peer_to_peer.png - the data path
   between two GPUs with and without peer access (ddlab.diagrams);
+* images/ring_allreduce.png - a ring all-reduce of 4 ranks step by step (ddlab.diagrams);
 * images/topology_<name>.png - each recorded machine's `nvidia-smi topo -m` drawn as a graph
   (ddlab.topology), once that module is present.
 
@@ -41,7 +42,7 @@ def diagram_images() -> dict:
     """name -> function returning a Figure."""
     from ddlab import diagrams
     return {"data_paths": diagrams.data_paths, "host_staging": diagrams.host_staging,
-            "peer_to_peer": diagrams.peer_to_peer}
+            "peer_to_peer": diagrams.peer_to_peer, "ring_allreduce": diagrams.ring_allreduce}
 
 
 def topology_images() -> dict:

@@ -156,3 +156,95 @@ def data_paths():
     fig.suptitle("How data gets from GPU0 to GPU1", fontsize=13, fontweight="bold")
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------- ring all-reduce
+REDUCE = "#d95f02"    # reduce-scatter: the receiver adds the chunk
+GATHER = "#1b9e77"    # all-gather: the receiver copies the complete chunk
+
+
+def _contributors(value: int, n: int) -> list:
+    """Rank r starts with 2**r in every chunk, so a chunk's value names who has been added in."""
+    return [r for r in range(n) if int(value) >> r & 1]
+
+
+def _ring_panel(ax, state, n, title, transfers=(), colour=None):
+    """One step: rows are ranks (0 at the top), columns chunks; each cell says which ranks'
+    contributions it holds; an arrow per transfer from the sender's chunk to the receiver's."""
+    w, h, gap = 1.5, 0.8, 0.6
+    top = lambda r: -r * (h + gap)
+    shade = plt.get_cmap("Blues")
+
+    def cell(r, c, **kw):
+        ax.add_patch(FancyBboxPatch((c * w + 0.07, top(r) - h), w - 0.14, h,
+                                    boxstyle="round,pad=0,rounding_size=0.08", **kw))
+
+    def arrow(a, b):
+        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=12, linewidth=2.0, color=colour,
+                                     shrinkA=0, shrinkB=0, zorder=5))
+
+    for r in range(n):
+        for c in range(n):
+            who = _contributors(state[r][c], n)
+            full = len(who) == n
+            face = "#08519c" if full else shade(0.1 + 0.5 * (len(who) - 1) / max(n - 1, 1))
+            cell(r, c, facecolor=face, edgecolor=HW, linewidth=0.8, zorder=2)
+            ax.text(c * w + w / 2, top(r) - h / 2, "sum" if full else "+".join(map(str, who)), ha="center",
+                    va="center", fontsize=9, color="white" if full else "black",
+                    fontweight="bold" if full else "normal", zorder=3)
+        ax.text(-0.12, top(r) - h / 2, f"rank {r}", ha="right", va="center", fontsize=9)
+    for t in transfers:
+        c, src = t.chunk, t.src
+        cell(src, c, facecolor="none", edgecolor=colour, linewidth=2.6, zorder=4)
+        x = c * w + w / 2
+        if t.dst == src + 1:            # the next row down
+            arrow((x, top(src) - h - 0.03), (x, top(t.dst) + 0.03))
+        else:                           # round the ring: out of the bottom, back in at the top
+            arrow((x, top(src) - h - 0.03), (x, top(src) - h - 0.5))
+            ax.text(x + 0.12, top(src) - h - 0.3, f"to rank {t.dst}", ha="left", va="center", fontsize=8,
+                    color=colour)
+            arrow((x, top(t.dst) + 0.5), (x, top(t.dst) + 0.03))
+            ax.text(x + 0.12, top(t.dst) + 0.3, f"from rank {src}", ha="left", va="center", fontsize=8,
+                    color=colour)
+    for c in range(n):
+        ax.text(c * w + w / 2, top(n - 1) - h - 0.6, f"chunk {c}", ha="center", va="top", fontsize=8,
+                color="#525252")
+    ax.set_title(title, fontsize=10, fontweight="normal" if transfers else "bold", pad=2)
+    ax.set_xlim(-1.1, n * w + 0.05)
+    ax.set_ylim(top(n - 1) - h - 1.0, top(0) + 0.65)
+    ax.set_aspect("equal")
+    ax.axis("off")
+
+
+def ring_allreduce(n: int = 4):
+    """The ring all-reduce of n ranks, step by step, drawn from the simulator
+    (:func:`ddlab.allreduce_algorithms.ring_allreduce`): the top row is the reduce-scatter,
+    the bottom row the all-gather. Each rank's buffer is cut into n chunks; a cell says
+    whose contributions it holds ("sum": all n). Returns the Figure."""
+    import numpy as np
+    from . import allreduce_algorithms as ar
+
+    if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= 8:
+        raise ValueError(f"draw a ring of 2 to 8 ranks, got {n!r}")
+    start = [np.full(n, 2 ** r, dtype=np.int64) for r in range(n)]
+    run = ar.ring_allreduce(start, keep_states=True)
+    steps = run.steps
+    fig, axes = plt.subplots(2, n, figsize=(3.6 * n, 1.6 + 1.45 * n), dpi=100, squeeze=False)
+    for i, s in enumerate(steps):
+        row, col = (0, i) if s.phase == "reduce-scatter" else (1, i - (n - 1))
+        colour = REDUCE if s.phase == "reduce-scatter" else GATHER
+        verb = "adds it in" if s.phase == "reduce-scatter" else "copies it"
+        _ring_panel(axes[row][col], s.before, n, f"{s.phase} step {s.number} of {n - 1}\n"
+                    f"each rank sends 1 chunk, the next {verb}", s.transfers, colour)
+    _ring_panel(axes[0][n - 1], steps[n - 1].before if n > 1 else run.results, n,
+                "after reduce-scatter:\neach rank owns one summed chunk")
+    _ring_panel(axes[1][n - 1], run.results, n, "after all-gather:\nevery rank has the whole sum")
+    factor = ar.ring_traffic_factor(n)
+    fig.suptitle(f"Ring all-reduce on {n} ranks (ring 0 \u2192 1 \u2192 \u2026 \u2192 {n - 1} \u2192 0)",
+                 fontsize=13, fontweight="bold")
+    fig.text(0.5, 0.005, f"Each rank sends one chunk of S/{n} in each of the {n - 1} reduce-scatter steps and the "
+             f"{n - 1} all-gather steps: 2({n}-1) \u00d7 S/{n} = {factor.numerator}/{factor.denominator} S "
+             f"= {float(factor):.3g} S sent per rank (and as much received). For any n, 2(n-1)/n stays below 2.",
+             ha="center", va="bottom", fontsize=9.5)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.96), h_pad=2.5)
+    return fig
