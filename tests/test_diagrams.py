@@ -97,3 +97,38 @@ def test_make_images_rejects_unknown_names(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         _make_images().main(["--only", "nope", "--out", str(tmp_path)])
     assert exc.value.code == 2 and "unknown image(s) nope" in capsys.readouterr().err
+
+
+def test_ring_allreduce_drawing_follows_the_simulator():
+    n = 4
+    fig = diagrams.ring_allreduce(n)
+    assert len(fig.axes) == 2 * n                      # n-1 steps and the state after, per phase
+    titles = [ax.get_title() for ax in fig.axes]
+    assert sum("reduce-scatter step" in t for t in titles) == n - 1
+    assert sum("all-gather step" in t for t in titles) == n - 1
+    # the last panel: every cell of every rank holds the whole sum
+    last = fig.axes[-1]
+    assert [t.get_text() for t in last.texts].count("sum") == n * n
+    # after the reduce-scatter each rank owns exactly one complete chunk
+    after_rs = fig.axes[n - 1]
+    assert [t.get_text() for t in after_rs.texts].count("sum") == n
+    # each step panel: one arrow per rank, plus one more for the hop back round the ring
+    for ax in fig.axes:
+        if "step" in ax.get_title():
+            assert len(_arrows(ax)) == n + 1
+    footer = " ".join(t.get_text() for t in fig.texts)
+    assert "2(4-1) \u00d7 S/4 = 3/2 S = 1.5 S" in footer
+    plt.close(fig)
+
+
+def test_ring_allreduce_drawing_rejects_bad_sizes():
+    for bad in (1, 9, 2.0, True):
+        with pytest.raises(ValueError, match="2 to 8 ranks"):
+            diagrams.ring_allreduce(bad)
+
+
+def test_make_images_knows_the_ring_diagram(tmp_path):
+    mi = _make_images()
+    assert "ring_allreduce" in mi.diagram_images()
+    assert mi.main(["--only", "ring_allreduce", "--out", str(tmp_path)]) == 0
+    assert open(tmp_path / "ring_allreduce.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
