@@ -174,8 +174,20 @@ def test_gradient_averaging_mean_is_the_full_batch_gradient():
     assert "mean of the 4 shards" in text and "full-batch gradient" in text
 
 
-def test_gradient_averaging_refuses_unequal_shards():
-    with pytest.raises(ValueError, match="equal shards"):
-        ar.gradient_averaging(workers=3, batch=64)
+def test_gradient_averaging_unequal_shards_need_weights():
+    g = ar.gradient_averaging(workers=3, batch=64, seed=1)
+    assert g.shard_sizes == [22, 21, 21] and not g.equal_shards
+    assert g.mean_error > 1e-6                 # the plain mean is off
+    assert g.weighted_error < 1e-12            # weighting by shard size repairs it
+    text = str(g)
+    assert "NOT the full-batch gradient" in text and "mean weighted by size" in text
+    equal = ar.gradient_averaging(workers=4, batch=64)
+    assert equal.equal_shards and np.allclose(equal.weighted_mean, equal.mean)
+    assert "weighted" not in str(equal)
+
+
+def test_gradient_averaging_bad_input():
     with pytest.raises(ValueError, match="workers must be a positive integer"):
         ar.gradient_averaging(workers=0)
+    with pytest.raises(ValueError, match="batch >= workers"):
+        ar.gradient_averaging(workers=8, batch=4)

@@ -299,25 +299,47 @@ def random_buffers(n: int, elements: int, seed: int = 0, dtype=np.float32) -> li
     return [rng.standard_normal(int(elements)).astype(dtype) for _ in range(n)]
 
 
-def compare(ranks: Sequence[int] = (2, 4, 8), elements: int = 1_000_000, dtype=np.float32, seed: int = 0) -> str:
-    """Each algorithm run on ``elements`` random numbers per rank, for each number of ranks:
-    what the busiest rank sends and receives, in buffers, and whether every rank got the sum.
-    Returns a text table."""
-    head = ["ranks", "buffer", "naive: root", "all-to-all: each", "ring: each", "2(n-1)/n", "all sums right"]
+def compare(ranks: Sequence[int] = (2, 4, 8), elements: int = 1_000_000, dtype=np.float32, seed: int = 0,
+            link=None) -> str:
+    """Each algorithm run on ``elements`` random numbers per rank, for each number of ranks,
+    as a text table. Without ``link``: what the busiest rank sends (or receives), in
+    buffers S, beside 2(n-1)/n. With ``link`` (an ``(alpha_s, beta_bytes_per_s)`` pair, or
+    anything with ``latency_s`` and ``bandwidth_Bps`` such as a :mod:`ddlab.links` entry):
+    each algorithm's time by :meth:`AllReduceRun.time` instead. Either way the last column
+    says whether every rank of every algorithm ended with the plain sum."""
+    if link is not None and not isinstance(link, tuple):
+        link = (link.latency_s, link.bandwidth_Bps)
+    if link is None:
+        head = ["ranks", "buffer S", "naive (root)", "all-to-all", "ring", "2(n-1)/n"]
+        title = "bytes the busiest rank sends (or receives), in buffers S:"
+    else:
+        head = ["ranks", "buffer S", "naive", "all-to-all", "ring"]
+        title = (f"time by the alpha-beta model, alpha = {_fmt_seconds(link[0])}, "
+                 f"beta = {link[1] / 1e9:.4g} GB/s per link and direction:")
+    head.append("all sums right")
     rows = []
     for n in ranks:
         bufs = random_buffers(n, elements, seed, dtype)
         runs = [allreduce(bufs, a) for a in ALGORITHMS]
         tol = 1e-3 * n if np.issubdtype(np.dtype(dtype), np.floating) else 0
         ok = all(r.max_error(bufs) <= tol for r in runs)
-        rows.append([str(n), _fmt_bytes(runs[0].buffer_bytes)]
-                    + [f"{r.traffic_factor():.3g} S" for r in runs]
-                    + [f"{float(ring_traffic_factor(n)):.3g}", "yes" if ok else "NO"])
+        row = [str(n), _fmt_bytes(runs[0].buffer_bytes)]
+        if link is None:
+            row += [f"{r.traffic_factor():.3g} S" for r in runs] + [f"{float(ring_traffic_factor(n)):.3g}"]
+        else:
+            row += [_fmt_seconds(r.time(*link)) for r in runs]
+        rows.append(row + ["yes" if ok else "NO"])
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    lines = ["bytes sent (or received) by the busiest rank, in buffers S:",
-             "  ".join(h.rjust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    lines = [title, "  ".join(h.rjust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
+
+
+def _fmt_seconds(t: float) -> str:
+    for unit, size in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if t >= size:
+            return f"{t / size:.3g} {unit}"
+    return f"{t * 1e9:.3g} ns"
 
 
 def _fmt_bytes(n: float) -> str:
@@ -335,12 +357,22 @@ class GradientAveraging:
     shard_sizes: list
     full: np.ndarray            # gradient of the mean loss over the whole batch
     shards: list                # gradient of the mean loss over each shard
-    mean: np.ndarray            # the mean of the shard gradients (what DDP and Horovod compute)
+    mean: np.ndarray            # the plain mean of the shard gradients (what DDP and Horovod compute)
+    weighted_mean: np.ndarray   # the mean weighted by shard size (equals ``mean`` for equal shards)
     total: np.ndarray           # their sum
 
     @property
+    def equal_shards(self) -> bool:
+        return len(set(self.shard_sizes)) == 1
+
+    @property
     def mean_error(self) -> float:
+        """Largest |plain mean - full-batch gradient|: float rounding when the shards are equal."""
         return float(np.max(np.abs(self.mean - self.full)))
+
+    @property
+    def weighted_error(self) -> float:
+        return float(np.max(np.abs(self.weighted_mean - self.full)))
 
     @property
     def sum_ratio(self) -> float:
@@ -351,33 +383,42 @@ class GradientAveraging:
         np_fmt = lambda v: np.array2string(v, precision=4, suppress_small=True, floatmode="fixed")
         rows = [("full-batch gradient", self.full)]
         rows += [(f"worker {i}'s shard", g) for i, g in enumerate(self.shards)]
-        rows += [(f"mean of the {self.workers} shards", self.mean), (f"sum of the {self.workers} shards", self.total)]
+        rows += [(f"mean of the {self.workers} shards", self.mean)]
+        if not self.equal_shards:
+            rows += [("mean weighted by size", self.weighted_mean)]
+        rows += [(f"sum of the {self.workers} shards", self.total)]
         width = max(len(label) for label, _ in rows) + 2
         lines = [f"a batch of {sum(self.shard_sizes)} examples split over {self.workers} workers "
                  f"(shards of {', '.join(map(str, self.shard_sizes))}); gradient of the mean loss "
                  f"(w1..w{len(self.full) - 1}, b):", ""]
         lines += [label.ljust(width) + np_fmt(v) for label, v in rows]
-        lines += ["",
-                  f"largest |mean - full|: {self.mean_error:.2e} (float rounding: the mean IS the full-batch gradient)",
-                  f"|sum| / |full|: {self.sum_ratio:.3g} (the sum is {self.workers} times too long a step)"]
+        lines.append("")
+        if self.equal_shards:
+            lines.append(f"largest |mean - full|: {self.mean_error:.2e} (float rounding: the mean IS the "
+                         f"full-batch gradient)")
+        else:
+            lines += [f"largest |mean - full|: {self.mean_error:.2e}: with unequal shards the plain mean is NOT "
+                      f"the full-batch gradient",
+                      f"largest |weighted mean - full|: {self.weighted_error:.2e} (weighting each shard by its size "
+                      f"repairs it)"]
+        lines.append(f"|sum| / |full|: {self.sum_ratio:.3g} (the sum is a step about {self.workers} times too long)")
         return "\n".join(lines)
 
 
 def gradient_averaging(workers: int = 4, batch: int = 64, features: int = 4, seed: int = 0) -> GradientAveraging:
     """A tiny model, linear regression ``y ~ X w + b`` with the mean squared error, its
     gradient written out (``dL/dw = X^T (X w + b - y) / B``, ``dL/db = mean(X w + b - y)``),
-    computed on a whole batch of ``batch`` examples and on ``workers`` equal shards of it.
-    The mean of the shard gradients equals the full-batch gradient (up to float rounding);
-    their sum is ``workers`` times too large. ``batch`` must divide by ``workers``: with
-    unequal shards the plain mean is *not* the full-batch gradient (each shard would need
-    a weight proportional to its size), which is why data-parallel training gives every
-    worker an equal shard."""
+    computed on a whole batch of ``batch`` examples and on ``workers`` shards of it (as equal
+    as possible). With equal shards the plain mean of the shard gradients equals the
+    full-batch gradient (up to float rounding); their sum is ``workers`` times too large.
+    When ``workers`` does not divide ``batch`` the shards differ in size, the plain mean is
+    off, and only the mean weighted by shard size is the full-batch gradient: which is why
+    data-parallel training gives every worker an equal shard."""
     for name, v in (("workers", workers), ("batch", batch), ("features", features)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if batch % workers:
-        raise ValueError(f"batch {batch} does not split into {workers} equal shards; pick a batch that "
-                         f"{workers} divides (the mean of unequal shards' gradients is not the batch gradient)")
+    if batch < workers:
+        raise ValueError(f"a batch of {batch} cannot give each of {workers} workers an example; use batch >= workers")
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((batch, features))
     y = X @ rng.standard_normal(features) + 0.1 * rng.standard_normal(batch)
@@ -388,6 +429,9 @@ def gradient_averaging(workers: int = 4, batch: int = 64, features: int = 4, see
         return np.concatenate([Xs.T @ err / len(ys), [err.mean()]])
 
     full = grad(X, y)
-    size = batch // workers
-    shards = [grad(X[i * size:(i + 1) * size], y[i * size:(i + 1) * size]) for i in range(workers)]
-    return GradientAveraging(workers, [size] * workers, full, shards, np.mean(shards, axis=0), np.sum(shards, axis=0))
+    bounds = chunk_bounds(batch, workers)
+    sizes = [hi - lo for lo, hi in bounds]
+    shards = [grad(X[lo:hi], y[lo:hi]) for lo, hi in bounds]
+    weighted = np.sum([g * k for g, k in zip(shards, sizes)], axis=0) / batch
+    return GradientAveraging(workers, sizes, full, shards, np.mean(shards, axis=0), weighted,
+                             np.sum(shards, axis=0))

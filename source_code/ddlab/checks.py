@@ -5,7 +5,7 @@
 * :func:`check_path_ordering` - notebook 2, section 6: predict the order of the three NCCL
   paths (default, shm, socket) before running the experiment.
 * :data:`QUIZ`, :func:`check_quiz_answer` and :func:`quiz` - the self-check quiz at the end
-  of notebook 2.
+  of notebook 2; :data:`DATA_PARALLEL_QUIZ` that of notebook 1 (``quiz(DATA_PARALLEL_QUIZ)``).
 
 Every check returns a :class:`CheckResult`; it is truthy when the answer is right and
 prints as a sentence. Malformed answers raise ``ValueError`` with what was expected.
@@ -314,6 +314,55 @@ QUIZ = (
          2: "Half is the factor of all-gather or reduce-scatter on 2 ranks ((n-1)/n), not of all-reduce."}),
 )
 
+# The self-check of notebook 1 (data-parallel training): show it with quiz(DATA_PARALLEL_QUIZ).
+DATA_PARALLEL_QUIZ = (
+    Question(
+        "Four workers each compute the gradient of the mean loss over their own equal shard of a batch. Why do "
+        "DDP and Horovod average the four gradients rather than add them?",
+        ("the average is the gradient of the mean loss over the whole batch",
+         "averaging sends fewer bytes than adding", "adding would overflow float32"), 0,
+        "The mean loss of the batch is the mean of the shards' mean losses (equal shards), and the gradient of a "
+        "mean is the mean of the gradients. So every worker takes exactly the step one worker would take on the "
+        "whole batch; the sum would be a step n times too long.",
+        {1: "Adding and averaging send the same bytes: the division by n happens on each rank after the all-reduce.",
+         2: "Overflow is not the issue: the sum is simply n times the full-batch gradient, a step n times too long."}),
+    Question(
+        "A ring all-reduce of a buffer of S bytes runs on n ranks. How many bytes does each rank send?",
+        ("S", "2(n-1)/n x S", "(n-1) x S"), 1,
+        "The buffer is cut into n chunks of S/n. In each of the n-1 reduce-scatter steps every rank sends one chunk, "
+        "and again in each of the n-1 all-gather steps: 2(n-1) x S/n. The factor 2(n-1)/n is 1 for two ranks, 1.5 "
+        "for four, 1.75 for eight, and never reaches 2, so adding ranks hardly adds traffic per link.",
+        {0: "Only for n = 2, where 2(n-1)/n = 1. For more ranks each sends more than one buffer.",
+         2: "(n-1) x S is what the root of the naive reduce-then-broadcast carries, and every rank of all-to-all."}),
+    Question(
+        "Eight ranks all-reduce by sending everything to rank 0, which adds and sends the sum back. How many "
+        "buffers does rank 0's link carry in each direction?",
+        ("1", "1.75", "7"), 2,
+        "Seven ranks each send rank 0 a whole buffer, and rank 0 sends the sum to each of the seven: 7 buffers in, "
+        "7 out, through one link, while the other links carry 1. The time grows with the number of ranks; the "
+        "ring spreads the same work over every link.",
+        {0: "1 buffer is what each of the other seven ranks sends; the root receives all seven.",
+         1: "1.75 = 2(n-1)/n is what each rank sends in a ring all-reduce of eight ranks."}),
+    Question(
+        "Four workers train 20 steps of batch 64 each; the first 5 are warm-up, and the 15 timed steps take 3 s "
+        "between two synchronisations. What is the honest throughput?",
+        ("15 x 64 x 4 / 3 = 1,280 images/s", "20 x 64 x 4 / 3 = about 1,707 images/s",
+         "60,000 / 3 = 20,000 images/s"), 0,
+        "Count only the images processed in the timed interval, by all workers: 15 steps x 64 images x 4 workers, "
+        "divided by the 3 s between the synchronisations that bound those steps.",
+        {1: "The 5 warm-up steps ran before the clock started; counting them overstates the throughput.",
+         2: "The data set size over the time is the mistake older material made: far fewer images ran."}),
+    Question(
+        "On a machine with 2 CPU cores, each worker uses one thread. What do you expect of 4 workers against 1?",
+        ("a speedup close to 4", "a speedup of at most about 2 (efficiency at most about 50%)",
+         "the same throughput as 1 worker"), 1,
+        "Four workers share two cores: at best two run at once, so the speedup is bounded by about 2 and the "
+        "efficiency (speedup / workers) by about 50%, less what the all-reduce and the switching between "
+        "processes cost. The workers oversubscribe the cores.",
+        {0: "A speedup of 4 needs 4 cores (or GPUs), one per worker.",
+         2: "Two cores still run two workers at once; the throughput can rise up to about twice one worker's."}),
+)
+
 
 def _choice_index(q: Question, choice) -> int:
     if isinstance(choice, bool):
@@ -329,11 +378,12 @@ def _choice_index(q: Question, choice) -> int:
     return idx
 
 
-def check_quiz_answer(question: int, choice) -> CheckResult:
-    """Check the answer to quiz question ``question`` (1-based) given as a letter or an index."""
-    if isinstance(question, bool) or not isinstance(question, int) or not 1 <= question <= len(QUIZ):
-        raise ValueError(f"the quiz has questions 1 to {len(QUIZ)}; got {question!r}")
-    q = QUIZ[question - 1]
+def check_quiz_answer(question: int, choice, questions: tuple = QUIZ) -> CheckResult:
+    """Check the answer to quiz question ``question`` (1-based) given as a letter or an index;
+    ``questions``: the notebook's quiz (default :data:`QUIZ`)."""
+    if isinstance(question, bool) or not isinstance(question, int) or not 1 <= question <= len(questions):
+        raise ValueError(f"the quiz has questions 1 to {len(questions)}; got {question!r}")
+    q = questions[question - 1]
     idx = _choice_index(q, choice)
     if idx == q.answer:
         return CheckResult(True, f"Right. {q.explanation}")
@@ -341,16 +391,17 @@ def check_quiz_answer(question: int, choice) -> CheckResult:
     return CheckResult(False, f"Not quite. {q.why_not.get(idx, '')} The answer is {right}. {q.explanation}".replace("  ", " "))
 
 
-def quiz_text() -> str:
+def quiz_text(questions: tuple = QUIZ) -> str:
     out = []
-    for n, q in enumerate(QUIZ, 1):
+    for n, q in enumerate(questions, 1):
         out.append(f"{n}. {q.prompt}")
         out += [f"   {chr(ord('a') + i)}) {c}" for i, c in enumerate(q.choices)]
     return "\n".join(out)
 
 
-def quiz():
-    """The quiz as widgets: one set of radio buttons and a Check button per question.
+def quiz(questions: tuple = QUIZ):
+    """The quiz as widgets: one set of radio buttons and a Check button per question;
+    ``questions``: the notebook's quiz (default :data:`QUIZ`).
 
     Without ipywidgets, prints the questions and how to check answers with
     :func:`check_quiz_answer`, and returns None."""
@@ -358,10 +409,10 @@ def quiz():
         import ipywidgets as w
     except ImportError:
         print("ipywidgets is not installed; answer with ddlab.checks.check_quiz_answer(question, 'a'):\n")
-        print(quiz_text())
+        print(quiz_text(questions))
         return None
     boxes = []
-    for n, q in enumerate(QUIZ, 1):
+    for n, q in enumerate(questions, 1):
         radio = w.RadioButtons(options=[(f"{chr(ord('a') + i)}) {c}", i) for i, c in enumerate(q.choices)],
                                value=None, layout=w.Layout(width="auto"))
         button = w.Button(description="Check")
@@ -371,7 +422,7 @@ def quiz():
             if radio.value is None:
                 out.value = "<i>pick an answer first</i>"
                 return
-            r = check_quiz_answer(n, radio.value)
+            r = check_quiz_answer(n, radio.value, questions)
             colour = "#1b7837" if r.correct else "#b2182b"
             out.value = f"<span style='color:{colour}'>{r.message}</span>"
 
