@@ -154,13 +154,23 @@ def test_bad_input_gets_one_clear_message():
 
 
 def test_table_and_compare_show_the_traffic():
-    text = ar.ring_allreduce(_int_buffers(4, 8)).table()
-    assert "reduce-scatter 3" in text and "all-gather 1" in text and "busiest rank" in text
-    assert "1.5 buffers" in text
-    table = ar.compare(ranks=(2, 4), elements=1000)
-    lines = table.splitlines()
-    assert lines[-1].split()[:1] == ["4"] and "3 S" in lines[-1] and "1.5 S" in lines[-1]
-    assert lines[-1].split()[-1] == "yes"
+    run = ar.ring_allreduce(_int_buffers(4, 8))
+    table = run.table()
+    assert [r["phase"] for r in table.rows][:4] == ["reduce-scatter 1", "reduce-scatter 2", "reduce-scatter 3",
+                                                    "all-gather 1"]
+    assert table.rows[-2]["rank 0"] == 96 and table.rows[-1]["phase"] == "received"    # 1.5 x 64 bytes
+    text = str(run)
+    assert "reduce-scatter 3" in text and "busiest rank" in text and "1.5 buffers" in text
+    assert "<table" in table._repr_html_()
+    traffic = ar.compare(ranks=(2, 4), elements=1000)
+    assert [r["ranks"] for r in traffic.rows] == [2, 4]
+    four = traffic.rows[1]
+    assert (four["naive"], four["all-to-all"], four["ring"]) == (3, 3, 1.5)
+    assert four["factor"] == "3/2 = 1.5" and four["ok"] == "yes" and four["buffer"] == 4000
+    timed = ar.compare(ranks=(2, 8), elements=1000, link=(5e-6, 20e9))
+    eight = timed.rows[1]
+    assert eight["ring"] == pytest.approx(cost_model.ring_allreduce_time(4000, 8, 5e-6, 20e9))
+    assert eight["naive"] > eight["ring"] and "alpha = 5 us" in timed.title
 
 
 def test_gradient_averaging_mean_is_the_full_batch_gradient():

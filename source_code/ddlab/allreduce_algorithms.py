@@ -37,6 +37,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from . import units
+from .tables import Table
+
 ALGORITHMS = ("naive", "all-to-all", "ring")
 
 
@@ -141,23 +144,22 @@ class AllReduceRun:
         expected = np.sum(np.stack([np.asarray(b) for b in buffers]), axis=0)
         return max(float(np.max(np.abs(np.asarray(r, dtype=float) - expected), initial=0.0)) for r in self.results)
 
-    def table(self) -> str:
-        """Step by step: the phase and the bytes each rank sends, then the totals."""
-        head = ["step", "phase"] + [f"rank {r}" for r in range(self.n)]
-        rows = [[str(i), f"{s.phase} {s.number}"] + [f"{b:,}" for b in s.sent(self.n)]
+    def table(self) -> Table:
+        """Step by step: the phase and the bytes each rank sends, then the totals (a
+        :class:`ddlab.tables.Table`: HTML in Jupyter, aligned text in a terminal)."""
+        cols = [("step", "text"), ("phase", "text")] + [(f"rank {r}", "count") for r in range(self.n)]
+        rows = [dict({"step": str(i), "phase": f"{s.phase} {s.number}"},
+                     **{f"rank {r}": int(b) for r, b in enumerate(s.sent(self.n))})
                 for i, s in enumerate(self.steps, 1)]
-        rows.append(["total", "sent"] + [f"{b:,}" for b in self.bytes_sent()])
-        rows.append(["", "received"] + [f"{b:,}" for b in self.bytes_received()])
-        widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-        fmt = lambda r: "  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-        lines = [f"{self.algorithm} all-reduce on {self.n} ranks, a buffer of {self.buffer_bytes:,} bytes "
-                 f"per rank: bytes sent by each rank", fmt(head), "  ".join("-" * w for w in widths)]
-        lines += [fmt(r) for r in rows[:-2]] + ["  ".join("-" * w for w in widths)] + [fmt(r) for r in rows[-2:]]
-        lines.append(f"busiest rank: {self.busiest_rank()}, carrying {self.traffic_factor():.4g} buffers")
-        return "\n".join(lines)
+        rows.append(dict({"step": "total", "phase": "sent"}, **{f"rank {r}": int(b) for r, b in enumerate(self.bytes_sent())}))
+        rows.append(dict({"step": "total", "phase": "received"},
+                         **{f"rank {r}": int(b) for r, b in enumerate(self.bytes_received())}))
+        return Table(cols, rows, title=f"{self.algorithm} all-reduce on {self.n} ranks, a buffer of "
+                     f"{self.buffer_bytes:,} bytes per rank: bytes sent by each rank in each step",
+                     notes=f"busiest rank: {self.busiest_rank()}, carrying {self.traffic_factor():.4g} buffers")
 
     def __str__(self) -> str:
-        return self.table()
+        return str(self.table())
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -300,53 +302,39 @@ def random_buffers(n: int, elements: int, seed: int = 0, dtype=np.float32) -> li
 
 
 def compare(ranks: Sequence[int] = (2, 4, 8), elements: int = 1_000_000, dtype=np.float32, seed: int = 0,
-            link=None) -> str:
+            link=None) -> Table:
     """Each algorithm run on ``elements`` random numbers per rank, for each number of ranks,
-    as a text table. Without ``link``: what the busiest rank sends (or receives), in
-    buffers S, beside 2(n-1)/n. With ``link`` (an ``(alpha_s, beta_bytes_per_s)`` pair, or
-    anything with ``latency_s`` and ``bandwidth_Bps`` such as a :mod:`ddlab.links` entry):
-    each algorithm's time by :meth:`AllReduceRun.time` instead. Either way the last column
-    says whether every rank of every algorithm ended with the plain sum."""
+    as a :class:`ddlab.tables.Table`. Without ``link``: what the busiest rank sends (or
+    receives), in buffers S, beside 2(n-1)/n. With ``link`` (an ``(alpha_s, beta_bytes_per_s)``
+    pair, or anything with ``latency_s`` and ``bandwidth_Bps`` such as a :mod:`ddlab.links`
+    entry): each algorithm's time by :meth:`AllReduceRun.time` instead. Either way the last
+    column says whether every rank of every algorithm ended with the plain sum."""
     if link is not None and not isinstance(link, tuple):
         link = (link.latency_s, link.bandwidth_Bps)
+    cols = [("ranks", "int"), ("buffer", "bytes", "buffer S")]
     if link is None:
-        head = ["ranks", "buffer S", "naive (root)", "all-to-all", "ring", "2(n-1)/n"]
-        title = "bytes the busiest rank sends (or receives), in buffers S:"
+        cols += [("naive", "number", "naive (root), S"), ("all-to-all", "number", "all-to-all, S"),
+                 ("ring", "number", "ring, S"), ("factor", "text", "2(n-1)/n")]
+        title = "bytes the busiest rank sends (or receives), in buffers S"
     else:
-        head = ["ranks", "buffer S", "naive", "all-to-all", "ring"]
-        title = (f"time by the alpha-beta model, alpha = {_fmt_seconds(link[0])}, "
-                 f"beta = {link[1] / 1e9:.4g} GB/s per link and direction:")
-    head.append("all sums right")
+        cols += [("naive", "time"), ("all-to-all", "time"), ("ring", "time")]
+        title = (f"time by the alpha-beta model, alpha = {units.format_time(link[0])}, "
+                 f"beta = {units.format_rate(link[1])} per link and direction")
+    cols.append(("ok", "text", "all sums right"))
     rows = []
     for n in ranks:
         bufs = random_buffers(n, elements, seed, dtype)
-        runs = [allreduce(bufs, a) for a in ALGORITHMS]
+        runs = dict(zip(ALGORITHMS, (allreduce(bufs, a) for a in ALGORITHMS)))
         tol = 1e-3 * n if np.issubdtype(np.dtype(dtype), np.floating) else 0
-        ok = all(r.max_error(bufs) <= tol for r in runs)
-        row = [str(n), _fmt_bytes(runs[0].buffer_bytes)]
+        row = {"ranks": n, "buffer": runs["ring"].buffer_bytes,
+               "ok": "yes" if all(r.max_error(bufs) <= tol for r in runs.values()) else "NO"}
+        for a, r in runs.items():
+            row[a] = r.traffic_factor() if link is None else r.time(*link)
         if link is None:
-            row += [f"{r.traffic_factor():.3g} S" for r in runs] + [f"{float(ring_traffic_factor(n)):.3g}"]
-        else:
-            row += [_fmt_seconds(r.time(*link)) for r in runs]
-        rows.append(row + ["yes" if ok else "NO"])
-    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    lines = [title, "  ".join(h.rjust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
-
-
-def _fmt_seconds(t: float) -> str:
-    for unit, size in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if t >= size:
-            return f"{t / size:.3g} {unit}"
-    return f"{t * 1e9:.3g} ns"
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} B"
+            f = ring_traffic_factor(n)
+            row["factor"] = f"{f.numerator}/{f.denominator} = {float(f):g}" if f.denominator > 1 else str(f)
+        rows.append(row)
+    return Table(cols, rows, title=title)
 
 
 # ----------------------------------------------------------------------------- why average
