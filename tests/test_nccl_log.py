@@ -204,6 +204,23 @@ def test_capture_needs_gpus_and_says_so(capsys, tmp_path, monkeypatch):
     assert "needs 2 GPUs" in capsys.readouterr().out and not out.exists()
 
 
+def test_capture_runs_the_smoke_all_reduce_under_torchrun(monkeypatch):
+    from ddlab import hardware, launch
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory(gpus=[hardware.GPU(0, "g"),
+                                                                                   hardware.GPU(1, "g")]))
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append((argv, kw))
+        return launch.LaunchResult(command=argv, returncode=0, output="the log", duration_s=0.1)
+    monkeypatch.setattr(launch, "run", fake_run)
+    assert nccl_log.capture_allreduce_log({"NCCL_P2P_LEVEL": "LOC"}) == "the log"
+    [(argv, kw)] = calls
+    assert argv == ["-m", "ddlab.smoke", "nccl-allreduce", "--elements", str(nccl_log.CAPTURE_ELEMENTS)]
+    assert kw["launcher"] == "torchrun" and kw["nproc"] == 2 and kw["timeout"] > 0
+    assert kw["env"]["NCCL_DEBUG"] == "INFO" and kw["env"]["NCCL_P2P_LEVEL"] == "LOC"
+
+
 def test_dispatch_through_ddlab(capsys):
     assert ddlab_cli.main(["nccl-log", path("torchrun_p2p_cumem_interleaved.log")]) == 0
     assert "P2P/CUMEM (8), P2P/CUMEM/read (4)" in capsys.readouterr().out

@@ -180,15 +180,16 @@ class Table:
         return [[self.cell(r, c) for c in self.columns] for r in self.rows]
 
     def text(self) -> str:
-        """Title, header, a rule, the rows, the notes; columns two spaces apart. Header, rule and
-        rows all have the same width (cells are padded, the last one included)."""
+        """Title, header, a rule, the rows, the notes; columns two spaces apart, each as wide as
+        its widest cell, so every column starts at the same place on every line. The rule spans
+        the whole width; no line ends in spaces."""
         body = self.cells()
         heads = [c.heading for c in self.columns]
         widths = [max([len(h)] + [len(row[i]) for row in body]) for i, h in enumerate(heads)]
         right = [self._right(c) for c in self.columns]
 
         def line(cells):
-            return "  ".join(x.rjust(w) if r else x.ljust(w) for x, w, r in zip(cells, widths, right))
+            return "  ".join(x.rjust(w) if r else x.ljust(w) for x, w, r in zip(cells, widths, right)).rstrip()
 
         out = [self.title] if self.title else []
         out += [line(heads), "  ".join("-" * w for w in widths)]
