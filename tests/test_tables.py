@@ -130,3 +130,10 @@ def test_show_displays_in_a_kernel(monkeypatch):
     t = sample()
     tables.show(t)
     assert shown == [t]
+
+
+def test_a_list_without_headings():
+    t = Table([("k", "text"), ("v", "text")], [["torch", "2.13"], ["CUDA_VISIBLE_DEVICES", None]],
+              header=False, missing="not found")
+    assert t.text().splitlines() == ["torch                 2.13", "CUDA_VISIBLE_DEVICES  not found"]
+    assert "<thead>" not in t._repr_html_() and "not found" in t._repr_html_()
