@@ -53,6 +53,8 @@ def test_missing_values_and_missing_keys():
     assert t.to_dict()["rows"] == [{"a": t.rows[0]["a"], "b": None}, {"a": None, "b": 2.5}]
     assert math.isnan(t.to_dict()["rows"][0]["a"])
     assert Table(["a"], [{"a": None}]).cells() == [["n/a"]]
+    import numpy as np
+    assert Table(["a"], [[np.float32("nan")]], missing="-").cells() == [["-"]]
 
 
 def test_empty_table_still_has_a_header():
@@ -70,7 +72,7 @@ def test_html_is_a_table_escaped_and_unwrapped():
     assert "<caption" in h and "A &amp; B" in h
     assert "first &lt;note&gt;" in h and "second" in h
     assert h.count("white-space: nowrap") == 4                 # every th and td
-    assert "text-align: right\">12,345</td>" in h
+    assert "text-align: right; font-variant-numeric: tabular-nums\">12,345</td>" in h
     assert "text-align: left\">&lt;b&gt;" in h
 
 

@@ -211,7 +211,8 @@ class Table:
         right = [self._right(c) for c in self.columns]
 
         def td(tag, text, r):
-            return f"<{tag} style=\"white-space: nowrap; text-align: {'right' if r else 'left'}\">{esc(text)}</{tag}>"
+            style = "text-align: right; font-variant-numeric: tabular-nums" if r else "text-align: left"
+            return f"<{tag} style=\"white-space: nowrap; {style}\">{esc(text)}</{tag}>"
 
         parts = ["<table class=\"ddlab-table\">"]
         if self.title:
