@@ -159,6 +159,12 @@ def test_table_is_readable():
     assert any(ln.split()[:2] == ["NET/IB", "6"] for ln in lines)
     assert any(ln.startswith("0 -> 1") for ln in lines)
     assert "counted twice" in table and "port error" in table
+    log = nccl_log.parse_file(path("multinode_ib_gdrdma_ipc_read.log"))
+    assert log.kind_table().rows[1] == {"kind": "NET/IB", "connections": 6,
+                                        "printed": "NET/IB/0/GDRDMA (2), NET/IB/1/GDRDMA (2), NET/IB/1 (2)"}
+    assert log.pair_table().column("ranks") == ["0 -> 1", "1 -> 2", "2 -> 3", "3 -> 0"]
+    html = log._repr_html_()                                  # Jupyter: the two tables as HTML tables
+    assert html.count("<table") == 2 and "port error" in html
     single = nccl_log.parse_file(path("horovod_mpirun_shm_p2p_level_loc.log"))
     assert single.summary() == "NCCL 2.21.5, 2 ranks: all 4 connections SHM"
 
