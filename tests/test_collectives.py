@@ -16,25 +16,10 @@ QUICK = dict(backend="gloo", nproc=2, iters=3, warmup=1, timeout=120)
 
 
 # ----------------------------------------------------------------------------- pure functions
-@pytest.mark.parametrize("text, value", [
-    ("8", 8), (8, 8), ("64K", 65536), ("64k", 65536), ("512M", 512 << 20), ("1G", 1 << 30),
-    ("1GiB", 1 << 30), ("1.5K", 1536), (" 2 M ", 2 << 20)])
-def test_parse_size(text, value):
-    assert coll.parse_size(text) == value
-
-
-@pytest.mark.parametrize("text, match", [
-    ("1GB", "ambiguous"), ("lots", "cannot read"), ("1.3", "whole number"), (-4, "negative"), ("", "cannot")])
-def test_parse_size_rejects(text, match):
-    with pytest.raises(ValueError, match=match):
-        coll.parse_size(text)
-
-
-def test_format_size():
-    assert coll.format_size(8) == "8 B"
-    assert coll.format_size(1536) == "1.5 KiB"
-    assert coll.format_size(512 << 20) == "512 MiB"
-    assert coll.format_size(1 << 30) == "1 GiB"
+# parse_size and format_size are ddlab.units' (tests/test_units.py tests them).
+def test_sizes_are_read_and_written_by_units():
+    from ddlab import units
+    assert coll.parse_size is units.parse_size and coll.format_size is units.format_bytes
 
 
 def test_bus_factor_matches_nccl_tests():
@@ -241,3 +226,18 @@ def test_nccl_log_is_parsed_when_kept():
 def test_cli_rejects_bad_size(capsys):
     assert coll.cli(["--max-bytes", "1GB"]) == 2
     assert "ambiguous" in capsys.readouterr().err
+
+
+def test_summary_is_a_table_of_busbw_per_sweep():
+    sweeps = coll.load_recorded("h200x2")
+    t = coll.summary(sweeps.values())
+    assert [c.heading for c in t.columns][:4] == ["op", "path", "ranks", "busbw at 512 MiB"]
+    assert t.column("path") == list(sweeps)
+    for row, res in zip(t.rows, sweeps.values()):
+        assert row["busbw_at"] == res.row_at(512 << 20)["busbw_gbps"] and row["peak"] == res.peak_busbw()
+    lines = str(t).splitlines()
+    assert len(lines) == 2 + len(sweeps) and max(len(x) for x in lines) == len(lines[1])
+    assert len({x.index("GB/s") for x in lines[2:]}) == 1           # numbers right-aligned
+    # a sweep that stops below the asked size says which size its figure is from
+    small = coll.summary(sweeps.values(), at_bytes=4 << 30)
+    assert "(nearest size)" in str(small)

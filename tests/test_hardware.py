@@ -197,3 +197,14 @@ def test_doctor_label_and_slug_without_gpu(capsys, monkeypatch):
     monkeypatch.setattr(hardware, "_smi_gpus", lambda notes: ([], None))
     assert hardware.cli(["--label", "--slug"]) == 0
     assert capsys.readouterr().out.splitlines() == ["CPU only", "cpu"]
+
+
+def test_gpu_table_lists_each_gpu():
+    inv = hardware.Inventory(gpus=[hardware.GPU(0, "NVIDIA H200", 143771, "9.0", "00000000:1B:00.0", 0),
+                                   hardware.GPU(1, "NVIDIA H200", None, None, None, None)], source="nvml")
+    t = hardware.gpu_table(inv)
+    assert t.cells() == [["0", "NVIDIA H200", "140 GiB", "9.0", "00000000:1B:00.0", "0"],
+                         ["1", "NVIDIA H200", "?", "?", "?", "?"]]
+    text = hardware.format_inventory(inv)
+    assert text.startswith("GPUs: 2 (read with nvml)\n#  name") and "mode: multi-gpu" in text
+    assert "driver                   not found" in text

@@ -18,6 +18,23 @@ def smoke_lines(output, check):
             if f"SMOKE {check} " in line]
 
 
+def test_nccl_allreduce_check_needs_a_gpu_and_says_so():
+    # The one small all-reduce worker (also what `ddlab nccl-log --capture` runs): without a GPU
+    # for its rank it reports ok=False and exits 1, before any process group is set up.
+    r = launch.run(SMOKE + ["nccl-allreduce", "--elements", "8"], nproc=1, timeout=120, check=False,
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 1, r.output
+    [line] = smoke_lines(r.output, "nccl-allreduce")
+    assert line["ok"] == "False" and line["reason"] == "no-gpu" and line["cuda_devices"] == "0"
+
+
+def test_smoke_usage():
+    from ddlab import smoke
+    assert smoke.main(["no-such-check"]) == 2
+    assert smoke.main(["ddp-step", "--elements", "8"]) == 2          # ddp-step has no tensor length
+    assert smoke.main(["nccl-allreduce", "--elements", "0"]) == 2
+
+
 def test_command_for_each_launcher():
     assert launch.command_for("python", 1, ["x.py"], python="py") == ["py", "x.py"]
     tr = launch.command_for("torchrun", 4, ["x.py", "--a"], python="py")

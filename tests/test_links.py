@@ -71,7 +71,7 @@ def test_for_label_maps_topology_labels():
 
 
 def test_tables_and_legend():
-    text = links.table()
+    text = str(links.table())
     assert "PCIe 3.0 x16" in text and "15.75" in text and "450" in text
     assert "whitepaper" in links.sources(["nvlink4_x18"])
     md = links.legend_markdown(pcie_generation=3, nvlink_generation=2, nvlinks=2)

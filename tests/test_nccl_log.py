@@ -159,6 +159,12 @@ def test_table_is_readable():
     assert any(ln.split()[:2] == ["NET/IB", "6"] for ln in lines)
     assert any(ln.startswith("0 -> 1") for ln in lines)
     assert "counted twice" in table and "port error" in table
+    log = nccl_log.parse_file(path("multinode_ib_gdrdma_ipc_read.log"))
+    assert log.kind_table().rows[1] == {"kind": "NET/IB", "connections": 6,
+                                        "printed": "NET/IB/0/GDRDMA (2), NET/IB/1/GDRDMA (2), NET/IB/1 (2)"}
+    assert log.pair_table().column("ranks") == ["0 -> 1", "1 -> 2", "2 -> 3", "3 -> 0"]
+    html = log._repr_html_()                                  # Jupyter: the two tables as HTML tables
+    assert html.count("<table") == 2 and "port error" in html
     single = nccl_log.parse_file(path("horovod_mpirun_shm_p2p_level_loc.log"))
     assert single.summary() == "NCCL 2.21.5, 2 ranks: all 4 connections SHM"
 
@@ -202,6 +208,23 @@ def test_capture_needs_gpus_and_says_so(capsys, tmp_path, monkeypatch):
     out = tmp_path / "cap.log"
     assert nccl_log.cli(["--capture", str(out), "--env", "NCCL_P2P_LEVEL=LOC"]) == 1
     assert "needs 2 GPUs" in capsys.readouterr().out and not out.exists()
+
+
+def test_capture_runs_the_smoke_all_reduce_under_torchrun(monkeypatch):
+    from ddlab import hardware, launch
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory(gpus=[hardware.GPU(0, "g"),
+                                                                                   hardware.GPU(1, "g")]))
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append((argv, kw))
+        return launch.LaunchResult(command=argv, returncode=0, output="the log", duration_s=0.1)
+    monkeypatch.setattr(launch, "run", fake_run)
+    assert nccl_log.capture_allreduce_log({"NCCL_P2P_LEVEL": "LOC"}) == "the log"
+    [(argv, kw)] = calls
+    assert argv == ["-m", "ddlab.smoke", "nccl-allreduce", "--elements", str(nccl_log.CAPTURE_ELEMENTS)]
+    assert kw["launcher"] == "torchrun" and kw["nproc"] == 2 and kw["timeout"] > 0
+    assert kw["env"]["NCCL_DEBUG"] == "INFO" and kw["env"]["NCCL_P2P_LEVEL"] == "LOC"
 
 
 def test_dispatch_through_ddlab(capsys):

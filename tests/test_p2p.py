@@ -345,6 +345,18 @@ def test_from_dict_rejects_wrong_shapes():
         p2p.P2PResult.from_dict({"labels": [0]})
 
 
+def test_matrix_table_shows_one_matrix():
+    r = p2p.parse(fixture("nvidia_sample_2gpu.txt"))
+    t = r.matrix_table("uni_p2p_on")
+    assert t.title == p2p.TITLES["uni_p2p_on"]
+    assert [c.heading for c in t.columns] == ["src \\ dst", "0", "1"]
+    m = r.matrices["uni_p2p_on"]
+    assert t.rows[0]["gpu1"] == m[0][1] and t.rows[1]["gpu0"] == m[1][0]
+    assert t.cells()[0][2] == f"{m[0][1]:.2f}"
+    with pytest.raises(KeyError, match="no matrix 'uni_p2p_on:sm'"):
+        r.matrix_table("uni_p2p_on:sm")
+
+
 # ============================================================================ summary
 def test_summary_two_gpus_with_link_peak():
     r = p2p.parse(fixture("nvidia_sample_2gpu.txt"))

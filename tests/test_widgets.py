@@ -61,7 +61,7 @@ def test_formatting_units():
 
 
 def test_compare_links_lists_every_link():
-    text = widgets.compare_links(2**20)
+    text = str(widgets.compare_links(2**20))
     for t in links.LINKS.values():
         assert t.name in text
     assert "1 MiB" in text
@@ -159,7 +159,7 @@ def test_step_what_if_predicts_speedup_from_the_share_of_the_step():
     assert small_slow["verdict"] == "large"
     big = res.row("big", "slow")
     assert big["comm_s"] == pytest.approx(1.0) and big["speedup"] is None and big["verdict"] is None
-    text = res.table()
+    text = str(res.table())
     assert "a test" in text and "not recorded" in text and "hardly matters" in text and "1.98x" in text
     with pytest.raises(KeyError):
         res.row("small", "nvlink")

@@ -18,6 +18,8 @@ from typing import Optional
 
 from . import nccl
 
+from .units import format_count
+
 
 # --------------------------------------------------------------------------- results
 @dataclass
@@ -234,7 +236,7 @@ def check_path_ordering(prediction, measured=None, noise: float = 0.05, unit: st
         fast, slow = rates[seen[0]], rates[seen[-1]]
         spread = (fast - slow) / fast if fast else 0.0
         # images/s are large whole numbers; a bandwidth in GB/s needs its significant digits
-        listing = ", ".join(f"{p} {rates[p]:,.0f}" if rates[p] >= 100 else f"{p} {rates[p]:.3g}" for p in seen)
+        listing = ", ".join(f"{p} {format_count(rates[p])}" for p in seen)
         if spread < noise:
             msg.append(f"Measured ({unit}): {listing}. These are within {noise:.0%} of each other: for this model "
                        f"communication is a small part of each step, so the path hardly matters and a single "

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from . import nccl
+from .tables import Table
+from .units import format_bytes, parse_size, significant
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -75,38 +77,9 @@ class CollectiveValidationError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- sizes and formulas
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
-
-
-def parse_size(text) -> int:
-    """``"8"``, ``"64K"``, ``"512M"``, ``"1G"``, ``"1GiB"`` -> bytes. K, M, G are powers of 1024,
-    as in nccl-tests' ``-b``/``-e``. ``"1GB"`` is refused: it is ambiguous (10^9 or 2^30?)."""
-    if isinstance(text, int):
-        if text < 0:
-            raise ValueError(f"size must not be negative, got {text}")
-        return text
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise ValueError(f"cannot read size {text!r}: write a byte count or a number with K, M or G "
-                         f"(powers of 1024, e.g. 64K, 512M, 1G)")
-    number, unit, suffix = m.groups()
-    if suffix and suffix.lower() == "b" and unit:
-        raise ValueError(f"size {text!r} is ambiguous (10^n or 2^n bytes?): write {number}{unit.upper()} "
-                         f"or {number}{unit.upper()}iB, which mean powers of 1024 as in nccl-tests")
-    value = float(number) * (1024 ** ("KMGT".index(unit.upper()) + 1) if unit else 1)
-    if value != int(value):
-        raise ValueError(f"size {text!r} is not a whole number of bytes")
-    return int(value)
-
-
-def format_size(nbytes: float) -> str:
-    """``1073741824 -> "1 GiB"``, ``8 -> "8 B"``, ``1536 -> "1.5 KiB"``."""
-    nbytes = float(nbytes)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            v = nbytes / scale
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
-    return f"{nbytes:.0f} B"
+# Sizes are read and written by ddlab.units (binary units, as nccl-tests' -b/-e). parse_size and
+# format_size stay importable from here under the names earlier callers used.
+format_size = format_bytes
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -229,8 +202,8 @@ class SweepResult:
             avg = sum(r["busbw_gbps"] for r in self.rows) / len(self.rows)
             best = max(self.rows, key=lambda r: r["busbw_gbps"])
             tail = ["# Out of bounds values : 0 OK (every element of every size checked)",
-                    f"# Avg bus bandwidth    : {avg:.4g} GB/s",
-                    f"# Peak bus bandwidth   : {best['busbw_gbps']:.4g} GB/s at {format_size(best['bytes'])}"]
+                    f"# Avg bus bandwidth    : {significant(avg, 4)} GB/s",
+                    f"# Peak bus bandwidth   : {significant(best['busbw_gbps'], 4)} GB/s at {format_bytes(best['bytes'])}"]
         return "\n".join(head + body + tail)
 
     # -- storing
@@ -410,7 +383,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
 
     if command is None:
         command = (f"ddlab.collectives.sweep(op={op!r}, backend={backend!r}, path={path!r}, nproc={nproc}, "
-                   f"sizes={format_size(sizes[0])}..{format_size(sizes[-1])}, dtype={dtype!r})")
+                   f"sizes={format_bytes(sizes[0])}..{format_bytes(sizes[-1])}, dtype={dtype!r})")
     prov = provenance.collect(command, inventory=inventory)
     # Record the NCCL variables the workers saw (this process's environment is not theirs).
     prov["nccl_env"] = nccl.recorded_environment(launch.worker_environment(overrides))
@@ -465,7 +438,7 @@ def plot_sweep(results, ax=None, metric: str = "busbw", logy: Optional[bool] = N
         logy = metric == "time" or (len(peaks) > 1 and min(peaks) > 0 and max(peaks) / min(peaks) > 10)
     if logy:
         ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(v).replace(" ", "")))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v).replace(" ", "")))
     ax.set_xlabel("message size (bytes, as nccl-tests counts them)")
     ax.set_ylabel(ylabel)
     ops = sorted({r.op for _, r in items})
@@ -784,20 +757,25 @@ def _write_log(log_dir: str, op: str, path: str, text: str) -> None:
         f.write(text)
 
 
-def summary(results: Iterable[SweepResult], at_bytes: Optional[int] = None) -> str:
-    """One line per sweep: peak busbw and busbw at ``at_bytes`` (default: 512 MiB, the size
-    course figures quote, or the largest size all sweeps reached if that is smaller)."""
+def summary(results: Iterable[SweepResult], at_bytes: Optional[int] = None) -> Table:
+    """One row per sweep: busbw at ``at_bytes`` (default: 512 MiB, the size course figures
+    quote, or the largest size all sweeps reached if that is smaller) and the peak busbw."""
     results = list(results)
     if at_bytes is None:
         at_bytes = min([512 << 20] + [max(r["bytes"] for r in res.rows) for res in results if res.rows])
-    lines = [f"{'op':<15} {'path':<10} {'ranks':>5}  {'busbw at ' + format_size(at_bytes):>18}  {'peak busbw':>18}"]
+    rows = []
     for r in results:
         row = r.row_at(at_bytes)
         best = max(r.rows, key=lambda x: x["busbw_gbps"])
-        near = f"{row['busbw_gbps']:.1f} GB/s" + ("" if row["bytes"] == at_bytes else f" ({format_size(row['bytes'])})")
-        lines.append(f"{r.op:<15} {(r.path if r.backend == 'nccl' else 'gloo'):<10} {r.nproc:>5}  {near:>18}  "
-                     f"{best['busbw_gbps']:.1f} GB/s ({format_size(best['bytes'])})".rstrip())
-    return "\n".join(lines)
+        rows.append({"op": r.op, "path": r.path if r.backend == "nccl" else "gloo", "ranks": r.nproc,
+                     "busbw_at": row["busbw_gbps"], "measured_at": row["bytes"],
+                     "peak": best["busbw_gbps"], "peak_at": best["bytes"]})
+    cols = [("op", "text"), ("path", "text"), ("ranks", "int"),
+            ("busbw_at", "rate:GB/s", f"busbw at {format_bytes(at_bytes)}")]
+    if any(x["measured_at"] != at_bytes for x in rows):    # a sweep that did not reach at_bytes
+        cols.append(("measured_at", "bytes", "(nearest size)"))
+    cols += [("peak", "rate:GB/s", "peak busbw"), ("peak_at", "bytes", "at")]
+    return Table(cols, rows)
 
 
 if __name__ == "__main__":

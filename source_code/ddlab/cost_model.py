@@ -19,6 +19,8 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from .units import format_bytes, format_rate, format_time
+
 
 class AlphaBeta(NamedTuple):
     """A fitted link: ``alpha`` in seconds, ``beta`` in bytes per second. Unpacks as
@@ -34,19 +36,26 @@ class AlphaBeta(NamedTuple):
         return transfer_time(nbytes, self.alpha, self.beta)
 
     def describe(self) -> str:
-        return (f"alpha = {self.alpha * 1e6:.3g} us, beta = {self.beta / 1e9:.3g} GB/s, "
-                f"crossover at {_fmt_bytes(self.crossover_bytes)}")
+        return (f"alpha = {format_time(self.alpha)}, beta = {format_rate(self.beta)}, "
+                f"crossover at {format_bytes(self.crossover_bytes)}")
 
 
 # ----------------------------------------------------------------------------- the model
-def transfer_time(nbytes, alpha_s: float, beta_bytes_per_s: float):
-    """``alpha + nbytes / beta``: seconds to move ``nbytes`` over one link (numbers or arrays)."""
+def transfer_terms(nbytes, alpha_s: float, beta_bytes_per_s: float):
+    """The two terms of the model, ``(alpha, nbytes / beta)``: the latency term and the
+    bandwidth term, in seconds (the second a number or an array, as ``nbytes``)."""
     _check_link(alpha_s, beta_bytes_per_s)
     nb = np.asarray(nbytes, dtype=float)
     if np.any(nb < 0):
         raise ValueError("message sizes must not be negative")
-    t = alpha_s + nb / beta_bytes_per_s
-    return float(t) if np.ndim(t) == 0 else t
+    bw = nb / beta_bytes_per_s
+    return alpha_s, (float(bw) if np.ndim(bw) == 0 else bw)
+
+
+def transfer_time(nbytes, alpha_s: float, beta_bytes_per_s: float):
+    """``alpha + nbytes / beta``: seconds to move ``nbytes`` over one link (numbers or arrays)."""
+    latency, bandwidth = transfer_terms(nbytes, alpha_s, beta_bytes_per_s)
+    return latency + bandwidth
 
 
 def crossover_bytes(alpha_s: float, beta_bytes_per_s: float) -> float:
@@ -230,9 +239,9 @@ def plot_alpha_beta(sizes, times, ax=None, fit: Optional[AlphaBeta] = None, labe
     ax.plot(s, t * 1e6, "o", ms=4, color="black", label=label)
     grid = np.geomspace(lo, hi, 200)
     ax.plot(grid, fit.predict(grid) * 1e6, "-", color="tab:red",
-            label=f"fit: alpha = {fit.alpha * 1e6:.3g} us, beta = {fit.beta / 1e9:.3g} GB/s")
+            label=f"fit: alpha = {format_time(fit.alpha)}, beta = {format_rate(fit.beta)}")
     if lo < cross < hi:
-        ax.axvline(cross, color="gray", ls=":", label=f"crossover alpha*beta = {_fmt_bytes(cross)}")
+        ax.axvline(cross, color="gray", ls=":", label=f"crossover alpha*beta = {format_bytes(cross)}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -272,9 +281,3 @@ def _check_n(n: int) -> None:
     if int(n) != n or n < 1:
         raise ValueError(f"the number of ranks must be a whole number >= 1, got {n}")
 
-
-def _fmt_bytes(b: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= scale:
-            return f"{b / scale:.3g} {unit}"
-    return f"{b:.3g} B"

@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .tables import Table
+
 
 @dataclass
 class GPU:
@@ -397,20 +399,16 @@ def this_machine() -> tuple:
     return machine_label(inv, topo), machine_slug(inv, topo)
 
 
-def format_inventory(inv: Inventory) -> str:
-    lines = []
-    if inv.gpus:
-        lines.append(f"GPUs: {inv.gpu_count} (read with {inv.source})")
-        hdr = f"  {'#':>2}  {'name':<28} {'memory':>10}  {'CC':>4}  {'PCI bus id':<16} {'NUMA':>4}"
-        lines.append(hdr)
-        for g in inv.gpus:
-            mem = f"{g.memory_mib} MiB" if g.memory_mib is not None else "?"
-            lines.append(f"  {g.index:>2}  {g.name[:28]:<28} {mem:>10}  {g.compute_capability or '?':>4}  "
-                         f"{g.pci_bus_id or '?':<16} {'' if g.numa_node is None else g.numa_node:>4}")
-    else:
-        lines.append("GPUs: none found. The course runs in CPU mode: real gloo runs on CPU "
-                     "processes, and recorded GPU results shown as recorded.")
-    lines.append(f"mode: {inv.mode}")
+def gpu_table(inv: Inventory) -> Table:
+    """The GPUs: index, name, memory, compute capability, PCI bus id, NUMA node."""
+    return Table([("index", "int", "#"), ("name", "text"), ("memory_mib", "bytes:MiB", "memory"),
+                  ("compute_capability", "text", "CC"), ("pci_bus_id", "text", "PCI bus id"),
+                  ("numa_node", "int", "NUMA")],
+                 [dataclasses.asdict(g) for g in inv.gpus], missing="?")
+
+
+def software_table(inv: Inventory) -> Table:
+    """Driver, CUDA, NCCL, frameworks, Horovod's build, host and data set, one per line."""
     rows = [("driver", inv.driver), ("CUDA (driver supports)", inv.cuda_driver),
             ("CUDA (torch built with)", inv.cuda_runtime), ("NCCL (torch's)", inv.nccl),
             ("torch", inv.torch), ("tensorflow", inv.tensorflow), ("horovod", inv.horovod)]
@@ -421,8 +419,21 @@ def format_inventory(inv: Inventory) -> str:
         rows.append(("horovod tensor ops", ", ".join(hb.get("tensor_operations", [])) or "-"))
     rows += [("nvcc", inv.nvcc), ("python", inv.python), ("host", inv.hostname),
              ("CUDA_VISIBLE_DEVICES", inv.cuda_visible_devices), ("Fashion-MNIST", inv.dataset)]
-    for k, v in rows:
-        lines.append(f"{k:<24} {v if v is not None else 'not found'}")
+    return Table([("item", "text"), ("value", "text")], rows, header=False, missing="not found")
+
+
+def format_inventory(inv: Inventory) -> str:
+    """What ``ddlab doctor`` prints: the GPUs (:func:`gpu_table`), the mode, the software
+    (:func:`software_table`) and any notes."""
+    lines = []
+    if inv.gpus:
+        lines.append(f"GPUs: {inv.gpu_count} (read with {inv.source})")
+        lines.append(str(gpu_table(inv)))
+    else:
+        lines.append("GPUs: none found. The course runs in CPU mode: real gloo runs on CPU "
+                     "processes, and recorded GPU results shown as recorded.")
+    lines.append(f"mode: {inv.mode}")
+    lines.append(str(software_table(inv)))
     for n in inv.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import nccl as _nccl
+from .tables import Table
+from .units import significant
 
 GB = 1e9  # link rates are decimal
 
@@ -212,13 +214,12 @@ def get(link) -> LinkTech:
                      f"(or build one with ddlab.links.nvlink(generation, links))")
 
 
-def table(keys=None) -> str:
-    """The catalogue as a plain-text table (name, GB/s per direction, latency)."""
+def table(keys=None) -> Table:
+    """The catalogue as a table (name, GB/s per direction to four digits, latency)."""
     rows = [get(k) for k in (keys or LINKS)]
-    w = max(len(t.name) for t in rows)
-    out = [f"{'link':<{w}}  {'GB/s per direction':>18}  {'latency':>9}", "-" * (w + 31)]
-    out += [f"{t.name:<{w}}  {t.bandwidth_gbs:>18.4g}  {t.latency_us:>6g} us" for t in rows]
-    return "\n".join(out)
+    return Table([("link", "text"), ("bandwidth_gbs", lambda v: significant(v, 4), "GB/s per direction"),
+                  ("latency_us", "time:us", "latency")],
+                 [[t.name, t.bandwidth_gbs, t.latency_us] for t in rows], align={"bandwidth_gbs": "right"})
 
 
 def sources(keys=None) -> str:

@@ -1,6 +1,6 @@
 """The four Fashion-MNIST models of the course in tf.keras, layer for layer the twins of
-:mod:`ddlab.models_torch` (same widths, same parameter counts; see that module for the
-table and for why the case-study reports' MLP counts differ from ours).
+:mod:`ddlab.models_torch`, built from the same widths in :mod:`ddlab.models` (see that module
+for the table and for why the case-study reports' MLP counts differ from ours).
 
 tf.keras here means the ``tf-keras`` package selected by ``TF_USE_LEGACY_KERAS=1``, which
 must be set before TensorFlow is first imported: Horovod's Keras API does not work with
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from .models_torch import CNN_DENSE, MLP_DROPOUT, MLP_WIDTHS, MODELS, NUM_CLASSES
+from .models import CNN_DENSE, MLP_DROPOUT, MLP_WIDTHS, MODELS, NUM_CLASSES, check  # noqa: F401
 
 # What TensorFlow must see before it is first imported: tf.keras = tf-keras (Horovod's Keras
 # API needs it, not Keras 3), and no start-up INFO lines (oneDNN, CPU features) drowning the
@@ -47,8 +47,7 @@ def keras():
 def build(name: str):
     """A freshly initialised, uncompiled tf.keras model taking (28, 28, 1) images and
     returning logits (seed with ``tf.keras.utils.set_random_seed`` first)."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    check(name)
     k = keras()
     L = k.layers
     layers = [k.Input(shape=(28, 28, 1))]

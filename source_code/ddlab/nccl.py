@@ -243,11 +243,7 @@ class LevelTable:
     levels: tuple = field(default=P2P_LEVELS)
 
     def __str__(self) -> str:
-        out = [f"{'NCCL_P2P_LEVEL':<15} P2P allowed over ({self.total_pairs} pairs in all)"]
-        for r in self.rows:
-            out.append(f"{r['level']:<15} {', '.join(r['labels']) if r['labels'] else 'none: P2P off'}  "
-                       f"({r['pairs']} pairs)")
-        return "\n".join(out)
+        return str(self.table())
 
     def splitlines(self) -> list:
         return str(self).splitlines()

@@ -20,12 +20,15 @@ NCCL line at all gives an empty log (``log.empty``).
 """
 from __future__ import annotations
 
+import html
 import json
 import re
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Optional
+
+from .tables import Table
 
 KINDS = ("P2P", "SHM", "NET/Socket", "NET/IB", "NET/other")
 NO_NCCL_LINES = "no NCCL INFO lines found; run with NCCL_DEBUG=INFO"
@@ -121,35 +124,57 @@ class NcclLog:
             return f"{head}: all {len(self.connections)} connections {next(iter(counts))}"
         return f"{head}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
 
-    def table(self) -> str:
-        """A readable transport table: kinds, transports as printed, and rank pairs."""
+    def kind_table(self) -> Table:
+        """Connections per kind of transport, with the transports as NCCL printed them."""
+        by_kind: dict = {}
+        for c in self.connections:
+            by_kind.setdefault(c.kind, Counter())[c.transport] += 1
+        return Table([("kind", "text"), ("connections", "int"), ("printed", "text", "transports as printed")],
+                     [[kind, n, ", ".join(f"{t} ({m})" for t, m in by_kind[kind].most_common())]
+                      for kind, n in self.transport_counts().items()])
+
+    def pair_table(self) -> Table:
+        """One row per pair of ranks: how many channels connect them, over which transport."""
+        pairs: dict = {}
+        for c in self.connections:
+            pairs.setdefault((c.src_rank, c.dst_rank), []).append(c)
+        rows = []
+        for (s, d), cs in sorted(pairs.items()):
+            ts = Counter(c.transport for c in cs)
+            rows.append([f"{s} -> {d}", len({c.channel for c in cs}),
+                         ", ".join(t if m == len(cs) else f"{t} ({m})" for t, m in ts.most_common())])
+        return Table([("ranks", "text"), ("channels", "int"), ("transport", "text")], rows)
+
+    def _parts(self) -> list:
+        """The report in order: ("text", line) and ("table", Table) items."""
         if self.empty:
-            return NO_NCCL_LINES
-        lines = [self.summary()]
+            return [("text", NO_NCCL_LINES)]
+        parts = [("text", self.summary())]
         if self.env:
-            lines.append("set by environment: " + ", ".join(f"{k}={v}" for k, v in self.env.items()))
+            parts.append(("text", "set by environment: " + ", ".join(f"{k}={v}" for k, v in self.env.items())))
         if self.connections:
-            by_kind: dict = {}
-            for c in self.connections:
-                by_kind.setdefault(c.kind, Counter())[c.transport] += 1
-            lines += ["", f"{'kind':<12} {'connections':>11}  transports as printed"]
-            for kind, n in self.transport_counts().items():
-                printed = ", ".join(f"{t} ({m})" for t, m in by_kind[kind].most_common())
-                lines.append(f"{kind:<12} {n:>11}  {printed}")
-            pairs: dict = {}
-            for c in self.connections:
-                pairs.setdefault((c.src_rank, c.dst_rank), []).append(c)
-            lines += ["", f"{'ranks':<10} {'channels':>8}  transport"]
-            for (s, d), cs in sorted(pairs.items()):
-                ts = Counter(c.transport for c in cs)
-                lines.append(f"{f'{s} -> {d}':<10} {len({c.channel for c in cs}):>8}  "
-                             + ", ".join(t if m == len(cs) else f"{t} ({m})" for t, m in ts.most_common()))
+            parts += [("table", self.kind_table()), ("table", self.pair_table())]
             if any(c.direction for c in self.connections):
-                lines.append("(a network connection is printed by both ends: [send] by the sender, [receive] by "
-                             "the receiver, so it is counted twice)")
+                parts.append(("text", "(a network connection is printed by both ends: [send] by the sender, "
+                                      "[receive] by the receiver, so it is counted twice)"))
         if self.warnings:
-            lines += ["", f"NCCL warnings ({len(self.warnings)}):"] + [f"  {w}" for w in self.warnings[:10]]
-        return "\n".join(lines)
+            parts.append(("text", f"NCCL warnings ({len(self.warnings)}):\n"
+                          + "\n".join(f"  {w}" for w in self.warnings[:10])))
+        return parts
+
+    def table(self) -> str:
+        """A readable report: the summary, the settings NCCL read, the transports by kind and
+        by pair of ranks (:meth:`kind_table`, :meth:`pair_table`), and NCCL's warnings."""
+        out = []
+        for kind, part in self._parts():
+            if kind == "table" or (out and part.startswith("NCCL warnings")):
+                out.append("")
+            out.append(str(part))
+        return "\n".join(out)
+
+    def _repr_html_(self) -> str:
+        return "".join(part._repr_html_() if kind == "table" else f"<pre>{html.escape(part)}</pre>"
+                       for kind, part in self._parts())
 
     def to_dict(self) -> dict:
         return {"version": self.version, "version_full": self.version_full, "nranks": self.nranks, "env": self.env,
@@ -200,28 +225,9 @@ def parse_file(path: str) -> NcclLog:
 
 
 # ----------------------------------------------------------------------------- capture on GPUs
-def _allreduce_worker() -> int:
-    """Run under torchrun: one NCCL all-reduce per rank so NCCL sets up its connections."""
-    import os
-
-    from .launch import install_hang_traceback
-    install_hang_traceback()  # a worker killed for hanging says where it was
-    import torch
-    import torch.distributed as dist
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if not torch.cuda.is_available() or torch.cuda.device_count() <= local:
-        print(f"rank {rank}: no CUDA device {local} (torch sees {torch.cuda.device_count()})", flush=True)
-        return 3
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    x = torch.ones(1 << 20, device="cuda") * (rank + 1)
-    dist.all_reduce(x)
-    torch.cuda.synchronize()
-    want = sum(range(1, dist.get_world_size() + 1))
-    ok = bool(torch.all(x == want))
-    print(f"rank {rank}: all-reduce {'correct' if ok else 'WRONG'} ({x[0].item()} vs {want})", flush=True)
-    dist.destroy_process_group()
-    return 0 if ok else 4
+# The all-reduce that makes NCCL set up (and print) its connections is the smoke check
+# ddlab.smoke nccl-allreduce, at 4 MiB per rank.
+CAPTURE_ELEMENTS = 1 << 20
 
 
 def capture_allreduce_log(env: Optional[dict] = None, nproc: int = 2, timeout: float = 300.0) -> str:
@@ -237,7 +243,8 @@ def capture_allreduce_log(env: Optional[dict] = None, nproc: int = 2, timeout: f
                            f"Parse a recorded log instead: ddlab nccl-log FILE")
     run_env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": None}
     run_env.update(env or {})
-    result = launch.run(["-m", "ddlab.nccl_log", "--allreduce-worker"], launcher="torchrun", nproc=nproc,
+    result = launch.run(["-m", "ddlab.smoke", "nccl-allreduce", "--elements", str(CAPTURE_ELEMENTS)],
+                        launcher="torchrun", nproc=nproc,
                         env=run_env, timeout=timeout)
     return result.output
 
@@ -295,6 +302,4 @@ def cli(argv: list) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--allreduce-worker"]:
-        sys.exit(_allreduce_worker())
     sys.exit(cli(sys.argv[1:]))

@@ -38,6 +38,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from . import SOURCE_DIR
+from .tables import Table
 
 PROGRAM_DIR = os.path.join(SOURCE_DIR, "p2p_bandwidth_latency")
 PROGRAM_NAME = "p2p_bandwidth_latency"
@@ -151,7 +152,21 @@ class P2PResult:
         return summary(self, link_peak_gbps)
 
     def table(self) -> str:
+        """Every matrix, as text in our program's format (:func:`parse` reads it back)."""
         return format_tables(self)
+
+    def matrix_table(self, key: str = "uni_p2p_on") -> Table:
+        """One matrix (a standard key such as ``"uni_p2p_on"`` or a variant such as
+        ``"uni_p2p_on:sm:read"``) as a table: rows are source GPUs, columns destinations."""
+        m = self.matrices.get(key, self.variants.get(key))
+        if m is None:
+            have = list(self.matrices) + [k for k in self.variants if k not in self.matrices]
+            raise KeyError(f"no matrix {key!r} in this result; it has {', '.join(have)}")
+        two = lambda v: f"{v:.2f}"  # noqa: E731  (the program's own precision)
+        cols = [("src", "int", "src \\ dst")] + [(f"gpu{g}", two, str(g)) for g in self.labels]
+        rows = [[g] + [float(x) if np.isfinite(x) else None for x in row] for g, row in zip(self.labels, m)]
+        title = TITLES.get(key, f"{key} (GB/s or us)")
+        return Table(cols, rows, title=title, align={f"gpu{g}": "right" for g in self.labels})
 
 
 def _square(m, n: int, key: str) -> np.ndarray:

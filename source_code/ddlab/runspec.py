@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Mapping, Optional
 
 from . import SOURCE_DIR
+from .models import MODELS  # the one list of the course's models
 
 SCRIPTS = {"torch": os.path.join(SOURCE_DIR, "train", "fmnist_torch.py"),
            "keras": os.path.join(SOURCE_DIR, "train", "fmnist_keras.py")}
@@ -23,7 +24,6 @@ FRAMEWORKS = tuple(SCRIPTS)
 # the script's --launcher -> the ddlab.launch launcher that starts its workers
 LAUNCHERS = {"none": "python", "ddp": "torchrun", "horovod": "horovodrun"}
 FRAMEWORK_LAUNCHERS = {"torch": ("none", "ddp", "horovod"), "keras": ("none", "horovod")}
-MODELS = ("cnn", "wide", "mlp-small", "mlp-large")
 DEVICES = ("cpu", "cuda")
 PRECISIONS = ("fp32", "bf16")
 CUDA_GRAPH = ("auto", "on", "off")

@@ -8,11 +8,15 @@ Checks:
   ddp-step    one DDP training step with torch.distributed (gloo on CPU, NCCL on GPUs);
               ranks start from different weights, DDP broadcasts rank 0's, and after the
               step every rank prints a checksum of its weights: they must be equal.
-  nccl-allreduce  a torch.distributed all-reduce on GPUs, to read NCCL's transport choice
-              with NCCL_DEBUG=INFO.
+  nccl-allreduce  a torch.distributed NCCL all-reduce on GPUs (one per rank), to read NCCL's
+              transport choice with NCCL_DEBUG=INFO (``ddlab nccl-log --capture`` runs it);
+              every rank contributes rank+1 and checks the sum. Without a GPU for the rank it
+              reports ok=False and initialises nothing.
   hang        rank 0 waits forever in a collective that rank 1 never joins (for testing
               that a launch timeout kills everything).
 Each prints one line ``SMOKE <check> rank=<r> size=<n> ok=<bool> <details>``.
+``--elements N`` sets the tensor length of the all-reduce checks (hvd-torch, hvd-tf,
+nccl-allreduce).
 """
 from __future__ import annotations
 
@@ -100,13 +104,22 @@ def ddp_step() -> bool:
 
 def nccl_allreduce(n_elems: int = 1 << 24) -> bool:
     import torch
-    dist, dev = _init_torch_dist()
+    import torch.distributed as dist
+    rank, local = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    size = int(os.environ.get("WORLD_SIZE", 1))
+    if not torch.cuda.is_available() or torch.cuda.device_count() <= local:
+        _line("nccl-allreduce", rank, size, False, reason="no-gpu", local_rank=local,
+              cuda_devices=torch.cuda.device_count())
+        return False
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     rank, size = dist.get_rank(), dist.get_world_size()
-    t = torch.full((n_elems,), float(rank + 1), device=dev)
+    t = torch.full((n_elems,), float(rank + 1), device="cuda")
     dist.all_reduce(t)
+    torch.cuda.synchronize()
     expect = size * (size + 1) / 2
     ok = bool(torch.all(t == expect).item())
-    _line("nccl-allreduce", rank, size, ok, backend=dist.get_backend(), value=float(t[0]))
+    _line("nccl-allreduce", rank, size, ok, backend=dist.get_backend(), value=float(t[0]), expected=expect)
     dist.destroy_process_group()
     return ok
 
@@ -129,14 +142,22 @@ CHECKS = {"hvd-torch": hvd_torch, "hvd-tf": hvd_tf, "ddp-step": ddp_step,
           "nccl-allreduce": nccl_allreduce, "hang": hang}
 
 
+SIZED = ("hvd-torch", "hvd-tf", "nccl-allreduce")     # checks that take --elements
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = f"usage: python -m ddlab.smoke {{{','.join(CHECKS)}}} [--elements N]"
+    kwargs = {}
+    if len(argv) == 3 and argv[1] == "--elements" and argv[0] in SIZED and argv[2].isdigit() and int(argv[2]) > 0:
+        kwargs["n_elems"] = int(argv[2])
+        argv = argv[:1]
+    if len(argv) != 1 or argv[0] not in CHECKS:
+        print(usage, file=sys.stderr)
+        return 2
     from .launch import install_hang_traceback
     install_hang_traceback()  # a worker killed for hanging says where it was
-    if len(argv) != 1 or argv[0] not in CHECKS:
-        print(f"usage: python -m ddlab.smoke {{{','.join(CHECKS)}}}", file=sys.stderr)
-        return 2
-    return 0 if CHECKS[argv[0]]() else 1
+    return 0 if CHECKS[argv[0]](**kwargs) else 1
 
 
 if __name__ == "__main__":

@@ -103,11 +103,12 @@ class Table:
     ``rows``: dicts (read by key; missing keys are missing values) or sequences (by position).
     ``title`` goes above the table (the HTML caption), ``notes`` (a string or a list of
     them) below it. ``align``: a dict key -> ``"left"``/``"right"`` overriding the columns'.
+    ``header=False`` leaves out the column headings (a list of names and values).
     """
 
     def __init__(self, columns: Sequence, rows: Sequence = (), title: Optional[str] = None,
                  notes: Union[None, str, Sequence[str]] = None, align: Optional[dict] = None,
-                 missing: str = units.NA):
+                 missing: str = units.NA, header: bool = True):
         cols = [_column(c) for c in columns]
         if not cols:
             raise ValueError("a table needs at least one column")
@@ -124,6 +125,7 @@ class Table:
         self.title = title
         self.notes = [notes] if isinstance(notes, str) else list(notes or [])
         self.missing = missing
+        self.header = header
 
     def _row(self, row, i: int) -> dict:
         if isinstance(row, dict):
@@ -180,18 +182,20 @@ class Table:
         return [[self.cell(r, c) for c in self.columns] for r in self.rows]
 
     def text(self) -> str:
-        """Title, header, a rule, the rows, the notes; columns two spaces apart. Header, rule and
-        rows all have the same width (cells are padded, the last one included)."""
+        """Title, header, a rule, the rows, the notes; columns two spaces apart, each as wide as
+        its widest cell, so every column starts at the same place on every line. The rule spans
+        the whole width; no line ends in spaces."""
         body = self.cells()
-        heads = [c.heading for c in self.columns]
+        heads = [c.heading if self.header else "" for c in self.columns]
         widths = [max([len(h)] + [len(row[i]) for row in body]) for i, h in enumerate(heads)]
         right = [self._right(c) for c in self.columns]
 
         def line(cells):
-            return "  ".join(x.rjust(w) if r else x.ljust(w) for x, w, r in zip(cells, widths, right))
+            return "  ".join(x.rjust(w) if r else x.ljust(w) for x, w, r in zip(cells, widths, right)).rstrip()
 
         out = [self.title] if self.title else []
-        out += [line(heads), "  ".join("-" * w for w in widths)]
+        if self.header:
+            out += [line(heads), "  ".join("-" * w for w in widths)]
         out += [line(row) for row in body]
         out += self.notes
         return "\n".join(out)
@@ -207,13 +211,15 @@ class Table:
         right = [self._right(c) for c in self.columns]
 
         def td(tag, text, r):
-            return f"<{tag} style=\"white-space: nowrap; text-align: {'right' if r else 'left'}\">{esc(text)}</{tag}>"
+            style = "text-align: right; font-variant-numeric: tabular-nums" if r else "text-align: left"
+            return f"<{tag} style=\"white-space: nowrap; {style}\">{esc(text)}</{tag}>"
 
         parts = ["<table class=\"ddlab-table\">"]
         if self.title:
             parts.append(f"<caption style=\"text-align: left; font-weight: bold\">{esc(self.title)}</caption>")
-        parts.append("<thead><tr>" + "".join(td("th", c.heading, r) for c, r in zip(self.columns, right))
-                     + "</tr></thead>")
+        if self.header:
+            parts.append("<thead><tr>" + "".join(td("th", c.heading, r) for c, r in zip(self.columns, right))
+                         + "</tr></thead>")
         parts.append("<tbody>")
         for row in self.cells():
             parts.append("<tr>" + "".join(td("td", x, r) for x, r in zip(row, right)) + "</tr>")

@@ -44,6 +44,7 @@ from typing import Optional, Union
 
 # What each `nvidia-smi topo -m` link kind means, and the link catalogue: ddlab.links (below this module).
 from .links import LINK_KINDS
+from .tables import Table
 
 REFERENCE_KIND = "topologies"  # source_code/reference/topologies/<name>.json
 
@@ -606,8 +607,8 @@ class Topology:
         return shown + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "")
 
     # -- output
-    def matrix_table(self) -> str:
-        """The matrix re-printed with aligned columns (NIC names from the legend)."""
+    def matrix_table(self) -> Table:
+        """The matrix as a table with aligned columns (NIC names from the legend)."""
         names = {c: self.nic_legend.get(c, c) for c in self.devices}
         cols = [names[c] for c in self.devices]
         has = {k: any(v is not None for v in self._extra(k).values()) for k in ("cpu_affinity", "numa_affinity",
@@ -622,8 +623,7 @@ class Topology:
             ex = self.extras.get(r, {})
             row += [ex.get(k) or ("-" if _GPU.fullmatch(r) else "") for k, _ in extra_titles]
             rows.append(row)
-        widths = [max(len(str(row[c])) for row in rows) for c in range(len(rows[0]))]
-        return "\n".join("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows)
+        return Table([(f"c{i}", "text", head) for i, head in enumerate(rows[0])], rows[1:], missing="")
 
     def to_dict(self) -> dict:
         """Everything needed to rebuild it (the raw text) plus the parsed facts for readers."""
@@ -938,18 +938,26 @@ def report(topo: Topology) -> str:
     lines += ["", topo.matrix_table(), ""]
     gpus = topo.gpus
     if len(gpus) >= 2:
-        lines.append("GPU pairs, best link first (ties on one line):")
-        for g in topo.ranked_pairs():
-            lines.append(f"  {g.place:>2}. {g.label:<6} {topo._pair_list(g.pairs, limit=12)}")
-        lines.append("")
+        lines += ["GPU pairs, best link first (ties on one line):", ranked_pairs_table(topo), ""]
     if len(gpus) >= 3:
-        lines.append("Best subsets (weakest link first, then the sum of link ranks):")
-        for k in range(2, len(gpus)):
-            s = topo.best_subset(k)
-            lines.append(f"  k={k:<2} GPUs {','.join(map(str, s.gpus)):<24} weakest {s.weakest.label}")
-        lines.append("")
+        lines += ["Best subsets (weakest link first, then the sum of link ranks):", best_subsets_table(topo), ""]
     lines.append(topo.summary())
-    return "\n".join(lines)
+    return "\n".join(map(str, lines))
+
+
+def ranked_pairs_table(topo: Topology) -> Table:
+    """The GPU pairs grouped by link, best link first (``topo.ranked_pairs()``)."""
+    return Table([("place", "int", "#"), ("label", "text", "link"), ("pairs", "text")],
+                 [[g.place, g.label, topo._pair_list(g.pairs, limit=12)] for g in topo.ranked_pairs()])
+
+
+def best_subsets_table(topo: Topology) -> Table:
+    """For k = 2 .. (number of GPUs - 1): the best k GPUs and their weakest link."""
+    rows = []
+    for k in range(2, len(topo.gpus)):
+        s = topo.best_subset(k)
+        rows.append([k, ",".join(map(str, s.gpus)), s.weakest.label])
+    return Table([("k", "int"), ("gpus", "text", "GPUs"), ("weakest", "text", "weakest link")], rows)
 
 
 def _report_dict(topo: Topology) -> dict:
@@ -973,12 +981,15 @@ def cli(argv: list) -> int:
                    "reference/topologies/NAME.json")
     a = p.parse_args(argv)
     if a.list:
+        rows = []
         for name in recorded_names():
             try:
                 t = recorded(name)
-                print(f"{name:<14} {len(t.gpus)} GPUs  {t.description or ''}")
+                rows.append([name, len(t.gpus), t.description or ""])
             except (ValueError, OSError) as exc:
-                print(f"{name:<14} unreadable: {exc}")
+                rows.append([name, None, f"unreadable: {exc}"])
+        print(Table([("name", "text", "recorded machine"), ("gpus", "int", "GPUs"), ("description", "text")],
+                    rows, missing=""))
         return 0
     if a.save and (a.file or a.recorded):
         print("ddlab topo: --save records this machine's live topology; it cannot be combined with --file or "

@@ -41,8 +41,10 @@ TIME_SCALE = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 def is_missing(value) -> bool:
-    """``None`` or a float NaN."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    """``None`` or a NaN (a Python or numpy float)."""
+    if value is None:
+        return True
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, int)) and math.isnan(float(value))
 
 
 def _number(value, what: str) -> Optional[float]:

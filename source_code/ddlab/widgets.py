@@ -24,38 +24,12 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from . import cost_model
 from . import links as _links
-
-
-# --------------------------------------------------------------------------- units
-def format_bytes(n: float) -> str:
-    """Binary units for message sizes: 65536 -> '64 KiB'."""
-    if n < 0:
-        raise ValueError(f"a size cannot be negative: {n}")
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            v = n / size
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def format_time(seconds: float) -> str:
-    """'4.00 us', '1.25 ms', '2.1 s' (three significant figures)."""
-    if seconds < 1e-6:
-        return f"{seconds * 1e9:.3g} ns"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
-
-
-def format_rate(bytes_per_s: float) -> str:
-    """Decimal units for rates, as link specs use: 16.4e9 -> '16.4 GB/s'."""
-    for unit, size in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if bytes_per_s >= size:
-            return f"{bytes_per_s / size:.3g} {unit}"
-    return f"{bytes_per_s:.3g} B/s"
+from .tables import Table
+# Sizes, times and rates are written by ddlab.units; widgets.format_bytes, format_time and
+# format_rate (names the notebooks use) are those functions themselves, not copies.
+from .units import format_bytes, format_rate, format_ratio, format_time  # noqa: F401
 
 
 # --------------------------------------------------------------------------- the model
@@ -88,7 +62,7 @@ class MessageTime:
     @property
     def crossover_bytes(self) -> float:
         """n at which both terms are equal: alpha x beta. Smaller messages are latency-bound."""
-        return self.latency_s * self.link.bandwidth_Bps
+        return cost_model.crossover_bytes(self.latency_s, self.link.bandwidth_Bps)
 
     def explain(self) -> str:
         beta = self.link.bandwidth_Bps
@@ -128,19 +102,17 @@ def message_time(nbytes: float, link, latency_us: Optional[float] = None,
     if latency_us is not None or bandwidth_gbs is not None:
         tech = dataclasses.replace(tech, latency_us=alpha_us, bandwidth_gbs=beta_gbs,
                                    name=tech.name + " (what-if)")
-    return MessageTime(nbytes=nbytes, link=tech, latency_s=alpha_us * 1e-6,
-                       bandwidth_s=nbytes / (beta_gbs * _links.GB))
+    latency_s, bandwidth_s = cost_model.transfer_terms(nbytes, alpha_us * 1e-6, beta_gbs * _links.GB)
+    return MessageTime(nbytes=nbytes, link=tech, latency_s=latency_s, bandwidth_s=bandwidth_s)
 
 
-def compare_links(nbytes: float, keys=None) -> str:
+def compare_links(nbytes: float, keys=None) -> Table:
     """One message over every link of the catalogue (or ``keys``), as a table."""
     rows = [message_time(nbytes, k) for k in (keys or _links.names())]
-    w = max(len(r.link.name) for r in rows)
-    out = [f"{format_bytes(nbytes)} per message",
-           f"{'link':<{w}}  {'latency':>9}  {'n/beta':>9}  {'total':>9}  dominant"]
-    out += [f"{r.link.name:<{w}}  {format_time(r.latency_s):>9}  {format_time(r.bandwidth_s):>9}  "
-            f"{format_time(r.total_s):>9}  {r.dominant}" for r in rows]
-    return "\n".join(out)
+    return Table([("link", "text"), ("latency", "time"), ("n/beta", "time"), ("total", "time"),
+                  ("dominant", "text")],
+                 [[r.link.name, r.latency_s, r.bandwidth_s, r.total_s, r.dominant] for r in rows],
+                 title=f"{format_bytes(nbytes)} per message")
 
 
 # --------------------------------------------------------------------------- widgets
@@ -209,10 +181,10 @@ def plot_message_times(keys=("pcie3_x16", "pcie5_x16", "nvlink2_x2", "nvlink4_x1
     sizes = np.logspace(0, math.log10(max_bytes), 200)
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
     for t in techs:
-        total = t.latency_s + sizes / t.bandwidth_Bps
+        total = cost_model.transfer_time(sizes, t.latency_s, t.bandwidth_Bps)
         line, = ax_t.loglog(sizes, total * 1e6, label=t.name)
         ax_b.loglog(sizes, sizes / total / 1e9, color=line.get_color(), label=t.name)
-        cross = t.latency_s * t.bandwidth_Bps
+        cross = cost_model.crossover_bytes(t.latency_s, t.bandwidth_Bps)
         ax_b.plot([cross], [t.bandwidth_gbs / 2], "o", color=line.get_color(), ms=5)
         ax_t.plot([cross], [2 * t.latency_us], "o", color=line.get_color(), ms=5)
     ax_t.set(xlabel="message size (bytes)", ylabel="transfer time T (us)",
@@ -300,29 +272,36 @@ class StepWhatIf:
                 return r
         raise KeyError(f"no row for {label!r} on path {path!r}")
 
-    def table(self) -> str:
-        head = ["case", "gradients", "path", "all-reduce", "1-GPU step", "comm / step",
-                f"predicted {self.ranks}-GPU speedup", "verdict"]
-        cells = [head]
-        for r in self.rows:
+    def table(self) -> Table:
+        def cell(r):
             known = r["compute_s"] is not None
-            cells.append([
-                r["label"], format_bytes(r["grad_bytes"]), r["path"], format_time(r["comm_s"]),
-                format_time(r["compute_s"]) if known else "not recorded",
-                f"{r['share']:.2f}" if known else "-", f"{r['speedup']:.2f}x" if known else "-",
-                r["verdict"] or "-"])
-        widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
-        fmt = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
-        out = [f"One step's all-reduce on {self.ranks} GPUs, read off measured sweeps" +
-               (f" ({self.where})" if self.where else ""), fmt(head), "  ".join("-" * w for w in widths)]
-        out += [fmt(c) for c in cells[1:]]
-        out.append(f"comm / step = all-reduce time / one GPU's step time; predicted speedup = {self.ranks} x step / "
-                   "(step + all-reduce), with no overlap of the all-reduce and the backward pass. Verdict: "
-                   + "; ".join(f"{v} {rule}" for v, rule in VERDICT_RULES) + ".")
-        return "\n".join(out)
+            return {"label": r["label"], "grad_bytes": r["grad_bytes"], "path": r["path"], "comm_s": r["comm_s"],
+                    "compute_s": r["compute_s"] if known else "not recorded",
+                    "share": r["share"] if known else "-", "speedup": r["speedup"] if known else "-",
+                    "verdict": r["verdict"] or "-"}
+        cols = [("label", "text", "case"), ("grad_bytes", "bytes", "gradients"), ("path", "text"),
+                ("comm_s", _or_text(format_time), "all-reduce"), ("compute_s", _or_text(format_time), "1-GPU step"),
+                ("share", _or_text(lambda v: f"{v:.2f}"), "comm / step"),
+                ("speedup", _or_text(format_ratio), f"predicted {self.ranks}-GPU speedup"),
+                ("verdict", "text")]
+        note = (f"comm / step = all-reduce time / one GPU's step time; predicted speedup = {self.ranks} x step / "
+                "(step + all-reduce), with no overlap of the all-reduce and the backward pass. Verdict: "
+                + "; ".join(f"{v} {rule}" for v, rule in VERDICT_RULES) + ".")
+        return Table(cols, [cell(r) for r in self.rows],
+                     align={k: "right" for k in ("grad_bytes", "comm_s", "compute_s", "share", "speedup")},
+                     title=f"One step's all-reduce on {self.ranks} GPUs, read off measured sweeps"
+                           + (f" ({self.where})" if self.where else ""), notes=note)
 
     def __str__(self) -> str:
-        return self.table()
+        return str(self.table())
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+
+def _or_text(fmt):
+    """A column formatter that writes numbers with ``fmt`` and leaves words ("not recorded") as they are."""
+    return lambda v: v if isinstance(v, str) else fmt(v)
 
 
 def step_what_if(cases, sweeps, where: str = "") -> StepWhatIf:
@@ -335,7 +314,6 @@ def step_what_if(cases, sweeps, where: str = "") -> StepWhatIf:
     the model predicts when nothing overlaps, ``n * t / (t + comm)``. DDP and Horovod start
     all-reducing during the backward pass, so a run can do somewhat better; a small model's
     backward pass is short, so there is little to hide behind."""
-    from . import cost_model
     if not sweeps:
         raise ValueError("give at least one measured sweep (path -> SweepResult)")
     ranks = {getattr(s, "nproc", None) for s in sweeps.values()}

@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 
 from ddlab import data as ddata  # noqa: E402
 from ddlab import models_keras, throughput, train_common  # noqa: E402
-from ddlab.models_torch import MODELS  # noqa: E402  (names only; torch itself is not imported)
+from ddlab.models import MODELS  # noqa: E402  (names only: no framework is imported)
 from ddlab.train_common import FMNIST_MEAN, FMNIST_STD  # noqa: E402
 
 
