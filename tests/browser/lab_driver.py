@@ -44,8 +44,10 @@ def free_port() -> int:
 
 
 def lab_command(port: int) -> list:
-    """The command line `make lab` runs, with another port (``make lab-command`` prints it)."""
-    out = subprocess.run(["make", "-s", "--no-print-directory", "lab-command", f"LAB_PORT={port}"],
+    """The command line `make lab` runs on a machine without a desktop, with another port
+    (``make lab-command`` prints it)."""
+    out = subprocess.run(["make", "-s", "--no-print-directory", "lab-command", f"LAB_PORT={port}",
+                          "LAB_BROWSER_FLAG=--no-browser"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
     return shlex.split(out.strip())
 
@@ -87,8 +89,6 @@ class LabServer:
                    JUPYTER_RUNTIME_DIR=os.path.join(self.sandbox, "runtime"),
                    PYTHONPATH=os.pathsep.join(p for p in (os.path.join(ROOT, "source_code"),
                                                           os.environ.get("PYTHONPATH")) if p))
-        env.pop("DISPLAY", None)
-        env.pop("WAYLAND_DISPLAY", None)
         self.log_path = log_path
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(self.command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
@@ -370,21 +370,27 @@ class NotebookRun:
         self.report.broken_widgets = found["brokenWidgets"]
         self.report.dialogs = self.report.dialogs or self._dialogs()
 
-    def shot_pages(self, name: str, max_pages: int = 80) -> None:
-        """The whole notebook, one viewport-high screenshot per page of scrolling (pages overlap a little)."""
+    def shot_pages(self, name: str, max_pages: int = 150) -> None:
+        """The whole notebook, one viewport-high screenshot per page of scrolling (pages overlap a
+        little). Cells off screen have only estimated heights until shown, so the end is found by
+        scrolling: the last page is the one showing the bottom of the last cell."""
         outer = "document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"
-        total, view = self.page.evaluate(f"""() => {{
-          const outer = {outer};
+        where = f"""() => {{
+          const outer = {outer}, box = outer.getBoundingClientRect();
           const cells = outer.querySelectorAll('.jp-Cell');
-          const last = cells[cells.length - 1].getBoundingClientRect().bottom;
-          return [last - outer.getBoundingClientRect().top + outer.scrollTop, outer.clientHeight];
-        }}""")
-        step = max(view - 60, 100)
-        pages = min(max_pages, 1 + max(0, -(-(int(total) - view) // step)))
-        for i in range(pages):
-            self.page.evaluate(f"() => {{ {outer}.scrollTop = {i * step}; }}")
+          return {{top: outer.scrollTop, view: outer.clientHeight,
+                   lastBottom: cells[cells.length - 1].getBoundingClientRect().bottom - box.top}};
+        }}"""
+        self.page.evaluate(f"() => {{ {outer}.scrollTop = 0; }}")
+        for i in range(max_pages):
             self.page.wait_for_timeout(400)
             self.shot(f"{name}-p{i + 1:02d}")
+            at = self.page.evaluate(where)
+            if at["lastBottom"] <= at["view"]:
+                break
+            self.page.evaluate(f"() => {{ {outer}.scrollTop = {at['top'] + max(at['view'] - 60, 100)}; }}")
+            if self.page.evaluate(where)["top"] == at["top"]:
+                break
         self.page.evaluate(f"() => {{ {outer}.scrollTop = 0; }}")
 
     def move_sliders(self, timeout_s: float = 30.0) -> None:
