@@ -29,7 +29,7 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 LAB_BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
 # The one JupyterLab command line: `make lab` runs it, the browser test starts it too.
 LAB_HINT_DESKTOP := Your browser opens the course. If it does not: open the address below that ends in ?token=...
-LAB_HINT_HEADLESS := No desktop here: open the address below that ends in ?token=... in a browser (an SSH tunnel for a remote machine).
+LAB_HINT_HEADLESS := No desktop here: open the address below that ends in ?token=... in a browser (through an SSH tunnel from a remote machine) and then Start_Here.ipynb in the file list on the left.
 LAB_CMD = $(VENV)/bin/jupyter lab $(LAB_BROWSER_FLAG) --ip=$(LAB_IP) --port=$(LAB_PORT) $(LAB_ROOT_FLAG) Start_Here.ipynb
 # JupyterLab defaults for this environment (no news pop-up); overrides.json and a learner's own
 # settings still win.
