@@ -1,10 +1,11 @@
 # Distributed Deep Learning: GPU System Topology
 #
-#   make lab    set everything up, then start JupyterLab on Start_Here.ipynb
-#   make test   set everything up, then run the unit tests and every notebook (nbval)
+#   make lab            set everything up, then start JupyterLab on Start_Here.ipynb
+#   make test           set everything up, then run the unit tests and every notebook (nbval)
+#   make browser-test   every notebook run in JupyterLab in a real browser (Chromium), with screenshots
 #
 # Both are idempotent: stamps under .venv/.stamps skip the steps whose inputs did not change.
-# Other targets: setup deps horovod data kernel images p2p clean help.
+# Other targets: setup deps horovod data kernel lab-settings chromium lab-command images p2p clean help.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -23,13 +24,28 @@ LAB_PORT ?= 8888
 PYTEST_TIMEOUT ?= 1200
 # Containers and lab servers often run as root; Jupyter refuses that unless told.
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# With a desktop (a display, or macOS) JupyterLab opens the course in the default browser;
+# on a headless machine it only prints the address to open (with its token).
+LAB_BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+# The one JupyterLab command line: `make lab` runs it, the browser test starts it too.
+LAB_HINT_DESKTOP := Your browser opens the course. If it does not: open the address below that ends in ?token=...
+LAB_HINT_HEADLESS := No desktop here: open the address below that ends in ?token=... in a browser (through an SSH tunnel from a remote machine) and then Start_Here.ipynb in the file list on the left.
+LAB_CMD = $(VENV)/bin/jupyter lab $(LAB_BROWSER_FLAG) --ip=$(LAB_IP) --port=$(LAB_PORT) $(LAB_ROOT_FLAG) Start_Here.ipynb
+# JupyterLab defaults for this environment (no news pop-up); overrides.json and a learner's own
+# settings still win.
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/ddlab.json
+# The browser test drives Debian's Chromium (Playwright's own browser download is not used).
+CHROMIUM ?= /usr/bin/chromium
+CHROMIUM_PACKAGES := chromium fonts-noto-color-emoji fonts-dejavu-core
+BROWSER_TEST_TIMEOUT ?= 3600
 
-.PHONY: help setup deps horovod data kernel lab test images p2p clean
+.PHONY: help setup deps horovod data kernel lab-settings lab lab-command test browser-test chromium images p2p clean
 
 help:
 	@echo "make lab    - set up (venv, pinned dependencies, Horovod, Fashion-MNIST, kernel) and start JupyterLab"
 	@echo "make test   - set up, then unit tests + every notebook under nbval"
-	@echo "make setup | deps | horovod [PYTHON=...] | data | kernel | images | p2p | clean"
+	@echo "make browser-test - set up (and Chromium), then every notebook in JupyterLab in a real browser"
+	@echo "make setup | deps | horovod [PYTHON=...] | data | kernel | lab-settings | chromium | images | p2p | clean"
 
 $(VPY):
 	@$(BOOTSTRAP_PYTHON) -c 'import sys; v = sys.version_info[:2]; ok = (3, 10) <= v <= (3, 12); \
@@ -58,8 +74,9 @@ $(STAMPS)/ddlab: pyproject.toml $(STAMPS)/deps
 	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/kernel: $(STAMPS)/ddlab
-	$(VPY) -m ipykernel install --sys-prefix --name ddlab --display-name "Python (ddlab)" >/dev/null
+# The course's kernel "Python (ddlab)" (source_code/ddlab/kernel.py says why it is not plain ipykernel's).
+$(STAMPS)/kernel: $(STAMPS)/ddlab source_code/ddlab/kernel.py
+	$(VPY) -m ddlab.kernel >/dev/null
 	@mkdir -p $(STAMPS) && touch $@
 
 kernel: $(STAMPS)/kernel
@@ -69,14 +86,40 @@ kernel: $(STAMPS)/kernel
 data: $(STAMPS)/ddlab
 	@bash tools/get_data.sh $(VPY)
 
-setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel data
+$(LAB_SETTINGS): tools/jupyterlab-overrides.json | $(STAMPS)/deps
+	install -D -m 644 $< $@
 
+lab-settings: $(LAB_SETTINGS)
+
+setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
+
+# tests/browser is the browser test: `make browser-test` runs it, on its own.
 test: setup
-	$(VPY) -m pytest --timeout=$(PYTEST_TIMEOUT) --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
+	$(VPY) -m pytest --timeout=$(PYTEST_TIMEOUT) --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
 
 lab: setup
-	@echo "Starting JupyterLab on http://$(LAB_IP):$(LAB_PORT) (token below; Ctrl-C stops it)"
-	$(VENV)/bin/jupyter lab --no-browser --ip=$(LAB_IP) --port=$(LAB_PORT) $(LAB_ROOT_FLAG) Start_Here.ipynb
+	@echo "Starting JupyterLab on http://$(LAB_IP):$(LAB_PORT) (Ctrl-C stops it)."
+	@echo "$(if $(LAB_BROWSER_FLAG),$(LAB_HINT_HEADLESS),$(LAB_HINT_DESKTOP))"
+	$(LAB_CMD)
+
+# The command `make lab` runs, printed (the browser test starts the same server on another port).
+lab-command:
+	@echo '$(LAB_CMD)'
+
+# Debian's Chromium and the fonts the notebooks need (emoji, DejaVu), installed when missing.
+chromium:
+	@missing=$$(for p in $(CHROMIUM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -x "$(CHROMIUM)" ] && { [ "$(CHROMIUM)" != /usr/bin/chromium ] || [ -z "$$missing" ]; }; then echo "chromium: $(CHROMIUM)"; exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then echo "no apt-get here: install Chromium and pass CHROMIUM=/path/to/chromium"; exit 1; fi; \
+	sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	echo "installing $$missing"; \
+	$$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y --no-install-recommends $$missing
+
+# Start_Here and every notebook in JupyterLab in Chromium; screenshots in results/browser/
+# (or BROWSER_SCREENSHOTS=...). A timeout bounds the whole run.
+browser-test: setup chromium
+	CHROMIUM=$(CHROMIUM) timeout --kill-after=60 $(BROWSER_TEST_TIMEOUT) \
+	  $(VPY) -m pytest tests/browser
 
 images: $(STAMPS)/ddlab
 	$(VPY) tools/make_images.py

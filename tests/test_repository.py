@@ -29,12 +29,40 @@ def test_start_here_links_to_every_notebook():
         assert "notebooks/" + os.path.basename(nb) in start, nb
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_test_commands():
     readme = open(os.path.join(ROOT, "README.md")).read()
     first_block = re.search(r"```\n(.*?)```", readme, re.S).group(1)
-    assert re.search(r"^make lab\b", first_block, re.M) and re.search(r"^make test\b", first_block, re.M)
+    for command in ("make lab", "make test", "make browser-test"):
+        assert re.search(rf"^{command}(\s|$)", first_block, re.M), command
     ci = open(os.path.join(ROOT, ".ci", "run")).read()
-    assert re.search(r"^make test$", ci, re.M)
+    runs = re.findall(r"^make (\S+)$", ci, re.M)
+    assert runs == ["test", "browser-test"], runs
+
+
+def test_the_browser_test_starts_the_server_make_lab_starts():
+    mk = open(os.path.join(ROOT, "Makefile")).read()
+    lab_recipe = re.search(r"^lab: .*?\n((?:\t.*\n)+)", mk, re.M).group(1)
+    assert "\t$(LAB_CMD)\n" in lab_recipe
+    assert re.search(r"^lab-command:\n\t@echo '\$\(LAB_CMD\)'$", mk, re.M)
+    assert re.search(r"^test: .*\n\t.*--ignore=tests/browser", mk, re.M), "make test must leave the browser test to make browser-test"
+
+
+def test_notebooks_open_in_jupyterlab_unmodified():
+    """JupyterLab rewrites a notebook's metadata from the kernel on opening, and assigns cell ids to
+    notebooks older than format 4.5: either marks the notebook modified. Committed notebooks hold
+    exactly what it would write (ddlab.kernel.NOTEBOOK_METADATA) and are nbformat 4.5 with ids."""
+    import nbformat
+    from ddlab.kernel import NOTEBOOK_METADATA
+    for path in notebooks():
+        nb = nbformat.read(path, as_version=nbformat.NO_CONVERT)
+        name = os.path.relpath(path, ROOT)
+        assert (nb.nbformat, nb.nbformat_minor) == (4, 5), f"{name}: nbformat {nb.nbformat}.{nb.nbformat_minor}, want 4.5"
+        nbformat.validate(nb)
+        ids = [c.get("id") for c in nb.cells]
+        assert all(ids) and len(set(ids)) == len(ids), f"{name}: every cell needs its own id"
+        got = {key: nb.metadata.get(key) for key in NOTEBOOK_METADATA}
+        assert got == NOTEBOOK_METADATA, (f"{name}: notebook metadata must be exactly {NOTEBOOK_METADATA} "
+                                          f"(what JupyterLab writes for the course kernel), not {got}")
 
 
 def test_lab_binds_to_loopback_with_a_token():

@@ -7,7 +7,8 @@ collectives (all-reduce sweeps), cost_model (alpha-beta), launch (multi-process 
 timeouts), experiments (named experiments, live or recorded), models_torch / models_keras,
 train_common (what the training scripts share), throughput (honest images/s), data
 (Fashion-MNIST), links (link technologies and their sources), widgets, checks (exercises),
-diagrams, provenance and reference (recorded results), smoke (tiny distributed checks), cli.
+diagrams, provenance and reference (recorded results), smoke (tiny distributed checks), cli,
+kernel (the course's Jupyter kernel).
 """
 __version__ = "0.1.0"
 
