@@ -933,11 +933,20 @@ def _draw(topo: Topology, ax=None, title: Optional[str] = None):
     boxes: list = [(x, y, box_w, box_h) for x, y in xy.values()]  # centre and size of every box
 
     def free_spot(p0, p1):
-        # Try points along the line until one is clear of the boxes and of earlier labels.
-        for t in (0.5, 0.38, 0.62, 0.3, 0.7, 0.44, 0.56, 0.25, 0.75):
+        # Try points along the line until one is clear of the boxes and of earlier labels. A
+        # chord that passes near the centre of the ring crosses the other long chords there
+        # (on a DGX-1 four of them meet in the middle), so its label goes near one end, where
+        # the lines fan out and each label sits clearly on its own line.
+        dx, dy = p1[0] - p0[0], p1[1] - p0[1]
+        off_centre = abs(p0[0] * dy - p0[1] * dx) / max(math.hypot(dx, dy), 1e-9)
+        if n >= 4 and off_centre < 0.45 * radius:
+            spots = (0.24, 0.76, 0.3, 0.7, 0.2, 0.8, 0.36, 0.64)
+        else:
+            spots = (0.5, 0.38, 0.62, 0.3, 0.7, 0.44, 0.56, 0.25, 0.75)
+        for t in spots:
             x, y = p0[0] + t * (p1[0] - p0[0]), p0[1] + t * (p1[1] - p0[1])
             # Labels are wider than tall: keep them apart by a box, not a circle.
-            if all(abs(x - u) > 0.8 or abs(y - v) > 0.4 for u, v in placed_labels) and \
+            if all(abs(x - u) > 1.1 or abs(y - v) > 0.4 for u, v in placed_labels) and \
                     all(abs(x - bx) > bw / 2 + 0.3 or abs(y - by) > bh / 2 + 0.15 for bx, by, bw, bh in boxes):
                 return x, y
         return p0[0] + 0.5 * (p1[0] - p0[0]), p0[1] + 0.5 * (p1[1] - p0[1])
