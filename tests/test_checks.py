@@ -80,8 +80,26 @@ def test_pair_parsing_and_errors(dgx1):
     for bad in ("GPU0", "0-1-2", "best", (1,), (2, 2), None):
         with pytest.raises(ValueError):
             checks.parse_pair(bad)
-    with pytest.raises(ValueError, match="GPU9 is not on this machine"):
-        checks.check_best_worst_pair(dgx1, (0, 9), (0, 5))
+
+
+def test_a_typo_in_a_pair_gets_a_message_listing_the_gpus_not_an_exception(dgx1):
+    r = checks.check_best_worst_pair(dgx1, (0, 9), (0, 5))
+    assert not r and "GPU9, which is not on this machine" in r.message and "my_best" in r.message
+    assert "GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7" in r.message
+    r = checks.check_best_worst_pair(dgx1, (0, 3), "GPU0-GUP5")
+    assert not r and "my_worst = 'GPU0-GUP5' is not a GPU pair" in r.message and "GPU7" in r.message
+    r = checks.check_best_worst_pair(dgx1, (2, 2), None)
+    assert not r and "two different GPUs" in r.message
+
+
+def test_a_partial_answer_gets_feedback_on_the_part_given(dgx1):
+    r = checks.check_best_worst_pair(dgx1, (0, 3), None)
+    assert not r.correct
+    assert r.message.startswith("Best: right. GPU0–GPU3 is NV2")
+    assert "Still missing: my_worst" in r.message and "SYS" not in r.message   # nothing about the worst
+    r = checks.check_best_worst_pair(dgx1, None, (0, 1))
+    assert not r.correct and "Worst: not quite" in r.message and "Still missing: my_best" in r.message
+    assert "NV2" not in r.message                                             # nothing about the best
 
 
 def test_path_ordering_right_and_wrong():
@@ -92,8 +110,11 @@ def test_path_ordering_right_and_wrong():
     assert not wrong.correct and "you predicted shm > default > socket" in wrong.message
     assert checks.check_path_ordering(["P2P", "SHM", "tcp"]).correct      # aliases
     for bad in ("default > shm", "default > shm > shm", "fast > slow > slower", 42):
+        r = checks.check_path_ordering(bad)       # a typo is an answer: a message, not an exception
+        assert not r.correct and "not an ordering of the three paths" in r.message
+        assert "default, shm and socket" in r.message
         with pytest.raises(ValueError):
-            checks.check_path_ordering(bad)
+            checks.parse_ordering(bad)
 
 
 def test_path_ordering_with_a_measurement():
@@ -144,21 +165,50 @@ def test_every_quiz_question_has_a_right_and_wrong_answer(n):
 
 def test_quiz_content_is_consistent_with_the_model():
     from ddlab import widgets
-    # question 1: 64 KiB over alpha=4 us, beta=16 GB/s: the two terms are about equal
+    # question 1: 64 KiB over alpha=4 us, beta=16 GB/s: the bandwidth term is the larger, by a
+    # few percent, and the explanation says so with the right numbers
     r = widgets.message_time(64 * 1024, "pcie3_x16", latency_us=4, bandwidth_gbs=16)
-    assert abs(r.latency_s - r.bandwidth_s) / r.total_s < 0.05
-    assert checks.QUIZ[0].choices[checks.QUIZ[0].answer] == "they are about equal"
+    assert r.bandwidth_s > r.latency_s and r.dominant == "bandwidth"
+    share = (r.bandwidth_s - r.latency_s) / r.latency_s
+    assert 0.01 < share < 0.05
+    q1 = checks.QUIZ[0]
+    assert q1.choices[q1.answer] == "they are within a few percent of each other"
+    assert f"{share:.1%} more than alpha" in q1.explanation and "the bandwidth term is the larger" in q1.explanation
+    assert f"{r.bandwidth_s * 1e6:.1f} us" in q1.explanation
+    # question 4: host staging crosses PCIe twice (once per copy); the text never says once
+    q4 = checks.QUIZ[3]
+    assert q4.choices[q4.answer] == "twice" and q4.explanation.startswith("Twice")
+    assert "crosses once" not in q4.explanation and "two copies, each across PCIe" in q4.why_not[0]
     # question 2: PIX still allows NVLink
     assert checks.QUIZ[1].choices[checks.QUIZ[1].answer] == "still NVLink"
 
 
-def test_quiz_bad_answers():
-    with pytest.raises(ValueError, match="questions 1 to"):
-        checks.check_quiz_answer(0, "a")
-    with pytest.raises(ValueError, match="choices a to c"):
-        checks.check_quiz_answer(1, "z")
-    with pytest.raises(ValueError, match="letter"):
-        checks.check_quiz_answer(1, "ab")
+def test_quiz_bad_answers_get_a_message_with_the_choices():
+    r = checks.check_quiz_answer(0, "a")
+    assert not r and "questions 1 to 7" in r.message
+    r = checks.check_quiz_answer(1, "z")
+    assert not r and "choices a to c" in r.message and "c) they are within a few percent" in r.message
+    r = checks.check_quiz_answer(1, "ab")
+    assert not r and "letter" in r.message
+
+
+def test_results_render_without_emoji_and_with_markdown_as_html():
+    right = checks.CheckResult(True, "Right. Run `ddlab topo` and read **SYS** as *slow* <here>.")
+    page = right._repr_html_()
+    assert "<b style='color:#1b7837'>Right:</b>" in page
+    assert "<code>ddlab topo</code>" in page and "<b>SYS</b>" in page and "<i>slow</i>" in page
+    assert "&lt;here&gt;" in page and "`" not in page and "Right. Run" not in page
+    assert "Not yet:" in checks.CheckResult(False, "Not quite. x")._repr_html_()
+    assert not hasattr(checks.CheckResult, "_repr_markdown_")
+    for obj in (page, checks.CheckResult(False, "x")._repr_html_()):
+        assert all(ord(ch) < 0x2000 for ch in obj)     # no emoji, no pictographs
+    assert checks.inline_html("a_b * c and 2*3") == "a_b * c and 2*3"
+
+
+def test_quiz_text_renders_its_markdown_and_choices_are_plain():
+    for q in checks.QUIZ + checks.DATA_PARALLEL_QUIZ:   # radio labels cannot render markup: choices have none
+        for c in q.choices:
+            assert "`" not in c and "*" not in c
 
 
 def test_quiz_widget_checks_answers():
@@ -173,16 +223,18 @@ def test_quiz_widget_checks_answers():
     assert "Right" in out.value
     radio.value = 0
     button.click()
-    assert "Not quite" in out.value
+    assert "Not yet:" in out.value
+    # question 3's prompt quotes `nvidia-smi topo -m`: shown as code, not with backticks
+    prompt = box.children[2].children[0].value
+    assert "<code>nvidia-smi topo -m</code>" in prompt and "`" not in prompt
     assert "1." in checks.quiz_text() and "c)" in checks.quiz_text()
 
 
 def test_unanswered_exercises_give_nothing_away(dgx1):
     # the notebook's exercise cells start with None so that running them does not reveal the answer
-    for best, worst in ((None, None), ((0, 3), None), (None, (0, 5))):
-        r = checks.check_best_worst_pair(dgx1, best, worst)
-        assert not r.correct and r.message.startswith("No answer yet")
-        assert "NV2" not in r.message and "SYS" not in r.message and "GPU0–GPU3" not in r.message
+    r = checks.check_best_worst_pair(dgx1, None, None)
+    assert not r.correct and r.message.startswith("No answer yet")
+    assert "NV2" not in r.message and "SYS" not in r.message and "GPU0–GPU3" not in r.message
     r = checks.check_path_ordering(None, measured={"default": 300.0, "shm": 27.0, "socket": 3.5})
     assert not r.correct and r.message.startswith("No prediction yet")
     assert "default > shm > socket" not in r.message and "300" not in r.message

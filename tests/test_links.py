@@ -73,7 +73,7 @@ def test_for_label_maps_topology_labels():
 def test_tables_and_legend():
     text = str(links.table())
     assert "PCIe 3.0 x16" in text and "15.75" in text and "450" in text
-    assert "whitepaper" in links.sources(["nvlink4_x18"])
+    assert "whitepaper" in str(links.sources(["nvlink4_x18"]))
     md = links.legend_markdown(pcie_generation=3, nvlink_generation=2, nvlinks=2)
     assert md.count("\n|") >= 7                       # header, rule and six kinds
     assert "NV2: 50 GB/s" in md and "15.8 GB/s" in md and "&lt;n>" in md
@@ -94,3 +94,23 @@ def test_link_kinds_legend_is_complete_and_cited():
     for g in gens:  # per-link rate x links x 2 directions = NVIDIA's stated total
         assert g["GB_s_per_link_per_direction"] * g["links_per_gpu"] * 2 == g["total_GB_s"], g
         assert g["source"]
+
+
+def test_sources_is_a_table_with_one_row_per_source():
+    table = links.sources()
+    rows = links.source_rows()
+    assert len(table) == len(rows) == len({r["says"] for r in rows})    # each source once
+    assert [c.heading for c in table.columns] == ["source", "figures it supports", "reference"]
+    by_source = {r["source"]: r for r in rows}
+    pcie = by_source["lukealonso/p2pmark README"]
+    assert pcie["supports"] == "latency of PCIe 3.0 x16, PCIe 4.0 x16, PCIe 5.0 x16"
+    assert pcie["reference"] == "github.com/lukealonso/p2pmark" and "4.10 us" in pcie["says"]
+    nv = by_source["NVIDIA/cuda-samples issue #230"]
+    assert nv["supports"] == "latency of NVLink 2 (V100), NVLink 3 (A100), NVLink 4 (H100/H200)"
+    assert by_source["PCI-SIG, PCI Express Base Specification Revision 3.0 (2010)"]["reference"] == "the document named (no web address)"
+    html = table._repr_html_()
+    assert html.count("<tr>") == len(rows) + 1 and "github.com/NVIDIA/cuda-samples/issues/230" in html
+    text = str(table).splitlines()
+    assert text[0] == "Sources of the link figures"
+    col = text[1].index("figures it supports")                  # the second column starts at one place
+    assert all(ln[col - 2:col] == "  " and ln[col] != " " for ln in text[3:3 + len(rows)])

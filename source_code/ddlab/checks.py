@@ -8,10 +8,14 @@
   of notebook 2; :data:`DATA_PARALLEL_QUIZ` that of notebook 1 (``quiz(DATA_PARALLEL_QUIZ)``).
 
 Every check returns a :class:`CheckResult`; it is truthy when the answer is right and
-prints as a sentence. Malformed answers raise ``ValueError`` with what was expected.
+prints as a sentence (in Jupyter: a coloured box that starts "Right" or "Not yet"). A
+learner's typo (a GPU that is not on the machine, an unknown path name) is an answer too: the
+result says what was wrong and lists the valid choices, and never raises. The parsers below
+(:func:`parse_pair`, :func:`parse_ordering`) still raise ``ValueError`` for library callers.
 """
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass, field
 from typing import Optional
@@ -22,6 +26,34 @@ from .units import format_count
 
 
 # --------------------------------------------------------------------------- results
+def inline_html(text: str) -> str:
+    """The inline Markdown the checks and the quiz use, as HTML: `code`, **bold**, *italic*;
+    everything else escaped. Widgets (ipywidgets.HTML) do not render Markdown themselves."""
+    out = []
+    for i, part in enumerate(re.split(r"`([^`]*)`", text)):
+        if i % 2:
+            out.append(f"<code>{html.escape(part)}</code>")
+            continue
+        part = html.escape(part, quote=False)
+        part = re.sub(r"\*\*(\S(?:.*?\S)?)\*\*", r"<b>\1</b>", part)
+        part = re.sub(r"(?<![\w*])\*(\S(?:.*?\S)?)\*(?![\w*])", r"<i>\1</i>", part)
+        out.append(part)
+    return "".join(out)
+
+
+# Plain words and colours, no emoji: an emoji glyph shows as an empty box on a machine
+# without an emoji font.
+_VERDICT_STYLE = {True: ("Right", "#1b7837", "#eef7ee"), False: ("Not yet", "#b2182b", "#fbeeee")}
+
+
+def verdict_html(correct: bool, message: str) -> str:
+    """A check's message as a small box: a bold coloured "Right" / "Not yet", then the text."""
+    word, colour, background = _VERDICT_STYLE[bool(correct)]
+    message = re.sub(r"^(?:Right|Not quite)[.:]\s*", "", message)   # the label says it already
+    return (f"<div style='border-left:4px solid {colour};background:{background};padding:4px 8px'>"
+            f"<b style='color:{colour}'>{word}:</b> {inline_html(message)}</div>")
+
+
 @dataclass
 class CheckResult:
     correct: bool
@@ -33,9 +65,8 @@ class CheckResult:
     def __str__(self) -> str:
         return self.message
 
-    def _repr_markdown_(self) -> str:
-        mark = "&#9989;" if self.correct else "&#10060;"
-        return f"{mark} {self.message}"
+    def _repr_html_(self) -> str:
+        return verdict_html(self.correct, self.message)
 
 
 # --------------------------------------------------------------------------- GPU pairs
@@ -111,17 +142,26 @@ def check_best_worst_pair(topology, best, worst) -> CheckResult:
     pairs = _all_pairs(topology)
     if not pairs:
         raise ValueError("this topology has fewer than two GPUs: there is no pair to choose")
-    if best is None or worst is None:
+    if best is None and worst is None:
         # The exercise cell starts empty so that running it does not give the answer away.
         return CheckResult(False, "No answer yet: set my_best and my_worst to a pair each, for example (0, 1) "
                                   "or 'GPU0-GPU1', and run the cell again.")
-    best, worst = parse_pair(best), parse_pair(worst)
-    gpus = set(topology.gpus)
-    for p in (best, worst):
-        missing = [g for g in p if g not in gpus]
+    gpus = ", ".join(f"GPU{g}" for g in topology.gpus)
+    answers = {}
+    for name, given in (("my_best", best), ("my_worst", worst)):
+        if given is None:
+            continue
+        try:
+            pair = parse_pair(given)
+        except ValueError as exc:
+            return CheckResult(False, f"{name} = {given!r} is not a GPU pair: {exc}. This machine's GPUs are "
+                                      f"{gpus}.")
+        missing = [g for g in pair if g not in topology.gpus]
         if missing:
-            raise ValueError(f"GPU{missing[0]} is not on this machine (GPUs: "
-                             f"{', '.join(f'GPU{g}' for g in topology.gpus)})")
+            return CheckResult(False, f"{name} = {given!r} names GPU{missing[0]}, which is not on this machine. "
+                                      f"Choose two of {gpus}, for example ({topology.gpus[0]}, "
+                                      f"{topology.gpus[1]}) or 'GPU{topology.gpus[0]}-GPU{topology.gpus[1]}'.")
+        answers[name] = pair
     q = {p: _quality(topology.link(*p)) for p in pairs}
     top, bottom = max(q.values()), min(q.values())
     best_pairs = [p for p in pairs if q[p] == top]
@@ -130,7 +170,7 @@ def check_best_worst_pair(topology, best, worst) -> CheckResult:
 
     if top == bottom:
         ok = True
-        msgs = [f"Every pair on this machine has the same link, {describe_link(link(best))}, so any pair is "
+        msgs = [f"Every pair on this machine has the same link, {describe_link(link(pairs[0]))}, so any pair is "
                 f"both the best and the worst: on such a machine, which GPUs you pick does not matter."]
         return CheckResult(ok, " ".join(msgs))
 
@@ -146,12 +186,23 @@ def check_best_worst_pair(topology, best, worst) -> CheckResult:
                        f"{describe_link(link(r))}, which is {beaten}"
                        + (f"; the {label.lower()} pairs are {_list(right_pairs)}." if len(right_pairs) > 1 else "."))
 
-    best_ok, best_msg = verdict("Best", best, best_pairs, top, "the best link on this machine", "equally good",
-                                "better")
-    worst_ok, worst_msg = verdict("Worst", worst, worst_pairs, bottom, "the slowest path here", "equally slow",
-                                  "slower")
-    msgs = [best_msg, worst_msg]
-    return CheckResult(best_ok and worst_ok, " ".join(msgs))
+    msgs, oks = [], []
+    if "my_best" in answers:
+        ok, msg = verdict("Best", answers["my_best"], best_pairs, top, "the best link on this machine",
+                          "equally good", "better")
+        msgs.append(msg)
+        oks.append(ok)
+    if "my_worst" in answers:
+        ok, msg = verdict("Worst", answers["my_worst"], worst_pairs, bottom, "the slowest path here",
+                          "equally slow", "slower")
+        msgs.append(msg)
+        oks.append(ok)
+    missing = [n for n in ("my_best", "my_worst") if n not in answers]
+    if missing:
+        # Half an answer: feedback on the half given, nothing about the other half.
+        msgs.append(f"Still missing: {missing[0]} (the {missing[0][3:]} pair). Set it and run the cell again.")
+        return CheckResult(False, " ".join(msgs))
+    return CheckResult(all(oks), " ".join(msgs))
 
 
 # --------------------------------------------------------------------------- NCCL paths
@@ -216,7 +267,12 @@ def check_path_ordering(prediction, measured=None, noise: float = 0.05, unit: st
     if prediction is None:
         return CheckResult(False, "No prediction yet: write the three paths fastest first in my_prediction "
                                   "(for example 'socket > shm > default'), run that cell, then this one.")
-    order = parse_ordering(prediction)
+    try:
+        order = parse_ordering(prediction)
+    except ValueError as exc:
+        return CheckResult(False, f"my_prediction = {prediction!r} is not an ordering of the three paths: {exc}. "
+                                  f"The paths are default, shm and socket; write them fastest first, for example "
+                                  f"'socket > shm > default'.")
     right = order == PATHS
     if right:
         msg = ["Right: default > shm > socket."]
@@ -260,12 +316,15 @@ class Question:
 
 QUIZ = (
     Question(
-        "A link has latency alpha = 4 us and bandwidth beta = 16 GB/s. For a 64 KiB message, which term of "
-        "T = alpha + n/beta is larger?",
-        ("the latency term", "the bandwidth term", "they are about equal"), 2,
-        "64 KiB = 65,536 bytes; 65,536 B / 16e9 B/s = 4.1 us, the same as alpha. The crossover size "
-        "alpha x beta = 4e-6 s x 16e9 B/s = 64,000 bytes, close to 64 KiB.",
-        {0: "Only below about 64 KB (alpha x beta) does the latency term win.",
+        "A link has latency alpha = 4 us and bandwidth beta = 16 GB/s. For a 64 KiB message, how do the two "
+        "terms of T = alpha + n/beta compare?",
+        ("the latency term is about ten times the bandwidth term",
+         "the bandwidth term is about ten times the latency term",
+         "they are within a few percent of each other"), 2,
+        "64 KiB = 65,536 bytes; 65,536 B / 16e9 B/s = 4.1 us, 2.4% more than alpha = 4 us: the bandwidth term "
+        "is the larger, but only just. The crossover size alpha x beta = 4e-6 s x 16e9 B/s = 64,000 bytes sits "
+        "just below 64 KiB = 65,536 bytes.",
+        {0: "A factor of ten means a slip of units: 65,536 B / 16e9 B/s is 4.1 us, not 0.41 us.",
          1: "Check the units: 65,536 B / 16e9 B/s is 4.1 us, not 41 us."}),
     Question(
         "Two GPUs are joined by NVLink. You set NCCL_P2P_LEVEL=PIX. What does NCCL use between them?",
@@ -284,10 +343,12 @@ QUIZ = (
     Question(
         "Host staging copies GPU0 -> GPU1 without peer access. How many times does the data cross PCIe?",
         ("once", "twice", "never"), 1,
-        "GPU0 -> PCIe -> host memory, then host memory -> PCIe -> GPU1: two PCIe crossings plus a pass "
-        "through host memory, and the CPU driver orchestrates both copies. Peer-to-peer crosses once "
-        "(PCIe) or not at all (NVLink).",
-        {0: "Once is peer-to-peer over PCIe.", 2: "Never is NVLink peer-to-peer."}),
+        "Twice: GPU0 -> PCIe -> host memory is one copy, host memory -> PCIe -> GPU1 a second one, with a "
+        "stop in host memory between them, and the CPU's driver orchestrates both. A peer-to-peer copy over "
+        "PCIe is a single transfer from GPU0 to GPU1 through a PCIe switch or the host bridge, never landing "
+        "in host memory; over NVLink it does not touch PCIe at all.",
+        {0: "Once would be a peer-to-peer copy over PCIe; host staging makes two copies, each across PCIe.",
+         2: "Never is NVLink peer-to-peer; host staging needs host memory, which sits behind PCIe."}),
     Question(
         "Which settings make two GPUs in one machine talk as if they were on different nodes without InfiniBand?",
         ("NCCL_P2P_LEVEL=SYS", "NCCL_P2P_DISABLE=1", "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1"), 2,
@@ -382,11 +443,16 @@ def _choice_index(q: Question, choice) -> int:
 
 def check_quiz_answer(question: int, choice, questions: tuple = QUIZ) -> CheckResult:
     """Check the answer to quiz question ``question`` (1-based) given as a letter or an index;
-    ``questions``: the notebook's quiz (default :data:`QUIZ`)."""
+    ``questions``: the notebook's quiz (default :data:`QUIZ`). A question or a choice that does
+    not exist gets a result saying which ones do."""
     if isinstance(question, bool) or not isinstance(question, int) or not 1 <= question <= len(questions):
-        raise ValueError(f"the quiz has questions 1 to {len(questions)}; got {question!r}")
+        return CheckResult(False, f"The quiz has questions 1 to {len(questions)}; got {question!r}.")
     q = questions[question - 1]
-    idx = _choice_index(q, choice)
+    try:
+        idx = _choice_index(q, choice)
+    except ValueError as exc:
+        letters = ", ".join(f"{chr(ord('a') + i)}) {c}" for i, c in enumerate(q.choices))
+        return CheckResult(False, f"Question {question}: {exc}. The choices are {letters}.")
     if idx == q.answer:
         return CheckResult(True, f"Right. {q.explanation}")
     right = f"{chr(ord('a') + q.answer)}) {q.choices[q.answer]}"
@@ -425,9 +491,9 @@ def quiz(questions: tuple = QUIZ):
                 out.value = "<i>pick an answer first</i>"
                 return
             r = check_quiz_answer(n, radio.value, questions)
-            colour = "#1b7837" if r.correct else "#b2182b"
-            out.value = f"<span style='color:{colour}'>{r.message}</span>"
+            out.value = verdict_html(r.correct, r.message)
 
         button.on_click(on_click)
-        boxes.append(w.VBox([w.HTML(f"<b>{n}.</b> {q.prompt}"), radio, button, out]))
+        # ipywidgets.HTML shows HTML, not Markdown: the prompt's `code` is converted here.
+        boxes.append(w.VBox([w.HTML(f"<b>{n}.</b> {inline_html(q.prompt)}"), radio, button, out]))
     return w.VBox(boxes)

@@ -19,6 +19,7 @@ of small errors; the calculator keeps them apart.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -222,14 +223,37 @@ def table(keys=None) -> Table:
                  [[t.name, t.bandwidth_gbs, t.latency_us] for t in rows], align={"bandwidth_gbs": "right"})
 
 
-def sources(keys=None) -> str:
-    """Where each figure comes from, one block per link."""
-    out = []
+_URL = re.compile(r"\s*\(((?:[\w-]+\.)+(?:com|org|io|net)(?:/[^)\s]*)?)\)")
+
+
+def source_rows(keys=None) -> list:
+    """One dict per source behind the catalogue's figures: ``source`` (its name), ``supports``
+    (which figures: "bandwidth: PCIe 3.0 x16; ..."), ``reference`` (its address, or "the document named
+    the source" when it has none) and ``says`` (what the course takes from it, in full)."""
+    rows: dict = {}
     for t in (get(k) for k in (keys or LINKS)):
-        out.append(f"{t.name}\n  bandwidth: {t.derivation}\n    source: {t.bandwidth_source}\n"
-                   f"  latency: ~{t.latency_us:g} us\n    source: {t.latency_source}"
-                   + (f"\n  note: {t.note}" if t.note else ""))
-    return "\n".join(out)
+        for what, text in (("bandwidth", t.bandwidth_source), ("latency", t.latency_source)):
+            name, _, says = text.partition(": ")
+            url = _URL.search(name) or _URL.search(text)
+            row = rows.setdefault(text, {"source": _URL.sub("", name).strip(), "supports": {},
+                                         "reference": url.group(1) if url else "the document named (no web address)",
+                                         "says": says or text})
+            short = t.name.split(",")[0]          # "NVLink 2 (V100)" for each bond of that generation
+            if short not in row["supports"].setdefault(what, []):
+                row["supports"][what].append(short)
+    return [dict(r, supports="; ".join(f"{what} of {', '.join(names)}" for what, names in r["supports"].items()))
+            for r in rows.values()]
+
+
+def sources(keys=None):
+    """Where each figure comes from, as a table: source, what it supports, reference (HTML in
+    Jupyter, aligned text in a terminal; ``print`` it or leave it last in a cell). What each
+    source says in full is in :func:`source_rows` (``says``)."""
+    from .tables import Table
+    return Table([("source", "text"), ("supports", "text", "figures it supports"), ("reference", "text")],
+                 source_rows(keys), title="Sources of the link figures",
+                 notes="Bandwidth is derived from the specification (see each link's derivation in "
+                       "ddlab.links.LINKS); latency figures are published measurements, orders of magnitude.")
 
 
 # --------------------------------------------------------------------------- topology link kinds

@@ -368,14 +368,189 @@ class PairGroup:
 
 @dataclass
 class Subset:
-    """k GPUs, the weakest link among them and the sum of their pairwise link ranks."""
+    """k GPUs scored for a ring all-reduce.
+
+    ``ring`` is the order of the best ring over them (it closes from the last GPU back to the
+    first) and ``ring_links`` its links in that order: ``ring[i]`` to ``ring[i + 1]``, the last
+    one back to ``ring[0]`` (one link for 2 GPUs, none for 1). The best ring is the one whose
+    slowest link is fastest, then the one with the largest sum of link ranks. ``weakest`` is
+    the weakest link between *any* two of the GPUs and ``total_rank`` the sum of all their
+    pairwise link ranks: a ring never uses most of those pairs, so they only break ties."""
     gpus: tuple
     weakest: Optional[Link]
     total_rank: int
+    ring: tuple = ()
+    ring_links: tuple = ()
+
+    @property
+    def ring_bottleneck(self) -> Optional[Link]:
+        """The ring's slowest link: it sets the bandwidth of a ring all-reduce."""
+        return min(self.ring_links, key=lambda ln: ln.rank) if self.ring_links else None
+
+    @property
+    def ring_total(self) -> int:
+        """The sum of the ring's link ranks (the tie-break between rings with one bottleneck)."""
+        return sum(ln.rank for ln in self.ring_links)
+
+    def ring_text(self) -> str:
+        """'0 -NV2- 3 -NV2- 2 -NV1- 0': the ring, each link labelled, back to its start
+        (two GPUs: '0 -NV2- 1', the one link used both ways)."""
+        stops = list(self.ring) + ([self.ring[0]] if len(self.ring) > 2 else [])
+        return " ".join([str(stops[0])] + [f"-{ln.label}- {g}" for ln, g in zip(self.ring_links, stops[1:])])
 
     def to_dict(self) -> dict:
+        bn = self.ring_bottleneck
         return {"gpus": list(self.gpus), "weakest": self.weakest.label if self.weakest else None,
-                "total_rank": self.total_rank}
+                "total_rank": self.total_rank, "ring": list(self.ring),
+                "ring_links": [ln.label for ln in self.ring_links],
+                "ring_bottleneck": bn.label if bn else None, "ring_total": self.ring_total}
+
+
+_NO_LINK = 10 ** 9   # "no link yet" in the searches below: above every rank
+
+
+def _best_ring(members: list, rank: dict, stats: Optional[dict] = None, floor: Optional[tuple] = None) -> tuple:
+    """(bottleneck rank, sum of ranks, order) of the best ring over ``members`` (sorted):
+    the Hamiltonian cycle whose slowest link is fastest, then whose rank sum is largest, then
+    the first in ascending order. Branch and bound from the lowest GPU; at most (k-1)! leaves
+    (5040 for 8 GPUs), far fewer in practice: a partial ring stops when its optimistic key
+    (its slowest link so far; every GPU still to visit needing two links among the GPUs it can
+    still reach) cannot beat the best ring found, or falls below ``floor`` (bottleneck, sum),
+    a key the caller already has elsewhere. (None, None, None) when no ring reaches ``floor``."""
+    k = len(members)
+    start = members[0]
+    if k == 2:
+        r = rank[(members[0], members[1])]
+        return (r, r, tuple(members)) if floor is None or (r, r) >= floor else (None, None, None)
+    best = [(-1, -1) if floor is None else floor, None]
+    path, visited = [start], {start}
+
+    def extend(cur_min: int, cur_sum: int):
+        if stats is not None:
+            stats["ring_nodes"] = stats.get("ring_nodes", 0) + 1
+        end = path[-1]
+        if len(path) == k:
+            r = rank[(end, start)]
+            key = (min(cur_min, r), cur_sum + r)
+            if key > best[0] or (best[1] is None and key == best[0]):
+                best[0], best[1] = key, tuple(path)
+            return
+        left = [u for u in members if u not in visited]
+        end_best = max(rank[(end, u)] for u in left)
+        start_best = max(rank[(start, u)] for u in left)
+        bn_ub, sum2_ub = min(cur_min, end_best, start_best), 2 * cur_sum + end_best + start_best
+        # A GPU still to visit has two ring links, to other such GPUs or to the path's two ends.
+        for u in left:
+            reach = [rank[(u, w)] for w in left if w != u] + [rank[(u, end)], rank[(u, start)]]
+            two = sorted(reach, reverse=True)[:2]
+            bn_ub = min(bn_ub, two[1])
+            sum2_ub += two[0] + two[1]
+        # Each link still to add counts at both its ends, hence twice the sum.
+        target = (best[0][0], 2 * best[0][1])
+        if (bn_ub, sum2_ub) < target or (best[1] is not None and (bn_ub, sum2_ub) == target):
+            return
+        for u in left:
+            r = rank[(end, u)]
+            path.append(u)
+            visited.add(u)
+            extend(min(cur_min, r), cur_sum + r)
+            path.pop()
+            visited.discard(u)
+
+    extend(_NO_LINK, 0)
+    if best[1] is None:
+        return None, None, None
+    return best[0][0], best[0][1], best[1]
+
+
+def _widest_connection(members: list, pool: list, rank: dict) -> int:
+    """The best rank t such that links of rank >= t join all of ``members`` through GPUs of
+    ``pool``. A ring over them contains such a path between any two, so its bottleneck is at
+    most t: a subset that spans two CPU sockets, say, cannot have a ring faster than SYS."""
+    if len(members) < 2:
+        return _NO_LINK
+    for t in sorted({rank[(a, b)] for a in pool for b in pool if a != b}, reverse=True):
+        seen, todo = {members[0]}, [members[0]]
+        while todo:
+            a = todo.pop()
+            for b in pool:
+                if b not in seen and rank[(a, b)] >= t:
+                    seen.add(b)
+                    todo.append(b)
+        if all(v in seen for v in members):
+            return t
+    return min(rank[(a, b)] for a in pool for b in pool if a != b)
+
+
+def _subset_bound(members: list, candidates: list, pair_min: int, pair_total: int, rank: dict, k: int,
+                  deg: int) -> tuple:
+    """An upper bound, item by item, of the key (ring bottleneck, 2 x ring sum, weakest pair,
+    2 x pair sum) of any k-subset made of ``members`` and k - len(members) of ``candidates``.
+    Each GPU of the subset has ``deg`` ring links and k - 1 partners: the members and, of the
+    candidates, only as many as are still to pick; so the best links it can have among those
+    bound what it contributes (for the GPUs still to pick, the best of those bounds). And the
+    ring's bottleneck cannot beat the weakest link needed to join the members at all."""
+    need = k - len(members)
+
+    def best_links(v):
+        known = [rank[(v, u)] for u in members if u != v]
+        extra = sorted((rank[(v, c)] for c in candidates if c != v), reverse=True)
+        return sorted(known + extra[:need - (0 if v in members else 1)], reverse=True)
+
+    mine = {v: best_links(v) for v in members + candidates}
+    bn = [_widest_connection(members, members + candidates, rank)] + [mine[v][deg - 1] for v in members]
+    weak = [pair_min] + [mine[v][k - 2] for v in members]
+    ring2 = sum(sum(mine[v][:deg]) for v in members)
+    total2 = 2 * pair_total
+    if need:
+        bn.append(sorted((mine[c][deg - 1] for c in candidates), reverse=True)[need - 1])
+        ring2 += sum(sorted((sum(mine[c][:deg]) for c in candidates), reverse=True)[:need])
+        # A GPU still to pick links to every member (known) and to need - 1 other picks.
+        gains = []
+        for c in candidates:
+            to_picks = sorted((rank[(c, u)] for u in candidates if u != c), reverse=True)[:need - 1]
+            gains.append(2 * sum(rank[(c, u)] for u in members) + sum(to_picks))
+        total2 += sum(sorted(gains, reverse=True)[:need])
+    return (min(bn), ring2, min(weak), total2)
+
+
+def _search_best_subset(gpus: list, rank: dict, k: int, stats: Optional[dict] = None) -> tuple:
+    """The k of ``gpus`` with the best key (ring bottleneck, ring sum, weakest pair, sum of all
+    pair ranks); ties go to the lowest GPU numbers. Branch and bound over subsets in ascending
+    order: a partial subset stops when even its optimistic key (:func:`_subset_bound`) cannot
+    beat the best found. Returns (members, key, ring order). ``stats`` counts the nodes.
+
+    On at most 8 GPUs no search costs more than the exhaustive C(8, k) subsets x (k-1)! rings
+    (a few thousand nodes, well under a second for every k). On larger machines an all-equal
+    fabric (NVSwitch) stays at a few nodes per GPU, but a 12-16 GPU PCIe tree with rings that
+    must cross sockets can take seconds for large k: the bounds leave many rings to try.""" 
+    deg = 2 if k >= 3 else 1          # links per GPU in the ring
+    best = [None, None, None]         # members, key, ring
+
+    def grow(members: list, pair_min: int, pair_total: int, candidates: list):
+        if stats is not None:
+            stats["subset_nodes"] = stats.get("subset_nodes", 0) + 1
+        m = len(members)
+        if m == k:
+            # Only a ring at least as good as the best subset's can make this subset win.
+            bn, ring_sum, order = _best_ring(members, rank, stats, floor=best[1][:2] if best[1] else None)
+            if order is None:
+                return
+            key = (bn, ring_sum, pair_min, pair_total)
+            if best[1] is None or key > best[1]:
+                best[0], best[1], best[2] = list(members), key, order
+            return
+        if m + len(candidates) < k:
+            return
+        if best[1] is not None and _subset_bound(members, candidates, pair_min, pair_total, rank, k, deg) <= \
+                (best[1][0], 2 * best[1][1], best[1][2], 2 * best[1][3]):
+            return
+        for idx, v in enumerate(candidates):
+            links = [rank[(v, u)] for u in members]
+            grow(members + [v], min([pair_min] + links), pair_total + sum(links), candidates[idx + 1:])
+
+    grow([], _NO_LINK, 0, list(gpus))
+    return best[0], best[1], best[2]
 
 
 def _ranges(nums: list) -> str:
@@ -488,53 +663,48 @@ class Topology:
         return groups
 
     def best_subset(self, k: int) -> Subset:
-        """The k GPUs whose weakest pairwise link is best; among those, the largest sum of
-        link ranks; among those, the lowest GPU numbers.
+        """The k GPUs that make the best ring for an all-reduce, with that ring.
 
-        Works by threshold: for each link rank from the best down, look for k GPUs that are
-        all joined at least that well (a k-clique, found by backtracking with pruning); the
-        first rank that has one is the best possible weakest link. Then a branch-and-bound
-        search over those cliques maximises the total. Fast for any k up to 16+ GPUs."""
+        All-reduce runs on rings (reduce-scatter then all-gather, each GPU sending to the next),
+        so its bandwidth is set by the slowest link *on the ring*, not by the weakest pair
+        among the k GPUs. Subsets are ranked by, in order: the bottleneck link of their best
+        ring, that ring's sum of link ranks, the weakest pair among them, the sum of all their
+        pair ranks, and the lowest GPU numbers. On a DGX-1 V100 (hybrid cube-mesh), GPUs 0, 1,
+        4 and 5 have a SYS pair (0-5) but the all-NVLink ring 0-1-5-4.
+
+        Exact (branch and bound, see :func:`_search_best_subset`); an 8-GPU machine scores at
+        most C(8, k) subsets of at most (k-1)!/2 rings each, and pruning cuts most of them."""
         gpus = self.gpus
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= len(gpus):
             raise ValueError(f"k must be a whole number from 1 to {len(gpus)} (the GPUs in this topology), got {k!r}")
         if k == 1:
-            return Subset((gpus[0],), None, 0)
+            return Subset((gpus[0],), None, 0, ring=(gpus[0],))
         rank = {(i, j): self.link(i, j).rank for i in gpus for j in gpus if i != j}
-        for threshold in sorted(set(rank.values()), reverse=True):
-            adj = {i: [j for j in gpus if j != i and rank[(i, j)] >= threshold] for i in gpus}
-            best = self._best_clique(gpus, adj, rank, k)
-            if best is not None:
-                members, total = best
-                weakest = min((self.link(a, b) for a, b in itertools.combinations(members, 2)),
-                              key=lambda ln: ln.rank)
-                return Subset(tuple(members), weakest, total)
-        raise AssertionError("unreachable: the lowest threshold admits every subset")
+        members, _, order = _search_best_subset(gpus, rank, k)
+        return self._subset(members, order)
 
-    @staticmethod
-    def _best_clique(gpus: list, adj: dict, rank: dict, k: int):
-        max_rank = max(rank.values())
-        best = [None, -1]
+    def subset(self, gpus) -> Subset:
+        """Score GPUs of your choice the way :meth:`best_subset` does: their best ring and its
+        bottleneck, their weakest pair. ``topo.subset([0, 1, 4, 5]).ring_text()``."""
+        try:
+            chosen = sorted({int(g) for g in gpus})
+        except (TypeError, ValueError):
+            raise ValueError(f"give GPU numbers, like [0, 1, 4, 5]; got {gpus!r}") from None
+        unknown = [g for g in chosen if g not in self.gpus]
+        if unknown or not chosen:
+            raise ValueError(f"GPU{unknown[0] if unknown else '?'} is not on this machine; its GPUs are "
+                             f"{', '.join(map(str, self.gpus))}")
+        if len(chosen) == 1:
+            return Subset((chosen[0],), None, 0, ring=(chosen[0],))
+        rank = {(i, j): self.link(i, j).rank for i in chosen for j in chosen if i != j}
+        _, _, order = _best_ring(chosen, rank)
+        return self._subset(chosen, order)
 
-        def grow(members: list, total: int, candidates: list):
-            if len(members) == k:
-                if total > best[1]:
-                    best[0], best[1] = list(members), total
-                return
-            if len(members) + len(candidates) < k:
-                return
-            m = len(members)
-            # Every pair still to add is worth at most max_rank: prune when even that cannot
-            # beat the best found (ties keep the first, i.e. the lowest GPU numbers).
-            if total + (k * (k - 1) // 2 - m * (m - 1) // 2) * max_rank <= best[1]:
-                return
-            for idx, v in enumerate(candidates):
-                gain = sum(rank[(v, u)] for u in members)
-                rest = [w for w in candidates[idx + 1:] if w in adj[v]]
-                grow(members + [v], total + gain, rest)
-
-        grow([], 0, list(gpus))
-        return (best[0], best[1]) if best[0] is not None else None
+    def _subset(self, members: list, order: tuple) -> Subset:
+        pair_links = [self.link(a, b) for a, b in itertools.combinations(members, 2)]
+        hops = list(zip(order, order[1:])) + ([(order[-1], order[0])] if len(order) > 2 else [])
+        return Subset(tuple(members), min(pair_links, key=lambda ln: ln.rank), sum(ln.rank for ln in pair_links),
+                      ring=tuple(order), ring_links=tuple(self.link(a, b) for a, b in hops))
 
     def numa_groups(self) -> list:
         """GPUs grouped by NUMA node (NUMA Affinity, else identical CPU Affinity): a list of
@@ -763,11 +933,20 @@ def _draw(topo: Topology, ax=None, title: Optional[str] = None):
     boxes: list = [(x, y, box_w, box_h) for x, y in xy.values()]  # centre and size of every box
 
     def free_spot(p0, p1):
-        # Try points along the line until one is clear of the boxes and of earlier labels.
-        for t in (0.5, 0.38, 0.62, 0.3, 0.7, 0.44, 0.56, 0.25, 0.75):
+        # Try points along the line until one is clear of the boxes and of earlier labels. A
+        # chord that passes near the centre of the ring crosses the other long chords there
+        # (on a DGX-1 four of them meet in the middle), so its label goes near one end, where
+        # the lines fan out and each label sits clearly on its own line.
+        dx, dy = p1[0] - p0[0], p1[1] - p0[1]
+        off_centre = abs(p0[0] * dy - p0[1] * dx) / max(math.hypot(dx, dy), 1e-9)
+        if n >= 4 and off_centre < 0.45 * radius:
+            spots = (0.24, 0.76, 0.3, 0.7, 0.2, 0.8, 0.36, 0.64)
+        else:
+            spots = (0.5, 0.38, 0.62, 0.3, 0.7, 0.44, 0.56, 0.25, 0.75)
+        for t in spots:
             x, y = p0[0] + t * (p1[0] - p0[0]), p0[1] + t * (p1[1] - p0[1])
             # Labels are wider than tall: keep them apart by a box, not a circle.
-            if all(abs(x - u) > 0.8 or abs(y - v) > 0.4 for u, v in placed_labels) and \
+            if all(abs(x - u) > 1.1 or abs(y - v) > 0.4 for u, v in placed_labels) and \
                     all(abs(x - bx) > bw / 2 + 0.3 or abs(y - by) > bh / 2 + 0.15 for bx, by, bw, bh in boxes):
                 return x, y
         return p0[0] + 0.5 * (p1[0] - p0[0]), p0[1] + 0.5 * (p1[1] - p0[1])
@@ -940,7 +1119,8 @@ def report(topo: Topology) -> str:
     if len(gpus) >= 2:
         lines += ["GPU pairs, best link first (ties on one line):", ranked_pairs_table(topo), ""]
     if len(gpus) >= 3:
-        lines += ["Best subsets (weakest link first, then the sum of link ranks):", best_subsets_table(topo), ""]
+        lines += ["Best k GPUs for a ring all-reduce (the ring's slowest link first, then its sum of link ranks; "
+                  "k = all GPUs is the best ring over the whole machine):", best_subsets_table(topo), ""]
     lines.append(topo.summary())
     return "\n".join(map(str, lines))
 
@@ -952,18 +1132,20 @@ def ranked_pairs_table(topo: Topology) -> Table:
 
 
 def best_subsets_table(topo: Topology) -> Table:
-    """For k = 2 .. (number of GPUs - 1): the best k GPUs and their weakest link."""
+    """For k = 2 .. the number of GPUs: the best k GPUs for a ring all-reduce, their best ring,
+    its slowest link and the weakest pair among them (``topo.best_subset(k)``)."""
     rows = []
-    for k in range(2, len(topo.gpus)):
+    for k in range(2, len(topo.gpus) + 1):
         s = topo.best_subset(k)
-        rows.append([k, ",".join(map(str, s.gpus)), s.weakest.label])
-    return Table([("k", "int"), ("gpus", "text", "GPUs"), ("weakest", "text", "weakest link")], rows)
+        rows.append([k, ",".join(map(str, s.gpus)), s.ring_text(), s.ring_bottleneck.label, s.weakest.label])
+    return Table([("k", "int"), ("gpus", "text", "GPUs"), ("ring", "text", "best ring"),
+                  ("slowest", "text", "ring's slowest link"), ("weakest", "text", "weakest pair")], rows)
 
 
 def _report_dict(topo: Topology) -> dict:
     d = topo.to_dict()
     d["ranked_pairs"] = [g.to_dict() for g in topo.ranked_pairs()] if len(topo.gpus) >= 2 else []
-    d["best_subsets"] = {str(k): topo.best_subset(k).to_dict() for k in range(2, len(topo.gpus))}
+    d["best_subsets"] = {str(k): topo.best_subset(k).to_dict() for k in range(2, len(topo.gpus) + 1)}
     d["summary"] = topo.summary()
     return d
 
