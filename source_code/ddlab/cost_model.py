@@ -11,10 +11,17 @@ dominates). The two terms are equal at the crossover size ``S* = alpha * beta``.
 
 Units throughout: seconds, bytes, bytes per second. (A worked example: 64 KiB at 16 GB/s
 takes 65536 / 16e9 s = 4.1 us; older material got such examples wrong by 10x.)
+
+The second half predicts a whole data-parallel training step (:func:`predict_step`): the
+gradients all-reduced in DDP's buckets, each bucket starting as soon as the backward pass
+has produced its gradients (so communication overlaps the rest of the backward pass), plus
+the data-parallel wrapper's own fixed cost per step and per bucket, fitted to recorded runs
+(:func:`fit_overheads`); :func:`validate` sets the predictions beside the recorded speedups.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -281,3 +288,534 @@ def _check_n(n: int) -> None:
     if int(n) != n or n < 1:
         raise ValueError(f"the number of ranks must be a whole number >= 1, got {n}")
 
+
+
+# ============================================================================= a data-parallel step
+# DistributedDataParallel's defaults (torch.nn.parallel.DistributedDataParallel): gradients are
+# all-reduced in buckets of bucket_cap_mb=25 MiB, the first bucket closing at 1 MiB so that
+# communication starts early. After the first iteration DDP rebuilds its buckets in the order
+# the gradients became ready (the reverse of the layer order); a bucket closes as soon as it
+# holds at least its limit, and a tensor is never split, so one tensor larger than the cap is a
+# bucket of its own.
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+DDP_BUCKET_CAP_MB = 25
+# The backward pass does twice the arithmetic of the forward pass (a gradient for the inputs
+# and one for the weights): 2/3 of forward + backward. An assumption, not a measurement.
+BACKWARD_FRACTION = 2 / 3
+READINESS = ("flops", "params")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer with parameters, as the step model sees it: its parameter count (its
+    gradient is that many values) and its forward FLOPs per sample (its share of the
+    backward pass is taken to be proportional to them)."""
+    name: str
+    params: int
+    flops: float
+
+
+def model_layers(name: str) -> tuple:
+    """The layers of one of the course's models (:mod:`ddlab.models`), in forward order,
+    with their parameter counts and forward FLOPs per sample (a multiply-add counts 2).
+    Layers without parameters (ReLU, pooling, dropout) are left out: they produce no
+    gradient, and their time is in the measured step."""
+    from . import models
+    models.check(name)
+    if name in models.CNN_DENSE:
+        # 28x28 -> conv 3x3 (32) -> 26x26 -> conv 3x3 (64) -> 24x24 -> maxpool -> 12x12x64 = 9216
+        h = models.CNN_DENSE[name]
+        return (Layer("conv1", 32 * 9 + 32, 26 * 26 * 32 * 9 * 2),
+                Layer("conv2", 64 * 32 * 9 + 64, 24 * 24 * 64 * 32 * 9 * 2),
+                Layer("dense1", 9216 * h + h, 9216 * h * 2),
+                Layer("dense2", h * models.NUM_CLASSES + models.NUM_CLASSES, h * models.NUM_CLASSES * 2))
+    out, width_in = [], 28 * 28
+    for i, width in enumerate(models.MLP_WIDTHS[name] + (models.NUM_CLASSES,)):
+        out.append(Layer(f"dense{i + 1}", width_in * width + width, width_in * width * 2))
+        width_in = width
+    return tuple(out)
+
+
+def _as_layers(model) -> tuple:
+    if isinstance(model, str):
+        return model_layers(model)
+    if isinstance(model, (int, float)) and not isinstance(model, bool):
+        if not model > 0:
+            raise ValueError(f"a parameter count must be positive, got {model!r}")
+        return (Layer("all parameters", int(model), float(model)),)
+    layers = tuple(model)
+    if not layers or not all(isinstance(x, Layer) for x in layers):
+        raise ValueError("give a model name, a parameter count, or a non-empty sequence of cost_model.Layer")
+    if any(x.params < 0 or x.flops < 0 for x in layers) or sum(x.params for x in layers) <= 0:
+        raise ValueError("layers need parameter counts and FLOPs >= 0, and some parameters in all")
+    return layers
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One all-reduce of DDP: the layers whose gradients it carries (in the order they
+    become ready), its size in bytes, and ``ready``: the share of the backward pass done
+    when its last gradient is ready (0..1)."""
+    layers: tuple
+    nbytes: int
+    ready: float
+
+
+def gradient_buckets(model, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
+                     first_bucket_bytes: Optional[int] = DDP_FIRST_BUCKET_BYTES,
+                     bytes_per_param: int = 4, readiness: str = "flops") -> tuple:
+    """DDP's buckets for ``model`` (a name, a parameter count or :class:`Layer` items), in
+    the order they are all-reduced: the gradients in reverse layer order, a bucket closing
+    once it holds at least its limit (the first ``first_bucket_bytes``, then
+    ``bucket_cap_mb`` MiB; None: every bucket gets the cap). ``readiness`` says how the
+    backward pass is shared among the layers: by forward FLOPs ("flops") or by parameter
+    count ("params")."""
+    layers = _as_layers(model)
+    if readiness not in READINESS:
+        raise ValueError(f"readiness must be one of {', '.join(READINESS)}, got {readiness!r}")
+    if not bucket_cap_mb > 0:
+        raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
+    if int(bytes_per_param) != bytes_per_param or bytes_per_param < 1:
+        raise ValueError(f"bytes_per_param must be a whole number >= 1, got {bytes_per_param!r}")
+    cap = int(bucket_cap_mb * 1024 * 1024)
+    weight = [(x.flops if readiness == "flops" else x.params) for x in layers]
+    total_w = sum(weight) or 1.0
+    limit = cap if first_bucket_bytes is None else int(first_bucket_bytes)
+    out, names, size, done = [], [], 0, 0.0
+    for layer, w in zip(reversed(layers), reversed(weight)):
+        done += w / total_w
+        if layer.params == 0:
+            continue
+        names.append(layer.name)
+        size += layer.params * bytes_per_param
+        if size >= limit:
+            out.append(Bucket(tuple(names), size, min(done, 1.0)))
+            names, size, limit = [], 0, cap
+    if names:
+        out.append(Bucket(tuple(names), size, 1.0))
+    return tuple(out)
+
+
+def bucket_allreduce_time(nbytes: float, n_gpus: int, path, fit_ranks: int = 2) -> float:
+    """Seconds to all-reduce one bucket of ``nbytes`` on ``n_gpus`` over ``path``.
+
+    ``path`` is either an :class:`AlphaBeta` fitted to a measured all-reduce sweep on
+    ``fit_ranks`` ranks (:func:`fit_sweep`: ``alpha`` the whole per-call cost, ``beta`` the
+    algorithm bandwidth), or a link of :mod:`ddlab.links` (``latency_s``, ``bandwidth_Bps``),
+    for which the ring formula :func:`ring_allreduce_time` applies. A sweep's fit is carried
+    to ``n`` ranks by the ring's bandwidth term ``2(n-1)/n`` (its bus bandwidth stays the
+    same); its alpha is kept as measured."""
+    _check_n(n_gpus)
+    if n_gpus == 1:
+        return 0.0
+    if hasattr(path, "bandwidth_Bps") and hasattr(path, "latency_s"):
+        return ring_allreduce_time(nbytes, n_gpus, path.latency_s, path.bandwidth_Bps)
+    alpha, beta = path
+    _check_link(alpha, beta)
+    _check_n(fit_ranks)
+    if fit_ranks < 2:
+        raise ValueError("a sweep's fit needs at least 2 ranks")
+    busbw = beta * 2 * (fit_ranks - 1) / fit_ranks
+    return alpha + nbytes * (2 * (n_gpus - 1) / n_gpus) / busbw
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """The data-parallel wrapper's own cost on the host, beside the all-reduce itself: a
+    fixed time per step and per bucket (hooks, bookkeeping, a background thread's cycle),
+    fitted to recorded runs by :func:`fit_overheads`. ``points``: how many runs the fit
+    used; ``note``: what it could and could not tell apart."""
+    per_step_s: float = 0.0
+    per_bucket_s: float = 0.0
+    launcher: str = ""
+    points: int = 0
+    note: str = ""
+
+    def __post_init__(self):
+        for name in ("per_step_s", "per_bucket_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
+
+    def total_s(self, n_buckets: int) -> float:
+        return self.per_step_s + self.per_bucket_s * n_buckets
+
+    def describe(self) -> str:
+        who = f"{self.launcher}: " if self.launcher else ""
+        return (f"{who}{format_time(self.per_step_s)} per step + {format_time(self.per_bucket_s)} per bucket"
+                + (f" (fitted to {self.points} recorded runs)" if self.points else ""))
+
+
+NO_OVERHEADS = Overheads()
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One predicted data-parallel step (weak scaling: every GPU keeps the one-GPU batch).
+    ``total_s = compute_s + exposed_comm_s + overhead_s``; ``comm_s`` is all the
+    all-reduce time, of which ``hidden_comm_s`` runs during the backward pass."""
+    n_gpus: int
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    overhead_s: float
+    total_s: float
+    buckets: tuple
+    bound: str          # "serial", "device" or "host": what decides the step time
+    batch: Optional[int] = None
+
+    @property
+    def hidden_comm_s(self) -> float:
+        return max(0.0, self.comm_s - self.exposed_comm_s)
+
+    @property
+    def speedup(self) -> float:
+        return self.n_gpus * self.compute_s / self.total_s
+
+    @property
+    def efficiency(self) -> float:
+        return self.speedup / self.n_gpus
+
+    @property
+    def images_per_s(self) -> Optional[float]:
+        return self.n_gpus * self.batch / self.total_s if self.batch else None
+
+    def parts(self) -> dict:
+        return {"compute": self.compute_s, "exposed communication": self.exposed_comm_s,
+                "overhead": self.overhead_s}
+
+    def describe(self) -> str:
+        t = self.total_s
+        text = (f"{self.n_gpus} GPU(s): step {format_time(t)} = compute {format_time(self.compute_s)} "
+                f"+ exposed communication {format_time(self.exposed_comm_s)} "
+                f"+ overhead {format_time(self.overhead_s)}; all-reduce {format_time(self.comm_s)} in "
+                f"{len(self.buckets)} bucket(s), {format_time(self.hidden_comm_s)} of it hidden behind the "
+                f"backward pass; speedup {self.speedup:.2f}x over one GPU (efficiency {100 * self.efficiency:.0f}%)")
+        if self.images_per_s:
+            text += f", {self.images_per_s:,.0f} images/s"
+        return text + "."
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optional[int] = None,
+                 device_s: Optional[float] = None, overheads: Optional[Overheads] = None,
+                 backward_fraction: float = BACKWARD_FRACTION, optimizer_s: float = 0.0,
+                 bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
+                 first_bucket_bytes: Optional[int] = DDP_FIRST_BUCKET_BYTES,
+                 bytes_per_param: int = 4, readiness: str = "flops", fit_ranks: int = 2) -> StepPrediction:
+    """Predict one data-parallel training step on ``n_gpus`` (weak scaling).
+
+    * ``model``: a course model's name, a parameter count, or :class:`Layer` items.
+    * ``compute_s``: the measured one-GPU step (forward, backward and optimizer) at the
+      per-GPU ``batch`` (the batch only turns the result into images/s).
+    * ``path``: the all-reduce path: an :class:`AlphaBeta` fitted to a measured sweep (on
+      ``fit_ranks`` ranks) or a link of :mod:`ddlab.links` (see :func:`bucket_allreduce_time`).
+    * ``device_s``: how long the GPU is busy in that step, when known (e.g. the step of a
+      CUDA-graph run, where the host does no work per step). Then a step is the longer of
+      the device's path (``device_s`` + exposed communication) and the host's path
+      (``compute_s`` + the wrapper's ``overheads``): a host-bound step can hide
+      communication in the GPU's idle time, and a device-bound one can hide the wrapper's
+      host work. Without it the parts simply add up.
+    * The gradients go out in :func:`gradient_buckets` (DDP's defaults); each bucket's
+      all-reduce starts when its gradients are ready and the previous all-reduce is done (one
+      communication stream); the optimizer waits for the last one. The backward pass is
+      ``backward_fraction`` of the device step without the optimizer's ``optimizer_s``.
+    """
+    if not (math.isfinite(compute_s) and compute_s > 0):
+        raise ValueError(f"the one-GPU step time must be a positive number of seconds, got {compute_s!r}")
+    _check_n(n_gpus)
+    if device_s is not None and not (math.isfinite(device_s) and device_s > 0):
+        raise ValueError(f"device_s must be a positive number of seconds, got {device_s!r}")
+    if not 0 < backward_fraction <= 1:
+        raise ValueError(f"backward_fraction is a share between 0 and 1, got {backward_fraction!r}")
+    dev = compute_s if device_s is None else device_s
+    if not 0 <= optimizer_s < dev:
+        raise ValueError(f"optimizer_s must be >= 0 and shorter than the step, got {optimizer_s!r}")
+    if batch is not None and (int(batch) != batch or batch < 1):
+        raise ValueError(f"batch must be a whole number >= 1, got {batch!r}")
+    over = overheads or NO_OVERHEADS
+    buckets = gradient_buckets(model, bucket_cap_mb, first_bucket_bytes, bytes_per_param, readiness)
+    if n_gpus == 1:
+        return StepPrediction(1, compute_s, 0.0, 0.0, 0.0, compute_s, buckets, "serial", batch)
+    backward = backward_fraction * (dev - optimizer_s)
+    comm_total, comm_free = 0.0, 0.0      # times from the start of the backward pass
+    for b in buckets:
+        t = bucket_allreduce_time(b.nbytes, n_gpus, path, fit_ranks)
+        comm_total += t
+        comm_free = max(b.ready * backward, comm_free) + t
+    exposed = max(0.0, comm_free - backward)
+    overhead = over.total_s(len(buckets))
+    if device_s is None:
+        total, bound = compute_s + exposed + overhead, "serial"
+        shown_exposed, shown_over = exposed, overhead
+    else:
+        device_path, host_path = dev + exposed, compute_s + overhead
+        total = max(device_path, host_path, compute_s)
+        bound = "device" if device_path >= host_path else "host"
+        extra = total - compute_s
+        shown_exposed = min(extra, max(0.0, device_path - compute_s))
+        shown_over = extra - shown_exposed
+    return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch)
+
+
+# ----------------------------------------------------------------------------- recorded runs
+# The recorded NCCL-path comparisons the model is checked against: (launcher label,
+# launcher, variant). "-graph" runs capture the whole DDP step in a CUDA graph, so the host
+# does no per-step work and their one-GPU step is the GPU's busy time.
+RECORDED_RUNS = (("ddp", "ddp", None), ("ddp-graph", "ddp", "graph"), ("horovod", "horovod", None))
+TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class RecordedPoint:
+    """One recorded 2-GPU run and what the model needs to predict it: the one-GPU step of
+    the same recording (``global batch / images/s``, the time behind its speedup column),
+    the GPU's busy time when a CUDA-graph recording of the model has it, and the measured
+    speedup (the recording's median over its repeats)."""
+    launcher: str
+    model: str
+    path: str
+    n_gpus: int
+    batch: int
+    compute_s: float
+    device_s: Optional[float]
+    host_work: bool          # False for a CUDA-graph run: no wrapper work on the host per step
+    measured: float
+    repeats: int = 1
+
+
+@dataclass
+class RecordedSet:
+    """Recorded points, the alpha-beta fit of each path's recorded all-reduce sweep, the
+    (launcher, model) pairs with no recording, and the machine they came from."""
+    points: list
+    fits: dict
+    missing: list = field(default_factory=list)
+    machine: str = ""
+
+
+def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
+    """The recorded NCCL-path comparisons of every model (``ddlab.recording``) and the
+    recorded all-reduce sweeps ``reference/allreduce/<sweeps>.json``, fitted per path."""
+    from . import collectives, models as _models, recording
+    from .reference import ReferenceMissing
+    names = tuple(models) if models is not None else _models.MODELS
+    for m in names:
+        _models.check(m)
+    fits = {p: fit_sweep(s) for p, s in collectives.load_recorded(sweeps).items()}
+    points, missing, machine = [], [], ""
+
+    def load(launcher, model, variant):
+        try:
+            return recording.load_recorded("nccl-paths", "torch", launcher, model, variant)
+        except ReferenceMissing:
+            return None
+
+    for label, launcher, variant in RECORDED_RUNS:
+        for model in names:
+            res = load(launcher, model, variant)
+            if res is None:
+                missing.append((label, model))
+                continue
+            machine = machine or _machine_text(res.provenance)
+            base = [r for r in res.rows if r.get("workers") == 1 and not r.get("error")]
+            if not base:
+                missing.append((label, model))
+                continue
+            one = base[0]["global_batch"] / base[0]["images_per_s"]
+            device = None
+            if variant == "graph":
+                device = one
+            else:
+                g = load(launcher="ddp", model=model, variant="graph")
+                gb = [r for r in (g.rows if g else []) if r.get("workers") == 1 and not r.get("error")]
+                if gb:
+                    device = gb[0]["global_batch"] / gb[0]["images_per_s"]
+            for r in res.rows:
+                if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or r.get("path") not in fits:
+                    continue
+                points.append(RecordedPoint(label, model, r["path"], r["workers"], base[0]["global_batch"], one,
+                                            device, variant != "graph", float(r["speedup"]),
+                                            int(r.get("repeats", 1))))
+    return RecordedSet(points, fits, missing, machine)
+
+
+def _machine_text(prov: dict) -> str:
+    if not prov:
+        return ""
+    bits = [f"{prov.get('gpu_count', '?')}x {prov.get('gpu_model', '?')}"]
+    if prov.get("driver"):
+        bits.append(f"driver {prov['driver']}")
+    if prov.get("nccl"):
+        bits.append(f"NCCL {prov['nccl']}")
+    return ", ".join(bits)
+
+
+def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] = None, **kwargs) -> StepPrediction:
+    """:func:`predict_step` for one recorded run, with the fit of its path."""
+    if p.path not in fits:
+        raise ValueError(f"no all-reduce fit for path {p.path!r}; have {', '.join(fits) or 'none'}")
+    return predict_step(p.model, p.compute_s, fits[p.path], p.n_gpus, batch=p.batch, device_s=p.device_s,
+                        overheads=overheads if p.host_work else None, **kwargs)
+
+
+def _rel_errors(points, fits, over, **kwargs):
+    return [predict_point(p, fits, over, **kwargs).speedup / p.measured - 1 for p in points]
+
+
+def fit_overheads(points: Sequence[RecordedPoint], fits: dict, launcher: str = "", **kwargs) -> Overheads:
+    """The wrapper's fixed costs (per step, per bucket) that best fit the recorded speedups of
+    ``points`` (least squares of the relative error; both >= 0). Only points where the host
+    does per-step work count (not CUDA-graph runs). Two free numbers for the whole launcher,
+    never one per point. When every point has the same number of buckets the two cannot be
+    told apart: then only the per-step cost is fitted and ``note`` says so."""
+    pts = [p for p in points if p.host_work and (not launcher or p.launcher == launcher)]
+    if not pts:
+        raise ValueError(f"no recorded runs with host work per step{' for ' + launcher if launcher else ''} to fit")
+
+    def cost(step, bucket):
+        return sum(e * e for e in _rel_errors(pts, fits, Overheads(step, bucket), **kwargs))
+
+    grid = np.concatenate([[0.0], np.geomspace(1e-6, 0.1, 121)])
+    n_buckets = {len(gradient_buckets(p.model, **_bucket_kwargs(kwargs))) for p in pts}
+    step = min(grid, key=lambda c: cost(c, 0.0))
+    bucket, note = 0.0, ""
+    if len(n_buckets) > 1:
+        step, bucket = min(((a, b) for a in grid[::4] for b in grid[::4]), key=lambda ab: cost(*ab))
+    else:
+        note = (f"every run has {n_buckets.pop()} bucket(s), so a cost per bucket cannot be told apart from "
+                "one per step: only the per-step cost is fitted")
+    # refine around the grid's best (a few golden-section-like passes on each)
+    for _ in range(2):
+        step = _refine(lambda c: cost(c, bucket), step)
+        if len(n_buckets) > 1:
+            bucket = _refine(lambda c: cost(step, c), bucket)
+    return Overheads(float(step), float(bucket), launcher, len(pts), note)
+
+
+def _bucket_kwargs(kwargs):
+    return {k: kwargs[k] for k in ("bucket_cap_mb", "first_bucket_bytes", "bytes_per_param", "readiness") if k in kwargs}
+
+
+def _refine(f, x0: float) -> float:
+    lo, hi = max(0.0, x0 * 0.8 - 1e-6), x0 * 1.25 + 1e-6
+    xs = np.linspace(lo, hi, 41)
+    return float(min(xs, key=f))
+
+
+def fit_all_overheads(rec: RecordedSet, **kwargs) -> dict:
+    """{launcher: Overheads} fitted per launcher on all its recorded runs (in-sample)."""
+    out = {}
+    for label, *_ in RECORDED_RUNS:
+        pts = [p for p in rec.points if p.launcher == label and p.host_work]
+        if pts:
+            out[label] = fit_overheads(pts, rec.fits, label, **kwargs)
+    return out
+
+
+# ----------------------------------------------------------------------------- validation
+def _validation_table(rows, title, notes):
+    from .tables import Table
+    cols = [("launcher", "text"), ("model", "text"), ("path", "text"),
+            ("predicted", "ratio", "predicted speedup"), ("measured", "ratio", "measured speedup"),
+            ("error_pct", lambda v: f"{v:+.1f}%", "error"), ("within", "text", f"within ±{100 * TOLERANCE:.0f}%"),
+            ("bound", "text", "decided by")]
+    return Table(cols, rows, title=title, notes=notes)
+
+
+def validate(recorded: Optional[RecordedSet] = None, overheads: Optional[dict] = None, **kwargs):
+    """Predicted against measured 2-GPU speedup for every recorded model x path x launcher,
+    as a :class:`ddlab.tables.Table` (launcher, model, path, predicted, measured, error in
+    %, within the ±10% band, what decided the step). ``overheads`` ({launcher:
+    :class:`Overheads`}) default to :func:`fit_all_overheads` on the same runs: then the
+    comparison is in-sample for the wrapper's cost (see :func:`holdout` for an
+    out-of-sample check). Models without a recording are named in the notes."""
+    rec = recorded or recorded_points()
+    over = fit_all_overheads(rec, **kwargs) if overheads is None else overheads
+    rows = []
+    for p in rec.points:
+        pred = predict_point(p, rec.fits, over.get(p.launcher), **kwargs)
+        err = pred.speedup / p.measured - 1
+        rows.append({"launcher": p.launcher, "model": p.model, "path": p.path, "predicted": pred.speedup,
+                     "measured": p.measured, "error_pct": 100 * err,
+                     "within": "yes" if abs(err) <= TOLERANCE else "no", "bound": pred.bound})
+    inside = sum(r["within"] == "yes" for r in rows)
+    notes = [f"{inside} of {len(rows)} within ±{100 * TOLERANCE:.0f}%."]
+    notes += [f"Wrapper cost {o.describe()}" + (f"; {o.note}." if o.note else ".") for o in over.values()]
+    if overheads is None:
+        notes.append("The wrapper's costs were fitted to these same runs (two numbers per launcher at most): "
+                     "in-sample for that term; everything else comes from the one-GPU runs and the all-reduce sweeps.")
+    if rec.missing:
+        notes.append("Not recorded (no prediction checked): "
+                     + ", ".join(f"{m} ({la})" for la, m in rec.missing) + ".")
+    reps = sorted({p.repeats for p in rec.points})
+    if reps == [1]:
+        notes.append("Each recorded point is a single run: its spread between repeats is unknown.")
+    return _validation_table(rows, "Predicted vs measured 2-GPU speedup" + (f" ({rec.machine})" if rec.machine else ""),
+                             " ".join(notes))
+
+
+def holdout(recorded: Optional[RecordedSet] = None, **kwargs):
+    """An out-of-sample check of the wrapper's cost: for each launcher and each recorded
+    model, fit the cost on the *other* models' runs and predict this model's. Returns the
+    same table as :func:`validate` (rows whose launcher has nothing to fit on are left out)."""
+    rec = recorded or recorded_points()
+    rows = []
+    for label, *_ in RECORDED_RUNS:
+        mine = [p for p in rec.points if p.launcher == label]
+        for model in sorted({p.model for p in mine}):
+            train = [p for p in mine if p.model != model and p.host_work]
+            test = [p for p in mine if p.model == model]
+            if test and test[0].host_work and not train:
+                continue
+            over = fit_overheads(train, rec.fits, label, **kwargs) if train else None
+            for p in test:
+                pred = predict_point(p, rec.fits, over, **kwargs)
+                err = pred.speedup / p.measured - 1
+                rows.append({"launcher": label, "model": p.model, "path": p.path, "predicted": pred.speedup,
+                             "measured": p.measured, "error_pct": 100 * err,
+                             "within": "yes" if abs(err) <= TOLERANCE else "no", "bound": pred.bound})
+    inside = sum(r["within"] == "yes" for r in rows)
+    return _validation_table(rows, "Held-out check: the wrapper's cost fitted on the other model, predicting this one",
+                             f"{inside} of {len(rows)} within ±{100 * TOLERANCE:.0f}%.")
+
+
+def plot_validation(table=None, ax=None):
+    """Predicted against measured speedup (log-log), one marker per run, coloured by
+    launcher, with the line predicted = measured and the ±10% band. ``table``: what
+    :func:`validate` returned (default: validate()). Returns the axes."""
+    import matplotlib.pyplot as plt
+    t = table if table is not None else validate()
+    rows = t.to_dict()["rows"] if hasattr(t, "to_dict") else list(t)
+    if not rows:
+        raise ValueError("nothing to plot: the table has no rows")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 6))
+    vals = [r["measured"] for r in rows] + [r["predicted"] for r in rows]
+    lo, hi = min(vals) / 1.5, max(vals) * 1.5
+    grid = np.geomspace(lo, hi, 50)
+    ax.fill_between(grid, grid * (1 - TOLERANCE), grid * (1 + TOLERANCE), color="tab:green", alpha=0.15,
+                    lw=0, label=f"±{100 * TOLERANCE:.0f}%")
+    ax.plot(grid, grid, color="tab:green", lw=1)
+    markers = {"default": "o", "shm": "s", "socket": "^"}
+    colours = {}
+    for r in rows:
+        c = colours.setdefault(r["launcher"], f"C{len(colours)}")
+        ax.plot(r["measured"], r["predicted"], markers.get(r["path"], "D"), color=c, ms=7, mfc="none" if
+                r["model"] != "wide" else c)
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], color=c, marker="o", ls="", label=la) for la, c in colours.items()]
+    handles += [Line2D([], [], color="gray", marker=m, ls="", label=f"path {p}") for p, m in markers.items()]
+    handles += [Line2D([], [], color="gray", marker="o", ls="", mfc="gray", label="filled: wide, open: others")]
+    ax.legend(handles=handles, fontsize="small", loc="upper left")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured speedup (2 GPUs over 1)")
+    ax.set_ylabel("predicted speedup")
+    ax.set_title("Step model: predicted vs measured")
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
