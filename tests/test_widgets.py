@@ -193,3 +193,74 @@ def test_step_what_if_on_the_recorded_sweeps():
     res = widgets.step_what_if([("cnn", 4 * 1_199_882, 2e-3)], sweeps)
     t = {p: res.row("cnn", p)["comm_s"] for p in sweeps}
     assert t["default"] < t["shm"] < t["socket"]                # the order the bandwidths give
+
+
+# ----------------------------------------------------------------------------- the step calculator
+def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
+    from ddlab import cost_model
+    rec = widgets.recorded_step_s("wide")
+    assert rec is not None and rec[1] == 512
+    p = widgets.predict_training_step("wide", 512, 2, "recorded:default")
+    assert p.compute_s == pytest.approx(rec[0])
+    assert p.total_s == pytest.approx(p.compute_s + p.exposed_comm_s + p.overhead_s)
+    slow = widgets.predict_training_step("wide", 512, 2, "recorded:socket")
+    assert slow.exposed_comm_s > 10 * p.exposed_comm_s and slow.speedup < p.speedup
+    # a catalogue link goes through the ring formula; batch scales the step in proportion
+    q = widgets.predict_training_step("wide", 1024, 4, "pcie4_x16")
+    assert q.compute_s == pytest.approx(2 * rec[0]) and q.n_gpus == 4
+    # the wrapper's fitted cost adds overhead
+    h = widgets.predict_training_step("cnn", 512, 2, "recorded:default", wrapper="horovod")
+    assert h.overhead_s == pytest.approx(cost_model.fit_all_overheads(cost_model.recorded_points())["horovod"].total_s(
+        len(h.buckets)))
+    assert widgets.predict_training_step("mlp-small", 64, 2, "pcie3_x16", step_ms=0.5).compute_s == pytest.approx(5e-4)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(model="resnet"), "unknown model"),
+    (dict(batch=0), "batch"),
+    (dict(link="warp"), "unknown link"),
+    (dict(link="recorded:ib"), "no recorded all-reduce"),
+    (dict(wrapper="deepspeed"), "wrapper"),
+    (dict(model="mlp-large"), "no recorded one-GPU step"),
+    (dict(step_ms=-1.0), "step_ms"),
+])
+def test_predict_training_step_rejects_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        widgets.predict_training_step(**kwargs)
+
+
+def test_step_calculator_updates_when_a_value_changes():
+    ipywidgets = pytest.importorskip("ipywidgets")
+    box = widgets.step_calculator("wide", 512, 2, "recorded:default")
+    assert isinstance(box, ipywidgets.VBox)
+    model_w, batch_w, gpus_w, link_w, wrapper_w, step_w, out = box.children
+    first = out.value
+    assert "speedup" in first and "exposed communication" in first
+    link_w.value = "recorded:socket"
+    assert out.value != first and "speedup 0.0" in out.value
+    before = out.value
+    gpus_w.value = 1
+    assert out.value != before and "speedup 1.00x" in out.value
+    step_ms = step_w.value
+    batch_w.value = 1024
+    assert step_w.value == pytest.approx(2 * step_ms, rel=1e-3)     # the step follows the batch
+    wrapper_w.value = "horovod"
+    gpus_w.value = 2
+    assert "overhead 0 s" not in out.value
+    model_w.value = "mlp-small"            # not recorded: keeps the typed step time, still predicts
+    assert "speedup" in out.value
+
+
+def test_step_calculator_without_ipywidgets_prints_the_prediction(monkeypatch, capsys):
+    real_import = builtins.__import__
+
+    def no_ipywidgets(name, *args, **kwargs):
+        if name == "ipywidgets":
+            raise ImportError("no ipywidgets here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "ipywidgets", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_ipywidgets)
+    p = widgets.step_calculator("cnn", 512, 2, "recorded:shm")
+    assert p.n_gpus == 2 and p.speedup > 1
+    assert "ipywidgets is not installed" in capsys.readouterr().out

@@ -20,6 +20,7 @@ speedup two GPUs can reach on each NCCL path.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -335,3 +336,127 @@ def step_what_if(cases, sweeps, where: str = "") -> StepWhatIf:
                 row.update(share=comm / t, speedup=speedup, verdict=step_verdict(comm / t, n))
             rows.append(row)
     return StepWhatIf(rows, n, where)
+
+
+# --------------------------------------------------------------------------- a training step
+RECORDED_PATH_PREFIX = "recorded:"
+WRAPPERS = ("none", "ddp", "horovod")
+
+
+@functools.lru_cache(maxsize=1)
+def _recorded_set():
+    """The recorded runs and path fits (loaded once per session)."""
+    return cost_model.recorded_points()
+
+
+def recorded_step_s(model: str):
+    """(one-GPU step in seconds, its per-GPU batch) of ``model`` in the recorded DDP runs,
+    or None when the model has no recording."""
+    for p in _recorded_set().points:
+        if p.model == model and p.launcher == "ddp":
+            return p.compute_s, p.batch
+    return None
+
+
+def step_link_choices() -> list:
+    """(label, key) pairs: the link catalogue, then the recorded all-reduce paths' fits."""
+    out = [(t.name, k) for k, t in _links.LINKS.items()]
+    rec = _recorded_set()
+    out += [(f"recorded all-reduce, path {p} ({rec.machine})", RECORDED_PATH_PREFIX + p) for p in rec.fits]
+    return out
+
+
+def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2, link: str = "nvlink4_x18",
+                          step_ms: Optional[float] = None, wrapper: str = "none") -> cost_model.StepPrediction:
+    """:func:`ddlab.cost_model.predict_step` with the choices of :func:`step_calculator`.
+
+    ``link``: a key of :mod:`ddlab.links` (ring formula on the link's alpha and beta) or
+    ``"recorded:<path>"`` (the alpha-beta fit of that path's recorded all-reduce sweep).
+    ``step_ms``: one GPU's step at ``batch``; by default the recorded one-GPU step of the
+    model scaled in proportion to the batch (an assumption: a small model's step is mostly
+    fixed launch cost and grows more slowly). ``wrapper``: "none", or the fixed costs fitted
+    to the recorded runs of "ddp" or "horovod"."""
+    from . import models as _models
+    _models.check(model)
+    if isinstance(batch, bool) or int(batch) != batch or batch < 1:
+        raise ValueError(f"batch must be a whole number >= 1, got {batch!r}")
+    if wrapper not in WRAPPERS:
+        raise ValueError(f"wrapper must be one of {', '.join(WRAPPERS)}, got {wrapper!r}")
+    if isinstance(link, str) and link.startswith(RECORDED_PATH_PREFIX):
+        fits = _recorded_set().fits
+        path = link[len(RECORDED_PATH_PREFIX):]
+        if path not in fits:
+            raise ValueError(f"no recorded all-reduce for path {path!r}; have {', '.join(fits)}")
+        path_model = fits[path]
+    else:
+        path_model = _links.get(link)
+    if step_ms is None:
+        rec = recorded_step_s(model)
+        if rec is None:
+            raise ValueError(f"{model} has no recorded one-GPU step: give step_ms (measure it with one GPU)")
+        compute_s = rec[0] * batch / rec[1]
+    else:
+        if not (isinstance(step_ms, (int, float)) and math.isfinite(step_ms) and step_ms > 0):
+            raise ValueError(f"step_ms must be a positive number of milliseconds, got {step_ms!r}")
+        compute_s = step_ms * 1e-3
+    over = None
+    if wrapper != "none":
+        over = cost_model.fit_all_overheads(_recorded_set()).get(wrapper)
+    return cost_model.predict_step(model, compute_s, path_model, n_gpus, batch=int(batch), overheads=over)
+
+
+def _step_bar(p: cost_model.StepPrediction) -> str:
+    colours = (("compute", p.compute_s, "#1b9e77"), ("exposed communication", p.exposed_comm_s, "#d95f02"),
+               ("overhead", p.overhead_s, "#7570b3"))
+    cells = "".join(f"<div style='width:{100 * v / p.total_s:.1f}%;background:{c}'></div>" for _, v, c in colours)
+    keys = " &nbsp; ".join(f"<span style='color:{c}'>&#9632; {name} {format_time(v)}</span>" for name, v, c in colours)
+    return (f"<div style='display:flex;width:480px;height:14px;border:1px solid #888'>{cells}</div>"
+            f"<small>{keys}</small>")
+
+
+def step_calculator(model: str = "wide", batch: int = 512, n_gpus: int = 2, link: str = "nvlink4_x18",
+                    wrapper: str = "none"):
+    """Model, per-GPU batch, GPUs, link and wrapper -> the predicted step split into compute,
+    exposed communication and overhead, and the speedup over one GPU
+    (:func:`predict_training_step`). The step-time box starts at the recorded one-GPU step
+    (scaled to the batch) and can be overwritten. Without ipywidgets, prints the prediction
+    for the starting values and returns it."""
+    from . import models as _models
+    start = predict_training_step(model, batch, n_gpus, link, None if recorded_step_s(model) else 1.0, wrapper)
+    w = _ipywidgets()
+    if w is None:
+        print("ipywidgets is not installed, so here is the prediction for the starting values "
+              "(install ipywidgets and re-run the cell for the interactive calculator):")
+        print(start.describe())
+        return start
+    wide = w.Layout(width="520px")
+    model_w = w.Dropdown(options=list(_models.MODELS), value=model, description="model", layout=wide)
+    batch_w = w.SelectionSlider(options=[2 ** k for k in range(4, 14)], value=batch, description="batch/GPU",
+                                layout=wide)
+    gpus_w = w.IntSlider(value=n_gpus, min=1, max=16, description="GPUs", layout=wide)
+    link_w = w.Dropdown(options=step_link_choices(), value=link, description="link", layout=wide)
+    wrapper_w = w.Dropdown(options=list(WRAPPERS), value=wrapper, description="wrapper", layout=wide)
+    step_w = w.BoundedFloatText(value=round(start.compute_s * 1e3, 4), min=1e-4, max=1e5, step=0.1,
+                                description="1-GPU ms", layout=wide)
+    out = w.HTML()
+
+    def default_step(*_):
+        rec = recorded_step_s(model_w.value)
+        if rec is not None:
+            step_w.value = round(rec[0] * batch_w.value / rec[1] * 1e3, 4)
+
+    def render(*_):
+        try:
+            p = predict_training_step(model_w.value, batch_w.value, gpus_w.value, link_w.value, step_w.value,
+                                      wrapper_w.value)
+        except ValueError as exc:
+            out.value = f"<pre>{exc}</pre>"
+            return
+        out.value = f"<pre>{p.describe()}</pre>{_step_bar(p)}"
+
+    model_w.observe(default_step, names="value")
+    batch_w.observe(default_step, names="value")
+    for x in (model_w, batch_w, gpus_w, link_w, wrapper_w, step_w):
+        x.observe(render, names="value")
+    render()
+    return w.VBox([model_w, batch_w, gpus_w, link_w, wrapper_w, step_w, out])
