@@ -501,3 +501,67 @@ def test_record_and_load_recorded(tmp_path, monkeypatch):
     np.testing.assert_array_equal(back.matrices["uni_p2p_on"], r.matrices["uni_p2p_on"])
     assert back.text == r.text
     assert p2p.cli(["--recorded", "example"]) == 0
+
+
+# ============================================================================ diagnosis
+def _four_gpus():
+    """4 GPUs at 24 GB/s; GPU 3 at a third of that with everyone; 0 -> 1 only 14 GB/s."""
+    m = np.full((4, 4), 24.0)
+    m[3, :] = m[:, 3] = 8.0
+    m[0, 1] = 14.0
+    np.fill_diagonal(m, 400.0)
+    return m
+
+
+def test_diagnose_finds_the_slow_gpu_the_asymmetric_pair_and_the_best_ring():
+    d = p2p.diagnose(_four_gpus())
+    assert d.outlier_labels == [3]
+    assert d.asymmetric_labels == [(0, 1)]
+    assert d.k == 3 and set(d.best_ring) == {0, 1, 2}
+    # the ring must run 1 -> 0 (24 GB/s), never 0 -> 1 (14 GB/s): 0 -> 2 -> 1 -> 0
+    assert d.best_ring == (0, 2, 1) and d.ring_bottleneck == pytest.approx(24.0)
+    text = str(d)
+    assert "Slow GPU: 3" in text and "Asymmetric pair: 0 -> 1 14.0 GB/s but 1 -> 0 24.0 GB/s" in text
+    assert "width or generation" in text and "NUMA" in text and "ACS" in text
+    # all four: the slow GPU is in every ring, so it sets the slowest hop
+    assert p2p.diagnose(_four_gpus(), k=4).ring_bottleneck == pytest.approx(8.0)
+    assert p2p.best_ring_subset(_four_gpus(), 2) == ((0, 2), 24.0)
+
+
+def test_diagnose_of_a_healthy_matrix_and_labels():
+    m = np.full((3, 3), 20.0)
+    d = p2p.diagnose(m, labels=["a", "b", "c"])
+    assert d.outliers == [] and d.asymmetric == [] and d.causes == []
+    assert "No GPU stands out" in str(d) and "No asymmetric pair" in str(d)
+    assert d.best_ring == ("a", "b", "c")
+
+
+def test_diagnose_reads_a_p2p_result_and_skips_unmeasured_cells():
+    m = _four_gpus()
+    m[2, 0] = np.nan
+    res = p2p.P2PResult(n=4, labels=[0, 1, 2, 3], variants={"uni_p2p_on": m})
+    d = p2p.diagnose(res)
+    assert d.outlier_labels == [3] and d.asymmetric_labels == [(0, 1)]
+
+
+@pytest.mark.parametrize("bad,match", [
+    (np.ones((2, 3)), "square"),
+    ([[0, "x"], [1, 0]], "numbers"),
+    (np.array([[0, -1.0], [1, 0]]), ">= 0"),
+    (np.array([[0, np.inf], [1, 0]]), "finite"),
+    (np.ones((1, 1)), "two GPUs"),
+])
+def test_diagnose_rejects_bad_matrices(bad, match):
+    with pytest.raises(ValueError, match=match):
+        p2p.diagnose(bad)
+
+
+def test_helpers_check_their_arguments():
+    with pytest.raises(ValueError, match="labels"):
+        p2p.outlier_gpus(np.ones((3, 3)), [0, 1])
+    with pytest.raises(ValueError, match="threshold"):
+        p2p.asymmetric_pairs(np.ones((3, 3)), threshold=1.5)
+    with pytest.raises(ValueError, match="k must be"):
+        p2p.best_ring_subset(np.ones((3, 3)), 4)
+    with pytest.raises(ValueError, match="too many"):
+        p2p.best_ring_subset(np.ones((16, 16)), 10)

@@ -26,6 +26,7 @@ was not measured is NaN.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -531,8 +532,36 @@ def _peak_scalar(result: P2PResult, link_peak_gbps) -> Optional[float]:
     return float(vals.max()) if vals.size else None
 
 
-def asymmetric_pairs(m: np.ndarray, labels, threshold: float = ASYMMETRY) -> list:
-    """[(a, b, m[a->b], m[b->a])] for pairs whose two directions differ by more than ``threshold``."""
+def _matrix(m, labels=None) -> tuple:
+    """(square float matrix, labels) from a matrix, a nested list or a :class:`P2PResult`
+    (its unidirectional P2P-on table); ValueError naming what is wrong otherwise."""
+    if isinstance(m, P2PResult):
+        labels = m.labels if labels is None else labels
+        key = "uni_p2p_on" if "uni_p2p_on" in m.matrices else next(iter(m.matrices), None)
+        if key is None:
+            raise ValueError("this p2p result holds no bandwidth matrix")
+        m = m.matrices[key]
+    try:
+        a = np.array(m, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("a bandwidth matrix must be numbers, one row per source GPU") from None
+    if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] < 1:
+        raise ValueError(f"a bandwidth matrix must be square (n x n), got shape {a.shape}")
+    labels = list(range(a.shape[0])) if labels is None else list(labels)
+    if len(labels) != a.shape[0]:
+        raise ValueError(f"{len(labels)} labels for a {a.shape[0]} x {a.shape[0]} matrix")
+    off = a[~np.eye(a.shape[0], dtype=bool)]
+    if np.any(np.isinf(off)) or np.any(off[np.isfinite(off)] < 0):
+        raise ValueError("bandwidths must be finite and >= 0 (leave an unmeasured cell as NaN)")
+    return a, labels
+
+
+def asymmetric_pairs(m: np.ndarray, labels=None, threshold: float = ASYMMETRY) -> list:
+    """[(a, b, m[a->b], m[b->a])] for pairs whose two directions differ by more than
+    ``threshold`` (a share of the faster one). Unmeasured (NaN) cells are skipped."""
+    m, labels = _matrix(m, labels)
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold is a share between 0 and 1, got {threshold!r}")
     out = []
     for i in range(m.shape[0]):
         for j in range(i + 1, m.shape[0]):
@@ -542,9 +571,13 @@ def asymmetric_pairs(m: np.ndarray, labels, threshold: float = ASYMMETRY) -> lis
     return out
 
 
-def outlier_gpus(m: np.ndarray, labels, threshold: float = OUTLIER) -> list:
+def outlier_gpus(m: np.ndarray, labels=None, threshold: float = OUTLIER) -> list:
     """[(gpu, its mean, the others' median)] for GPUs whose pairs (row and column) average
-    below ``threshold`` times the others'. Needs at least three GPUs."""
+    below ``threshold`` times the others'. Needs at least three GPUs. Unmeasured (NaN) cells
+    are skipped."""
+    m, labels = _matrix(m, labels)
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold is a share between 0 and 1, got {threshold!r}")
     n = m.shape[0]
     if n < 3:
         return []
@@ -559,6 +592,139 @@ def outlier_gpus(m: np.ndarray, labels, threshold: float = OUTLIER) -> list:
         if others and np.isfinite(means[k]) and means[k] < threshold * float(np.median(others)):
             out.append((labels[k], means[k], float(np.median(others))))
     return out
+
+
+# =========================================================================== diagnosis
+CAUSES = {
+    "outlier": (
+        "its PCIe link trained at a lower width or generation (x8 or x4 instead of x16, Gen3 instead of Gen4): "
+        "compare current and maximum with ddlab doctor or nvidia-smi -q -d PCI, under load (an idle GPU drops "
+        "its link generation to save power)",
+        "it sits on the other NUMA node / CPU socket, so its traffic crosses the inter-socket link "
+        "(nvidia-smi topo -m shows SYS for its pairs)",
+        "ACS or the IOMMU sends its peer-to-peer traffic up through the PCIe root complex instead of across "
+        "the switch (check ACS on the switch ports and the IOMMU setting in the BIOS/kernel command line)",
+    ),
+    "asymmetric": (
+        "the two directions take different routes: ACS/IOMMU redirection or a root complex that forwards "
+        "peer writes and reads at different rates",
+        "one end's link trained lower than the other's (width or generation), which caps the direction it "
+        "limits",
+        "the copy is issued differently in each direction (P2P write vs read, copy engine vs SM): repeat with "
+        "the other copy kind before blaming the hardware",
+    ),
+}
+
+
+@dataclass
+class Diagnosis:
+    """What :func:`diagnose` found in a bandwidth matrix: slow GPUs, asymmetric pairs, the
+    best subset of ``k`` GPUs for a ring (its order and slowest hop) and typical causes."""
+    labels: list
+    matrix: np.ndarray = field(repr=False)
+    outliers: list                 # [(gpu, its mean, the others' median)]
+    asymmetric: list               # [(a, b, a->b, b->a)]
+    k: Optional[int] = None
+    best_ring: Optional[tuple] = None        # GPUs in ring order
+    ring_bottleneck: Optional[float] = None  # slowest hop of that ring, GB/s
+    causes: list = field(default_factory=list)
+
+    @property
+    def outlier_labels(self) -> list:
+        return [g for g, _, _ in self.outliers]
+
+    @property
+    def asymmetric_labels(self) -> list:
+        return [(a, b) for a, b, _, _ in self.asymmetric]
+
+    def text(self) -> str:
+        lines = []
+        if self.outliers:
+            lines += [f"Slow GPU: {g} (its pairs average {x:.1f} GB/s; the others' {y:.1f} GB/s)."
+                      for g, x, y in self.outliers]
+        else:
+            lines.append("No GPU stands out as slow.")
+        if self.asymmetric:
+            lines += [f"Asymmetric pair: {a} -> {b} {x:.1f} GB/s but {b} -> {a} {y:.1f} GB/s." for a, b, x, y in
+                      self.asymmetric]
+        else:
+            lines.append("No asymmetric pair.")
+        if self.best_ring is not None:
+            lines.append(f"Best {self.k} GPUs for a ring all-reduce: {' -> '.join(map(str, self.best_ring))} -> "
+                         f"{self.best_ring[0]} (slowest hop {self.ring_bottleneck:.1f} GB/s).")
+        if self.causes:
+            lines.append("Typical causes to check:")
+            lines += [f"  - {c}" for c in self.causes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def ring_bottleneck(m, order) -> float:
+    """The slowest hop of a ring that sends ``order[0] -> order[1] -> ... -> order[0]``
+    (matrix indices). A ring of two uses both directions of the pair."""
+    m = np.asarray(m, dtype=float)
+    order = list(order)
+    if len(order) < 2:
+        raise ValueError("a ring needs at least two GPUs")
+    hops = [m[a, b] for a, b in zip(order, order[1:] + order[:1])]
+    hops = [h if np.isfinite(h) else 0.0 for h in hops]
+    return float(min(hops))
+
+
+MAX_RING_ORDERS = 2_000_000
+
+
+def best_ring_subset(m, k: int, labels=None) -> tuple:
+    """(GPU labels in ring order, slowest hop) of the ``k`` GPUs whose best ring has the
+    fastest slowest hop; ties go to the larger sum of hops, then the lower GPU numbers.
+    Exhaustive: every subset and every ring order (rings are unidirectional, so i -> j and
+    j -> i are different hops). This searches a measured bandwidth matrix;
+    :meth:`ddlab.topology.Topology.best_subset` ranks the link *kinds* of ``nvidia-smi
+    topo -m`` instead."""
+    import itertools
+    m, labels = _matrix(m, labels)
+    n = m.shape[0]
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 2 <= k <= n:
+        raise ValueError(f"k must be a whole number from 2 to {n} (the GPUs in the matrix), got {k!r}")
+    work = math.comb(n, k) * math.factorial(k - 1)
+    if work > MAX_RING_ORDERS:
+        raise ValueError(f"{work:,} rings to try for k={k} of {n} GPUs: too many for an exhaustive search")
+    best_key, best = None, None
+    for subset in itertools.combinations(range(n), k):
+        first, rest = subset[0], subset[1:]
+        for perm in itertools.permutations(rest):
+            order = (first,) + perm
+            b = ring_bottleneck(m, order)
+            total = sum(m[a, c] for a, c in zip(order, order[1:] + order[:1]) if np.isfinite(m[a, c]))
+            key = (b, total, [-x for x in subset])
+            if best_key is None or key > best_key:
+                best_key, best = key, order
+    return tuple(labels[i] for i in best), float(best_key[0])
+
+
+def diagnose(matrix, labels=None, k: Optional[int] = None, asymmetry: float = ASYMMETRY,
+             outlier: float = OUTLIER) -> Diagnosis:
+    """Read a p2p bandwidth matrix (GB/s, rows = source GPU; a matrix, nested lists or a
+    :class:`P2PResult`): its outlier GPUs (:func:`outlier_gpus`), asymmetric pairs
+    (:func:`asymmetric_pairs`), the best ``k`` GPUs for a ring (:func:`best_ring_subset`;
+    default: all GPUs but the outliers, at least 2) and the typical causes of what it found."""
+    m, labels = _matrix(matrix, labels)
+    n = m.shape[0]
+    if n < 2:
+        raise ValueError("a diagnosis needs at least two GPUs")
+    out = outlier_gpus(m, labels, outlier)
+    asym = asymmetric_pairs(m, labels, asymmetry)
+    if k is None:
+        k = max(2, n - len(out))
+    ring, bottleneck = best_ring_subset(m, k, labels)
+    causes = []
+    if out:
+        causes += [f"slow GPU: {c}" for c in CAUSES["outlier"]]
+    if asym:
+        causes += [f"asymmetric pair: {c}" for c in CAUSES["asymmetric"]]
+    return Diagnosis(labels, m, out, asym, k, ring, bottleneck, causes)
 
 
 def summary(result: P2PResult, link_peak_gbps=None) -> str:
