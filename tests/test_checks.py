@@ -264,3 +264,52 @@ def test_quiz_model_sizes_and_busbw_match_the_code():
     assert collectives.bus_factor("all_reduce", 2) == 1.0
     assert collectives.bus_factor("all_reduce", 8) == 1.75 and "1.75" in busbw.explanation
     assert collectives.bus_factor("all_gather", 2) == 0.5 and "(n-1)/n" in busbw.why_not[2]
+
+
+# ----------------------------------------------------------------------------- p2p diagnosis
+def _p2p_matrix():
+    import numpy as np
+    m = np.full((4, 4), 24.0)
+    m[3, :] = m[:, 3] = 8.0     # GPU 3 at a third of the speed
+    m[0, 1] = 14.0              # 0 -> 1 slower than 1 -> 0
+    np.fill_diagonal(m, 400.0)
+    return m
+
+
+def test_p2p_diagnosis_right_answers_in_any_spelling():
+    for outlier, pair in ((3, (0, 1)), ("GPU3", "GPU1-GPU0"), ("3", [1, 0])):
+        r = checks.check_p2p_diagnosis(_p2p_matrix(), outlier, pair)
+        assert r, r.message
+        assert "Slow GPU: right" in r.message and "Asymmetric pair: right" in r.message
+        assert "14.0 GB/s" in r.message and "causes" in r.message
+
+
+def test_p2p_diagnosis_partial_answers_say_which_half_is_wrong():
+    r = checks.check_p2p_diagnosis(_p2p_matrix(), 2, (0, 1))
+    assert not r and "Slow GPU: not quite" in r.message and "not GPU2" in r.message
+    assert "Asymmetric pair: right" in r.message
+    r = checks.check_p2p_diagnosis(_p2p_matrix(), 3, (0, 2))
+    assert not r and "Slow GPU: right" in r.message and "Asymmetric pair: not quite" in r.message
+    r = checks.check_p2p_diagnosis(_p2p_matrix(), "none", "none")
+    assert not r and "Slow GPU: not quite" in r.message and "Asymmetric pair: not quite" in r.message
+
+
+def test_p2p_diagnosis_of_a_healthy_matrix_wants_none():
+    import numpy as np
+    m = np.full((3, 3), 20.0)
+    assert checks.check_p2p_diagnosis(m, "none", "none")
+    r = checks.check_p2p_diagnosis(m, 1, (0, 1))
+    assert not r and "No GPU is slower" in r.message and "within 10%" in r.message
+
+
+@pytest.mark.parametrize("outlier,pair,expect", [
+    ("GPU7", (0, 1), "one of GPU0, GPU1, GPU2, GPU3"),
+    ("the third", (0, 1), "one of GPU0, GPU1, GPU2, GPU3"),
+    (3, "zero and one", "two GPUs of GPU0, GPU1, GPU2, GPU3"),
+    (3, (0, 9), "GPU9 is not in this matrix"),
+    (3, (1, 1), "two GPUs of"),
+    (None, (0, 1), "No answer yet"),
+])
+def test_p2p_diagnosis_typos_get_the_valid_choices_not_a_traceback(outlier, pair, expect):
+    r = checks.check_p2p_diagnosis(_p2p_matrix(), outlier, pair)
+    assert not r and expect in r.message

@@ -6,6 +6,8 @@
   paths (default, shm, socket) before running the experiment.
 * :data:`QUIZ`, :func:`check_quiz_answer` and :func:`quiz` - the self-check quiz at the end
   of notebook 2; :data:`DATA_PARALLEL_QUIZ` that of notebook 1 (``quiz(DATA_PARALLEL_QUIZ)``).
+* :func:`check_p2p_diagnosis` - name the slow GPU and the asymmetric pair of a p2p
+  bandwidth matrix (answers that name no GPU of the matrix get the valid choices, not an error).
 
 Every check returns a :class:`CheckResult`; it is truthy when the answer is right and
 prints as a sentence (in Jupyter: a coloured box that starts "Right" or "Not yet"). A
@@ -497,3 +499,86 @@ def quiz(questions: tuple = QUIZ):
         # ipywidgets.HTML shows HTML, not Markdown: the prompt's `code` is converted here.
         boxes.append(w.VBox([w.HTML(f"<b>{n}.</b> {inline_html(q.prompt)}"), radio, button, out]))
     return w.VBox(boxes)
+
+
+# --------------------------------------------------------------------------- diagnosing a p2p matrix
+def _gpu_answer(answer, valid: list):
+    """A GPU label from 3, "3", "GPU3" or "gpu 3"; "none" -> "none"; None when unreadable."""
+    if isinstance(answer, str):
+        text = answer.strip().lower()
+        if text in ("none", "no", "-", ""):
+            return "none"
+        m = re.fullmatch(r"(?:gpu)?\s*(\d+)", text)
+        if not m:
+            return None
+        answer = int(m.group(1))
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        return None
+    return answer if answer in valid else None
+
+
+def check_p2p_diagnosis(matrix, outlier, pair, labels=None) -> CheckResult:
+    """The learner names the slow (outlier) GPU and the asymmetric pair of a p2p bandwidth
+    matrix (:func:`ddlab.p2p.diagnose` has the answer). ``outlier``: a GPU (3, "GPU3") or
+    "none"; ``pair``: two GPUs ((0, 1), "GPU0-GPU1", either order) or "none". Partly right
+    answers say which half is right; an answer that names no GPU of the matrix gets the
+    valid choices; nothing raises for a learner's typo."""
+    from . import p2p
+    d = p2p.diagnose(matrix, labels)
+    valid = [g for g in d.labels if isinstance(g, int)]
+    if len(valid) != len(d.labels):
+        raise ValueError("this check needs GPU numbers as labels")
+    if outlier is None or pair is None:
+        return CheckResult(False, "No answer yet: set my_outlier to a GPU (or 'none') and my_pair to two GPUs "
+                                  "(or 'none'), for example 3 and (0, 1), and run the cell again.")
+    choices = ", ".join(f"GPU{g}" for g in valid)
+    msgs, ok = [], True
+
+    got = _gpu_answer(outlier, valid)
+    right = d.outlier_labels
+    if got is None:
+        return CheckResult(False, f"The slow GPU must be one of {choices}, or 'none'; got {outlier!r}.")
+    if (got == "none" and not right) or got in right:
+        msgs.append("Slow GPU: right. " + (f"GPU{got}'s pairs average {d.outliers[right.index(got)][1]:.1f} GB/s "
+                                            f"against {d.outliers[right.index(got)][2]:.1f} GB/s for the others."
+                                            if right else "No GPU stands out."))
+    else:
+        ok = False
+        if right:
+            msgs.append(f"Slow GPU: not quite. Compare each GPU's row and column with the others': one GPU is "
+                        f"clearly slower with every partner" + (", and it is not GPU" + str(got) if got != "none"
+                                                                  else "") + ".")
+        else:
+            msgs.append(f"Slow GPU: not quite. No GPU is slower with all its partners here; GPU{got}'s pairs are "
+                        "as fast as the others'.")
+
+    if isinstance(pair, str) and pair.strip().lower() in ("none", "no", "-"):
+        got_pair = "none"
+    else:
+        try:
+            got_pair = parse_pair(pair)
+        except ValueError:
+            return CheckResult(False, f"The asymmetric pair is two GPUs of {choices}, like (0, 1) or 'GPU0-GPU1', "
+                                      f"or 'none'; got {pair!r}. " + " ".join(msgs))
+        bad = [g for g in got_pair if g not in valid]
+        if bad:
+            return CheckResult(False, f"GPU{bad[0]} is not in this matrix: choose two of {choices}. " + " ".join(msgs))
+    pairs = [tuple(sorted(p)) for p in d.asymmetric_labels]
+    if (got_pair == "none" and not pairs) or got_pair in pairs:
+        if pairs:
+            a, b, x, y = d.asymmetric[pairs.index(got_pair)]
+            msgs.append(f"Asymmetric pair: right. GPU{a} -> GPU{b} runs at {x:.1f} GB/s but GPU{b} -> GPU{a} at "
+                        f"{y:.1f} GB/s.")
+        else:
+            msgs.append("Asymmetric pair: right, every pair is within 10% in both directions.")
+    else:
+        ok = False
+        if pairs:
+            msgs.append("Asymmetric pair: not quite. Compare each cell i -> j with its mirror j -> i: "
+                        "one pair differs by much more than 10%" + (f", and it is not GPU{got_pair[0]}–GPU{got_pair[1]}"
+                                                                     if got_pair != "none" else "") + ".")
+        else:
+            msgs.append("Asymmetric pair: not quite. Every pair here is within 10% in both directions.")
+    if ok and d.causes:
+        msgs.append("Now the causes: " + "; ".join(d.causes[:2]) + ".")
+    return CheckResult(ok, " ".join(msgs))
