@@ -259,7 +259,8 @@ def test_pcie_links_from_nvml_and_the_downtrained_warning():
     notes = []
     links = hardware.pcie_links(notes, pynvml=nv)
     assert nv.shut and notes == []
-    assert [(x.gen_current, x.gen_max, x.width_current, x.width_max) for x in links] == [(5, 5, None, 16), (3, 5, 8, 16)]
+    got = [(x.gen_current, x.gen_max, x.width_current, x.width_max) for x in links]
+    assert got == [(5, 5, None, 16), (3, 5, 8, 16)]
     assert [x.downtrained for x in links] == [False, True]
     w = hardware.link_warnings(links)
     assert len(w) == 1 and "GPU 1" in w[0] and "Gen3 x8" in w[0] and "Gen5 x16" in w[0] and "under load" in w[0]
@@ -284,7 +285,7 @@ def test_malformed_pcie_text_is_one_clear_note(text):
 
 
 def test_pcie_report_in_doctor(monkeypatch):
-    inv = hardware.Inventory(gpus=[hardware.GPU(0, "NVIDIA GeForce RTX 4090"), hardware.GPU(1, "NVIDIA GeForce RTX 4090")])
+    inv = hardware.Inventory(gpus=[hardware.GPU(i, "NVIDIA GeForce RTX 4090") for i in (0, 1)])
     text = hardware.pcie_report(inv, smi_text=PCIE_SMI)
     assert "PCIe now" in text and "Gen1 x8" in text and "below maximum" in text
     assert text.count("warning:") == 2

@@ -539,15 +539,18 @@ def check_p2p_diagnosis(matrix, outlier, pair, labels=None) -> CheckResult:
     if got is None:
         return CheckResult(False, f"The slow GPU must be one of {choices}, or 'none'; got {outlier!r}.")
     if (got == "none" and not right) or got in right:
-        msgs.append("Slow GPU: right. " + (f"GPU{got}'s pairs average {d.outliers[right.index(got)][1]:.1f} GB/s "
-                                            f"against {d.outliers[right.index(got)][2]:.1f} GB/s for the others."
-                                            if right else "No GPU stands out."))
+        if right:
+            _, mine, others = d.outliers[right.index(got)]
+            msgs.append(f"Slow GPU: right. GPU{got}'s pairs average {mine:.1f} GB/s against {others:.1f} GB/s "
+                        "for the others.")
+        else:
+            msgs.append("Slow GPU: right. No GPU stands out.")
     else:
         ok = False
         if right:
-            msgs.append(f"Slow GPU: not quite. Compare each GPU's row and column with the others': one GPU is "
-                        f"clearly slower with every partner" + (", and it is not GPU" + str(got) if got != "none"
-                                                                  else "") + ".")
+            which = f", and it is not GPU{got}" if got != "none" else ""
+            msgs.append("Slow GPU: not quite. Compare each GPU's row and column with the others': one GPU is "
+                        f"clearly slower with every partner{which}.")
         else:
             msgs.append(f"Slow GPU: not quite. No GPU is slower with all its partners here; GPU{got}'s pairs are "
                         "as fast as the others'.")
@@ -574,9 +577,9 @@ def check_p2p_diagnosis(matrix, outlier, pair, labels=None) -> CheckResult:
     else:
         ok = False
         if pairs:
+            which = f", and it is not GPU{got_pair[0]}–GPU{got_pair[1]}" if got_pair != "none" else ""
             msgs.append("Asymmetric pair: not quite. Compare each cell i -> j with its mirror j -> i: "
-                        "one pair differs by much more than 10%" + (f", and it is not GPU{got_pair[0]}–GPU{got_pair[1]}"
-                                                                     if got_pair != "none" else "") + ".")
+                        f"one pair differs by much more than 10%{which}.")
         else:
             msgs.append("Asymmetric pair: not quite. Every pair here is within 10% in both directions.")
     if ok and d.causes:

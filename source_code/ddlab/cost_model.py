@@ -21,7 +21,7 @@ the data-parallel wrapper's own fixed cost per step and per bucket, fitted to re
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -696,7 +696,8 @@ def fit_overheads(points: Sequence[RecordedPoint], fits: dict, launcher: str = "
 
 
 def _bucket_kwargs(kwargs):
-    return {k: kwargs[k] for k in ("bucket_cap_mb", "first_bucket_bytes", "bytes_per_param", "readiness") if k in kwargs}
+    keys = ("bucket_cap_mb", "first_bucket_bytes", "bytes_per_param", "readiness")
+    return {k: kwargs[k] for k in keys if k in kwargs}
 
 
 def _refine(f, x0: float) -> float:
