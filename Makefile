@@ -158,3 +158,7 @@ wheelhouse-test: wheelhouse
 # Debian's slurmctld, slurmd and munge when missing).
 slurm-test: setup
 	DDLAB_SLURM_TESTS=1 $(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests/slurm
+
+# How long `ddlab doctor` takes here (a benchmark: prints a table, writes results/bench_doctor.json).
+bench-doctor: $(STAMPS)/ddlab
+	$(VPY) tools/bench_doctor.py --runs 5

@@ -296,6 +296,6 @@ def test_horovod_build_from_files_without_horovod(tmp_path, monkeypatch):
 def test_horovod_build_from_files_matches_check_build():
     # The files say what `horovodrun --check-build` says (which imports every framework: seconds).
     notes = []
-    checked = hardware.horovod_build(notes)
+    checked = hardware.horovod_build(notes, timeout=900)
     assert checked, f"horovodrun --check-build gave nothing: {notes}"
     assert hardware.horovod_build_from_files([]) == checked

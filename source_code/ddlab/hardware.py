@@ -422,14 +422,14 @@ def horovod_build_from_files(notes: list) -> dict:
         return {"frameworks": list(libs), "controllers": [], "tensor_operations": []}
 
 
-def horovod_build(notes: list) -> dict:
+def horovod_build(notes: list, timeout: float = 300) -> dict:
     """``horovodrun --check-build``, parsed (it imports every framework: seconds; ``ddlab
     doctor --check-build``). :func:`horovod_build_from_files` gives the same without that."""
     exe = shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable), "horovodrun")
     if not _version("horovod") or not os.path.exists(exe):
         return {}
     try:
-        out = subprocess.run([exe, "--check-build"], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([exe, "--check-build"], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         notes.append(f"horovodrun --check-build failed: {exc}")
         return {}
