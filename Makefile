@@ -69,7 +69,7 @@ $(STAMPS)/horovod: $(STAMPS)/deps tools/build_horovod.sh source_code/patches/hor
 ifeq ($(WHEELHOUSE),)
 	PYTHON=$(abspath $(VPY)) bash tools/build_horovod.sh
 else
-	$(VPY) -m pip install --quiet --no-deps $(PIP_FROM) horovod==0.28.1
+	$(VPY) -m pip install --quiet --no-deps --only-binary=horovod $(PIP_FROM) horovod==0.28.1
 	$(VENV)/bin/horovodrun --check-build
 endif
 	@mkdir -p $(STAMPS) && touch $@
