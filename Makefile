@@ -22,6 +22,10 @@ PYTHON ?= $(VPY)
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 PYTEST_TIMEOUT ?= 1200
+# Offline: `make setup WHEELHOUSE=DIR` installs every wheel (Horovod's too) and the data from a
+# folder that `make wheelhouse` filled; pip then never asks an index.
+WHEELHOUSE ?=
+PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
 # Containers and lab servers often run as root; Jupyter refuses that unless told.
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # With a desktop (a display, or macOS) JupyterLab opens the course in the default browser;
@@ -40,27 +44,34 @@ CHROMIUM_PACKAGES := chromium fonts-noto-color-emoji fonts-dejavu-core
 BROWSER_TEST_TIMEOUT ?= 3600
 
 .PHONY: help setup deps horovod data kernel lab-settings lab lab-command test browser-test chromium images p2p clean
+.PHONY: wheelhouse wheelhouse-test slurm-test bench-doctor
 
 help:
 	@echo "make lab    - set up (venv, pinned dependencies, Horovod, Fashion-MNIST, kernel) and start JupyterLab"
 	@echo "make test   - set up, then unit tests + every notebook under nbval"
 	@echo "make browser-test - set up (and Chromium), then every notebook in JupyterLab in a real browser"
 	@echo "make setup | deps | horovod [PYTHON=...] | data | kernel | lab-settings | chromium | images | p2p | clean"
+	@echo "make wheelhouse [WHEELHOUSE=dir] | setup WHEELHOUSE=dir | wheelhouse-test | slurm-test | bench-doctor"
 
 $(VPY):
 	@$(BOOTSTRAP_PYTHON) -c 'import sys; v = sys.version_info[:2]; ok = (3, 10) <= v <= (3, 12); \
 	print(f"Python {v[0]}.{v[1]}: " + ("ok" if ok else "the course supports Python 3.10-3.12; pass BOOTSTRAP_PYTHON=python3.11")); sys.exit(0 if ok else 1)'
 	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet --upgrade $(PIP_FROM) pip
 
 $(STAMPS)/deps: requirements.txt requirements-lock.txt | $(VPY)
-	$(VPY) -m pip install --quiet -r requirements.txt -c requirements-lock.txt
+	$(VPY) -m pip install --quiet $(PIP_FROM) -r requirements.txt -c requirements-lock.txt
 	@mkdir -p $(STAMPS) && touch $@
 
 deps: $(STAMPS)/deps
 
 $(STAMPS)/horovod: $(STAMPS)/deps tools/build_horovod.sh source_code/patches/horovod-0.28.1-ddlab.patch
+ifeq ($(WHEELHOUSE),)
 	PYTHON=$(abspath $(VPY)) bash tools/build_horovod.sh
+else
+	$(VPY) -m pip install --quiet --no-deps --only-binary=horovod $(PIP_FROM) horovod==0.28.1
+	$(VENV)/bin/horovodrun --check-build
+endif
 	@mkdir -p $(STAMPS) && touch $@
 
 ifeq ($(PYTHON),$(VPY))
@@ -84,7 +95,7 @@ kernel: $(STAMPS)/kernel
 # Fashion-MNIST: verified in place when present (about a second); otherwise installed from
 # Debian/Ubuntu's dataset-fashion-mnist package where apt can, else downloaded.
 data: $(STAMPS)/ddlab
-	@bash tools/get_data.sh $(VPY)
+	@bash tools/get_data.sh $(VPY) $(if $(WHEELHOUSE),$(abspath $(WHEELHOUSE))/fashion-mnist,)
 
 $(LAB_SETTINGS): tools/jupyterlab-overrides.json | $(STAMPS)/deps
 	install -D -m 644 $< $@
@@ -130,3 +141,24 @@ p2p:
 clean:
 	rm -rf $(VENV) .cache/horovod
 	-$(MAKE) -C source_code/p2p_bandwidth_latency clean
+
+# ---- offline install and cluster tests
+# make wheelhouse [WHEELHOUSE=dir]: every wheel, Horovod's, its sdist and the data in one folder.
+WHEELHOUSE_OUT := $(or $(WHEELHOUSE),wheelhouse)
+# (WHEELHOUSE names the folder to fill here: the course's own set-up runs online.)
+wheelhouse:
+	$(MAKE) --no-print-directory setup WHEELHOUSE=
+	bash tools/wheelhouse.sh build $(WHEELHOUSE_OUT) $(VPY)
+
+# A fresh venv from the wheelhouse alone (no index, no network), then a smoke test.
+wheelhouse-test: wheelhouse
+	bash tools/wheelhouse.sh test $(WHEELHOUSE_OUT)
+
+# The Slurm batch scripts on a one-node Slurm started on this machine (root; installs
+# Debian's slurmctld, slurmd and munge when missing).
+slurm-test: setup
+	DDLAB_SLURM_TESTS=1 $(VPY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests/slurm
+
+# How long `ddlab doctor` takes here (a benchmark: prints a table, writes results/bench_doctor.json).
+bench-doctor: $(STAMPS)/ddlab
+	$(VPY) tools/bench_doctor.py --runs 5

@@ -299,3 +299,92 @@ def test_pcie_report_in_doctor(monkeypatch):
     with contextlib.redirect_stdout(buf):
         assert hardware.cli([]) == 0
     assert "PCIe links:" in buf.getvalue() and "GeForce" in buf.getvalue()
+# ----------------------------------------------------------------------------- doctor without imports
+def _doctor_modules(*args):
+    import subprocess
+    import sys
+    code = ("import json, sys\nfrom ddlab import hardware\nassert hardware.cli(list(sys.argv[1:])) == 0\n"
+            "print('MODULES ' + json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'tensorflow', 'horovod', 'keras', 'tf_keras'))))\n")
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = [x for x in out.stdout.splitlines() if x.startswith("MODULES ")][-1]
+    return set(json.loads(line[len("MODULES "):])), out.stdout
+
+
+def test_doctor_imports_no_framework():
+    modules, out = _doctor_modules("--json")
+    assert not {m for m in modules if m.split(".")[0] in ("tensorflow", "horovod", "keras", "tf_keras")}, modules
+    # torch only where it was built with CUDA and its NCCL library is not a file found here
+    if hardware.torch_cuda_from_file() is None or hardware.nccl_library():
+        assert not modules, modules
+    d = json.loads(out[:out.rindex("MODULES ")])
+    assert d["torch"] == hardware._version("torch") and d["tensorflow"] == hardware.tensorflow_version()
+
+
+def test_torch_facts_from_files_match_torch():
+    import subprocess
+    import sys
+    notes = []
+    facts = hardware.torch_facts(notes)
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
+                         capture_output=True, text=True, timeout=300)
+    version, cuda = out.stdout.split()
+    assert facts["torch"] == version and str(facts["cuda_runtime"]) == cuda and not notes
+
+
+def test_torch_cuda_version_is_read_from_version_py(tmp_path, monkeypatch):
+    (tmp_path / "version.py").write_text("from typing import Optional\n__version__ = '2.11.0+cu130'\n"
+                                         "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n")
+    monkeypatch.setattr(hardware, "_torch_dir", lambda: str(tmp_path))
+    assert hardware.torch_cuda_from_file() == "13.0"
+    (tmp_path / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
+    assert hardware.torch_cuda_from_file() is None
+
+
+@pytest.mark.parametrize("code,version", [(22809, "2.28.9"), (21803, "2.18.3"), (2708, "2.7.8")])
+def test_nccl_version_code(code, version):
+    assert hardware.nccl_version_from_code(code) == version
+
+
+def test_nccl_library_version_of_a_missing_or_foreign_library(tmp_path):
+    assert hardware.nccl_library_version(str(tmp_path / "libnccl.so.2")) is None
+    import ctypes.util
+    libm = ctypes.util.find_library("m")
+    assert libm and hardware.nccl_library_version(libm) is None   # loads, but has no ncclGetVersion
+
+
+def _fake_horovod(tmp_path, monkeypatch, libs):
+    pkg = tmp_path / "horovod"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for sub, body in libs.items():
+        (pkg / sub).mkdir()
+        (pkg / sub / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_bytes(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import sys
+    for m in [m for m in sys.modules if m == "horovod" or m.startswith("horovod.")]:
+        monkeypatch.delitem(sys.modules, m)
+
+
+def test_horovod_build_from_files_reads_frameworks_and_rtti_names(tmp_path, monkeypatch):
+    body = b"\0junk N7horovod6common14GlooControllerE\0N7horovod6common13GlooAllreduceE\0" \
+           b"N7horovod6common13NCCLAllreduceE\0N7horovod6common25NCCLHierarchicalAllreduceE\0"
+    _fake_horovod(tmp_path, monkeypatch, {"torch": body, "tensorflow": body})
+    assert hardware.horovod_build_from_files([]) == {
+        "frameworks": ["TensorFlow", "PyTorch"], "controllers": ["Gloo"], "tensor_operations": ["NCCL", "Gloo"]}
+
+
+def test_horovod_build_from_files_without_horovod(tmp_path, monkeypatch):
+    _fake_horovod(tmp_path, monkeypatch, {})
+    assert hardware.horovod_build_from_files([]) == {} and hardware.horovod_extensions() == {}
+
+
+@pytest.mark.slow
+def test_horovod_build_from_files_matches_check_build():
+    # The files say what `horovodrun --check-build` says (which imports every framework: seconds).
+    notes = []
+    checked = hardware.horovod_build(notes, timeout=900)
+    assert checked, f"horovodrun --check-build gave nothing: {notes}"
+    assert hardware.horovod_build_from_files([]) == checked

@@ -36,7 +36,11 @@ def test_ci_runs_the_readme_test_commands():
         assert re.search(rf"^{command}(\s|$)", first_block, re.M), command
     ci = open(os.path.join(ROOT, ".ci", "run")).read()
     runs = re.findall(r"^make (\S+)$", ci, re.M)
-    assert runs == ["test", "browser-test"], runs
+    assert runs == ["test", "browser-test", "slurm-test", "wheelhouse-test"], runs
+    # every command CI runs is one the README gives (in a code block, at the start of a line)
+    blocks = "\n".join(re.findall(r"```\n(.*?)```", readme, re.S))
+    for cmd in re.findall(r"^(make\b.*?)\s*$", ci, re.M):
+        assert re.search(rf"^{re.escape(cmd)}(\s|$)", blocks, re.M), f"CI runs `{cmd}`, which no README code block shows"
 
 
 def test_the_browser_test_starts_the_server_make_lab_starts():

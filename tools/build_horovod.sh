@@ -58,8 +58,10 @@ export MAKEFLAGS=-j$JOBS CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
 
 NVCC=$(command -v nvcc || true)
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
-GPU_CCS=""
-if command -v nvidia-smi >/dev/null 2>&1; then
+# HOROVOD_BUILD_CUDA_CC_LIST (e.g. 80,90) builds NCCL operations for those GPUs without one
+# present (a container image build); otherwise the GPUs nvidia-smi lists decide.
+GPU_CCS=${HOROVOD_BUILD_CUDA_CC_LIST:-}
+if [ -z "$GPU_CCS" ] && command -v nvidia-smi >/dev/null 2>&1; then
   GPU_CCS=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' .' | sort -u | paste -sd, || true)
 fi
 if [ "${HOROVOD_FORCE_CPU:-0}" != 1 ] && [ -n "$NVCC" ] && [ -n "$GPU_CCS" ]; then
@@ -98,7 +100,8 @@ else
   say "no CUDA compiler or no GPU: CPU build (Gloo only)"
 fi
 
-# 4. Build a wheel (kept in the cache, so a rebuild is not needed to reinstall) and install it.
+# 4. Build a wheel and install it. The wheel stays in $CACHE/wheels: a reinstall needs no
+# rebuild, and `make wheelhouse` copies it from there.
 say "building (this takes a few minutes)"
 rm -f "$CACHE"/wheels/horovod-*.whl
 "$PYTHON" -m pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$CACHE/wheels" "$SRC" \

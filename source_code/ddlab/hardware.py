@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -245,11 +246,94 @@ def nvcc_version() -> Optional[str]:
     return m.group(2) if m else out.strip().splitlines()[-1] if out.strip() else None
 
 
+def _torch_dir() -> Optional[str]:
+    """torch's package folder, found without importing torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def torch_cuda_from_file() -> Optional[str]:
+    """The CUDA version torch was built with, read from ``torch/version.py`` (the file
+    ``torch.version`` is) without importing torch; None for a CPU-only torch."""
+    d = _torch_dir()
+    if d is None:
+        return None
+    try:
+        with open(os.path.join(d, "version.py")) as f:
+            text = f.read()
+    except OSError:
+        return None
+    m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return m.group(1) if m else None
+
+
+# The wheels that carry the NCCL a pip-installed torch loads (newest CUDA first).
+NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11", "nvidia-nccl")
+
+
+def nccl_library() -> Optional[str]:
+    """The path of the NCCL library torch uses, found as a file: the ``nvidia-nccl-cu*``
+    wheel's ``libnccl.so.2``, else one in torch's own ``lib`` folder; None when neither."""
+    for dist in NCCL_DISTRIBUTIONS:
+        try:
+            files = importlib.metadata.distribution(dist).files or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for f in files:
+            if re.fullmatch(r"libnccl\.so(\.\d+)*", f.name):
+                return str(f.locate())
+    d = _torch_dir()
+    if d and os.path.isdir(os.path.join(d, "lib")):
+        for name in sorted(os.listdir(os.path.join(d, "lib"))):
+            if re.fullmatch(r"libnccl\.so(\.\d+)*", name):
+                return os.path.join(d, "lib", name)
+    return None
+
+
+def nccl_version_from_code(code: int) -> str:
+    """NCCL's ``ncclGetVersion`` integer as "major.minor.patch" (2.9 and later encode
+    major*10000 + minor*100 + patch; older ones major*1000 + minor*100 + patch)."""
+    if code >= 20900:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def nccl_library_version(path: str) -> Optional[str]:
+    """Ask the NCCL library at ``path`` its version (``ncclGetVersion``; needs no GPU)."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL(path)
+        code = ctypes.c_int()
+        if lib.ncclGetVersion(ctypes.byref(code)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return nccl_version_from_code(code.value)
+
+
 def torch_facts(notes: list) -> dict:
-    """torch version, the CUDA it was built with and NCCL's version (imports torch)."""
+    """torch version, the CUDA it was built with and NCCL's version.
+
+    Read from files (package metadata, ``torch/version.py``, the NCCL library) so that
+    ``ddlab doctor`` stays fast; a process that has imported torch already is asked directly.
+    torch is imported only when it was built with CUDA and its NCCL is not a file found here."""
     facts = {"torch": _version("torch"), "cuda_runtime": None, "nccl": None}
     if not facts["torch"]:
         return facts
+    if "torch" not in sys.modules:
+        facts["cuda_runtime"] = torch_cuda_from_file()
+        if facts["cuda_runtime"] is None:
+            return facts
+        lib = nccl_library()
+        if lib:
+            facts["nccl"] = nccl_library_version(lib)
+            if facts["nccl"]:
+                return facts
     try:
         import torch
         facts["cuda_runtime"] = torch.version.cuda
@@ -283,12 +367,69 @@ def parse_check_build(text: str) -> dict:
     return out
 
 
-def horovod_build(notes: list) -> dict:
+# Horovod's extension per framework (as ``horovodrun --check-build`` names them): the
+# subpackage and the start of its compiled library's file name.
+HOROVOD_EXTENSIONS = {"TensorFlow": ("tensorflow", "mpi_lib"), "PyTorch": ("torch", "mpi_lib"),
+                      "MXNet": ("mxnet", "mpi_lib")}
+# What --check-build lists, in its order, and the C++ class each one compiles in: a library
+# built with it holds the class's RTTI name (e.g. "N7horovod6common14GlooControllerE").
+HOROVOD_CONTROLLERS = {"MPI": "MPIController", "Gloo": "GlooController"}
+HOROVOD_TENSOR_OPERATIONS = {"NCCL": "NCCLAllreduce", "DDL": "DDLAllreduce", "CCL": "CCLAllreduce",
+                             "MPI": "MPIAllreduce", "Gloo": "GlooAllreduce"}
+
+
+def _rtti_name(cls: str) -> bytes:
+    return f"N7horovod6common{len(cls)}{cls}E".encode()
+
+
+def horovod_extensions() -> dict:
+    """{framework: path of Horovod's compiled library for it}, found as files without
+    importing Horovod or the framework (importing horovod.tensorflow imports TensorFlow)."""
+    try:
+        spec = importlib.util.find_spec("horovod")
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    out = {}
+    for framework, (sub, prefix) in HOROVOD_EXTENSIONS.items():
+        for base in spec.submodule_search_locations:
+            d = os.path.join(base, sub)
+            libs = sorted(f for f in os.listdir(d) if f.startswith(prefix) and f.endswith((".so", ".pyd"))) \
+                if os.path.isdir(d) else []
+            if libs:
+                out[framework] = os.path.join(d, libs[-1])
+                break
+    return out
+
+
+def horovod_build_from_files(notes: list) -> dict:
+    """What ``horovodrun --check-build`` reports (frameworks, controllers, tensor operations),
+    read from Horovod's compiled libraries instead of importing every framework."""
+    libs = horovod_extensions()
+    if not libs:
+        return {}
+    import mmap
+    path = next(iter(libs.values()))
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            def built(table):
+                return [name for name, cls in table.items() if m.find(_rtti_name(cls)) >= 0]
+            return {"frameworks": list(libs), "controllers": built(HOROVOD_CONTROLLERS),
+                    "tensor_operations": built(HOROVOD_TENSOR_OPERATIONS)}
+    except (OSError, ValueError) as exc:
+        notes.append(f"could not read Horovod's library {path}: {exc}")
+        return {"frameworks": list(libs), "controllers": [], "tensor_operations": []}
+
+
+def horovod_build(notes: list, timeout: float = 300) -> dict:
+    """``horovodrun --check-build``, parsed (it imports every framework: seconds; ``ddlab
+    doctor --check-build``). :func:`horovod_build_from_files` gives the same without that."""
     exe = shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable), "horovodrun")
     if not _version("horovod") or not os.path.exists(exe):
         return {}
     try:
-        out = subprocess.run([exe, "--check-build"], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([exe, "--check-build"], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         notes.append(f"horovodrun --check-build failed: {exc}")
         return {}
@@ -299,11 +440,14 @@ def horovod_build(notes: list) -> dict:
 
 
 # --------------------------------------------------------------------------- inventory
-def inventory(software: bool = True, dataset: bool = True, horovod_check: bool = True) -> Inventory:
-    """Collect what this machine has. Never raises for missing hardware or software.
+def inventory(software: bool = True, dataset: bool = True, horovod_check: bool = True,
+              check_build: bool = False) -> Inventory:
+    """Collect what this machine has. Never raises for missing hardware or software, and
+    imports no framework unless a check needs it (see :func:`torch_facts`).
 
-    ``horovod_check`` runs ``horovodrun --check-build`` (it imports every framework, which
-    takes seconds); provenance records skip it and keep Horovod's version only."""
+    ``horovod_check`` reads what Horovod was built with from its libraries (fast);
+    ``check_build`` asks ``horovodrun --check-build`` instead (it imports every framework:
+    seconds). Provenance records skip both and keep Horovod's version only."""
     inv = Inventory(cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     gpus, driver, cuda = _nvml_gpus(inv.notes)
     if gpus:
@@ -321,7 +465,10 @@ def inventory(software: bool = True, dataset: bool = True, horovod_check: bool =
         inv.torch, inv.cuda_runtime, inv.nccl = f["torch"], f["cuda_runtime"], f["nccl"]
         inv.tensorflow = tensorflow_version()
         inv.horovod = _version("horovod")
-        inv.horovod_build = horovod_build(inv.notes) if horovod_check else {}
+        if check_build:
+            inv.horovod_build = horovod_build(inv.notes)
+        elif horovod_check:
+            inv.horovod_build = horovod_build_from_files(inv.notes)
         inv.nvcc = nvcc_version()
     if dataset:
         from . import data
@@ -593,6 +740,9 @@ def cli(argv: list) -> int:
     import json
     p = argparse.ArgumentParser(prog="ddlab doctor", description="What this machine has, for the course.")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--check-build", action="store_true",
+                   help="ask `horovodrun --check-build` what Horovod was built with (imports every framework: "
+                        "seconds) instead of reading it from Horovod's files")
     p.add_argument("--label", action="store_true",
                    help='print only the name of this machine from its hardware, e.g. "2x NVIDIA H200, NV18"')
     p.add_argument("--slug", action="store_true", help='print only that name as a file name, e.g. "2xh200-nv18"')
@@ -604,7 +754,7 @@ def cli(argv: list) -> int:
         if a.slug:
             print(slug)
         return 0
-    inv = inventory()
+    inv = inventory(check_build=a.check_build)
     print(json.dumps(inv.to_dict(), indent=2) if a.json else format_inventory(inv))
     if not a.json and inv.gpus:
         print(pcie_report(inv))

@@ -48,16 +48,9 @@ def _has_module(name: str) -> bool:
 
 def _horovod_extension(framework: str) -> bool:
     """Whether Horovod was built for this framework, found without importing it (importing
-    horovod.tensorflow imports TensorFlow, seconds)."""
-    spec = importlib.util.find_spec("horovod") if _has_module("horovod") else None
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    sub = "torch" if framework == "torch" else "tensorflow"
-    for base in spec.submodule_search_locations:
-        d = os.path.join(base, sub)
-        if os.path.isdir(d) and any(f.startswith("mpi_lib") and f.endswith((".so", ".pyd")) for f in os.listdir(d)):
-            return True
-    return False
+    horovod.tensorflow imports TensorFlow, seconds): :func:`ddlab.hardware.horovod_extensions`."""
+    from . import hardware
+    return ("PyTorch" if framework == "torch" else "TensorFlow") in hardware.horovod_extensions()
 
 
 def availability(framework: str, launcher: str) -> tuple:
