@@ -291,7 +291,7 @@ def test_pcie_report_in_doctor(monkeypatch):
     assert text.count("warning:") == 2
     assert hardware.pcie_report(hardware.Inventory()) == ""
     # doctor prints it after the inventory when there are GPUs
-    monkeypatch.setattr(hardware, "inventory", lambda: inv)
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: inv)
     monkeypatch.setattr(hardware, "pcie_links", lambda notes, *a: hardware.parse_smi_pcie(PCIE_SMI))
     import io
     import contextlib
