@@ -50,7 +50,7 @@ def test_cpu_quick_report_end_to_end(tmp_path):
     assert "needs 2 GPU" in recs["p2p"]["why"] and "--quick" in recs["training"]["why"]
     sweeps = recs["allreduce"]["data"]["sweeps"]
     assert recs["allreduce"]["data"]["backend"] == "gloo"
-    assert all(r["busbw_gbps"] > 0 for s in sweeps["results"] for r in s["rows"])
+    assert all(r["busbw_gbps"] > 0 for s in sweeps["sweeps"] for r in s["rows"])
     with open(out / "allreduce.png", "rb") as f:
         assert f.read(8) == PNG
     page = (out / "report.html").read_text()

@@ -204,7 +204,8 @@ def _doctor(ctx: Context) -> dict:
     ctx._inventory = inv
     warnings = list(inv.notes)
     if ctx.plan.quick and inv.horovod:
-        inv.notes.append("Horovod's build was not checked (--quick); ddlab doctor checks it")
+        warnings.append("Horovod's build was not checked (--quick leaves out `horovodrun --check-build`; "
+                        "ddlab doctor runs it)")
     if inv.dataset and not inv.dataset.startswith("ok"):
         warnings.append(f"Fashion-MNIST: {inv.dataset} (get it with: ddlab data)")
     if inv.gpus and not inv.nvcc:
