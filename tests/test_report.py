@@ -200,6 +200,8 @@ def test_full_report_on_8_gpus_fits_ten_minutes_by_design():
 def test_quick_on_2_gpus_fits_two_minutes_and_keeps_the_default_p2p_size_when_it_fits():
     quick = report.plan(machine(2, nvcc=True), quick=True, p2p_built=False)
     assert quick.total_s() <= report.QUICK_BUDGET_S and quick.train_device is None
+    assert quick.p2p["size"] * quick.p2p["reps"] < 10 * (1 << 30) and quick.p2p["copy"] == "ce"
+    assert quick.sweep_sizes == [1 << 10, 1 << 20, 64 << 20]
     full2 = report.plan(machine(2, nvcc=True), quick=False)
     assert (full2.p2p["size"], full2.p2p["reps"], full2.p2p["copy"]) == (1 << 30, 10, "both")
 
@@ -231,3 +233,42 @@ def test_cli_is_registered_and_rejects_a_missing_topo_file(capsys):
 
 def test_default_folder_names_the_machine():
     assert report.default_out(machine(0)).startswith(os.path.join("results", "report-cpu-"))
+
+
+# ----------------------------------------------------------------------------- the GPU path, with recorded results
+def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
+    """The GPU steps' own code (sizing, link peaks, records, plots, summary) on a pretend 2-GPU
+    machine whose measurements are the recorded ones: the measuring functions are GPU-tested
+    elsewhere, so here they return what the 2x H200 recorded."""
+    from ddlab import collectives, experiments, hardware, p2p, recording
+    calls = {"p2p": [], "sweep": []}
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory(
+        gpus=[hardware.GPU(0, "NVIDIA H200"), hardware.GPU(1, "NVIDIA H200")], torch="2", nvcc="13"))
+    monkeypatch.setattr(topology.Topology, "from_system", classmethod(lambda cls, timeout=30: topology.recorded("h200x2")))
+
+    def fake_p2p_run(**kw):
+        calls["p2p"].append(kw)
+        return p2p.load_recorded("h200x2")
+    monkeypatch.setattr(p2p, "run", fake_p2p_run)
+    recorded = collectives.load_recorded("h200x2")
+
+    def fake_sweep(**kw):
+        calls["sweep"].append(kw)
+        return recorded[kw["path"]]
+    monkeypatch.setattr(collectives, "sweep", fake_sweep)
+    monkeypatch.setattr(experiments, "nccl_path_comparison",
+                        lambda **kw: recording.load_recorded("nccl-paths", "torch", "ddp", "wide"))
+    m = mode.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK)
+    assert report.main(out=str(tmp_path / "rep"), machine=m) == 0
+    assert [(c["size"], c["reps"], c["copy"]) for c in calls["p2p"]] == [(1 << 30, 10, "both")]
+    assert [(c["path"], c["backend"]) for c in calls["sweep"]] == [("default", "nccl"), ("shm", "nccl"),
+                                                                   ("socket", "nccl")]
+    recs = report_html.read_folder(str(tmp_path / "rep"))
+    assert {k: r["status"] for k, r in recs.items()} == dict.fromkeys(report_html.STEP_ORDER, "done")
+    assert recs["allreduce"]["data"]["link_peak_gbps"] == links.nvlink(4, 18).bandwidth_gbs
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert len(_assert_self_contained(page)) == 4          # topology, p2p, all-reduce, training
+    summary = page.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
+    for topic in ("Slowest link", "Asymmetric pairs", "Best subset per k", "All-reduce", "Training speedup"):
+        assert topic in summary
+    assert "needs 3 GPUs or more" in summary and "Skipped" not in summary

@@ -34,7 +34,7 @@ FORMAT = 1
 # ----------------------------------------------------------------------------- duration model
 # Design estimates (seconds), deliberately on the slow side; every step's JSON keeps its
 # measured duration beside its estimate, so these can be checked against real runs.
-DOCTOR_S = 10.0            # package metadata, NVML, `horovodrun --check-build`
+DOCTOR_S = 20.0            # package metadata, NVML, `horovodrun --check-build` (imports the frameworks)
 TOPOLOGY_S = 3.0           # `nvidia-smi topo -m` and a drawing
 P2P_BUILD_S = 30.0         # nvcc for two or three architectures, only when the binary is missing
 LAUNCH_S = 12.0            # torchrun start, process-group and NCCL set-up, per launch
@@ -73,13 +73,15 @@ def p2p_sizing(gpus: int, quick: bool = False) -> dict:
     ``P2P_BUDGET_S / pairs`` (150 s / 56 = 2.7 s on 8 GPUs), and we take the largest size,
     then the most repeats, that fits it (8 GPUs: 512 MiB x 3; 2 GPUs: the default 1 GiB x 10).
     Sizes from 16 MiB up still reach a link's full bandwidth; fewer repeats only widen the
-    spread. ``--quick`` times the copy engine only, with a 20 s budget."""
+    spread. ``--quick`` times the copy engine only, at most 256 MiB x 5, within a 20 s budget."""
     pairs = max(1, gpus * (gpus - 1))
     copies = 1 if quick else 2
     budget = P2P_BUDGET_S["quick" if quick else "full"] / pairs
-    size, reps = P2P_SIZES[-1], P2P_REPS[-1]
-    for s in P2P_SIZES:
-        fits = [r for r in P2P_REPS if p2p_pair_seconds(s, r, copies) <= budget]
+    sizes = [s for s in P2P_SIZES if not quick or s <= 256 << 20]
+    repeats = [r for r in P2P_REPS if not quick or r <= 5]
+    size, reps = sizes[-1], repeats[-1]
+    for s in sizes:
+        fits = [r for r in repeats if p2p_pair_seconds(s, r, copies) <= budget]
         if fits:
             size, reps = s, fits[0]
             break
@@ -303,6 +305,8 @@ def _p2p(ctx: Context) -> dict:
     peaks = link_peaks(topo["topology"] if topo else None, names)
     result = p2p.run(size=s["size"], reps=s["reps"], copy=s["copy"], latency_reps=s["latency_reps"],
                      timeout=max(300.0, 3 * s["seconds"]))
+    if peaks is not None and len(peaks) != result.n:     # a --topo-file of another machine
+        peaks = None
     d = p2p_data(result, peaks)
     d["sizing"] = s
     fig = p2p.plot_heatmaps(result, link_peak_gbps=None if peaks is None else np.array(peaks, dtype=float),
