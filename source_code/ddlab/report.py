@@ -342,9 +342,9 @@ def _allreduce(ctx: Context) -> dict:
     fig, ax = plt.subplots(figsize=(7, 4))
     collectives.plot_sweep({s.label: s for s in sweeps}, ax=ax)
     if d["link_peak_gbps"]:
-        ax.axhline(d["link_peak_gbps"], color="grey", linestyle=":", linewidth=1)
-        ax.annotate("slowest link's peak (ddlab.links)", (ax.get_xlim()[0], d["link_peak_gbps"]), fontsize=8, color="grey",
-                    va="bottom")
+        ax.axhline(d["link_peak_gbps"], color="grey", linestyle=":", linewidth=1,
+                   label="slowest link's peak per direction")
+        ax.legend(fontsize="small")
     d["plots"] = [ctx.save_plot(fig, "allreduce.png")]
     return d
 

@@ -23,6 +23,7 @@ h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #cc
 .meta { color: #555; font-size: 0.9em; }
 #summary { background: #f4f7fb; border: 1px solid #c9d6e8; padding: 0.5em 1.2em; border-radius: 6px; }
 #summary li { margin: 0.25em 0; } .skipped, .warning { color: #8a5a00; } .failed { color: #b00020; font-weight: bold; }
+div.ddlab-table { overflow-x: auto; }
 table.ddlab-table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.92em; }
 table.ddlab-table th, table.ddlab-table td { border: 1px solid #ddd; padding: 0.2em 0.6em; }
 table.ddlab-table th { background: #f0f0f0; }
@@ -101,7 +102,7 @@ def load_other(spec: str) -> dict:
         if step.name in steps:
             steps[step.name]["title"] = step.title
     label = machine_label(prov, topo) if prov else spec
-    return {"label": f"{label} (recorded)", "source": f"recorded {spec}", "steps": steps}
+    return {"label": f"{label} (recorded {spec})", "source": f"recorded {spec}", "steps": steps}
 
 
 # ----------------------------------------------------------------------------- readings
@@ -227,7 +228,8 @@ def compare_table(steps: dict, other: dict, this_label: str = "this machine") ->
                      "ratio": a / b if a is not None and b else None})
     return Table([("figure", "text"), ("unit", "text"), ("this", "number", this_label),
                   ("other", "number", other["label"]), ("ratio", "ratio", "ratio (this / other)")], rows,
-                 title=f"This machine beside {other['label']} ({other['source']})",
+                 title=f"This machine beside {other['label']}"
+                 + ("" if other["source"].startswith("recorded") else f" (the report in {other['source']})"),
                  notes="n/a: the figure was not measured on that machine (a skipped step, or another backend).")
 
 
