@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ddlab import SOURCE_DIR, cli, links, mode, report, report_html, topology
+from ddlab import SOURCE_DIR, cli, links, mode, report, report_html, report_plan, topology
 
 PNG = b"\x89PNG\r\n\x1a\n"
 OK = lambda framework, launcher: (True, "")  # noqa: E731
@@ -185,33 +185,33 @@ def test_compare_unknown_name_says_what_exists(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- budget by design
 def test_full_report_on_8_gpus_fits_ten_minutes_by_design():
-    pl = report.plan(machine(8, nvcc=True), quick=False, p2p_built=False)
+    pl = report_plan.plan(machine(8, nvcc=True), quick=False, p2p_built=False)
     assert pl.p2p["pairs"] == 56
     # The program's default, 10 copies of 1 GiB with both copy kinds, would take the whole budget alone.
-    assert 56 * report.p2p_pair_seconds(1 << 30, 10, 2) > report.FULL_BUDGET_S
+    assert 56 * report_plan.p2p_pair_seconds(1 << 30, 10, 2) > report_plan.FULL_BUDGET_S
     assert pl.p2p["size"] * pl.p2p["reps"] < 10 * (1 << 30)
-    assert pl.p2p["seconds"] <= report.P2P_BUDGET_S["full"]
+    assert pl.p2p["seconds"] <= report_plan.P2P_BUDGET_S["full"]
     assert set(pl.estimates) == {s.name for s in report.STEPS}
     assert all(v > 0 for v in pl.estimates.values())
-    assert pl.total_s() <= report.FULL_BUDGET_S
+    assert pl.total_s() <= report_plan.FULL_BUDGET_S
     assert pl.paths == ["default", "shm", "socket"] and pl.train_device == "cuda"
 
 
 def test_quick_on_2_gpus_fits_two_minutes_and_keeps_the_default_p2p_size_when_it_fits():
-    quick = report.plan(machine(2, nvcc=True), quick=True, p2p_built=False)
-    assert quick.total_s() <= report.QUICK_BUDGET_S and quick.train_device is None
+    quick = report_plan.plan(machine(2, nvcc=True), quick=True, p2p_built=False)
+    assert quick.total_s() <= report_plan.QUICK_BUDGET_S and quick.train_device is None
     assert quick.p2p["size"] * quick.p2p["reps"] < 10 * (1 << 30) and quick.p2p["copy"] == "ce"
     assert quick.sweep_sizes == [1 << 10, 1 << 20, 64 << 20]
-    full2 = report.plan(machine(2, nvcc=True), quick=False)
+    full2 = report_plan.plan(machine(2, nvcc=True), quick=False)
     assert (full2.p2p["size"], full2.p2p["reps"], full2.p2p["copy"]) == (1 << 30, 10, "both")
 
 
 def test_plan_without_gpus_is_gloo_on_cpu():
-    pl = report.plan(machine(0), quick=False)
+    pl = report_plan.plan(machine(0), quick=False)
     assert (pl.sweep_backend, pl.paths, pl.train_device) == ("gloo", ["default"], "cpu")
     assert pl.estimates["p2p"] == 0
     no_torch = mode.Machine(gpus=0, software=lambda f, la: (False, "PyTorch is not installed"))
-    assert report.plan(no_torch).estimates["allreduce"] == 0
+    assert report_plan.plan(no_torch).estimates["allreduce"] == 0
 
 
 def test_link_peaks_come_from_the_catalogue():
