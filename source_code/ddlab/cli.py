@@ -7,6 +7,7 @@ import sys
 
 # command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS = {
+    "report": ("ddlab.report", "cli", "measure this machine in one command and write an HTML report"),
     "doctor": ("ddlab.hardware", "cli", "what this machine has (GPUs, driver, CUDA, NCCL, frameworks, data)"),
     "data": ("ddlab.data", "cli", "make Fashion-MNIST available offline and verify it"),
     "topo": ("ddlab.topology", "cli", "read nvidia-smi topo -m (this machine or --file), rank pairs, best subsets"),
