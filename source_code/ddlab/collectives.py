@@ -433,6 +433,47 @@ def compare_paths(paths: Sequence[str] = nccl.COMPARED, op: str = "all_reduce",
     return {p: sweep(op=op, path=p, **kwargs) for p in paths}
 
 
+# NCCL_P2P_LEVEL values, shortest distance first (NVIDIA NCCL User Guide, "Environment
+# Variables"); the same tuple as ddlab.links.NCCL_P2P_LEVELS.
+LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+
+
+def compare_levels(levels: Sequence[str] = LEVELS, sizes: Sequence = ("256M",), op: str = "all_reduce",
+                   **kwargs) -> dict:
+    """The level sweep: ``sweep()`` once per ``NCCL_P2P_LEVEL`` (every other path variable
+    unset), each with ``NCCL_DEBUG=INFO`` so that the transport NCCL chose is read from its
+    log. Returns ``{level: SweepResult}``; :func:`level_table` prints it. Needs two GPUs:
+    NCCL levels act only between GPUs."""
+    if isinstance(levels, str):
+        levels = [p.strip() for p in levels.split(",") if p.strip()]
+    levels = [str(lv).strip().upper() for lv in levels]
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad:
+        raise ValueError(f"unknown NCCL_P2P_LEVEL {bad[0]!r}; choose from {', '.join(LEVELS)}")
+    if _gpu_count() < 2:
+        raise ValueError("the level sweep needs at least 2 GPUs: NCCL_P2P_LEVEL acts only on the P2P transport "
+                         "between GPUs, and CPU processes (gloo) have no NCCL")
+    kwargs.setdefault("nccl_debug", True)
+    env = dict(kwargs.pop("env", None) or {})
+    return {lv: sweep(op=op, backend="nccl", path="default", sizes=sizes, env=dict(env, NCCL_P2P_LEVEL=lv),
+                      **kwargs) for lv in levels}
+
+
+def level_table(results: Mapping[str, "SweepResult"]) -> str:
+    """One line per level of a level sweep: the transports NCCL reported (connections of
+    each kind) and the bus bandwidth at the sweep's largest size."""
+    if not results:
+        raise ValueError("no level sweep results to show")
+    lines = [f"{'NCCL_P2P_LEVEL':<15} {'transports NCCL chose (connections)':<40} {'busbw':>12}  at"]
+    for level, res in results.items():
+        counts = res.transport_counts()
+        kinds = ", ".join(f"{k} ({n})" for k, n in counts.items()) if counts else "not in the log"
+        last = max(res.rows, key=lambda r: r["bytes"]) if res.rows else None
+        bw = f"{last['busbw_gbps']:.1f} GB/s" if last else "-"
+        lines.append(f"{level:<15} {kinds:<40} {bw:>12}  {format_size(last['bytes']) if last else ''}".rstrip())
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- plotting
 def plot_sweep(results, ax=None, metric: str = "busbw", logy: Optional[bool] = None):
     """Draw one line per sweep over message size (log x). ``results``: a SweepResult, a list of
