@@ -275,3 +275,18 @@ def test_level_table_names_transport_and_bandwidth():
     assert nvl.startswith("NVL") and "P2P" in nvl
     with pytest.raises(ValueError, match="no level sweep"):
         coll.level_table({})
+
+
+def test_recorded_level_sweep_round_trip(tmp_path, monkeypatch):
+    from ddlab import reference
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
+    row = {"bytes": 1024, "count": 256, "time_us": 1.0, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "iters": 3}
+    sweeps = [coll.SweepResult(op="all_reduce", backend="nccl", path="default", env={"NCCL_P2P_LEVEL": lv},
+                               nproc=2, rows=[row], provenance={"machine": "test"}) for lv in ("SYS", "LOC")]
+    coll.save_recorded("levels-test", sweeps)
+    loaded = coll.load_recorded_levels("levels-test")
+    assert list(loaded) == ["LOC", "SYS"] and all(r.source == "recorded" for r in loaded.values())
+    coll.save_recorded("paths-test", [coll.SweepResult(op="all_reduce", backend="nccl", path="default", env={},
+                                                       nproc=2, rows=[row], provenance={})])
+    with pytest.raises(ValueError, match="not a level sweep"):
+        coll.load_recorded_levels("paths-test")

@@ -489,3 +489,24 @@ def test_record_and_load_recorded(tmp_path, monkeypatch):
     np.testing.assert_array_equal(back.matrices["uni_p2p_on"], r.matrices["uni_p2p_on"])
     assert back.text == r.text
     assert p2p.cli(["--recorded", "example"]) == 0
+
+
+def test_nvidia_sample_missing_is_one_clear_message(monkeypatch):
+    monkeypatch.setattr(p2p.shutil, "which", lambda name: None)
+    assert p2p.nvidia_sample() is None
+    with pytest.raises(p2p.P2PError, match="not on PATH"):
+        p2p.run_nvidia_sample()
+
+
+def test_nvidia_sample_output_is_parsed(monkeypatch, tmp_path):
+    import os
+    sample = os.path.join(os.path.dirname(__file__), "fixtures", "p2p", "nvidia_sample_2gpu.txt")
+    exe = tmp_path / "p2pBandwidthLatencyTest"
+    exe.write_text(f"#!/bin/sh\ncat '{sample}'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    res = p2p.run_nvidia_sample()
+    assert res.n == 2 and "uni_p2p_on" in res.matrices and res.text
+    exe.write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
+    with pytest.raises(p2p.P2PRunError, match="failed \\(exit 1\\)"):
+        p2p.run_nvidia_sample()

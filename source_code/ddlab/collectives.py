@@ -303,6 +303,17 @@ def load_recorded(name: str, op: str = "all_reduce") -> dict:
     return found
 
 
+def load_recorded_levels(name: str) -> dict:
+    """A recorded level sweep (:func:`compare_levels` saved with :func:`save_recorded` as
+    ``reference/allreduce/<name>.json``) as ``{level: SweepResult}``, in NCCL's order."""
+    from . import reference
+    found = {r.env.get("NCCL_P2P_LEVEL"): r for r in results_from_json(reference.load("allreduce", name),
+                                                                         source="recorded")}
+    if None in found or not found:
+        raise ValueError(f"reference allreduce/{name} is not a level sweep (each sweep needs NCCL_P2P_LEVEL)")
+    return {lv: found[lv] for lv in LEVELS if lv in found}
+
+
 # ----------------------------------------------------------------------------- running
 def _gpu_count() -> int:
     """GPUs torch can use here (0 with a CPU-only torch build)."""

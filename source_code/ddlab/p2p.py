@@ -816,6 +816,33 @@ def run(args: Sequence[str] = (), *, timeout: float = 900.0, rebuild: bool = Fal
     return result
 
 
+NVIDIA_SAMPLE = "p2pBandwidthLatencyTest"
+
+
+def nvidia_sample() -> Optional[str]:
+    """The path of NVIDIA's p2pBandwidthLatencyTest (cuda-samples) when it is on PATH, else None."""
+    return shutil.which(NVIDIA_SAMPLE)
+
+
+def run_nvidia_sample(*, timeout: float = 900.0) -> P2PResult:
+    """Run NVIDIA's p2pBandwidthLatencyTest from PATH and parse its output (:func:`parse`).
+    Raises :class:`P2PError` when it is not on PATH, and :class:`P2PRunError` when it fails."""
+    exe = nvidia_sample()
+    if exe is None:
+        raise P2PError(f"NVIDIA's {NVIDIA_SAMPLE} is not on PATH (it comes with NVIDIA's cuda-samples); "
+                       "the course's own test stands in for it")
+    try:
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise P2PRunError(f"{NVIDIA_SAMPLE} ran longer than {timeout:.0f} s and was stopped") from None
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-20:])
+        raise P2PRunError(f"{NVIDIA_SAMPLE} failed (exit {out.returncode}):\n{tail}")
+    result = parse(out.stdout)
+    result.text = out.stdout
+    return result
+
+
 # =========================================================================== recorded runs
 def record(result: P2PResult, *, name: Optional[str] = None, path: Optional[str] = None,
            command=None) -> str:
