@@ -13,7 +13,7 @@ NOTEBOOKS = {
     1: ("Data-parallel training", {
         "cpu": "Fashion-MNIST training on 1, 2 and 4 CPU worker processes (Gloo), live; the GPU scaling is recorded",
         "single-gpu": "one-GPU training live; the multi-GPU scaling is recorded",
-        "multi-gpu": "training on 1 and several GPUs, live",
+        "multi-gpu": "Fashion-MNIST training on CPU worker processes (Gloo) and the GPU scaling, both live",
     }),
     2: ("Latency and bandwidth", {
         "cpu": "the calculator and an all-reduce sweep between 2 CPU processes (Gloo), fitted to the alpha-beta model",
