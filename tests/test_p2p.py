@@ -350,7 +350,8 @@ def test_summary_two_gpus_with_link_peak():
     r = p2p.parse(fixture("nvidia_sample_2gpu.txt"))
     s = r.summary(link_peak_gbps=450.0)
     assert "best 360.0 GB/s (GPU 1 -> 0)" in s and "worst 300.0 GB/s (GPU 0 -> 1)" in s
-    assert "80% of the 450 GB/s raw link rate" in s
+    assert "80% of the link's peak, 450 GB/s per direction, as measured" in s
+    assert "headers" not in s and "CRC" not in s         # what takes the rest was never measured
     assert "Peer access is 10.8x faster" in s  # (300+360)/2 / ((30+31)/2)
     assert "0 <-> 1 (300.0 vs 360.0 GB/s)" in s  # 17% apart: asymmetric
     assert "Outlier" not in s

@@ -563,8 +563,8 @@ def summary(result: P2PResult, link_peak_gbps=None) -> str:
     on, off = mats.get("uni_p2p_on"), mats.get("uni_p2p_off")
     if on is not None and (b := _extreme(on, labels)):
         w = _extreme(on, labels, best=False)
-        share = f" ({100 * b[0] / peak:.0f}% of the {peak:g} GB/s raw link rate; packet headers, CRC and flow " \
-                f"control take the rest)" if peak else ""
+        share = f" ({100 * b[0] / peak:.0f}% of the link's peak, {peak:g} GB/s per direction, as measured)" \
+            if peak else ""
         s.append(f"Unidirectional with peer access: best {b[0]:.1f} GB/s (GPU {b[1]} -> {b[2]}), "
                  f"worst {w[0]:.1f} GB/s (GPU {w[1]} -> {w[2]}){share}.")
     if off is not None and _offdiag(off).size:
@@ -579,7 +579,7 @@ def summary(result: P2PResult, link_peak_gbps=None) -> str:
                 s.append(f"Peer access is {ratio:.1f}x faster on average.")
     bi = mats.get("bi_p2p_on")
     if bi is not None and (b := _extreme(bi, labels)):
-        share = f", {100 * b[0] / (2 * peak):.0f}% of both directions' raw rate" if peak else ""
+        share = f", {100 * b[0] / (2 * peak):.0f}% of the peak in both directions" if peak else ""
         s.append(f"Both directions at once: up to {b[0]:.1f} GB/s (GPU {b[1]} <-> {b[2]}{share}).")
     ce = [v for k, v in result.variants.items() if k.startswith("uni_p2p_on:ce")]
     sm = [v for k, v in result.variants.items() if k.startswith("uni_p2p_on:sm")]
@@ -640,7 +640,7 @@ def link_peaks(topo_labels, nvlink_generation: Optional[int] = None, pcie_genera
 
 # =========================================================================== plotting
 def plot_heatmaps(result: P2PResult, link_peak_gbps=None, keys: Optional[Sequence[str]] = None, figsize=None):
-    """One heatmap per matrix, values written in the cells. ``link_peak_gbps``: the raw
+    """One heatmap per matrix, values written in the cells. ``link_peak_gbps``: the link's peak
     rate per direction, a number or an n x n matrix (per pair); when known (or given to the
     program as --link-peak), bandwidth cells also show their share of it (bidirectional:
     of twice it). The diagonal (copies within one GPU) is grey so it does not set the
@@ -895,7 +895,7 @@ def cli(argv: list) -> int:
     p.add_argument("--latency-batch", type=int, help="copies queued per GPU-timed latency batch (default 256)")
     p.add_argument("--gpus", help="comma-separated GPU ordinals (default all)")
     p.add_argument("--link-peak", type=float, metavar="GBPS",
-                   help="raw link rate per direction (NV18: 478.08) to show the share of peak")
+                   help="the link's peak per direction (ddlab.links; NV18: 450) to show the share of peak")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before the run is stopped (default 900)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the program first")
     p.add_argument("--record", metavar="PATH", help="also save the live result with provenance to PATH")
