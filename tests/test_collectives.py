@@ -255,11 +255,12 @@ def test_level_sweep_needs_gpus_and_known_levels(monkeypatch):
 def test_level_sweep_runs_each_level_with_only_that_variable(monkeypatch):
     monkeypatch.setattr(coll, "_gpu_count", lambda: 2)
     seen = []
-    monkeypatch.setattr(coll, "sweep", lambda **kw: seen.append(kw) or kw["env"]["NCCL_P2P_LEVEL"])
+    monkeypatch.setattr(coll, "sweep", lambda **kw: seen.append(kw) or kw["path"])
     out = coll.compare_levels("loc, nvl,SYS")
     assert out == {"LOC": "LOC", "NVL": "NVL", "SYS": "SYS"}
-    assert all(kw["path"] == "default" and kw["backend"] == "nccl" and kw["nccl_debug"] for kw in seen)
-    assert coll.LEVELS == __import__("ddlab.links", fromlist=["x"]).NCCL_P2P_LEVELS
+    assert all(kw["backend"] == "nccl" and kw["nccl_debug"] for kw in seen)
+    from ddlab import nccl
+    assert [nccl.get(kw["path"]).environment()["NCCL_P2P_LEVEL"] for kw in seen] == ["LOC", "NVL", "SYS"]
 
 
 def test_level_table_names_transport_and_bandwidth():

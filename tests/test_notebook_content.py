@@ -74,7 +74,9 @@ def test_notebook_4_states_the_nccl_facts_right():
     assert "NCCL counts it like `PHB`" in md
     assert "NET/IB" in md and "NCCL_IB_DISABLE=1" in md
     assert "NVLS" in md and "NCCL's own\ndefaults" in md
-    assert "collectives.compare_levels(" in src and "links.nccl_level_table(t)" in src
+    assert "collectives.compare_levels(" in src and "nccl.level_table(t)" in src
+    assert "NCCL_NET_DISABLE_INTRA=1" in md and "mode.live_or_recorded(\"nccl-logs\")" in src   # recorded logs, not test fixtures
+    assert "tests/fixtures" not in src
     assert "levels act only on GPUs" in md or "levels and paths act only on GPUs" in md
 
 

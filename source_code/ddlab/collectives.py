@@ -311,7 +311,7 @@ def load_recorded_levels(name: str) -> dict:
                                                                          source="recorded")}
     if None in found or not found:
         raise ValueError(f"reference allreduce/{name} is not a level sweep (each sweep needs NCCL_P2P_LEVEL)")
-    return {lv: found[lv] for lv in LEVELS if lv in found}
+    return {lv: found[lv] for lv in nccl.P2P_LEVELS if lv in found}
 
 
 # ----------------------------------------------------------------------------- running
@@ -444,30 +444,23 @@ def compare_paths(paths: Sequence[str] = nccl.COMPARED, op: str = "all_reduce",
     return {p: sweep(op=op, path=p, **kwargs) for p in paths}
 
 
-# NCCL_P2P_LEVEL values, shortest distance first (NVIDIA NCCL User Guide, "Environment
-# Variables"); the same tuple as ddlab.links.NCCL_P2P_LEVELS.
-LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
-
-
-def compare_levels(levels: Sequence[str] = LEVELS, sizes: Sequence = ("256M",), op: str = "all_reduce",
+def compare_levels(levels: Sequence[str] = nccl.P2P_LEVELS, sizes: Sequence = ("256M",), op: str = "all_reduce",
                    **kwargs) -> dict:
-    """The level sweep: ``sweep()`` once per ``NCCL_P2P_LEVEL`` (every other path variable
-    unset), each with ``NCCL_DEBUG=INFO`` so that the transport NCCL chose is read from its
-    log. Returns ``{level: SweepResult}``; :func:`level_table` prints it. Needs two GPUs:
-    NCCL levels act only between GPUs."""
+    """The level sweep: ``sweep()`` once per ``NCCL_P2P_LEVEL`` (the level paths of
+    :data:`ddlab.nccl.PATHS`: that variable alone), each with ``NCCL_DEBUG=INFO`` so that the
+    transport NCCL chose is read from its log. Returns ``{level: SweepResult}``;
+    :func:`level_table` prints it. Needs two GPUs: NCCL levels act only between GPUs."""
     if isinstance(levels, str):
         levels = [p.strip() for p in levels.split(",") if p.strip()]
     levels = [str(lv).strip().upper() for lv in levels]
-    bad = [lv for lv in levels if lv not in LEVELS]
+    bad = [lv for lv in levels if lv not in nccl.P2P_LEVELS]
     if bad:
-        raise ValueError(f"unknown NCCL_P2P_LEVEL {bad[0]!r}; choose from {', '.join(LEVELS)}")
+        raise ValueError(f"unknown NCCL_P2P_LEVEL {bad[0]!r}; choose from {', '.join(nccl.P2P_LEVELS)}")
     if _gpu_count() < 2:
         raise ValueError("the level sweep needs at least 2 GPUs: NCCL_P2P_LEVEL acts only on the P2P transport "
                          "between GPUs, and CPU processes (gloo) have no NCCL")
     kwargs.setdefault("nccl_debug", True)
-    env = dict(kwargs.pop("env", None) or {})
-    return {lv: sweep(op=op, backend="nccl", path="default", sizes=sizes, env=dict(env, NCCL_P2P_LEVEL=lv),
-                      **kwargs) for lv in levels}
+    return {lv: sweep(op=op, backend="nccl", path=lv, sizes=sizes, **kwargs) for lv in levels}
 
 
 def level_table(results: Mapping[str, "SweepResult"]) -> str:
