@@ -241,3 +241,53 @@ def test_summary_is_a_table_of_busbw_per_sweep():
     # a sweep that stops below the asked size says which size its figure is from
     small = coll.summary(sweeps.values(), at_bytes=4 << 30)
     assert "(nearest size)" in str(small)
+
+
+# ----------------------------------------------------------------------------- level sweep
+def test_level_sweep_needs_gpus_and_known_levels(monkeypatch):
+    monkeypatch.setattr(coll, "_gpu_count", lambda: 0)
+    with pytest.raises(ValueError, match="NCCL_P2P_LEVEL acts only on the P2P transport between GPUs"):
+        coll.compare_levels()
+    with pytest.raises(ValueError, match="unknown NCCL_P2P_LEVEL 'NODE'"):
+        coll.compare_levels(["LOC", "NODE"])
+
+
+def test_level_sweep_runs_each_level_with_only_that_variable(monkeypatch):
+    monkeypatch.setattr(coll, "_gpu_count", lambda: 2)
+    seen = []
+    monkeypatch.setattr(coll, "sweep", lambda **kw: seen.append(kw) or kw["path"])
+    out = coll.compare_levels("loc, nvl,SYS")
+    assert out == {"LOC": "LOC", "NVL": "NVL", "SYS": "SYS"}
+    assert all(kw["backend"] == "nccl" and kw["nccl_debug"] for kw in seen)
+    from ddlab import nccl
+    assert [nccl.get(kw["path"]).environment()["NCCL_P2P_LEVEL"] for kw in seen] == ["LOC", "NVL", "SYS"]
+
+
+def test_level_table_names_transport_and_bandwidth():
+    import os
+    fixtures = os.path.join(os.path.dirname(__file__), "fixtures", "nccl")
+    row = {"bytes": 256 << 20, "count": 1, "time_us": 1.0, "algbw_gbps": 12.5, "busbw_gbps": 12.5, "iters": 5}
+    make = lambda name: coll.SweepResult(op="all_reduce", backend="nccl", path="default", env={}, nproc=2,  # noqa: E731
+                                         rows=[row], provenance={},
+                                         nccl_log_text=open(os.path.join(fixtures, name)).read())
+    text = coll.level_table({"LOC": make("h200x2_shm.log"), "NVL": make("h200x2_default.log")})
+    loc, nvl = text.splitlines()[1:]
+    assert loc.startswith("LOC") and "SHM" in loc and "P2P" not in loc and "12.5 GB/s" in loc and "256 MiB" in loc
+    assert nvl.startswith("NVL") and "P2P" in nvl
+    with pytest.raises(ValueError, match="no level sweep"):
+        coll.level_table({})
+
+
+def test_recorded_level_sweep_round_trip(tmp_path, monkeypatch):
+    from ddlab import reference
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
+    row = {"bytes": 1024, "count": 256, "time_us": 1.0, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "iters": 3}
+    sweeps = [coll.SweepResult(op="all_reduce", backend="nccl", path="default", env={"NCCL_P2P_LEVEL": lv},
+                               nproc=2, rows=[row], provenance={"machine": "test"}) for lv in ("SYS", "LOC")]
+    coll.save_recorded("levels-test", sweeps)
+    loaded = coll.load_recorded_levels("levels-test")
+    assert list(loaded) == ["LOC", "SYS"] and all(r.source == "recorded" for r in loaded.values())
+    coll.save_recorded("paths-test", [coll.SweepResult(op="all_reduce", backend="nccl", path="default", env={},
+                                                       nproc=2, rows=[row], provenance={})])
+    with pytest.raises(ValueError, match="not a level sweep"):
+        coll.load_recorded_levels("paths-test")

@@ -362,7 +362,8 @@ def test_summary_two_gpus_with_link_peak():
     r = p2p.parse(fixture("nvidia_sample_2gpu.txt"))
     s = r.summary(link_peak_gbps=450.0)
     assert "best 360.0 GB/s (GPU 1 -> 0)" in s and "worst 300.0 GB/s (GPU 0 -> 1)" in s
-    assert "80% of the 450 GB/s raw link rate" in s
+    assert "80% of the link's peak, 450 GB/s per direction, as measured" in s
+    assert "headers" not in s and "CRC" not in s         # what takes the rest was never measured
     assert "Peer access is 10.8x faster" in s  # (300+360)/2 / ((30+31)/2)
     assert "0 <-> 1 (300.0 vs 360.0 GB/s)" in s  # 17% apart: asymmetric
     assert "Outlier" not in s
@@ -565,3 +566,24 @@ def test_helpers_check_their_arguments():
         p2p.best_ring_subset(np.ones((3, 3)), 4)
     with pytest.raises(ValueError, match="too many"):
         p2p.best_ring_subset(np.ones((16, 16)), 10)
+
+
+def test_nvidia_sample_missing_is_one_clear_message(monkeypatch):
+    monkeypatch.setattr(p2p.shutil, "which", lambda name: None)
+    assert p2p.nvidia_sample() is None
+    with pytest.raises(p2p.P2PError, match="not on PATH"):
+        p2p.run_nvidia_sample()
+
+
+def test_nvidia_sample_output_is_parsed(monkeypatch, tmp_path):
+    import os
+    sample = os.path.join(os.path.dirname(__file__), "fixtures", "p2p", "nvidia_sample_2gpu.txt")
+    exe = tmp_path / "p2pBandwidthLatencyTest"
+    exe.write_text(f"#!/bin/sh\ncat '{sample}'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    res = p2p.run_nvidia_sample()
+    assert res.n == 2 and "uni_p2p_on" in res.matrices and res.text
+    exe.write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
+    with pytest.raises(p2p.P2PRunError, match="failed \\(exit 1\\)"):
+        p2p.run_nvidia_sample()

@@ -5,7 +5,8 @@
 * :func:`check_path_ordering` - notebook 2, section 6: predict the order of the three NCCL
   paths (default, shm, socket) before running the experiment.
 * :data:`QUIZ`, :func:`check_quiz_answer` and :func:`quiz` - the self-check quiz at the end
-  of notebook 2; :data:`DATA_PARALLEL_QUIZ` that of notebook 1 (``quiz(DATA_PARALLEL_QUIZ)``).
+  of notebooks; :data:`QUIZZES` holds each notebook's questions (``quiz(3)`` shows notebook 3's,
+  ``quiz(DATA_PARALLEL_QUIZ)`` a tuple of questions).
 * :func:`check_p2p_diagnosis` - name the slow GPU and the asymmetric pair of a p2p
   bandwidth matrix (answers that name no GPU of the matrix get the valid choices, not an error).
 
@@ -364,7 +365,7 @@ QUIZ = (
          "NCCL compresses its gradients", "it does not all-reduce gradients"), 0,
         "About 1.2M fp32 parameters are about 4.8 MB of gradients per step; even at the tens of GB/s that host "
         "memory (one PCIe link) allows, that is a fraction of a millisecond. The wide model's gradients are "
-        "about 63 times larger, so the bandwidth term n/beta takes over its step. Over TCP sockets, far slower "
+        "tens of times larger, so the bandwidth term n/beta takes over its step. Over TCP sockets, far slower "
         "still, even the CNN's all-reduce can grow comparable with a short step: the share is what matters.",
         {1: "NCCL does not compress; it moves the bytes you give it.",
          2: "Every data-parallel step all-reduces the gradients, whatever the model."}),
@@ -429,6 +430,73 @@ DATA_PARALLEL_QUIZ = (
 )
 
 
+# Questions that only one notebook's quiz asks (the shared ones are in QUIZ above).
+ALPHA_OF_A_CALL = Question(
+    "You fit T = alpha + n/beta to an all-reduce sweep and get an alpha far larger than the link's own latency. "
+    "Why?",
+    ("the link is faulty", "alpha of a collective call also pays for software: launching the operation, "
+     "synchronising the ranks, the library's protocol", "the fit cannot be trusted below the crossover size"), 1,
+    "A collective called from Python pays a fixed cost per call on top of the wire's latency: the call itself, "
+    "the kernel or thread that runs it, the handshake between the ranks. That per-call cost is the alpha the fit "
+    "measures; the link's latency is only part of it.",
+    {0: "A faulty link shows in beta (the rate), and in errors, not in a large fixed cost per call.",
+     2: "Small messages are exactly where alpha is measured best: there the time is almost all alpha."})
+RING_BOTTLENECK = Question(
+    "An all-reduce on 4 GPUs runs around a ring through them. Which property of the 4 GPUs sets its bandwidth?",
+    ("the fastest link among them", "the slowest link on the best ring through them",
+     "the sum of all their NVLinks"), 1,
+    "Every byte crosses every link of the ring, so the ring runs at the rate of its slowest link. Choose GPUs whose "
+    "best ring has the fastest bottleneck; a slow pair that the ring does not use does not matter.",
+    {0: "A ring is as fast as its slowest hop, not its fastest.",
+     2: "Links the ring does not use carry none of its traffic."})
+NODE_LABEL = Question(
+    "`nvidia-smi topo -m` shows NODE between two GPUs. What does their path cross?",
+    ("the interconnect between two NUMA nodes", "PCIe host bridges within one NUMA node",
+     "one PCIe switch"), 1,
+    "NODE: the path goes through PCIe and between the PCIe host bridges of one NUMA node. SYS is the label for "
+    "crossing between NUMA nodes. NCCL_P2P_LEVEL counts NODE like PHB.",
+    {0: "Crossing between NUMA nodes is SYS.", 2: "One PCIe switch is PIX."})
+LEVEL_UNSET = Question(
+    "NCCL_P2P_LEVEL is not set. Up to which distance does NCCL use P2P?",
+    ("always SYS: P2P everywhere", "a level NCCL chooses itself from the architecture and environment",
+     "LOC: P2P is off until you set a level"), 1,
+    "NCCL's documentation: if NCCL_P2P_LEVEL is not specified, NCCL attempts to select a value optimally based "
+    "on the architecture and the environment it runs in. Read NCCL_DEBUG=INFO to see what it chose.",
+    {0: "NCCL does not promise P2P at every distance; it decides per machine.",
+     2: "Unset, P2P is on where NCCL judges it worthwhile: the default path of this course uses it."})
+SUPERLINEAR = Question(
+    "Two GPUs train at 2.1 times the images/s of one GPU on the same model. What do you conclude first?",
+    ("data parallelism can beat linear scaling", "something differs between the runs: check steps, warm-up, "
+     "batch sizes and clocks before believing it", "NVLink adds compute"), 1,
+    "Two GPUs do at most twice the work of one. A speedup above 2.0x means the two runs are not alike: a "
+    "different number of timed steps, a warm-up left in one timing, a per-GPU batch that runs more efficiently, "
+    "clocks or caches that differ, or noise in a single run. Repeat the runs and compare like with like.",
+    {0: "Each GPU still does its share of the work; dividing work cannot more than double the rate of two.",
+     2: "NVLink moves data; it computes nothing."})
+BIDIRECTIONAL = Question(
+    "A DGX A100's NVLink is quoted as 600 GB/s per GPU. How much is that per direction?",
+    ("600 GB/s", "300 GB/s", "1200 GB/s"), 1,
+    "NVIDIA's total counts both directions of all twelve links: 12 x 25 GB/s = 300 GB/s each way. A one-way copy "
+    "can approach 300 GB/s; only traffic in both directions at once adds up to 600.",
+    {0: "The quoted total adds both directions together.", 2: "That would count both directions twice."})
+HOST_STAGED_BOUND = Question(
+    "Peer access is off between two NVLink-connected GPUs. What bounds the bandwidth of a copy between them?",
+    ("the NVLink between them", "one PCIe link between a GPU and the host", "the GPU's memory bandwidth"), 1,
+    "Without peer access the copy is staged through host memory: GPU to host over PCIe, host to GPU over PCIe. "
+    "The NVLink stays idle, and at best the copy runs at one PCIe link's rate.",
+    {0: "Without peer access the NVLink is not used at all.",
+     2: "GPU memory is far faster than the PCIe hops the staged copy has to take."})
+
+# Each notebook's quiz, in the order it asks them.
+QUIZZES = {
+    1: DATA_PARALLEL_QUIZ,
+    2: (QUIZ[0], QUIZ[3], ALPHA_OF_A_CALL),
+    3: (QUIZ[2], NODE_LABEL, RING_BOTTLENECK),
+    4: (QUIZ[1], LEVEL_UNSET, QUIZ[4], QUIZ[5], SUPERLINEAR),
+    5: (QUIZ[6], HOST_STAGED_BOUND, BIDIRECTIONAL),
+}
+
+
 def _choice_index(q: Question, choice) -> int:
     if isinstance(choice, bool):
         raise ValueError("answer with a letter (a, b, c) or a choice number starting at 0")
@@ -443,10 +511,23 @@ def _choice_index(q: Question, choice) -> int:
     return idx
 
 
-def check_quiz_answer(question: int, choice, questions: tuple = QUIZ) -> CheckResult:
+def questions_of(questions) -> tuple:
+    """A quiz's questions: a tuple of :class:`Question` as it is, or a notebook's number
+    (:data:`QUIZZES`)."""
+    if isinstance(questions, bool):
+        raise ValueError(f"a quiz is a notebook number ({', '.join(map(str, QUIZZES))}) or a tuple of questions")
+    if isinstance(questions, int):
+        if questions not in QUIZZES:
+            raise ValueError(f"there is a quiz for notebooks {', '.join(map(str, QUIZZES))}; got {questions!r}")
+        return QUIZZES[questions]
+    return tuple(questions)
+
+
+def check_quiz_answer(question: int, choice, questions=QUIZ) -> CheckResult:
     """Check the answer to quiz question ``question`` (1-based) given as a letter or an index;
-    ``questions``: the notebook's quiz (default :data:`QUIZ`). A question or a choice that does
-    not exist gets a result saying which ones do."""
+    ``questions``: the notebook's quiz, as a tuple or the notebook's number (default :data:`QUIZ`).
+    A question or a choice that does not exist gets a result saying which ones do."""
+    questions = questions_of(questions)
     if isinstance(question, bool) or not isinstance(question, int) or not 1 <= question <= len(questions):
         return CheckResult(False, f"The quiz has questions 1 to {len(questions)}; got {question!r}.")
     q = questions[question - 1]
@@ -461,7 +542,8 @@ def check_quiz_answer(question: int, choice, questions: tuple = QUIZ) -> CheckRe
     return CheckResult(False, f"Not quite. {q.why_not.get(idx, '')} The answer is {right}. {q.explanation}".replace("  ", " "))
 
 
-def quiz_text(questions: tuple = QUIZ) -> str:
+def quiz_text(questions=QUIZ) -> str:
+    questions = questions_of(questions)
     out = []
     for n, q in enumerate(questions, 1):
         out.append(f"{n}. {q.prompt}")
@@ -469,16 +551,19 @@ def quiz_text(questions: tuple = QUIZ) -> str:
     return "\n".join(out)
 
 
-def quiz(questions: tuple = QUIZ):
+def quiz(questions=QUIZ):
     """The quiz as widgets: one set of radio buttons and a Check button per question;
-    ``questions``: the notebook's quiz (default :data:`QUIZ`).
+    ``questions``: the notebook's quiz, as a tuple or the notebook's number (default :data:`QUIZ`).
 
     Without ipywidgets, prints the questions and how to check answers with
     :func:`check_quiz_answer`, and returns None."""
+    which = questions if isinstance(questions, int) and not isinstance(questions, bool) else None
+    questions = questions_of(questions)
     try:
         import ipywidgets as w
     except ImportError:
-        print("ipywidgets is not installed; answer with ddlab.checks.check_quiz_answer(question, 'a'):\n")
+        extra = f", {which}" if which is not None else ""
+        print(f"ipywidgets is not installed; answer with ddlab.checks.check_quiz_answer(question, 'a'{extra}):\n")
         print(quiz_text(questions))
         return None
     boxes = []

@@ -276,6 +276,17 @@ def load_recorded(name: str, op: str = "all_reduce") -> dict:
     return found
 
 
+def load_recorded_levels(name: str) -> dict:
+    """A recorded level sweep (:func:`compare_levels` saved with :func:`save_recorded` as
+    ``reference/allreduce/<name>.json``) as ``{level: SweepResult}``, in NCCL's order."""
+    from . import reference
+    found = {r.env.get("NCCL_P2P_LEVEL"): r for r in results_from_json(reference.load("allreduce", name),
+                                                                         source="recorded")}
+    if None in found or not found:
+        raise ValueError(f"reference allreduce/{name} is not a level sweep (each sweep needs NCCL_P2P_LEVEL)")
+    return {lv: found[lv] for lv in nccl.P2P_LEVELS if lv in found}
+
+
 # ----------------------------------------------------------------------------- running
 def _gpu_count() -> int:
     """GPUs torch can use here (0 with a CPU-only torch build)."""
@@ -404,6 +415,40 @@ def compare_paths(paths: Sequence[str] = nccl.COMPARED, op: str = "all_reduce",
     paths = [nccl.get(p).name for p in paths]
     kwargs.setdefault("inventory", hardware.inventory(dataset=False))
     return {p: sweep(op=op, path=p, **kwargs) for p in paths}
+
+
+def compare_levels(levels: Sequence[str] = nccl.P2P_LEVELS, sizes: Sequence = ("256M",), op: str = "all_reduce",
+                   **kwargs) -> dict:
+    """The level sweep: ``sweep()`` once per ``NCCL_P2P_LEVEL`` (the level paths of
+    :data:`ddlab.nccl.PATHS`: that variable alone), each with ``NCCL_DEBUG=INFO`` so that the
+    transport NCCL chose is read from its log. Returns ``{level: SweepResult}``;
+    :func:`level_table` prints it. Needs two GPUs: NCCL levels act only between GPUs."""
+    if isinstance(levels, str):
+        levels = [p.strip() for p in levels.split(",") if p.strip()]
+    levels = [str(lv).strip().upper() for lv in levels]
+    bad = [lv for lv in levels if lv not in nccl.P2P_LEVELS]
+    if bad:
+        raise ValueError(f"unknown NCCL_P2P_LEVEL {bad[0]!r}; choose from {', '.join(nccl.P2P_LEVELS)}")
+    if _gpu_count() < 2:
+        raise ValueError("the level sweep needs at least 2 GPUs: NCCL_P2P_LEVEL acts only on the P2P transport "
+                         "between GPUs, and CPU processes (gloo) have no NCCL")
+    kwargs.setdefault("nccl_debug", True)
+    return {lv: sweep(op=op, backend="nccl", path=lv, sizes=sizes, **kwargs) for lv in levels}
+
+
+def level_table(results: Mapping[str, "SweepResult"]) -> str:
+    """One line per level of a level sweep: the transports NCCL reported (connections of
+    each kind) and the bus bandwidth at the sweep's largest size."""
+    if not results:
+        raise ValueError("no level sweep results to show")
+    lines = [f"{'NCCL_P2P_LEVEL':<15} {'transports NCCL chose (connections)':<40} {'busbw':>12}  at"]
+    for level, res in results.items():
+        counts = res.transport_counts()
+        kinds = ", ".join(f"{k} ({n})" for k, n in counts.items()) if counts else "not in the log"
+        last = max(res.rows, key=lambda r: r["bytes"]) if res.rows else None
+        bw = f"{last['busbw_gbps']:.1f} GB/s" if last else "-"
+        lines.append(f"{level:<15} {kinds:<40} {bw:>12}  {format_size(last['bytes']) if last else ''}".rstrip())
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- plotting

@@ -744,8 +744,8 @@ def summary(result: P2PResult, link_peak_gbps=None) -> str:
     on, off = mats.get("uni_p2p_on"), mats.get("uni_p2p_off")
     if on is not None and (b := _extreme(on, labels)):
         w = _extreme(on, labels, best=False)
-        share = f" ({100 * b[0] / peak:.0f}% of the {peak:g} GB/s raw link rate; packet headers, CRC and flow " \
-                f"control take the rest)" if peak else ""
+        share = f" ({100 * b[0] / peak:.0f}% of the link's peak, {peak:g} GB/s per direction, as measured)" \
+            if peak else ""
         s.append(f"Unidirectional with peer access: best {b[0]:.1f} GB/s (GPU {b[1]} -> {b[2]}), "
                  f"worst {w[0]:.1f} GB/s (GPU {w[1]} -> {w[2]}){share}.")
     if off is not None and _offdiag(off).size:
@@ -760,7 +760,7 @@ def summary(result: P2PResult, link_peak_gbps=None) -> str:
                 s.append(f"Peer access is {ratio:.1f}x faster on average.")
     bi = mats.get("bi_p2p_on")
     if bi is not None and (b := _extreme(bi, labels)):
-        share = f", {100 * b[0] / (2 * peak):.0f}% of both directions' raw rate" if peak else ""
+        share = f", {100 * b[0] / (2 * peak):.0f}% of the peak in both directions" if peak else ""
         s.append(f"Both directions at once: up to {b[0]:.1f} GB/s (GPU {b[1]} <-> {b[2]}{share}).")
     ce = [v for k, v in result.variants.items() if k.startswith("uni_p2p_on:ce")]
     sm = [v for k, v in result.variants.items() if k.startswith("uni_p2p_on:sm")]
@@ -821,7 +821,7 @@ def link_peaks(topo_labels, nvlink_generation: Optional[int] = None, pcie_genera
 
 # =========================================================================== plotting
 def plot_heatmaps(result: P2PResult, link_peak_gbps=None, keys: Optional[Sequence[str]] = None, figsize=None):
-    """One heatmap per matrix, values written in the cells. ``link_peak_gbps``: the raw
+    """One heatmap per matrix, values written in the cells. ``link_peak_gbps``: the link's peak
     rate per direction, a number or an n x n matrix (per pair); when known (or given to the
     program as --link-peak), bandwidth cells also show their share of it (bidirectional:
     of twice it). The diagonal (copies within one GPU) is grey so it does not set the
@@ -997,6 +997,33 @@ def run(args: Sequence[str] = (), *, timeout: float = 900.0, rebuild: bool = Fal
     return result
 
 
+NVIDIA_SAMPLE = "p2pBandwidthLatencyTest"
+
+
+def nvidia_sample() -> Optional[str]:
+    """The path of NVIDIA's p2pBandwidthLatencyTest (cuda-samples) when it is on PATH, else None."""
+    return shutil.which(NVIDIA_SAMPLE)
+
+
+def run_nvidia_sample(*, timeout: float = 900.0) -> P2PResult:
+    """Run NVIDIA's p2pBandwidthLatencyTest from PATH and parse its output (:func:`parse`).
+    Raises :class:`P2PError` when it is not on PATH, and :class:`P2PRunError` when it fails."""
+    exe = nvidia_sample()
+    if exe is None:
+        raise P2PError(f"NVIDIA's {NVIDIA_SAMPLE} is not on PATH (it comes with NVIDIA's cuda-samples); "
+                       "the course's own test stands in for it")
+    try:
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise P2PRunError(f"{NVIDIA_SAMPLE} ran longer than {timeout:.0f} s and was stopped") from None
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-20:])
+        raise P2PRunError(f"{NVIDIA_SAMPLE} failed (exit {out.returncode}):\n{tail}")
+    result = parse(out.stdout)
+    result.text = out.stdout
+    return result
+
+
 # =========================================================================== recorded runs
 def record(result: P2PResult, *, name: Optional[str] = None, path: Optional[str] = None,
            command=None) -> str:
@@ -1049,7 +1076,7 @@ def cli(argv: list) -> int:
     p.add_argument("--latency-batch", type=int, help="copies queued per GPU-timed latency batch (default 256)")
     p.add_argument("--gpus", help="comma-separated GPU ordinals (default all)")
     p.add_argument("--link-peak", type=float, metavar="GBPS",
-                   help="raw link rate per direction (NV18: 478.08) to show the share of peak")
+                   help="the link's peak per direction (ddlab.links; NV18: 450) to show the share of peak")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before the run is stopped (default 900)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the program first")
     p.add_argument("--record", metavar="PATH", help="also save the live result with provenance to PATH")
