@@ -1,0 +1,121 @@
+"""The hands-on conversion: the step files and their diffs, the plan per GPU count, the
+RESULT lines and the table (fast); every script version run for real on CPU (slow)."""
+import os
+
+import pytest
+
+from ddlab import handson
+from ddlab.tables import Table
+
+CPU = handson.plan(gpu_count=0)
+ALL_STEPS = [(key, i) for key, conv in handson.CONVERSIONS.items() for i in range(len(conv.steps))]
+
+
+def test_every_step_is_a_file_and_every_conversion_starts_on_one_device():
+    for conv in handson.CONVERSIONS.values():
+        assert "single_device" in conv.steps[0].script
+        for s in conv.steps:
+            assert os.path.isfile(handson.path(s.script)) and s.reason.strip()
+    names = {n[:-3] for n in os.listdir(handson.HANDSON_DIR) if n.endswith(".py")}
+    listed = {s.script for c in handson.CONVERSIONS.values() for s in c.steps}
+    assert names - listed == {"broken_ddp", "solution_ddp"}      # no stray version outside a conversion
+
+
+@pytest.mark.parametrize("key,number", [(k, i) for k, i in ALL_STEPS if i > 0])
+def test_each_step_is_a_small_visible_change(key, number):
+    d = handson.step(key, number)
+    assert d.added > 0 and d.added + d.removed <= 24, str(d)
+    assert d.reason.startswith(f"Step {number}.")
+    html = d._repr_html_()
+    assert "background:#e6ffec" in html and "Why:" in html
+
+
+def test_the_single_device_script_stays_short_and_prints_its_result_line():
+    text = handson.source("single_device")
+    assert len(text.splitlines()) <= 75
+    assert 'print("RESULT "' in text and "import torch.distributed" not in text
+
+
+def test_steps_and_names_refuse_bad_input_with_a_message():
+    with pytest.raises(ValueError, match="steps 1 to 7"):
+        handson.step("ddp", 8)
+    with pytest.raises(ValueError, match="choose one of"):
+        handson.step("deepspeed", 1)
+    with pytest.raises(ValueError, match="the scripts are"):
+        handson.show("single_devise")
+
+
+def test_show_highlights_the_code():
+    code = handson.show("ddp_4_wrap")
+    assert "DistributedDataParallel" in str(code) and "<span" in code._repr_html_()
+
+
+@pytest.mark.parametrize("gpus,device,nproc,hidden", [(0, "cpu", 2, False), (1, "cpu", 2, True),
+                                                        (2, "cuda", 2, False), (8, "cuda", 2, False)])
+def test_the_plan_follows_the_gpu_count(gpus, device, nproc, hidden):
+    p = handson.plan(gpu_count=gpus)
+    assert (p.device, p.nproc, p.backend) == (device, nproc, "nccl" if device == "cuda" else "gloo")
+    assert (p.env.get("CUDA_VISIBLE_DEVICES") == "") is hidden
+    assert ("over NCCL" in p.describe()) is (device == "cuda")
+    if device == "cpu":
+        assert p.env["OMP_NUM_THREADS"] == "1" and "--train-samples" in p.args
+    with pytest.raises(ValueError):
+        handson.plan(gpu_count=-1)
+
+
+def test_launchers_per_script():
+    assert handson.launcher_for("single_device") == ("torch", "none")
+    assert handson.launcher_for("ddp_3_shard") == ("torch", "ddp")
+    assert handson.launcher_for("hvd_5_broadcast") == ("torch", "horovod")
+    assert handson.launcher_for("keras_single_device") == ("keras", "none")
+    assert handson.launcher_for("keras_hvd_2_device") == ("keras", "horovod")
+
+
+def test_results_are_read_through_launcher_prefixes_and_tabled():
+    out = ("epoch 0: loss 1.0\n"
+           '[1]<stdout>:RESULT {"rank": 1, "samples": 2000, "checksum": 3.5, "test_acc": 0.7, "img_s": 100.0}\n'
+           'RESULT {"rank": 0, "samples": 2000, "checksum": 3.5, "test_acc": 0.7, "img_s": 120.0}\n'
+           "RESULT {not json\n")
+    ranks = handson.parse_results(out)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    run = handson.Run("ddp_7_rank0.py", "torchrun", 2, "cpu", ranks, out, 5.0)
+    assert run.same_weights() and run.row()["img_s"] == 220.0 and run.row()["samples"] == "2,000 / 2,000"
+    apart = handson.Run("ddp_3_shard.py", "torchrun", 2, "cpu",
+                        [dict(ranks[0], checksum=1.0), dict(ranks[1], checksum=4.0)], out, 5.0)
+    assert not apart.same_weights() and apart.weight_spread() == 3.0
+    t = handson.table([run, apart])
+    assert isinstance(t, Table) and "ddp_3_shard.py" in str(t) and "no" in str(t)
+
+
+# ----------------------------------------------------------------------------- every version, for real
+TINY = ("--train-samples", "512", "--test-samples", "200", "--epochs", "2")
+
+
+def _expect(key, number, run):
+    """What a version must do with 2 processes: before sharding each rank trains on all
+    images; after, on half; once gradients are averaged (and started alike) the weights agree."""
+    conv = handson.CONVERSIONS[key]
+    name = conv.steps[number].script
+    if number == 0:
+        assert run.nproc == 1 and run.samples() == [1024]
+        return
+    sharded = number >= 3
+    assert run.samples() == ([512, 512] if sharded else [1024, 1024]), name
+    if number >= 4:
+        assert run.same_weights(), f"{name}: ranks ended with different weights"
+    elif number == 3:
+        assert not run.same_weights(), f"{name}: separate shards without averaging should give different weights"
+    assert 0.1 < run.ranks[0]["test_acc"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key,number", ALL_STEPS)
+def test_every_version_runs_with_two_processes(key, number):
+    from ddlab import experiments
+    conv = handson.CONVERSIONS[key]
+    ok, why = experiments.availability(conv.framework, conv.launcher)
+    if not ok:
+        pytest.skip(why)
+    plan = handson.Plan(0, env=dict(CPU.env), args=TINY, timeout=300)
+    run = handson.run(conv.steps[number].script, plan)
+    _expect(key, number, run)
