@@ -119,3 +119,50 @@ def test_every_version_runs_with_two_processes(key, number):
     plan = handson.Plan(0, env=dict(CPU.env), args=TINY, timeout=300)
     run = handson.run(conv.steps[number].script, plan)
     _expect(key, number, run)
+
+
+class _FakeLaunch:
+    """Stands in for ddlab.launch.run: records the call, answers with RESULT lines."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, argv, launcher, nproc, env, timeout, check, python):
+        self.calls.append(dict(argv=argv, launcher=launcher, nproc=nproc, env=env, timeout=timeout))
+        out = "".join(f'RESULT {{"rank": {r}, "samples": 10, "checksum": 1.0, "test_acc": 0.5, "img_s": 1.0}}\n'
+                      for r in range(nproc))
+        from ddlab.launch import LaunchResult
+        return LaunchResult(command=[launcher], returncode=0, output=out, duration_s=1.0)
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2, 4])
+def test_run_launches_what_the_plan_says(monkeypatch, gpus):
+    from ddlab import experiments, launch
+    fake = _FakeLaunch()
+    monkeypatch.setattr(launch, "run", fake)
+    monkeypatch.setattr(experiments, "availability", lambda framework, launcher: (True, ""))
+    p = handson.plan(gpu_count=gpus)
+    one = handson.run("single_device", p)
+    ddp = handson.run("ddp_7_rank0", p)
+    hvd = handson.run("hvd_8_rank0", p)
+    c1, c2, c3 = fake.calls
+    assert (c1["launcher"], c1["nproc"]) == ("python", 1) and one.device == ("cuda" if gpus else "cpu")
+    assert (c2["launcher"], c2["nproc"], c3["launcher"]) == ("torchrun", 2, "horovodrun")
+    assert ddp.device == hvd.device == ("cuda" if gpus >= 2 else "cpu")
+    assert "CUDA_VISIBLE_DEVICES" not in c1["env"]                  # one process may use the one GPU
+    assert c2["env"].get("CUDA_VISIBLE_DEVICES") == ("" if gpus == 1 else None)   # two never share it
+    assert all(a in c2["argv"] for a in p.args) and c2["env"]["PYTHONPATH"].startswith(handson.SOURCE_DIR)
+
+
+def test_a_failed_launch_is_one_clear_error(monkeypatch):
+    from ddlab import experiments, launch
+
+    def failing(*a, **k):
+        raise launch.LaunchError("torchrun launch of 2 process(es) failed with exit code 1.\nlast output:\nboom")
+    monkeypatch.setattr(launch, "run", failing)
+    monkeypatch.setattr(experiments, "availability", lambda framework, launcher: (True, ""))
+    with pytest.raises(handson.HandsOnError, match="(?s)ddp_7_rank0.py did not finish.*boom"):
+        handson.run("ddp_7_rank0", CPU)
+    monkeypatch.setattr(experiments, "availability", lambda framework, launcher: (False, "Horovod is not built"))
+    with pytest.raises(handson.HandsOnError, match="cannot run here: Horovod is not built"):
+        handson.run("hvd_8_rank0", CPU)
