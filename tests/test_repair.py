@@ -191,3 +191,16 @@ def test_a_crashing_script_gets_one_message_with_its_output(tmp_path):
     report = repair.check(script, plan_=CPU)
     assert report.verdicts == [] and "exit code" in report.failure and "get_wrld_size" in report.failure
     assert "could not be judged" in str(report)
+
+
+def test_the_workers_error_is_picked_out_of_the_launchers_summary():
+    out = ("Traceback (most recent call last):\n"
+           '  File "/tmp/x/my_ddp.py", line 33, in <module>\n'
+           "    rank, world_size = dist.get_rank(), dist.get_wrld_size()\n"
+           "AttributeError: module 'torch.distributed' has no attribute 'get_wrld_size'\n"
+           "E1123 torch.distributed.elastic.multiprocessing.api: failed (exitcode: 1)\n"
+           "  error_file: <N/A>\n")
+    got = repair.worker_error(out, "/tmp/x/my_ddp.py")
+    assert got == (": AttributeError: module 'torch.distributed' has no attribute 'get_wrld_size' "
+                   "(my_ddp.py, line 33: rank, world_size = dist.get_rank(), dist.get_wrld_size())")
+    assert repair.worker_error("all fine\n", "my_ddp.py") == ""

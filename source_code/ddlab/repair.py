@@ -28,6 +28,7 @@ import glob
 import html
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -319,6 +320,27 @@ def _args(values: dict) -> list:
     return out
 
 
+_ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\](?:<\w+>)?:)?\s*((?:[A-Za-z_][\w.]*(?:Error|Exception)|SystemExit)\b.*)$")
+
+
+def worker_error(output: str, script: str) -> str:
+    """': <the last error a worker printed> (<file>, line <n>: <code>)' from a failed run's
+    output, or "" when there is none: the launcher's own summary comes last and hides it."""
+    lines = output.splitlines()
+    error, where = "", ""
+    base = os.path.basename(str(script))
+    for i, line in enumerate(lines):
+        m = _ERROR_LINE.match(line)
+        if m:
+            error = m.group(1).strip()
+        f = re.search(r'File "([^"]+)", line (\d+)', line)
+        if f and os.path.basename(f.group(1)) == base:
+            code = lines[i + 1].split(":", 1)[-1].strip() if i + 1 < len(lines) and "<std" in lines[i + 1] \
+                else (lines[i + 1].strip() if i + 1 < len(lines) else "")
+            where = f" ({base}, line {f.group(2)}: {code})"
+    return f": {error}{where}" if error else ""
+
+
 def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None) -> Report:
     """Run ``script`` with ``nproc`` processes under torchrun and judge each bug by what it did.
 
@@ -345,8 +367,8 @@ def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None) -> Re
             return Report(name, [], failure=f"it could not be started: {str(exc).splitlines()[0]}")
         if not res.ok:
             return Report(name, [], output=res.output,
-                          failure=f"it stopped with exit code {res.returncode}. Last lines of its output:\n"
-                                  f"{res.tail(15)}")
+                          failure=f"it stopped with exit code {res.returncode}{worker_error(res.output, script)}. "
+                                  f"Last lines of its output:\n{res.tail(15)}")
         events = []
         for f in sorted(glob.glob(os.path.join(probe_dir, "rank*.jsonl"))):
             with open(f, encoding="utf-8") as fh:
