@@ -78,7 +78,7 @@ for epoch in range(args.epochs):
         loss.backward()
         optimizer.step()
         total, batches, seen = total + loss.item(), batches + 1, seen + len(y)
-    print(f"epoch {epoch}: training loss {mean_over_ranks(total / batches, "loss"):.4f}")
+    print(f"epoch {epoch}: training loss {mean_over_ranks(total / batches, 'loss'):.4f}")
 elapsed = time.perf_counter() - start
 
 model.eval()
