@@ -21,6 +21,12 @@ def test_every_step_is_a_file_and_every_conversion_starts_on_one_device():
     assert names - listed == {"broken_ddp", "solution_ddp"}      # no stray version outside a conversion
 
 
+def test_every_script_compiles():
+    for name in sorted(os.listdir(handson.HANDSON_DIR)):
+        if name.endswith(".py"):
+            compile(handson.source(name[:-3]), name, "exec")     # a SyntaxError fails the test
+
+
 @pytest.mark.parametrize("key,number", [(k, i) for k, i in ALL_STEPS if i > 0])
 def test_each_step_is_a_small_visible_change(key, number):
     d = handson.step(key, number)
