@@ -673,15 +673,15 @@ def check_p2p_diagnosis(matrix, outlier, pair, labels=None) -> CheckResult:
 
 # --------------------------------------------------------------------------- notebook 6 (hands-on)
 NO_SAMPLER = Question(
-    "Two processes train with DDP, but the DataLoader has no DistributedSampler (shuffle=True, the same seed "
-    "on both). What does each process train on?",
+    "Two processes train with DDP, but the DataLoader has no `DistributedSampler` (`shuffle=True`, the same "
+    "seed on both). What does each process train on?",
     ("its own half of the data", "all of the data, in the same order as the other", "nothing: DDP refuses to start"), 1,
     "DDP averages gradients; it does not split the data. Without a sampler every rank iterates the whole data "
     "set, and with the same seed in the same order: two processes do one process's work twice.",
     {0: "Only a DistributedSampler (or your own slicing by rank) gives each rank its own part.",
      2: "DDP starts and trains happily; nothing checks what data each rank reads."})
 WHY_BROADCAST = Question(
-    "Why does a Horovod script call hvd.broadcast_parameters, while a DDP script has no such line?",
+    "Why does a Horovod script call `hvd.broadcast_parameters`, while a DDP script has no such line?",
     ("DDP copies rank 0's weights to every rank when it wraps the model; Horovod's DistributedOptimizer only "
      "averages gradients", "Horovod initialises weights differently on each rank", "DDP does not need the "
      "ranks to agree"), 0,
@@ -692,7 +692,7 @@ WHY_BROADCAST = Question(
         "synchronised at the start.",
      2: "Every data-parallel scheme needs identical models on every rank."})
 NO_SET_EPOCH = Question(
-    "A script uses DistributedSampler but never calls sampler.set_epoch(epoch). What happens?",
+    "A script uses `DistributedSampler` but never calls `sampler.set_epoch(epoch)`. What happens?",
     ("every epoch repeats the first epoch's order and shards", "the shards overlap", "it fails in epoch 2"), 0,
     "The sampler draws its permutation from its seed plus the epoch number it was told. Never told, it uses "
     "epoch 0 every time: each rank sees the same images in the same order every epoch.",
