@@ -84,6 +84,9 @@ def test_results_are_read_through_launcher_prefixes_and_tabled():
            "RESULT {not json\n")
     ranks = handson.parse_results(out)
     assert [r["rank"] for r in ranks] == [0, 1]
+    glued = ('RESULT {"rank": 1, "samples": 5}test accuracy 0.3\n'       # two ranks' writes on one line
+             'RESULT {"rank": 0, "samples": 5}\n')
+    assert [r["rank"] for r in handson.parse_results(glued)] == [0, 1]
     run = handson.Run("ddp_7_rank0.py", "torchrun", 2, "cpu", ranks, out, 5.0)
     assert run.same_weights() and run.row()["img_s"] == 220.0 and run.row()["samples"] == "2,000 / 2,000"
     apart = handson.Run("ddp_3_shard.py", "torchrun", 2, "cpu",

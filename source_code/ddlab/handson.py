@@ -272,16 +272,15 @@ def plan(gpu_count: Optional[int] = None) -> Plan:
 
 # ----------------------------------------------------------------------------- running
 RESULT_PREFIX = "RESULT "
-_RESULT = re.compile(r"RESULT (\{.*\})\s*$")
+# A flat JSON object after "RESULT ". Searched anywhere in a line: print() writes the text and
+# its newline in two writes, so another rank's output can follow on the same line.
+_RESULT = re.compile(r"RESULT (\{[^{}]*\})")
 
 
 def parse_results(output: str) -> list:
-    """The ``RESULT {json}`` lines of a run's output (launcher prefixes allowed), by rank."""
+    """The ``RESULT {json}`` records of a run's output (launcher prefixes allowed), by rank."""
     rows = []
-    for line in output.splitlines():
-        m = _RESULT.search(line)
-        if not m:
-            continue
+    for m in _RESULT.finditer(output):
         try:
             row = json.loads(m.group(1))
         except json.JSONDecodeError:
