@@ -12,6 +12,7 @@ NOTEBOOKS = {n: os.path.join(REPO, "notebooks", f) for n, f in {
     3: "3.System-Topology.ipynb",
     4: "4.NCCL-P2P-Level-with-Horovod.ipynb",
     5: "5.P2P-Bandwidth-Latency-Test.ipynb",
+    6: "6.Hands-On-Horovod-and-DDP.ipynb",
 }.items()}
 
 

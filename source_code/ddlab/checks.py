@@ -487,6 +487,45 @@ HOST_STAGED_BOUND = Question(
     {0: "Without peer access the NVLink is not used at all.",
      2: "GPU memory is far faster than the PCIe hops the staged copy has to take."})
 
+# Notebook 6 (hands-on).
+NO_SAMPLER = Question(
+    "Two processes train with DDP, but the DataLoader has no `DistributedSampler` (`shuffle=True`, the same "
+    "seed on both). What does each process train on?",
+    ("its own half of the data", "all of the data, in the same order as the other", "nothing: DDP refuses to start"), 1,
+    "DDP averages gradients; it does not split the data. Without a sampler every rank iterates the whole data "
+    "set, and with the same seed in the same order: two processes do one process's work twice.",
+    {0: "Only a DistributedSampler (or your own slicing by rank) gives each rank its own part.",
+     2: "DDP starts and trains happily; nothing checks what data each rank reads."})
+WHY_BROADCAST = Question(
+    "Why does a Horovod script call `hvd.broadcast_parameters`, while a DDP script has no such line?",
+    ("DDP copies rank 0's weights to every rank when it wraps the model; Horovod's DistributedOptimizer only "
+     "averages gradients", "Horovod initialises weights differently on each rank", "DDP does not need the "
+     "ranks to agree"), 0,
+    "Averaged gradients give every rank the same update, which keeps equal models equal but never makes "
+    "different ones equal. DDP broadcasts in its constructor; with Horovod you broadcast the weights (and the "
+    "optimizer state) yourself.",
+    {1: "Both build the model with the framework's usual initialisation; what differs is whether it gets "
+        "synchronised at the start.",
+     2: "Every data-parallel scheme needs identical models on every rank."})
+NO_SET_EPOCH = Question(
+    "A script uses `DistributedSampler` but never calls `sampler.set_epoch(epoch)`. What happens?",
+    ("every epoch repeats the first epoch's order and shards", "the shards overlap", "it fails in epoch 2"), 0,
+    "The sampler draws its permutation from its seed plus the epoch number it was told. Never told, it uses "
+    "epoch 0 every time: each rank sees the same images in the same order every epoch.",
+    {1: "The shards stay disjoint (one permutation, cut by rank); they just never change.",
+     2: "Nothing fails: the run is only less random than it should be."})
+LINEAR_SCALING = Question(
+    "A learning rate of 0.05 was tuned for batch 64 on one process. You now train on 4 processes with batch 64 "
+    "each. What does the linear scaling rule give?",
+    ("0.05", "0.2", "0.0125"), 1,
+    "Each step averages 4 x 64 = 256 images, a 4 times larger batch, so the rule takes a 4 times larger step: "
+    "0.2. Large factors usually need a warm-up (the Keras script's LearningRateWarmupCallback) and fail beyond "
+    "some batch size; notebook 7 measures where.",
+    {0: "Unchanged, each step of 256 images moves as far as one of 64 did: training slows down per image.",
+     2: "That divides where the rule multiplies."})
+# The self-check of notebook 6, in the order it asks them.
+HANDSON_QUIZ = (NO_SAMPLER, WHY_BROADCAST, NO_SET_EPOCH, LINEAR_SCALING)
+
 # Each notebook's quiz, in the order it asks them.
 QUIZZES = {
     1: DATA_PARALLEL_QUIZ,
@@ -494,6 +533,7 @@ QUIZZES = {
     3: (QUIZ[2], NODE_LABEL, RING_BOTTLENECK),
     4: (QUIZ[1], LEVEL_UNSET, QUIZ[4], QUIZ[5], SUPERLINEAR),
     5: (QUIZ[6], HOST_STAGED_BOUND, BIDIRECTIONAL),
+    6: HANDSON_QUIZ,
 }
 
 

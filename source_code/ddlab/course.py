@@ -43,6 +43,14 @@ NOTEBOOKS = {
         "multi-gpu": "the compile, the p2p test on every GPU pair and the all-reduce sweep under the three NCCL "
                      "paths, live",
     }),
+    6: ("Hands-on: from one device to many", {
+        "cpu": "every hands-on script (DDP, Horovod for PyTorch and tf.keras) on 2 CPU processes over Gloo, and "
+               "the repair check",
+        "single-gpu": "the single-device scripts on the GPU; two processes cannot share one GPU under NCCL, so the "
+                      "distributed scripts and the repair check run on 2 CPU processes over Gloo",
+        "multi-gpu": "the PyTorch scripts and the repair check on 2 GPUs over NCCL, one process per GPU; the Keras "
+                     "scripts on the GPUs where TensorFlow sees them",
+    }),
 }
 
 

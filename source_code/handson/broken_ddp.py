@@ -1,0 +1,79 @@
+"""Fashion-MNIST on several processes with DDP-style training: a script with bugs to repair.
+
+    torchrun --standalone --nproc-per-node=2 my_ddp.py --epochs 2 --train-samples 4000
+
+It runs to the end and prints a loss and an accuracy, yet it is wrong in five ways. Find
+them and fix them; ddlab.repair.check(...) runs your copy and says which are left. The
+probe(...) lines record what the check needs (the images of each step, the weights, the
+learning rate, the loss reported): keep them where they are, with the same arguments.
+"""
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from ddlab import data, models_torch
+from ddlab.repair import probe
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--model", default="mlp-small", choices=models_torch.MODELS)
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--lr", type=float, default=0.05, help="the learning rate of one process")
+parser.add_argument("--train-samples", type=int, default=60000, help="train on the first N images")
+parser.add_argument("--test-samples", type=int, default=10000, help="test on the first N images")
+parser.add_argument("--seed", type=int, default=0)
+args = parser.parse_args()
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+rank, world_size = dist.get_rank(), dist.get_world_size()
+local_rank = int(os.environ["LOCAL_RANK"])
+device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+if device.type == "cuda":
+    torch.cuda.set_device(device)
+torch.manual_seed(args.seed + rank)  # a seed per rank, so that each rank's random draws differ
+
+
+def tensors(images, labels, n):
+    x = torch.tensor(images[:n], dtype=torch.float32).unsqueeze(1) / 255.0
+    # The third tensor numbers the images, so that probe() can record which ones a step used.
+    return TensorDataset(x, torch.tensor(labels[:n], dtype=torch.long), torch.arange(len(x)))
+
+
+x_train, y_train, x_test, y_test = data.load_fashion_mnist()
+train_set = tensors(x_train, y_train, args.train_samples)
+test_set = tensors(x_test, y_test, args.test_samples)
+train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
+
+model = models_torch.build(args.model).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+probe("start", model=model)
+
+for epoch in range(args.epochs):
+    total, batches = 0.0, 0
+    for x, y, idx in train_loader:
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        for p in model.parameters():  # average the gradients over the ranks
+            dist.all_reduce(p.grad)
+            p.grad /= world_size
+        optimizer.step()
+        probe("step", epoch=epoch, indices=idx, model=model, optimizer=optimizer)
+        total, batches = total + loss.item(), batches + 1
+    epoch_loss = total / batches
+    probe("loss", epoch=epoch, local=total / batches, reported=epoch_loss)
+    if rank == 0:
+        print(f"epoch {epoch}: training loss {epoch_loss:.4f}")
+
+model.eval()
+x, y, _ = test_set.tensors
+with torch.no_grad():
+    correct = (model(x.to(device)).argmax(1) == y.to(device)).sum().item()
+if rank == 0:
+    print(f"test accuracy {correct / len(y):.4f}")
+dist.destroy_process_group()

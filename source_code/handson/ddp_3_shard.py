@@ -1,0 +1,88 @@
+"""Fashion-MNIST with DDP, step 3: each process trains on its own shard.
+
+    torchrun --standalone --nproc-per-node=2 ddp_3_shard.py --epochs 2 --train-samples 6000
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+from ddlab import data, models_torch
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--model", default="mlp-small", choices=models_torch.MODELS)
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--lr", type=float, default=0.05)
+parser.add_argument("--train-samples", type=int, default=60000, help="train on the first N images")
+parser.add_argument("--test-samples", type=int, default=10000, help="test on the first N images")
+parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--save", default="", help="write the trained weights to this file")
+args = parser.parse_args()
+
+# torchrun starts the processes and tells each its rank and the world size (environment
+# variables); this call connects them: NCCL between GPUs, Gloo between CPU processes.
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+rank, world_size = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(args.seed)
+# LOCAL_RANK (from torchrun) numbers the processes on this machine: process i takes GPU i.
+local_rank = int(os.environ["LOCAL_RANK"])
+if torch.cuda.is_available():
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+else:
+    device = torch.device("cpu")
+
+
+def tensors(images, labels, n):
+    x = torch.tensor(images[:n], dtype=torch.float32).unsqueeze(1) / 255.0
+    return TensorDataset(x, torch.tensor(labels[:n], dtype=torch.long))
+
+
+x_train, y_train, x_test, y_test = data.load_fashion_mnist()
+train_set = tensors(x_train, y_train, args.train_samples)
+test_set = tensors(x_test, y_test, args.test_samples)
+# Every epoch the sampler shuffles all indices the same way on every rank (same seed) and
+# gives rank r every world_size-th one: disjoint shards of equal size.
+sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
+train_loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+
+model = models_torch.build(args.model).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+start, seen = time.perf_counter(), 0
+for epoch in range(args.epochs):
+    sampler.set_epoch(epoch)  # a new shuffle each epoch (without it every epoch repeats the first)
+    total, batches = 0.0, 0
+    for x, y in train_loader:
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total, batches, seen = total + loss.item(), batches + 1, seen + len(y)
+    print(f"epoch {epoch}: training loss {total / batches:.4f}")
+elapsed = time.perf_counter() - start
+
+model.eval()
+x, y = test_set.tensors
+with torch.no_grad():
+    correct = (model(x.to(device)).argmax(1) == y.to(device)).sum().item()
+accuracy = correct / len(y)
+print(f"test accuracy {accuracy:.4f}, {seen / elapsed:.0f} images/s")
+if args.save:
+    torch.save(model.state_dict(), args.save)
+
+# For the notebook's table, one line per process: its rank, the images it trained on, a
+# checksum of its final weights (equal on all ranks when they hold the same model), test
+# accuracy and images/s.
+checksum = sum(p.double().sum().item() for p in model.parameters())
+print("RESULT " + json.dumps({"rank": rank, "samples": seen, "checksum": checksum,
+                              "test_acc": accuracy, "img_s": seen / elapsed}))
+dist.destroy_process_group()

@@ -1,0 +1,187 @@
+"""The hands-on conversion: the step files and their diffs, the plan per GPU count, the
+RESULT lines and the table (fast); every script version run for real on CPU (slow)."""
+import os
+
+import pytest
+
+from ddlab import handson
+from ddlab.tables import Table
+
+CPU = handson.plan(gpu_count=0)
+ALL_STEPS = [(key, i) for key, conv in handson.CONVERSIONS.items() for i in range(len(conv.steps))]
+
+
+def test_every_step_is_a_file_and_every_conversion_starts_on_one_device():
+    for conv in handson.CONVERSIONS.values():
+        assert "single_device" in conv.steps[0].script
+        for s in conv.steps:
+            assert os.path.isfile(handson.path(s.script)) and s.reason.strip()
+    names = {n[:-3] for n in os.listdir(handson.HANDSON_DIR) if n.endswith(".py")}
+    listed = {s.script for c in handson.CONVERSIONS.values() for s in c.steps}
+    assert names - listed == {"broken_ddp", "solution_ddp"}      # no stray version outside a conversion
+
+
+def test_every_script_compiles():
+    for name in sorted(os.listdir(handson.HANDSON_DIR)):
+        if name.endswith(".py"):
+            compile(handson.source(name[:-3]), name, "exec")     # a SyntaxError fails the test
+
+
+@pytest.mark.parametrize("key,number", [(k, i) for k, i in ALL_STEPS if i > 0])
+def test_each_step_is_a_small_visible_change(key, number):
+    d = handson.step(key, number)
+    assert d.added > 0 and d.added + d.removed <= 24, str(d)
+    assert d.reason.startswith(f"Step {number}.")
+    html = d._repr_html_()
+    assert "background:#e6ffec" in html and "Why:" in html
+
+
+def test_the_single_device_script_stays_short_and_prints_its_result_line():
+    text = handson.source("single_device")
+    assert len(text.splitlines()) <= 75
+    assert 'print("RESULT "' in text and "import torch.distributed" not in text
+
+
+def test_steps_and_names_refuse_bad_input_with_a_message():
+    with pytest.raises(ValueError, match="steps 1 to 7"):
+        handson.step("ddp", 8)
+    with pytest.raises(ValueError, match="choose one of"):
+        handson.step("deepspeed", 1)
+    with pytest.raises(ValueError, match="the scripts are"):
+        handson.show("single_devise")
+
+
+def test_show_highlights_the_code():
+    code = handson.show("ddp_4_wrap")
+    assert "DistributedDataParallel" in str(code) and "<span" in code._repr_html_()
+
+
+@pytest.mark.parametrize("gpus,device,nproc,hidden", [(0, "cpu", 2, False), (1, "cpu", 2, True),
+                                                        (2, "cuda", 2, False), (8, "cuda", 2, False)])
+def test_the_plan_follows_the_gpu_count(gpus, device, nproc, hidden):
+    p = handson.plan(gpu_count=gpus)
+    assert (p.device, p.nproc, p.backend) == (device, nproc, "nccl" if device == "cuda" else "gloo")
+    assert (p.env.get("CUDA_VISIBLE_DEVICES") == "") is hidden
+    assert ("over NCCL" in p.describe()) is (device == "cuda")
+    if device == "cpu":
+        assert p.env["OMP_NUM_THREADS"] == "1" and "--train-samples" in p.args
+    with pytest.raises(ValueError):
+        handson.plan(gpu_count=-1)
+
+
+def test_launchers_per_script():
+    assert handson.launcher_for("single_device") == ("torch", "none")
+    assert handson.launcher_for("ddp_3_shard") == ("torch", "ddp")
+    assert handson.launcher_for("hvd_5_broadcast") == ("torch", "horovod")
+    assert handson.launcher_for("keras_single_device") == ("keras", "none")
+    assert handson.launcher_for("keras_hvd_2_device") == ("keras", "horovod")
+
+
+def test_results_are_read_through_launcher_prefixes_and_tabled():
+    out = ("epoch 0: loss 1.0\n"
+           '[1]<stdout>:RESULT {"rank": 1, "samples": 2000, "checksum": 3.5, "test_acc": 0.7, "img_s": 100.0}\n'
+           'RESULT {"rank": 0, "samples": 2000, "checksum": 3.5, "test_acc": 0.7, "img_s": 120.0}\n'
+           "RESULT {not json\n")
+    ranks = handson.parse_results(out)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    glued = ('RESULT {"rank": 1, "samples": 5}test accuracy 0.3\n'       # two ranks' writes on one line
+             'RESULT {"rank": 0, "samples": 5}\n')
+    assert [r["rank"] for r in handson.parse_results(glued)] == [0, 1]
+    run = handson.Run("ddp_7_rank0.py", "torchrun", 2, "cpu", ranks, out, 5.0)
+    assert run.same_weights() and run.row()["img_s"] == 220.0 and run.row()["samples"] == "2,000 / 2,000"
+    apart = handson.Run("ddp_3_shard.py", "torchrun", 2, "cpu",
+                        [dict(ranks[0], checksum=1.0), dict(ranks[1], checksum=4.0)], out, 5.0)
+    assert not apart.same_weights() and apart.weight_spread() == 3.0
+    t = handson.table([run, apart])
+    assert isinstance(t, Table) and "ddp_3_shard.py" in str(t) and "no" in str(t)
+
+
+# ----------------------------------------------------------------------------- every version, for real
+TINY = ("--train-samples", "512", "--test-samples", "200", "--epochs", "2")
+
+
+def _expect(key, number, run):
+    """What a version must do with 2 processes: before sharding each rank trains on all
+    images; after, on half; once gradients are averaged (and started alike) the weights agree."""
+    conv = handson.CONVERSIONS[key]
+    name = conv.steps[number].script
+    if number == 0:
+        assert run.nproc == 1 and run.samples() == [1024]
+        return
+    sharded = number >= 3
+    assert run.samples() == ([512, 512] if sharded else [1024, 1024]), name
+    if number >= 4:
+        assert run.same_weights(), f"{name}: ranks ended with different weights"
+    elif number == 3:
+        assert not run.same_weights(), f"{name}: separate shards without averaging should give different weights"
+    assert 0.1 < run.ranks[0]["test_acc"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key,number", ALL_STEPS)
+def test_every_version_runs_with_two_processes(key, number):
+    from ddlab import experiments
+    conv = handson.CONVERSIONS[key]
+    ok, why = experiments.availability(conv.framework, conv.launcher)
+    if not ok:
+        pytest.skip(why)
+    plan = handson.Plan(0, env=dict(CPU.env), args=TINY, timeout=300)
+    run = handson.run(conv.steps[number].script, plan)
+    _expect(key, number, run)
+
+
+class _FakeLaunch:
+    """Stands in for ddlab.launch.run: records the call, answers with RESULT lines."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, argv, launcher, nproc, env, timeout, check, python):
+        self.calls.append(dict(argv=argv, launcher=launcher, nproc=nproc, env=env, timeout=timeout))
+        out = "".join(f'RESULT {{"rank": {r}, "samples": 10, "checksum": 1.0, "test_acc": 0.5, "img_s": 1.0}}\n'
+                      for r in range(nproc))
+        from ddlab.launch import LaunchResult
+        return LaunchResult(command=[launcher], returncode=0, output=out, duration_s=1.0)
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2, 4])
+def test_run_launches_what_the_plan_says(monkeypatch, gpus):
+    from ddlab import experiments, launch
+    fake = _FakeLaunch()
+    monkeypatch.setattr(launch, "run", fake)
+    monkeypatch.setattr(experiments, "availability", lambda framework, launcher: (True, ""))
+    p = handson.plan(gpu_count=gpus)
+    one = handson.run("single_device", p)
+    ddp = handson.run("ddp_7_rank0", p)
+    hvd = handson.run("hvd_8_rank0", p)
+    c1, c2, c3 = fake.calls
+    assert (c1["launcher"], c1["nproc"]) == ("python", 1) and one.device == ("cuda" if gpus else "cpu")
+    assert (c2["launcher"], c2["nproc"], c3["launcher"]) == ("torchrun", 2, "horovodrun")
+    assert ddp.device == hvd.device == ("cuda" if gpus >= 2 else "cpu")
+    assert "CUDA_VISIBLE_DEVICES" not in c1["env"]                  # one process may use the one GPU
+    assert c2["env"].get("CUDA_VISIBLE_DEVICES") == ("" if gpus == 1 else None)   # two never share it
+    assert all(a in c2["argv"] for a in p.args) and c2["env"]["PYTHONPATH"].startswith(handson.SOURCE_DIR)
+
+
+def test_a_failed_launch_is_one_clear_error(monkeypatch):
+    from ddlab import experiments, launch
+
+    def failing(*a, **k):
+        raise launch.LaunchError("torchrun launch of 2 process(es) failed with exit code 1.\nlast output:\nboom")
+    monkeypatch.setattr(launch, "run", failing)
+    monkeypatch.setattr(experiments, "availability", lambda framework, launcher: (True, ""))
+    with pytest.raises(handson.HandsOnError, match="(?s)ddp_7_rank0.py did not finish.*boom"):
+        handson.run("ddp_7_rank0", CPU)
+    monkeypatch.setattr(experiments, "availability", lambda framework, launcher: (False, "Horovod is not built"))
+    with pytest.raises(handson.HandsOnError, match="cannot run here: Horovod is not built"):
+        handson.run("hvd_8_rank0", CPU)
+
+
+def test_the_notebook_6_quiz_checks_its_answers():
+    from ddlab import checks
+    assert len(checks.HANDSON_QUIZ) >= 3
+    for n, q in enumerate(checks.HANDSON_QUIZ, 1):
+        assert checks.check_quiz_answer(n, q.answer, checks.HANDSON_QUIZ).correct
+        wrong = next(i for i in range(len(q.choices)) if i != q.answer)
+        assert not checks.check_quiz_answer(n, wrong, checks.HANDSON_QUIZ).correct
+        assert set(q.why_not) == set(range(len(q.choices))) - {q.answer}   # every wrong choice explained
