@@ -70,6 +70,8 @@ def test_steps_and_epochs_exclude_each_other(capsys):
     (["--test-samples", "10001"], "--test-samples must be within 1..10000"),
     (["--test-samples", "0"], "--test-samples must be within 1..10000"),
     (["--cpu-threads", "0"], "--cpu-threads must be at least 1"),
+    (["--scale-lr", "--lr-scaling", "sqrt"], "--scale-lr is --lr-scaling linear"),
+    (["--lr-ref-batch", "0"], "--lr-ref-batch must be at least 1"),
 ])
 def test_bad_values_give_one_line_naming_the_script(argv, message):
     with pytest.raises(ScriptFailure) as ei:
@@ -81,6 +83,41 @@ def test_bad_values_give_one_line_naming_the_script(argv, message):
 def test_good_edge_values_pass():
     a = parse(["--steps", "2", "--warmup-steps", "0", "--test-samples", "1", "--batch-size", "1"])
     assert (a.steps, a.warmup_steps, a.test_samples, a.batch_size) == (2, 0, 1, 1)
+
+
+def test_learning_rate_scaling_flags():
+    a = parse([])
+    assert (a.lr_scaling, a.lr_ref_batch) == ("none", None)
+    assert train_common.learning_rate(a, 4) == pytest.approx(1e-3)
+    # --scale-lr keeps its meaning: x workers (the reference batch defaults to the batch per worker)
+    a = parse(["--scale-lr", "--lr", "0.01", "--batch-size", "32"])
+    assert a.lr_scaling == "linear" and train_common.learning_rate(a, 4) == pytest.approx(0.04)
+    a = parse(["--lr-scaling", "linear", "--lr", "0.05", "--batch-size", "256", "--lr-ref-batch", "32"])
+    assert train_common.learning_rate(a, 2) == pytest.approx(0.05 * 512 / 32)
+    a = parse(["--lr-scaling", "sqrt", "--lr", "0.01", "--batch-size", "64", "--lr-ref-batch", "16"])
+    assert train_common.learning_rate(a, 1) == pytest.approx(0.02)
+
+
+def parse_convergence(argv):
+    p = argparse.ArgumentParser()
+    train_common.add_common_arguments(p, launchers=("none", "ddp"), models=MODELS,
+                                      framework_arguments=train_common.add_convergence_arguments)
+    return train_common.validate_common(p.parse_args(argv), ScriptFailure)
+
+
+def test_convergence_flags_parse_and_refuse_bad_values():
+    a = parse_convergence([])
+    assert (a.lr_warmup_epochs, a.train_samples, a.eval_every, a.noise_scale) == (0.0, None, 0.0, False)
+    a = parse_convergence(["--lr-warmup-epochs", "2", "--train-samples", "6000", "--eval-every", "0.5",
+                           "--noise-scale"])
+    assert (a.lr_warmup_epochs, a.train_samples, a.eval_every, a.noise_scale) == (2.0, 6000, 0.5, True)
+    for argv, message in ((["--lr-warmup-epochs", "-1"], "--lr-warmup-epochs cannot be negative"),
+                          (["--train-samples", "60001"], "--train-samples must be within 1..60000"),
+                          (["--eval-every", "-0.5"], "--eval-every cannot be negative"),
+                          (["--noise-scale"], "--noise-scale reports the gradient noise per evaluation interval")):
+        with pytest.raises(ScriptFailure) as ei:
+            parse_convergence(argv)
+        assert str(ei.value.code).startswith(f"some_script.py: error: {message}")
 
 
 # ----------------------------------------------------------------------------- step plan

@@ -145,6 +145,11 @@ def test_graph_capture_is_opt_in_for_ddp():
     assert decide("none", compile_mode="default")[0] is False
     with pytest.raises(SystemExit, match="background thread"):
         decide("horovod", "on")
+    # a learning-rate warm-up or the noise-scale hook cannot live in a captured step
+    use, why = mod.graph_decision(mod.parse_args(["--lr-warmup-epochs", "1"]), True)
+    assert use is False and "warm-up" in why
+    with pytest.raises(SystemExit, match="warm-up"):
+        mod.graph_decision(mod.parse_args(["--lr-warmup-epochs", "1", "--cuda-graph", "on"]), True)
     # ddlab.runs recognises a run that died inside the capture by the script's marker
     assert mod.CAPTURE_START == runs.CAPTURE_START
 
@@ -155,6 +160,8 @@ def test_graph_capture_is_opt_in_for_ddp():
     (["--device", "cpu", "--cuda-graph", "on"], "CUDA graphs need a GPU"),
     (["--device", "cpu", "--launcher", "horovod", "--cuda-graph", "on"], "background thread"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--device", "cpu", "--noise-scale", "--eval-every", "1"], "use --launcher ddp with 2 or more workers"),
+    (["--device", "cpu", "--launcher", "horovod", "--noise-scale", "--eval-every", "1"], "DDP communication hook"),
 ])
 def test_torch_script_refuses_bad_setups_with_one_clear_line(args, message, monkeypatch):
     for var in ("LOCAL_RANK", "WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE"):

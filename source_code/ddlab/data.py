@@ -260,3 +260,14 @@ def shard_indices(n: int, rank: int, world_size: int, seed: int, epoch: int = 0)
     perm = np.random.default_rng([seed, epoch]).permutation(n)
     per = n // world_size
     return perm[rank * per:(rank + 1) * per]
+
+
+SUBSET_SEED = 20171002   # fixed: every run that trains on a subset trains on the same images
+
+
+def train_subset(n: int, k: int) -> np.ndarray:
+    """The indices (sorted) of a fixed random ``k`` of ``n`` training images: the same for every
+    seed, every rank and every run, so runs on a subset differ only in what they vary."""
+    if not 1 <= k <= n:
+        raise ValueError(f"a subset of {k} images out of {n} is impossible")
+    return np.sort(np.random.default_rng(SUBSET_SEED).permutation(n)[:k])

@@ -21,8 +21,11 @@ from typing import Callable, Mapping, Optional, Sequence, Type
 
 import numpy as np
 
+from .convergence import LR_RULES
+
 FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530   # of the 60,000 training images, pixels in [0, 1]
 TEST_IMAGES = 10000                        # Fashion-MNIST's test set
+TRAIN_IMAGES = 60000                       # and its training set
 
 # What each launcher means, for --help: a script offers the ones its framework supports.
 LAUNCHER_HELP = {"none": "one process", "ddp": "run under torchrun", "horovod": "run under horovodrun"}
@@ -61,7 +64,14 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, launchers: Sequence
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="untimed steps first (default: a fifth of the steps, at most 50)")
     p.add_argument("--lr", type=float, default=1e-3, help="learning rate for one worker")
-    p.add_argument("--scale-lr", action="store_true", help="multiply the learning rate by the number of workers")
+    p.add_argument("--scale-lr", action="store_true",
+                   help="multiply the learning rate by the number of workers (the same as --lr-scaling linear)")
+    p.add_argument("--lr-scaling", choices=list(LR_RULES), default=None,
+                   help="scale --lr for the global batch: linear (x global/reference batch), sqrt, or none "
+                        "(default: none, or linear with --scale-lr)")
+    p.add_argument("--lr-ref-batch", type=int, default=None,
+                   help="the global batch --lr is right for (default: --batch-size, so linear scaling multiplies "
+                        "by the number of workers)")
     p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam", help="sgd: momentum 0.9")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
@@ -93,7 +103,46 @@ def validate_common(args: argparse.Namespace, error: Type[Failure] = Failure) ->
         raise error(f"--test-samples must be within 1..{TEST_IMAGES}")
     if args.cpu_threads < 1:
         raise error("--cpu-threads must be at least 1")
+    if args.scale_lr:
+        if args.lr_scaling not in (None, "linear"):
+            raise error(f"--scale-lr is --lr-scaling linear; it cannot go with --lr-scaling {args.lr_scaling}")
+        args.lr_scaling = "linear"
+    args.lr_scaling = args.lr_scaling or "none"
+    if args.lr_ref_batch is not None and args.lr_ref_batch < 1:
+        raise error(f"--lr-ref-batch must be at least 1, got {args.lr_ref_batch}")
+    if getattr(args, "lr_warmup_epochs", 0) < 0:
+        raise error(f"--lr-warmup-epochs cannot be negative, got {args.lr_warmup_epochs}")
+    if getattr(args, "eval_every", 0) < 0:
+        raise error(f"--eval-every cannot be negative, got {args.eval_every}")
+    train = getattr(args, "train_samples", None)
+    if train is not None and not 1 <= train <= TRAIN_IMAGES:
+        raise error(f"--train-samples must be within 1..{TRAIN_IMAGES}, got {train}")
+    if getattr(args, "noise_scale", False) and not args.eval_every:
+        raise error("--noise-scale reports the gradient noise per evaluation interval: give --eval-every too")
     return args
+
+
+def add_convergence_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of a convergence run (PyTorch): learning-rate warm-up, a smaller training
+    set, the held-out test set evaluated during training, the gradient norms of the noise scale."""
+    p.add_argument("--lr-warmup-epochs", type=float, default=0.0,
+                   help="raise the learning rate linearly from --lr to the scaled rate over this many epochs")
+    p.add_argument("--train-samples", type=int, default=None,
+                   help="train on this many images (a fixed subset, the same for every seed; default all 60,000)")
+    p.add_argument("--eval-every", type=float, default=0.0,
+                   help="evaluate test accuracy and loss every this many epochs (and at the end), recording "
+                        "the training seconds so far (0: only at the end)")
+    p.add_argument("--noise-scale", action="store_true",
+                   help="log each rank's gradient norm and the all-reduced one per step (DDP, 2+ workers), "
+                        "for the gradient noise scale (ddlab.convergence)")
+
+
+def learning_rate(args: argparse.Namespace, world: int) -> float:
+    """The learning rate after any warm-up: --lr scaled by --lr-scaling for the global batch
+    (batch per worker x ``world``) over --lr-ref-batch (default: the batch per worker)."""
+    from .convergence import peak_lr
+    ref = args.lr_ref_batch or args.batch_size
+    return peak_lr(args.lr, args.lr_scaling, args.batch_size * world, ref)
 
 
 # ----------------------------------------------------------------------------- the run's shape
@@ -199,7 +248,8 @@ def build_result(args: argparse.Namespace, *, framework: str, params: int, gradi
                  test_samples: int, final_loss: float, device_fields: Mapping, lr: float, on_gpu: bool,
                  checksum: Mapping, start_checksum: Mapping, gathered: Sequence[Mapping],
                  framework_env_prefixes: Sequence[str], versions: Mapping, notes: Sequence[str],
-                 phase_s: Mapping, wall_s: float, provenance: Mapping) -> dict:
+                 phase_s: Mapping, wall_s: float, provenance: Mapping,
+                 learning: Optional[Mapping] = None) -> dict:
     """The result JSON of one run (rank 0), the same fields from both scripts, in this order:
 
     * the model (``params``, ``gradient_bytes_per_step``: what every step all-reduces) and who
@@ -209,10 +259,13 @@ def build_result(args: argparse.Namespace, *, framework: str, params: int, gradi
     * the speed (``ddlab.throughput.summarize``): ``images_per_s`` over the timed steps,
       ``elapsed_s`` between the synchronised start and end, ``step_time_ms`` (median, p10,
       p90) and every step's time ``step_times_ms``;
-    * the learning: ``test_accuracy``, ``final_loss``;
+    * the learning: ``test_accuracy``, ``final_loss``, then ``learning`` when the script
+      gives it (a convergence run: ``train_samples``, ``lr_warmup_steps``, ``evaluations``,
+      one per ``--eval-every``: epoch, step, test accuracy and loss, training loss, seconds);
     * the setup: ``precision``, then the script's ``device_fields`` (device, CUDA graph,
-      compile...), then the optimizer, learning rate (``lr`` = ``lr_base`` x workers with
-      ``scale_lr``), ``seed``, ``cpu_threads`` (CPU runs only);
+      compile...), then the optimizer, learning rate (``lr`` = ``lr_base`` scaled by
+      ``lr_scaling`` for the global batch over ``lr_ref_batch``), ``seed``, ``cpu_threads``
+      (CPU runs only);
     * the agreement: rank 0's weight ``checksum`` now and at the start, every rank's
       (:func:`rank_agreement`);
     * the environment: ``nccl_env``, ``framework_env``, the script's ``versions``;
@@ -232,9 +285,11 @@ def build_result(args: argparse.Namespace, *, framework: str, params: int, gradi
         "step_times_ms": [round(v, 5) for v in step_times_ms],
         "test_accuracy": float(accuracy), "test_samples": int(test_samples),
         "final_loss": final_loss, "final_loss_note": FINAL_LOSS_NOTE,
+        **dict(learning or {}),
         "precision": args.precision,
         **device_fields,
         "optimizer": args.optimizer, "lr": lr, "lr_base": args.lr, "scale_lr": args.scale_lr,
+        "lr_scaling": args.lr_scaling, "lr_ref_batch": args.lr_ref_batch or args.batch_size,
         "seed": args.seed, "cpu_threads": None if on_gpu else args.cpu_threads,
         "checksum": checksum, "start_checksum": start_checksum,
         **rank_agreement(gathered),

@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     n_params = models_keras.count_parameters(model)
     grad_bytes = 4 * n_params   # float32 variables, float32 gradients (also under mixed_bfloat16)
     tf.random.set_seed(rank_seed(args.seed, rank))
-    lr = args.lr * (world if args.scale_lr else 1)
+    lr = train_common.learning_rate(args, world)
     opt = (keras.optimizers.Adam(learning_rate=lr) if args.optimizer == "adam"
            else keras.optimizers.SGD(learning_rate=lr, momentum=0.9))
     callbacks = []

@@ -76,7 +76,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from ddlab import data as ddata  # noqa: E402
-from ddlab import models_torch, throughput, train_common  # noqa: E402
+from ddlab import convergence, models_torch, throughput, train_common  # noqa: E402
 from ddlab.train_common import FMNIST_MEAN, FMNIST_STD, rank_seed  # noqa: E402
 DDP_EAGER_BEFORE_CAPTURE = 20  # PyTorch's CUDA-graph notes: >= 11 DDP iterations before capture;
 # DDP also times iterations 1-10 and every 100th with CUDA events, which must not fall in a capture.
@@ -102,6 +102,7 @@ def add_torch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cudnn-benchmark", choices=["on", "off"], default="on",
                    help="let cuDNN time its convolution algorithms at the first steps (costs warm-up time; "
                         "the phase lines show how much)")
+    train_common.add_convergence_arguments(p)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -109,7 +110,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     train_common.add_common_arguments(p, launchers=["none", "ddp", "horovod"], models=models_torch.MODELS,
                                       framework_arguments=add_torch_arguments)
-    return train_common.validate_common(p.parse_args(argv), Failure)
+    args = train_common.validate_common(p.parse_args(argv), Failure)
+    if args.noise_scale and args.launcher != "ddp":
+        raise Failure("--noise-scale reads each rank's gradient before DDP averages it (a DDP communication "
+                      "hook): use --launcher ddp with 2 or more workers")
+    return args
 
 
 # ----------------------------------------------------------------------------- workers
@@ -216,6 +221,10 @@ def graph_decision(args, use_cuda: bool):
         problems.append("--compile reduce-overhead already uses CUDA graphs")
     if args.compile != "none" and args.launcher == "ddp":
         problems.append("capturing a compiled DDP model is not supported here")
+    if args.lr_warmup_epochs > 0:
+        problems.append("the learning-rate warm-up changes the rate every step, which a captured step would not see")
+    if args.noise_scale:
+        problems.append("--noise-scale reads every rank's gradient outside the captured step")
     if args.cuda_graph == "on":
         if problems:
             raise Failure("--cuda-graph on is impossible: " + "; ".join(problems))
@@ -258,6 +267,21 @@ def evaluate(model, x, y, batch: int, autocast) -> float:
     return correct.item() / x.shape[0]
 
 
+@torch.no_grad()
+def evaluate_sums(model, x, y, batch: int, autocast) -> tuple:
+    """(correct predictions, summed cross-entropy) over the images ``x`` (this rank's part of the test set)."""
+    model.eval()
+    correct = torch.zeros((), dtype=torch.int64, device=x.device)
+    loss = torch.zeros((), dtype=torch.float64, device=x.device)
+    for i in range(0, x.shape[0], batch):
+        with autocast():
+            logits = model(x[i:i + batch]).float()
+        correct += (logits.argmax(dim=1) == y[i:i + batch]).sum()
+        loss += F.cross_entropy(logits, y[i:i + batch], reduction="sum").double()
+    model.train()
+    return int(correct.item()), float(loss.item())
+
+
 def normalise(images_uint8: torch.Tensor, memory_format) -> torch.Tensor:
     """uint8 images (N, 28, 28) -> normalised float32 (N, 1, 28, 28), on their device."""
     x = images_uint8.float().div_(255).sub_(FMNIST_MEAN).div_(FMNIST_STD).unsqueeze(1)
@@ -289,6 +313,10 @@ def main(argv=None) -> int:
     # One rank per machine verifies the files' SHA-256 (its other ranks read the same files);
     # only rank 0 needs the test images on its device.
     x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir, verify=workers.local_rank == 0)
+    if args.train_samples is not None:
+        # A fixed subset (the same for every seed and every run), then sharded as usual.
+        subset = ddata.train_subset(x_train.shape[0], args.train_samples)
+        x_train, y_train = x_train[subset], y_train[subset]
     n = x_train.shape[0]
     eager_needed = (DDP_EAGER_BEFORE_CAPTURE if args.launcher == "ddp" else EAGER_BEFORE_CAPTURE) if use_graph else 0
     plan = train_common.plan_steps(args, n, world, Failure, min_warmup=eager_needed,
@@ -305,9 +333,15 @@ def main(argv=None) -> int:
     X = torch.tensor(x_train).to(device)   # a copy: the loader's arrays are read-only
     Y = torch.from_numpy(y_train.astype(np.int64)).to(device)
     Xt = Yt = None
-    if rank == 0:
-        Xt = normalise(torch.tensor(x_test[:args.test_samples]).to(device), memory_format)
-        Yt = torch.from_numpy(y_test[:args.test_samples].astype(np.int64)).to(device)
+    evaluating = args.eval_every > 0
+    if evaluating:
+        # Evaluations during training: every rank scores its own slice of the test images.
+        lo, hi = rank * args.test_samples // world, (rank + 1) * args.test_samples // world
+    else:
+        lo, hi = 0, (args.test_samples if rank == 0 else 0)   # only rank 0 evaluates, at the end
+    if hi > lo:
+        Xt = normalise(torch.tensor(x_test[lo:hi]).to(device), memory_format)
+        Yt = torch.from_numpy(y_test[lo:hi].astype(np.int64)).to(device)
     del x_train, y_train, x_test, y_test
     phases.done("data to device")
 
@@ -329,7 +363,19 @@ def main(argv=None) -> int:
     n_params = models_torch.count_parameters(model)
     grad_bytes = models_torch.gradient_bytes(model)
     torch.manual_seed(rank_seed(args.seed, rank))   # dropout masks differ per rank
-    lr = args.lr * (world if args.scale_lr else 1)
+    lr = train_common.learning_rate(args, world)
+    lr_warmup = convergence.warmup_steps(args.lr_warmup_epochs, steps_per_epoch)
+    if args.noise_scale and world < 2:
+        raise Failure("--noise-scale compares each rank's gradient with the all-reduced one: it needs 2 or more "
+                      "workers")
+    hook_sq = torch.zeros((), dtype=torch.float64, device=device)
+
+    def local_norm_hook(state, bucket):
+        """DDP communication hook: adds the squared norm of this rank's own gradients in the
+        bucket (before they are averaged), then all-reduces the bucket as DDP does by default."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        hook_sq.add_(bucket.buffer().double().pow(2).sum())
+        return default_hooks.allreduce_hook(state, bucket)
     if args.optimizer == "adam":
         # fused: one kernel updates all parameters; capturable: the step count lives on the GPU.
         opt = torch.optim.Adam(model.parameters(), lr=lr, fused=use_cuda, capturable=use_graph)
@@ -344,6 +390,8 @@ def main(argv=None) -> int:
         # For a full-step capture DDP must be built on the side stream the capture will use.
         with (torch.cuda.stream(side) if use_graph else contextlib.nullcontext()):
             net = DDP(model, device_ids=ids)   # broadcasts rank 0's parameters
+        if args.noise_scale:
+            net.register_comm_hook(None, local_norm_hook)
     elif args.launcher == "horovod":
         hvd = workers.hvd
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average)
@@ -361,18 +409,34 @@ def main(argv=None) -> int:
         return contextlib.nullcontext()
 
     loss_sum = torch.zeros((), dtype=torch.float32, device=device)   # summed on the device, read at log time
+    # Since the last evaluation, on the device: training loss, and (--noise-scale) the squared
+    # norms of this rank's own gradient and of the all-reduced one, summed over the steps.
+    interval = {k: torch.zeros((), dtype=torch.float64, device=device) for k in ("loss_sum", "small_sq", "big_sq")}
+    interval_steps = [0]
 
     def forward_backward_step(x, y):
         with autocast():
             loss = F.cross_entropy(net(x).float(), y)
         loss.backward()
+        if args.noise_scale:
+            # the gradient all ranks now share (DDP averaged it), before the optimizer uses it
+            interval["big_sq"].add_(torch.stack([p.grad.double().pow(2).sum() for p in model.parameters()]).sum())
+            interval["small_sq"].add_(hook_sq)
+            hook_sq.zero_()
         opt.step()
         loss_sum.add_(loss.detach())
+        if evaluating:
+            interval["loss_sum"].add_(loss.detach())
 
     def eager_step(step: int):
         x, y = batch_at(step)
         opt.zero_grad()   # set_to_none (the default): backward writes fresh gradients
+        if lr_warmup:
+            rate = convergence.lr_at(step, args.lr, lr, lr_warmup)
+            for group in opt.param_groups:
+                group["lr"] = rate
         forward_backward_step(x, y)
+        interval_steps[0] += 1
 
     global_batch = args.batch_size * world
     log_every = args.log_interval or max(1, total // 10)
@@ -380,7 +444,9 @@ def main(argv=None) -> int:
         f"per step) | launcher {args.launcher} ({workers.backend}), {world} worker(s) x batch {args.batch_size} "
         f"= {global_batch} | {device.type}" + (f" ({torch.cuda.get_device_name(device)})" if use_cuda else "")
         + f" | {args.precision} | cuda-graph {graph_reason} | compile {args.compile} | {args.optimizer} lr {lr:g}"
-        + (f" (x{world} scaled)" if args.scale_lr and world > 1 else "")
+        + (f" ({args.lr_scaling} scaling of {args.lr:g} for batch {args.lr_ref_batch or args.batch_size})"
+           if args.lr_scaling != "none" else "")
+        + (f", warm-up {lr_warmup} steps" if lr_warmup else "")
         + f" | {total} steps, {warmup} warm-up, shard {per_rank} images = {steps_per_epoch} steps/epoch", flush=True)
     for note in notes:
         say("note: " + note)
@@ -444,15 +510,11 @@ def main(argv=None) -> int:
             static_x.copy_(x)
             static_y.copy_(y)
             graph.replay()
+            interval_steps[0] += 1
         else:
             eager_step(step)
 
-    while step < warmup:
-        run_step(step)
-        step += 1
-        log_line(step)
-
-    # ---- timed steps, between synchronisations
+    # ---- evaluations during training (--eval-every): the held-out test set, all ranks together
     def sync_all():
         if use_cuda:
             torch.cuda.synchronize()
@@ -460,9 +522,59 @@ def main(argv=None) -> int:
         if use_cuda:
             torch.cuda.synchronize()
 
+    eval_at = set()
+    if evaluating:
+        every = args.eval_every * steps_per_epoch
+        eval_at = {min(total, max(1, int(round(k * every)))) for k in range(1, int(total / every) + 1)} | {total}
+    evaluations = []
+    clock = {"start": time.perf_counter(), "eval_s": 0.0}
+
+    def evaluate_now(step_done: int) -> float:
+        """Scores the test set at this step; returns the seconds it took (all ranks)."""
+        sync_all()
+        t = time.perf_counter()
+        correct, loss_total = evaluate_sums(model, Xt, Yt, 1000, autocast)
+        mine = {"correct": correct, "test_loss": loss_total, "n": Yt.shape[0], "steps": interval_steps[0],
+                **{k: float(v.item()) for k, v in interval.items()}}
+        for v in interval.values():
+            v.zero_()
+        interval_steps[0] = 0
+        every_rank = workers.allgather(mine)
+        n_test = sum(g["n"] for g in every_rank)
+        steps_in = every_rank[0]["steps"]
+        entry = {"epoch": round(step_done / steps_per_epoch, 4), "step": step_done,
+                 "train_s": t - clock["start"] - clock["eval_s"], "wall_s": phases.since_start(),
+                 "lr": float(opt.param_groups[0]["lr"]),   # the rate of the last step before this evaluation
+                 "test_accuracy": sum(g["correct"] for g in every_rank) / n_test,
+                 "test_loss": sum(g["test_loss"] for g in every_rank) / n_test,
+                 "train_loss": (sum(g["loss_sum"] for g in every_rank) / (steps_in * world)) if steps_in else None}
+        if args.noise_scale and steps_in:
+            entry["noise"] = {"steps": steps_in,
+                              "small_sq": sum(g["small_sq"] for g in every_rank) / (steps_in * world),
+                              "big_sq": every_rank[0]["big_sq"] / steps_in}
+        evaluations.append(entry)
+        say(f"eval at step {step_done} (epoch {entry['epoch']:g}): test accuracy {entry['test_accuracy']:.4f}, "
+            f"test loss {entry['test_loss']:.4f}, {entry['train_s']:.2f} s of training", flush=True)
+        took = time.perf_counter() - t
+        clock["eval_s"] += took
+        return took
+
+    sync_all()
+    clock["start"] = time.perf_counter()
+    while step < warmup:
+        run_step(step)
+        step += 1
+        log_line(step)
+        if step in eval_at:
+            evaluate_now(step)
+
+    # ---- timed steps, between synchronisations
+
     # One CUDA event per step boundary, created up front; read only after the last step.
     events = [torch.cuda.Event(enable_timing=True) for _ in range(total - warmup + 1)] if use_cuda else []
+    resumed = {}     # step boundary -> the event recorded after an evaluation there (not timed)
     host_times = []
+    timed_eval_s = 0.0
     sync_all()
     phases.done("warm-up" + (" and capture" if graph is not None else ""))
     t0 = time.perf_counter()
@@ -479,10 +591,20 @@ def main(argv=None) -> int:
             host_times.append((t - t_prev) * 1e3)
             t_prev = t
         log_line(step)
+        if step in eval_at and step < total:
+            timed_eval_s += evaluate_now(step)   # not training: left out of the timed interval
+            if use_cuda:
+                resumed[step - warmup] = torch.cuda.Event(enable_timing=True)
+                resumed[step - warmup].record()
+            t_prev = time.perf_counter()
     sync_all()
-    elapsed = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0 - timed_eval_s
     phases.done("timed loop")
-    step_ms = [a.elapsed_time(b) for a, b in zip(events, events[1:])] if use_cuda else host_times
+    step_ms = [resumed.get(i, events[i]).elapsed_time(events[i + 1]) for i in range(len(events) - 1)] \
+        if use_cuda else host_times
+    if evaluating:
+        notes.append(f"the test evaluations during training ({clock['eval_s']:.2f} s) are left out of the timed "
+                     "interval and of each evaluation's train_s")
     speed = throughput.summarize(plan.timed, args.batch_size, world, elapsed, step_ms)
 
     # ---- agreement across ranks, test accuracy, result
@@ -490,13 +612,18 @@ def main(argv=None) -> int:
     gathered = workers.allgather({"rank": rank, "checksum": checksum, "elapsed_s": elapsed,
                                   "step_time_ms_median": speed["step_time_ms"]["median"]})
     phases.done("rank agreement check")
+    if evaluating:
+        evaluate_now(total)   # all ranks score their slices; rank 0 reports it as the test accuracy
     if rank == 0:
-        if not use_cuda:
-            torch.set_num_threads(os.cpu_count() or 1)   # the others wait at the barrier: use every core
-            # oneDNN's CPU convolutions run about 1.7x faster with channels-last weights; the
-            # training is over, so this changes only the speed of the evaluation.
-            model.to(memory_format=torch.channels_last)
-        accuracy = evaluate(model, Xt, Yt, 1000, autocast)
+        if evaluating:
+            accuracy = evaluations[-1]["test_accuracy"]   # the whole test set, scored by all ranks just now
+        else:
+            if not use_cuda:
+                torch.set_num_threads(os.cpu_count() or 1)   # the others wait at the barrier: use every core
+                # oneDNN's CPU convolutions run about 1.7x faster with channels-last weights; the
+                # training is over, so this changes only the speed of the evaluation.
+                model.to(memory_format=torch.channels_last)
+            accuracy = evaluate(model, Xt, Yt, 1000, autocast)
         phases.done("test evaluation")
         from ddlab.provenance import run_provenance
         provenance = run_provenance(train_common.run_command())
@@ -504,7 +631,7 @@ def main(argv=None) -> int:
         result = train_common.build_result(
             args, framework="torch", params=n_params, gradient_bytes=grad_bytes, backend=workers.backend,
             world=world, plan=plan, speed=speed, step_times_ms=step_ms, accuracy=accuracy,
-            test_samples=Yt.shape[0], final_loss=state["last_loss"],
+            test_samples=args.test_samples if evaluating else Yt.shape[0], final_loss=state["last_loss"],
             device_fields={
                 "device": device.type,
                 "device_name": torch.cuda.get_device_name(device) if use_cuda else None,
@@ -514,7 +641,10 @@ def main(argv=None) -> int:
             lr=lr, on_gpu=use_cuda, checksum=checksum, start_checksum=start_checksum, gathered=gathered,
             framework_env_prefixes=("TORCH_NCCL_", "HOROVOD_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"),
             versions={"torch": torch.__version__, "nccl_version": nccl_version() if use_cuda else None},
-            notes=notes, phase_s=phases.to_dict(), wall_s=phases.since_start(), provenance=provenance)
+            notes=notes, phase_s=phases.to_dict(), wall_s=phases.since_start(), provenance=provenance,
+            learning={"train_samples": n, "lr_warmup_epochs": args.lr_warmup_epochs, "lr_warmup_steps": lr_warmup,
+                      "eval_every": args.eval_every, "noise_scale": args.noise_scale,
+                      "evaluations": evaluations})
         print(train_common.summary_line(result), flush=True)
         if args.json:
             train_common.write_json(args.json, result)

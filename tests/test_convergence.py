@@ -1,0 +1,238 @@
+"""ddlab.convergence and ddlab.convergence_sweep: the learning-rate rules and warm-up, the
+gradient noise scale on synthetic gradients of known covariance, time to accuracy, the sweep's
+bookkeeping over seeds (with a stand-in for the training script), and one real 2-process run."""
+import math
+
+import numpy as np
+import pytest
+
+from ddlab import convergence, convergence_sweep as cs, data, mode
+from ddlab.convergence_sweep import Point
+from ddlab.runspec import RunSpec, RunSpecError
+
+
+# ----------------------------------------------------------------------------- learning rate
+def test_lr_factor_per_rule():
+    assert convergence.lr_factor("none", 512, 32) == 1.0
+    assert convergence.lr_factor("linear", 512, 32) == 16.0
+    assert convergence.lr_factor("sqrt", 512, 32) == 4.0
+    assert convergence.peak_lr(0.05, "linear", 64, 32) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="unknown learning-rate scaling"):
+        convergence.lr_factor("cubic", 64, 32)
+    with pytest.raises(ValueError):
+        convergence.lr_factor("linear", 0, 32)
+
+
+def test_warmup_schedule_ramps_from_the_reference_rate_to_the_peak():
+    base, peak, warm = 0.05, 0.8, 10
+    rates = [convergence.lr_at(s, base, peak, warm) for s in range(13)]
+    assert rates[0] == base and rates[10] == rates[12] == peak
+    assert rates[5] == pytest.approx(base + (peak - base) / 2)
+    assert all(a < b for a, b in zip(rates[:10], rates[1:11]))      # strictly rising during the warm-up
+    assert [convergence.lr_at(s, base, peak, 0) for s in (0, 7)] == [peak, peak]
+    # a peak below the base (rule "none" with a reference batch above the global one) starts at the peak
+    assert convergence.lr_at(0, 0.05, 0.01, 5) == 0.01
+    assert convergence.warmup_steps(1.5, 20) == 30 and convergence.warmup_steps(0, 20) == 0
+    with pytest.raises(ValueError):
+        convergence.warmup_steps(-1, 20)
+
+
+# ----------------------------------------------------------------------------- noise scale
+def test_estimator_is_exact_on_expected_norms():
+    g2, tr = 2.5, 400.0
+    small = g2 + tr / 32
+    big = g2 + tr / 256
+    est = convergence.noise_scale(32, 256, small, big)
+    assert est.grad_sq == pytest.approx(g2) and est.trace == pytest.approx(tr)
+    assert est.b_simple == pytest.approx(tr / g2)
+
+
+def test_estimator_recovers_a_known_covariance_from_sampled_gradients():
+    """Per-example gradients g_i = G + noise with covariance Sigma (diagonal, known): the mean of
+    B of them has E|g_B|^2 = |G|^2 + tr(Sigma)/B, and the estimator recovers |G|^2, tr(Sigma)
+    and B_simple = tr(Sigma)/|G|^2 from two batch sizes, as in a 2-worker run (each rank's
+    batch and the all-reduced one)."""
+    rng = np.random.default_rng(0)
+    d, b_small, workers, trials = 50, 16, 4, 4000
+    G = rng.normal(size=d) * 0.5
+    sd = rng.uniform(0.5, 3.0, size=d)
+    small = big = 0.0
+    for _ in range(trials):
+        per_rank = [G + (rng.normal(size=(b_small, d)) * sd).mean(axis=0) for _ in range(workers)]
+        small += np.mean([np.sum(g ** 2) for g in per_rank])
+        big += np.sum(np.mean(per_rank, axis=0) ** 2)
+    est = convergence.noise_scale(b_small, b_small * workers, small / trials, big / trials, trials)
+    true_g2, true_tr = float(np.sum(G ** 2)), float(np.sum(sd ** 2))
+    assert est.grad_sq == pytest.approx(true_g2, rel=0.05)
+    assert est.trace == pytest.approx(true_tr, rel=0.05)
+    assert est.b_simple == pytest.approx(true_tr / true_g2, rel=0.1)
+    # a naive ratio of the measured norms is far off: the small-batch norm is mostly noise
+    assert small / trials > 2 * true_g2
+
+
+def test_estimator_refuses_one_batch_size_and_reports_no_ratio_without_signal():
+    with pytest.raises(ValueError, match="at least 2 workers"):
+        convergence.noise_scale(32, 32, 1.0, 1.0)
+    est = convergence.noise_scale(32, 64, 1.0, 1.2)   # the bigger batch noisier: |G|^2 estimate > 0 but tr < 0
+    assert est.trace < 0
+    assert convergence.noise_scale(32, 64, 2.0, 0.5).b_simple is None   # |G|^2 estimate negative
+
+
+def run_with_noise(epochs_noise, b=32, world=2):
+    return {"batch_per_worker": b, "global_batch": b * world, "epochs": len(epochs_noise),
+            "evaluations": [{"epoch": e + 1, "noise": n} for e, n in enumerate(epochs_noise)]}
+
+
+def test_noise_scales_per_interval_and_pooled_by_steps():
+    a = run_with_noise([{"steps": 10, "small_sq": 3.0, "big_sq": 2.0}, {"steps": 30, "small_sq": 2.0, "big_sq": 1.0}])
+    per = convergence.noise_scales(a)
+    assert [n.steps for n in per] == [10, 30] and per[1].small_sq == 2.0
+    pooled = convergence.pooled_noise_scale([a, a])
+    assert pooled.steps == 80 and pooled.small_sq == pytest.approx((3 * 10 + 2 * 30) / 40)
+    late = convergence.pooled_noise_scale([a], from_epoch=1)
+    assert late.steps == 30 and late.small_sq == 2.0
+    assert convergence.pooled_noise_scale([{"evaluations": []}]) is None
+    with pytest.raises(ValueError, match="cannot be pooled"):
+        convergence.pooled_noise_scale([a, run_with_noise([{"steps": 5, "small_sq": 1, "big_sq": 1}], b=64)])
+
+
+def test_time_to_accuracy():
+    evs = [{"test_accuracy": 0.6, "train_s": 1.0, "wall_s": 5.0}, {"test_accuracy": 0.8, "train_s": 2.0, "wall_s": 6.5},
+           {"test_accuracy": 0.79, "train_s": 3.0, "wall_s": 8.0}]
+    assert convergence.time_to_accuracy(evs, 0.8) == 2.0
+    assert convergence.time_to_accuracy(evs, 0.8, clock="wall_s") == 6.5
+    assert convergence.time_to_accuracy(evs, 0.9) is None
+    with pytest.raises(ValueError):
+        convergence.time_to_accuracy(evs, 80)
+
+
+# ----------------------------------------------------------------------------- data subset
+def test_train_subset_is_fixed_sorted_and_distinct():
+    a = data.train_subset(60000, 1000)
+    assert np.array_equal(a, data.train_subset(60000, 1000)) and len(np.unique(a)) == 1000
+    assert np.all(np.diff(a) > 0) and a.max() < 60000
+    with pytest.raises(ValueError):
+        data.train_subset(10, 11)
+
+
+# ----------------------------------------------------------------------------- sweep
+def test_points_and_their_run_descriptions():
+    p = Point(2, 64, "linear", 1.0)
+    assert p.label == "2w B=64 lr linear + 1 ep warm-up"
+    with pytest.raises(RunSpecError):
+        Point(2, 63)
+    with pytest.raises(ValueError):
+        Point(1, 64, "cubic")
+    sizes = cs.SIZES["cpu"]
+    spec = cs.spec_of(p, sizes, "cpu", seed=7)
+    assert isinstance(spec, RunSpec) and spec.launcher == "ddp" and spec.workers == 2 and spec.batch == 32
+    assert spec.seed == 7 and spec.steps == sizes["epochs"] * (sizes["train_samples"] // 2 // 32)
+    args = spec.script_args()
+    for flag, value in (("--lr-scaling", "linear"), ("--lr-warmup-epochs", "1.0"), ("--optimizer", "sgd"),
+                        ("--train-samples", str(sizes["train_samples"])), ("--seed", "7")):
+        assert args[args.index(flag) + 1] == value
+    assert "--noise-scale" in args and "--noise-scale" not in cs.spec_of(Point(1, 64), sizes, "cpu", 1).script_args()
+    assert cs.spec_of(Point(1, 64), sizes, "cpu", 1).launcher == "none"
+    live = cs.points_for("cuda", live=True)
+    assert live and all(pt in cs.points_for("cuda") for pt in live)   # every live GPU point is recorded too
+    assert cs.points_for("cpu", "workers") == cs.POINTS["cpu"]["workers"]
+    with pytest.raises(RunSpecError):
+        cs.points_for("cpu", "nope")
+
+
+def fake_train(accuracy_of):
+    """A stand-in for ddlab.runs.train: a result with evaluations whose accuracy depends on the
+    seed through ``accuracy_of(spec)``."""
+    def train(spec, progress=None):
+        final = accuracy_of(spec)
+        evs = [{"epoch": e, "step": 10 * e, "train_s": 1.0 * e, "wall_s": 3.0 + e, "lr": 0.1,
+                "test_accuracy": final * e / 4, "test_loss": 2.0 / e, "train_loss": 2.0 / e,
+                **({"noise": {"steps": 10, "small_sq": 3.0, "big_sq": 2.0}} if spec.workers > 1 else {})}
+               for e in (1, 2, 3, 4)]
+        return {"seed": spec.seed, "batch_per_worker": spec.batch, "global_batch": spec.batch * spec.workers,
+                "workers": spec.workers, "lr": 0.1, "steps": spec.steps, "epochs": 4.0, "test_accuracy": final,
+                "evaluations": evs, "log": "x", "step_times_ms": [1.0]}
+    return train
+
+
+def test_sweep_keeps_every_seed_and_summarises_median_and_spread():
+    calls = []
+
+    def acc(spec):
+        calls.append((spec.workers, spec.batch, spec.seed))
+        return {1: 0.80, 2: 0.84, 3: 0.82}[spec.seed]
+
+    res = cs.run_sweep([Point(1, 64), Point(2, 64)], "cpu", seeds=[1, 2, 3], sizes={"target": 0.6},
+                       train=fake_train(acc))
+    assert calls == [(1, 64, 1), (1, 64, 2), (1, 64, 3), (2, 32, 1), (2, 32, 2), (2, 32, 3)]
+    assert len(res.runs) == 6 and all("log" not in r and "step_times_ms" not in r for r in res.runs)
+    row = res.row("2w B=64 lr linear")
+    assert row["repeats"] == 3 and row["seeds"] == [1, 2, 3]
+    assert (row["test_accuracy"], row["test_accuracy_min"], row["test_accuracy_max"]) == (0.82, 0.80, 0.84)
+    assert row["test_accuracy_runs"] == [0.80, 0.84, 0.82]
+    # time to 60%: epoch 3 (0.6..0.63) for all seeds -> 3 s; seed 1 reaches 0.60 exactly at epoch 3
+    assert row["time_to_target_runs"] == [3.0, 3.0, 3.0] and row["reached"] == 3
+    assert row["b_simple"] == pytest.approx(convergence.noise_scale(32, 64, 3.0, 2.0).b_simple)
+    assert "b_simple" not in res.row("1w B=64 lr linear")
+    higher = res.with_target(0.83)
+    assert higher.row("1w B=64 lr linear")["reached"] == 1 and higher.row("1w B=64 lr linear")["time_to_target"] is None
+    text = str(res.table())
+    assert "0.8200 (0.8000-0.8400)" in text and "(3/3)" in text
+    back = cs.ConvergenceResult.from_dict(res.to_dict(), source="recorded")
+    assert back.rows == res.rows and back.where().startswith("recorded on")
+    with pytest.raises(RunSpecError, match="at least 3"):
+        cs.run_sweep([Point(1, 64)], "cpu", seeds=[1, 1, 2], train=fake_train(lambda s: 0.5))
+    with pytest.raises(KeyError, match="no point"):
+        res.row("nope")
+
+
+def test_plots_draw_a_line_per_point(monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    res = cs.run_sweep([Point(1, 32), Point(1, 512, "none")], "cpu", seeds=[1, 2, 3],
+                       train=fake_train(lambda s: 0.7 + 0.01 * s.seed))
+    ax = res.plot_curves(x="epoch")
+    assert len(ax.get_lines()) == 2
+    assert len(res.plot_batch().get_lines()) >= 1
+    assert res.plot_curves(metric="test_loss", x="step").get_yscale() == "log"
+
+
+def test_cpu_target_every_median_reaches():
+    rows = [{"test_accuracy": 0.8123}, {"test_accuracy": 0.79}]
+    assert cs.cpu_target(rows) == math.floor(100 * 0.98 * 0.79) / 100
+
+
+def test_gpu_sweep_is_not_recorded_yet_on_a_cpu_machine(monkeypatch):
+    from ddlab import reference
+    monkeypatch.setattr(reference, "path", lambda kind, name: "/nonexistent/" + name + ".json")
+    m = mode.Machine(gpus=0, software=lambda f, la: (True, ""))
+    res = cs.live_or_recorded(machine=m)
+    assert res.source == "missing" and res.where() == "not recorded yet" and "2 GPU" in res.notes[0]
+    with pytest.raises(RuntimeError, match="cannot run"):
+        cs.live_or_recorded(source="live", machine=m)
+
+
+# ----------------------------------------------------------------------------- a real run
+@pytest.mark.slow
+def test_two_process_run_scores_the_test_set_each_half_epoch_with_scaled_warmed_up_lr():
+    from ddlab import runs
+    spec = RunSpec(launcher="ddp", workers=2, model="mlp-small", batch=16, steps=40, warmup_steps=1, device="cpu",
+                   seed=5, timeout=300,
+                   extra_args=("--optimizer", "sgd", "--lr", "0.02", "--lr-scaling", "linear", "--lr-warmup-epochs",
+                               "1", "--train-samples", "640", "--eval-every", "0.5", "--noise-scale",
+                               "--test-samples", "2000"))
+    r = runs.train(spec)
+    assert r["ranks_agree"] is True and r["lr"] == pytest.approx(0.04)   # 0.02 x 2 workers (reference: 16/worker)
+    assert (r["train_samples"], r["steps_per_epoch"], r["lr_warmup_steps"]) == (640, 20, 20)
+    evs = r["evaluations"]
+    assert [e["step"] for e in evs] == [10, 20, 30, 40] and [e["epoch"] for e in evs] == [0.5, 1.0, 1.5, 2.0]
+    # the last step before the first evaluation (step index 9) ran at the warm-up's rate
+    assert evs[0]["lr"] == pytest.approx(convergence.lr_at(9, 0.02, 0.04, 20)) and evs[-1]["lr"] == pytest.approx(0.04)
+    assert all(0 < e["test_accuracy"] <= 1 and e["test_loss"] > 0 for e in evs)
+    assert r["test_accuracy"] == evs[-1]["test_accuracy"] and r["test_samples"] == 2000
+    assert all(a["train_s"] < b["train_s"] for a, b in zip(evs, evs[1:]))
+    assert evs[-1]["test_loss"] < evs[0]["test_loss"] * 1.5   # it trained, not diverged
+    for e in evs:
+        n = e["noise"]
+        assert n["steps"] == 10 and n["small_sq"] > n["big_sq"] > 0   # one rank's gradient is noisier
+    assert convergence.pooled_noise_scale([r]).steps == 40
