@@ -236,3 +236,37 @@ def test_two_process_run_scores_the_test_set_each_half_epoch_with_scaled_warmed_
         n = e["noise"]
         assert n["steps"] == 10 and n["small_sq"] > n["big_sq"] > 0   # one rank's gradient is noisier
     assert convergence.pooled_noise_scale([r]).steps == 40
+
+
+# ----------------------------------------------------------------------------- the recording script
+def load_recorder():
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "recording",
+                        "record_convergence.py")
+    spec = importlib.util.spec_from_file_location("record_convergence", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recorder_parts_cover_the_gpu_points_and_merge_into_one_result(tmp_path, capsys):
+    rec = load_recorder()
+    by_rule = [pt for r in ("none", "linear", "warmup") for pt in rec.points_of(f"batch:{r}")]
+    assert sorted(by_rule, key=str) == sorted(rec.points_of("batch"), key=str)
+    for part, seed_acc in (("batch-none", 0.7), ("workers", 0.8)):
+        pts = rec.points_of(part.replace("-", ":") if part != "workers" else part)
+        res = cs.run_sweep(pts, "cuda", seeds=[1, 2, 3], train=fake_train(lambda s, a=seed_acc: a))
+        res.save(str(tmp_path / f"convergence-part-{part}.json"))
+    path = rec.merge(str(tmp_path))
+    merged = cs.ConvergenceResult.from_dict(__import__("json").load(open(path)), source="recorded")
+    labels = [r["label"] for r in merged.rows]
+    assert labels == [p.label for p in rec.points_of("batch:none")] + [p.label for p in rec.points_of("workers")]
+    assert len(merged.runs) == 3 * len(labels) and "joined from 2 recording calls" in merged.notes[0]
+    assert merged.config["target"] == cs.SIZES["cuda"]["target"]
+    with pytest.raises(SystemExit):
+        rec.main([str(tmp_path), "batch:fast"])
+    assert "unknown part(s) batch:fast" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        rec.main([str(tmp_path), "--seeds", "1", "2"])
+    assert "at least 3 different seeds" in capsys.readouterr().err

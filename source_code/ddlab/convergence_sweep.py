@@ -382,22 +382,18 @@ def load_recorded(name: str = RECORDED_NAME) -> ConvergenceResult:
     return ConvergenceResult.from_dict(reference.load("experiments", name), source="recorded")
 
 
-def live_or_recorded(source: str = "auto", machine=None, progress=None, **kw) -> ConvergenceResult:
-    """The GPU sweep: live (the :data:`LIVE_GPU` points) on a machine with 2 GPUs and DDP,
-    else the recording, else an empty result whose ``where()`` is "not recorded yet"."""
-    from . import mode, reference
-    if source not in ("auto", "live", "recorded"):
-        raise ValueError(f"unknown source {source!r}; choose one of auto, live, recorded")
+def live_or_recorded(source: str = "auto", machine=None) -> ConvergenceResult:
+    """The GPU sweep through :func:`ddlab.mode.live_or_recorded` (part "convergence"): live
+    (the :data:`LIVE_GPU` points) on a machine with 2 GPUs and DDP, else the recording, else
+    an empty result whose ``where()`` is "not recorded yet" and whose note says why."""
+    from . import mode
     m = machine or mode.Machine.detect()
-    decision = mode.decide(mode.Needs(gpus=2, framework="torch", launcher="ddp"), m)
-    if source == "live" and not decision.live:
-        raise RuntimeError(f"cannot run the GPU sweep live here: {decision.why}")
-    if source != "recorded" and decision.live:
-        return run_sweep(points_for("cuda", live=True), "cuda", progress=progress, **kw)
-    try:
-        res = load_recorded()
-    except reference.ReferenceMissing as exc:
-        return ConvergenceResult([], [], "missing", notes=[f"this machine cannot run it live ({decision.why}); {exc}"])
-    res.notes.insert(0, "recorded: " + ("as asked" if source == "recorded" else
-                                        f"this machine cannot run it live ({decision.why})"))
+    shown = mode.live_or_recorded("convergence", source=source, machine=m)
+    if shown.value is None:
+        why = mode.decide(mode.Needs(gpus=2, framework="torch", launcher="ddp"), m).why
+        return ConvergenceResult([], [], "missing", notes=[f"no GPU sweep recorded yet, and this machine cannot "
+                                                           f"run it live ({why})"])
+    res = shown.value
+    if not shown.live:
+        res.notes.insert(0, "recorded: " + ("as asked" if source == "recorded" else "this machine cannot run it live"))
     return res

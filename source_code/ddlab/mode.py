@@ -5,8 +5,8 @@ and what a part needs (:class:`Needs`), :func:`decide` says whether it runs live
 :func:`live_or_recorded` runs it or loads what was recorded on the course's GPU machine, and
 says which in ONE line: "measured now on 2x NVIDIA H200, NV18", "recorded on 2x NVIDIA H200,
 NV18, 2026-11-22" or "not recorded yet". It covers the topology (``nvidia-smi topo -m``), the
-NCCL logs, our CUDA p2p test, the all-reduce sweeps and the training experiments. Recorded
-data lives under ``source_code/reference/`` with its provenance.
+NCCL logs, our CUDA p2p test, the all-reduce sweeps, the training experiments and the
+convergence sweep. Recorded data lives under ``source_code/reference/`` with its provenance.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from . import REFERENCE_DIR
 # The recording of the course's GPU machine each part loads when it cannot run live.
 RECORDED = "h200x2"
 NCCL_LOG_DIR = os.path.join(REFERENCE_DIR, "nccl_logs")
-PARTS = ("topology", "nccl-logs", "p2p", "allreduce", "scaling", "nccl-paths", "perf-options")
+PARTS = ("topology", "nccl-logs", "p2p", "allreduce", "scaling", "nccl-paths", "perf-options", "convergence")
 
 
 @dataclass(frozen=True)
@@ -141,10 +141,19 @@ def _allreduce(live: bool, machine: Machine):
     return sweeps, next(iter(sweeps.values())).provenance
 
 
+def _convergence(live: bool, machine: Machine):
+    from . import convergence_sweep
+    if live:
+        return convergence_sweep.run_sweep(convergence_sweep.points_for("cuda", live=True), "cuda"), None
+    r = convergence_sweep.load_recorded()
+    return r, r.provenance
+
+
 _PARTS = {"topology": (Needs(gpus=1), _topology),
           "nccl-logs": (Needs(gpus=2, framework="torch", launcher="ddp"), _nccl_logs),
           "p2p": (Needs(gpus=2, nvcc=True), _p2p),
-          "allreduce": (Needs(gpus=2, framework="torch", launcher="ddp"), _allreduce)}
+          "allreduce": (Needs(gpus=2, framework="torch", launcher="ddp"), _allreduce),
+          "convergence": (Needs(gpus=2, framework="torch", launcher="ddp"), _convergence)}
 
 
 def live_or_recorded(part: str, source: str = "auto", machine: Optional[Machine] = None, **kwargs) -> Shown:

@@ -1,0 +1,105 @@
+"""Record the convergence sweep on a 2-GPU machine: global batch vs held-out test accuracy,
+the linear learning-rate rule with and without warm-up, 1 vs 2 GPUs, 3 seeds per point.
+
+    python tools/recording/record_convergence.py OUT_DIR [PART ...] [--seeds 1 2 3] [--merge]
+
+PART is "batch" (2 GPUs, global batch 64 ... 16384, learning rate unscaled, linear, linear
+with 2 warm-up epochs) or "workers" (global batch 256 and 1024 on 1 and 2 GPUs), or one rule
+of the batch part ("batch:none", "batch:linear", "batch:warmup") to fit a 10-minute call.
+Default: every part. Each part is written to OUT_DIR/convergence-part-<PART>.json as soon as
+it is complete; --merge (no runs) joins every part found in OUT_DIR into
+OUT_DIR/convergence-torch-ddp-cnn.json, ready for source_code/reference/experiments/.
+
+Every run is ddlab.convergence_sweep.spec_of(point, SIZES["cuda"], "cuda", seed): the course's
+CNN on all 60,000 training images for 10 epochs, SGD (momentum 0.9) at 0.02 for batch 64,
+the test set scored after every epoch with the training seconds so far; the 2-GPU runs also
+log the gradient norms for the noise scale. The live GPU notebook runs a subset of these
+points (ddlab.convergence_sweep.LIVE_GPU), each the same run description.
+
+Time: not timed yet. A run is about 10-15 s of start-up plus its epochs; the smallest batches
+take longest (9,375 steps at global batch 64). Plan one PART per call.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
+
+from ddlab import convergence_sweep as cs, recording, runs  # noqa: E402
+
+RULES = {"none": ("none", 0.0), "linear": ("linear", 0.0), "warmup": ("linear", 2.0)}
+PARTS = ["batch", "workers"] + [f"batch:{r}" for r in RULES]
+
+
+def points_of(part: str) -> list:
+    if part.startswith("batch:"):
+        rule, warm = RULES[part.split(":")[1]]
+        return [p for p in cs.points_for("cuda", "batch") if (p.rule, p.warmup_epochs) == (rule, warm)]
+    return cs.points_for("cuda", part)
+
+
+def merge(out: str) -> str:
+    parts = sorted(glob.glob(os.path.join(out, "convergence-part-*.json")))
+    if not parts:
+        raise SystemExit(f"record_convergence: error: no convergence-part-*.json in {out}")
+    results = [cs.ConvergenceResult.from_dict(json.load(open(p))) for p in parts]
+    rows, runs_, seen = [], [], set()
+    for res in results:
+        for row in res.rows:
+            if row["label"] not in seen:
+                seen.add(row["label"])
+                rows.append(row)
+                runs_ += res.runs_of(row["label"])
+    first = results[0]
+    config = dict(first.config, points=[{k: r[k] for k in ("workers", "global_batch", "rule", "warmup_epochs")}
+                                        for r in rows])
+    merged = cs.ConvergenceResult(rows, runs_, "live", first.provenance, config,
+                                  [f"joined from {len(parts)} recording calls: "
+                                   + ", ".join(os.path.basename(p) for p in parts)])
+    path = merged.save(os.path.join(out, cs.RECORDED_NAME + ".json"))
+    print(merged.table(), flush=True)
+    return path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out", help="folder for the result JSON files")
+    p.add_argument("parts", nargs="*", help=f"one or more of {', '.join(PARTS)} (default: batch workers)")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(cs.SIZES["cuda"]["seeds"]))
+    p.add_argument("--merge", action="store_true", help="only join the parts recorded in OUT into one result")
+    a = p.parse_args(argv)
+    bad = [x for x in a.parts if x not in PARTS]
+    if bad:
+        p.error(f"unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
+    os.makedirs(a.out, exist_ok=True)
+    if a.merge:
+        print("wrote", merge(a.out))
+        return 0
+    if len(set(a.seeds)) < cs.MIN_SEEDS:
+        p.error(f"give at least {cs.MIN_SEEDS} different seeds: a recording shows a median and a spread")
+    machine = recording.use_hardware_label()
+    gpus = runs.gpu_count("torch")
+    parts = a.parts or ["batch", "workers"]
+    print(f"record_convergence: parts {parts}, seeds {a.seeds}, on {machine}; torch sees {gpus} GPU(s)", flush=True)
+    if gpus < 2:
+        print("record_convergence: error: the sweep needs 2 GPUs visible to torch", flush=True)
+        return 2
+    failed = 0
+    for part in parts:
+        t0 = time.monotonic()
+        try:
+            res = cs.run_sweep(points_of(part), "cuda", seeds=a.seeds, progress=lambda s: print(s, flush=True))
+        except Exception as exc:  # reported; the next part still runs
+            print(f"record_convergence: part {part} failed: {type(exc).__name__}: {exc}", flush=True)
+            failed += 1
+            continue
+        path = res.save(os.path.join(a.out, f"convergence-part-{part.replace(':', '-')}.json"))
+        print(res.table(), f"\nwrote {path} in {time.monotonic() - t0:.0f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
