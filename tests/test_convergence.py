@@ -270,3 +270,16 @@ def test_recorder_parts_cover_the_gpu_points_and_merge_into_one_result(tmp_path,
     with pytest.raises(SystemExit):
         rec.main([str(tmp_path), "--seeds", "1", "2"])
     assert "at least 3 different seeds" in capsys.readouterr().err
+
+
+def test_convergence_quiz_checks_answers():
+    from ddlab import checks
+    qs = checks.CONVERGENCE_QUIZ
+    assert len(qs) >= 4 and all(0 <= q.answer < len(q.choices) for q in qs)
+    assert all(set(q.why_not) == set(range(len(q.choices))) - {q.answer} for q in qs)   # every wrong choice explained
+    assert checks.check_quiz_answer(1, "b", qs).correct
+    wrong = checks.check_quiz_answer(1, "c", qs)
+    assert not wrong.correct and "square-root" in wrong.message
+    assert "1. SGD trains well" in checks.quiz_text(qs)
+    with pytest.raises(ValueError, match="questions 1 to"):
+        checks.check_quiz_answer(len(qs) + 1, "a", qs)
