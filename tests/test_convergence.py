@@ -283,3 +283,36 @@ def test_convergence_quiz_checks_answers():
     assert "1. SGD trains well" in checks.quiz_text(qs)
     with pytest.raises(ValueError, match="questions 1 to"):
         checks.check_quiz_answer(len(qs) + 1, "a", qs)
+
+
+def test_fixed_steps_accuracy_falls_and_noise_table():
+    sizes = dict(cs.SIZES["cpu"], train_samples=1024, epochs=2)
+    pts = [Point(2, 32), Point(2, 256, "none"), Point(2, 256, "linear"), Point(2, 512, "linear")]
+    assert [cs.steps_of(p, sizes) for p in pts] == [64, 8, 8, 4] and cs.fixed_steps(pts, sizes) == 4
+    args = cs.spec_of(pts[0], sizes, "cpu", 1, eval_steps=[4]).script_args()
+    assert args[args.index("--eval-steps") + 1] == "4"
+    final = {32: 0.85, 256: 0.80, 512: 0.70}
+
+    def train(spec, progress=None):
+        at = int(spec.extra_args[spec.extra_args.index("--eval-steps") + 1])
+        acc = final[spec.batch * spec.workers] - (0.1 if "none" in spec.extra_args else 0) + 0.001 * spec.seed
+        evs = [{"epoch": s / spec.steps * 2, "step": s, "train_s": s / 10, "wall_s": s, "lr": 0.1,
+                "test_accuracy": acc * s / spec.steps, "test_loss": 1.0, "train_loss": 1.0,
+                "noise": {"steps": 4, "small_sq": 2.0 + spec.seed, "big_sq": 1.0 + spec.seed}}
+               for s in sorted({at, spec.steps})]
+        return {"seed": spec.seed, "batch_per_worker": spec.batch, "global_batch": spec.batch * spec.workers,
+                "workers": spec.workers, "lr": 0.1, "steps": spec.steps, "epochs": 2.0, "test_accuracy": acc,
+                "evaluations": evs}
+
+    res = cs.run_sweep(pts, "cpu", seeds=[1, 2, 3], sizes=sizes, train=train)
+    assert res.config["fixed_steps"] == 4
+    falls = res.accuracy_falls(tolerance=0.01)
+    assert falls["kept"] == 32 and falls["falls"] == 256 and falls["best_by_batch"][256] == pytest.approx(0.802)
+    assert res.accuracy_falls(tolerance=0.06)["kept"] == 256
+    assert res.accuracy_falls(tolerance=0.5)["falls"] is None
+    fixed = str(res.fixed_steps_table())
+    assert "after 4 steps" in fixed and f"{0.852 * 4 / 64:.4f}" in fixed   # B=32 seed 2 (median) at step 4 of 64
+    noise = res.noise_table()
+    est = convergence.noise_scale(16, 32, 4.0, 3.0)   # seed 2 is the median
+    assert noise.rows[0]["b_simple"] == pytest.approx(est.b_simple)
+    assert len(noise.rows) == 2 + 2 + 2 + 1   # the largest batch ends at the fixed step: one interval

@@ -111,10 +111,13 @@ def test_convergence_flags_parse_and_refuse_bad_values():
     a = parse_convergence(["--lr-warmup-epochs", "2", "--train-samples", "6000", "--eval-every", "0.5",
                            "--noise-scale"])
     assert (a.lr_warmup_epochs, a.train_samples, a.eval_every, a.noise_scale) == (2.0, 6000, 0.5, True)
+    assert parse_convergence(["--eval-every", "1", "--eval-steps", "7", "30"]).eval_steps == [7, 30]
     for argv, message in ((["--lr-warmup-epochs", "-1"], "--lr-warmup-epochs cannot be negative"),
                           (["--train-samples", "60001"], "--train-samples must be within 1..60000"),
                           (["--eval-every", "-0.5"], "--eval-every cannot be negative"),
-                          (["--noise-scale"], "--noise-scale reports the gradient noise per evaluation interval")):
+                          (["--noise-scale"], "--noise-scale reports the gradient noise per evaluation interval"),
+                          (["--eval-every", "1", "--eval-steps", "0"], "--eval-steps must be at least 1"),
+                          (["--eval-steps", "5"], "--eval-steps adds evaluations to those of --eval-every")):
         with pytest.raises(ScriptFailure) as ei:
             parse_convergence(argv)
         assert str(ei.value.code).startswith(f"some_script.py: error: {message}")

@@ -99,19 +99,34 @@ def points_for(device: str, part: Optional[str] = None, live: bool = False) -> l
     return out
 
 
-def spec_of(point: Point, sizes: Mapping, device: str, seed: int) -> RunSpec:
-    """The RunSpec of one run: ``sizes[epochs]`` epochs of the training subset, the test set
-    scored every ``eval_every`` epochs, the gradient norms logged with 2+ workers."""
+def steps_of(point: Point, sizes: Mapping) -> int:
+    """Optimizer steps of ``sizes[epochs]`` epochs of the training subset at this point."""
     per_worker = point.global_batch // point.workers
     shard = sizes["train_samples"] // point.workers
     steps_per_epoch = shard // per_worker
     if steps_per_epoch < 1:
         raise RunSpecError(f"{point.label}: a shard of {shard} images holds no batch of {per_worker}")
-    steps = max(2, int(round(sizes["epochs"] * steps_per_epoch)))
+    return max(2, int(round(sizes["epochs"] * steps_per_epoch)))
+
+
+def fixed_steps(points: Sequence[Point], sizes: Mapping) -> int:
+    """The step count every point reaches: the steps of the point with the fewest (the largest
+    global batch). Every run is scored there too, so batches compare at equal steps."""
+    return min(steps_of(p, sizes) for p in points)
+
+
+def spec_of(point: Point, sizes: Mapping, device: str, seed: int, eval_steps: Sequence[int] = ()) -> RunSpec:
+    """The RunSpec of one run: ``sizes[epochs]`` epochs of the training subset, the test set
+    scored every ``eval_every`` epochs and after each of ``eval_steps``, the gradient norms
+    logged with 2+ workers."""
+    per_worker = point.global_batch // point.workers
+    steps = steps_of(point, sizes)
     extra = ["--optimizer", "sgd", "--lr", sizes["base_lr"], "--lr-ref-batch", sizes["ref_batch"],
              "--lr-scaling", point.rule, "--lr-warmup-epochs", point.warmup_epochs,
              "--train-samples", sizes["train_samples"], "--eval-every", sizes["eval_every"],
              "--log-interval", steps]
+    if eval_steps:
+        extra += ["--eval-steps", *eval_steps]
     if point.workers > 1:
         extra.append("--noise-scale")
     return RunSpec(framework="torch", launcher="ddp" if point.workers > 1 else "none", model=sizes["model"],
@@ -251,6 +266,63 @@ class ConvergenceResult:
     def __str__(self) -> str:
         return str(self.table())
 
+    def fixed_steps_table(self, labels: Optional[Sequence[str]] = None) -> tables.Table:
+        """Test accuracy of each point after the same number of optimizer steps (the sweep's
+        ``fixed_steps``: as many as the largest global batch takes), median (min-max)."""
+        at = self.config.get("fixed_steps")
+        out = []
+        for r in self.rows:
+            if labels is not None and r["label"] not in labels:
+                continue
+            evs = [accuracy_at_step(run["evaluations"], at) for run in self.runs_of(r["label"])]
+            accs = spread([e["test_accuracy"] if e and e["step"] == at else None for e in evs])
+            row = {"test_accuracy": accs["median"], "test_accuracy_min": accs["min"],
+                   "test_accuracy_max": accs["max"], "repeats": len(evs)}
+            out.append({"label": r["label"], "global_batch": r["global_batch"], "lr": r["lr"],
+                        "epochs": at * r["global_batch"] / max(1, self.config.get("train_samples") or 1),
+                        "acc": _mm(row, "test_accuracy", "{:.4f}")})
+        return tables.Table([("label", "text", "point"), ("global_batch", "int", "global batch"),
+                             ("lr", "number", "peak lr"), ("epochs", "number", "epochs seen"),
+                             ("acc", "text", f"test accuracy after {at} steps, median (min-max)")], out,
+                            title=f"the same number of optimizer steps ({self.where()})")
+
+    def accuracy_falls(self, tolerance: float = 0.01) -> dict:
+        """Where the final test accuracy starts to fall with the global batch: per batch the best
+        median over the rules (largest worker count), ``kept``: the largest batch within
+        ``tolerance`` of the best of all, ``falls``: the next larger batch (None if none)."""
+        most = max(r["workers"] for r in self.rows)
+        best: dict = {}
+        for r in self.rows:
+            if r["workers"] == most and r.get("test_accuracy") is not None:
+                best[r["global_batch"]] = max(best.get(r["global_batch"], 0.0), r["test_accuracy"])
+        if not best:
+            raise ValueError("no measured rows")
+        top = max(best.values())
+        batches = sorted(best)
+        kept = max(b for b in batches if best[b] >= top - tolerance)
+        larger = [b for b in batches if b > kept]
+        return {"best_by_batch": best, "kept": kept, "falls": larger[0] if larger else None, "tolerance": tolerance}
+
+    def noise_table(self) -> tables.Table:
+        """The noise scale per evaluation interval of every point with 2+ workers: median over
+        the seeds of B_simple, |G|^2 and tr(Sigma) (an interval with |G|^2 <= 0 gives no ratio)."""
+        out = []
+        for r in self.rows:
+            if r["workers"] < 2:
+                continue
+            per_seed = [convergence.noise_scales(run) for run in self.runs_of(r["label"])]
+            for i in range(min(len(p) for p in per_seed)):
+                ests = [p[i] for p in per_seed]
+                out.append({"label": r["label"], "epoch": self.runs_of(r["label"])[0]["evaluations"][i]["epoch"],
+                            "grad_sq": statistics.median(e.grad_sq for e in ests),
+                            "trace": statistics.median(e.trace for e in ests),
+                            "b_simple": spread([e.b_simple for e in ests])["median"]})
+        return tables.Table([("label", "text", "point"), ("epoch", "number", "up to epoch"),
+                             ("grad_sq", "number", "|G|^2"), ("trace", "number", "tr(Sigma)"),
+                             ("b_simple", "number", "B_simple (median over seeds)")], out,
+                            title=f"gradient noise scale per interval ({self.where()})",
+                            notes="each interval averages the squared norms of its steps before the ratio")
+
     # ---- plots
     def plot_curves(self, labels: Optional[Sequence[str]] = None, x: str = "epoch", metric: str = "test_accuracy",
                     ax=None):
@@ -360,17 +432,18 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
     if train is None:
         from .runs import train
     runs, rows = [], []
+    at = fixed_steps(points, sz)
     for point in points:
         mine = []
         for seed in seeds:
-            result = train(spec_of(point, sz, device, seed), progress=progress)
+            result = train(spec_of(point, sz, device, seed, eval_steps=[at]), progress=progress)
             result = {k: v for k, v in result.items() if k not in ("log", "step_times_ms")}
             result["point"] = point.label
             mine.append(result)
         runs += mine
         rows.append(row_of_seeds(point, mine, sz.get("target")))
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in sz.items()}
-    config.update(device=device, seeds=seeds, points=[asdict(p) for p in points])
+    config.update(device=device, seeds=seeds, points=[asdict(p) for p in points], fixed_steps=at)
     call = (f"ddlab.convergence_sweep.run_sweep({[p.label for p in points]}, device={device!r}, "
             f"seeds={seeds})")
     return ConvergenceResult(rows, runs, "live", run_provenance(call), config)

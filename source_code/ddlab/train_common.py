@@ -114,6 +114,10 @@ def validate_common(args: argparse.Namespace, error: Type[Failure] = Failure) ->
         raise error(f"--lr-warmup-epochs cannot be negative, got {args.lr_warmup_epochs}")
     if getattr(args, "eval_every", 0) < 0:
         raise error(f"--eval-every cannot be negative, got {args.eval_every}")
+    if any(step < 1 for step in getattr(args, "eval_steps", [])):
+        raise error(f"--eval-steps must be at least 1, got {args.eval_steps}")
+    if getattr(args, "eval_steps", []) and not args.eval_every:
+        raise error("--eval-steps adds evaluations to those of --eval-every: give --eval-every too")
     train = getattr(args, "train_samples", None)
     if train is not None and not 1 <= train <= TRAIN_IMAGES:
         raise error(f"--train-samples must be within 1..{TRAIN_IMAGES}, got {train}")
@@ -132,6 +136,8 @@ def add_convergence_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=float, default=0.0,
                    help="evaluate test accuracy and loss every this many epochs (and at the end), recording "
                         "the training seconds so far (0: only at the end)")
+    p.add_argument("--eval-steps", type=int, nargs="+", default=[], metavar="STEP",
+                   help="evaluate after these optimizer steps too (e.g. the same step count across batch sizes)")
     p.add_argument("--noise-scale", action="store_true",
                    help="log each rank's gradient norm and the all-reduced one per step (DDP, 2+ workers), "
                         "for the gradient noise scale (ddlab.convergence)")

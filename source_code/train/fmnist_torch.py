@@ -526,6 +526,7 @@ def main(argv=None) -> int:
     if evaluating:
         every = args.eval_every * steps_per_epoch
         eval_at = {min(total, max(1, int(round(k * every)))) for k in range(1, int(total / every) + 1)} | {total}
+        eval_at |= {s for s in args.eval_steps if s <= total}
     evaluations = []
     clock = {"start": time.perf_counter(), "eval_s": 0.0}
 
