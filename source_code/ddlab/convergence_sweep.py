@@ -78,8 +78,7 @@ POINTS = {
 }
 # What runs live on a 2-GPU machine (a notebook has about three minutes): a subset of the
 # recorded points, each the same run description as its recorded twin.
-LIVE_GPU = {"batch": [Point(2, 256, "linear", 2.0), Point(2, 16384, "none"), Point(2, 16384, "linear"),
-                      Point(2, 16384, "linear", 2.0)],
+LIVE_GPU = {"batch": [Point(2, 256, "linear", 2.0), Point(2, 16384, "none"), Point(2, 16384, "linear", 2.0)],
             "workers": [Point(1, 1024), Point(2, 1024)]}
 
 
@@ -288,12 +287,11 @@ class ConvergenceResult:
 
     def accuracy_falls(self, tolerance: float = 0.01) -> dict:
         """Where the final test accuracy starts to fall with the global batch: per batch the best
-        median over the rules (largest worker count), ``kept``: the largest batch within
+        median over the rules and worker counts, ``kept``: the largest batch within
         ``tolerance`` of the best of all, ``falls``: the next larger batch (None if none)."""
-        most = max(r["workers"] for r in self.rows)
         best: dict = {}
         for r in self.rows:
-            if r["workers"] == most and r.get("test_accuracy") is not None:
+            if r.get("test_accuracy") is not None:
                 best[r["global_batch"]] = max(best.get(r["global_batch"], 0.0), r["test_accuracy"])
         if not best:
             raise ValueError("no measured rows")
@@ -358,10 +356,11 @@ class ConvergenceResult:
         if ax is None:
             _, ax = plt.subplots(figsize=(6.4, 4.0))
         groups: dict = {}
+        several = len({x["workers"] for x in self.rows}) > 1
         for r in self.rows:
-            if r["workers"] == max(x["workers"] for x in self.rows) or len({x["workers"] for x in self.rows}) == 1:
-                key = f"lr {r['rule']}" + (f" + {r['warmup_epochs']:g} ep warm-up" if r["warmup_epochs"] else "")
-                groups.setdefault(key, []).append(r)
+            key = (f"{r['workers']}w " if several else "") + f"lr {r['rule']}" \
+                + (f" + {r['warmup_epochs']:g} ep warm-up" if r["warmup_epochs"] else "")
+            groups.setdefault(key, []).append(r)
         for key, rows in groups.items():
             rows = sorted(rows, key=lambda r: r["global_batch"])
             xs = [r["global_batch"] for r in rows]

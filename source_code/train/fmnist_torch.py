@@ -47,6 +47,16 @@ with the capture, timed loop, test evaluation, result) and the result holds them
 ``phase_s``. On SIGTERM (a launch timeout) every worker prints its Python tracebacks
 (``ddlab.launch.install_hang_traceback``), so a hang says where it was.
 
+Convergence runs (notebook 7, ``ddlab.convergence_sweep``): ``--lr-scaling linear|sqrt`` with
+``--lr-ref-batch`` scales the learning rate for the global batch, ``--lr-warmup-epochs`` ramps
+it up from ``--lr`` (``ddlab.convergence.lr_at`` sets it before every step); ``--train-samples``
+trains on a fixed subset; ``--eval-every EPOCHS`` (and ``--eval-steps``) scores the held-out
+test set during training, every rank its slice, and records test accuracy and loss, training
+loss and the training seconds so far (evaluations left out of every clock) in the result's
+``evaluations``; ``--noise-scale`` (DDP) adds up each rank's squared gradient norm in a DDP
+communication hook before the all-reduce and the averaged gradient's after it, per evaluation
+interval, for the gradient noise scale. None of these can be captured in a CUDA graph.
+
 The result (``--json PATH``) is one JSON object: ``ddlab.train_common.build_result`` lists its
 fields (the same in fmnist_keras.py); the flags, checks and printed lines both scripts share
 are there too.
