@@ -274,15 +274,13 @@ def test_recorder_parts_cover_the_gpu_points_and_merge_into_one_result(tmp_path,
 
 def test_convergence_quiz_checks_answers():
     from ddlab import checks
-    qs = checks.CONVERGENCE_QUIZ
-    assert len(qs) >= 4 and all(0 <= q.answer < len(q.choices) for q in qs)
+    qs = checks.QUIZZES[7]
+    assert qs is checks.CONVERGENCE_QUIZ and all(0 <= q.answer < len(q.choices) for q in qs)
     assert all(set(q.why_not) == set(range(len(q.choices))) - {q.answer} for q in qs)   # every wrong choice explained
-    assert checks.check_quiz_answer(1, "b", qs).correct
-    wrong = checks.check_quiz_answer(1, "c", qs)
+    assert checks.check_quiz_answer(1, "b", 7).correct
+    wrong = checks.check_quiz_answer(1, "c", 7)
     assert not wrong.correct and "square-root" in wrong.message
-    assert "1. SGD trains well" in checks.quiz_text(qs)
-    beyond = checks.check_quiz_answer(len(qs) + 1, "a", qs)
-    assert not beyond.correct and f"questions 1 to {len(qs)}" in beyond.message
+    assert "1. SGD trains well" in checks.quiz_text(7)
 
 
 def test_fixed_steps_accuracy_falls_and_noise_table():

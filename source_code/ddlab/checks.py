@@ -526,6 +526,55 @@ LINEAR_SCALING = Question(
 # The self-check of notebook 6, in the order it asks them.
 HANDSON_QUIZ = (NO_SAMPLER, WHY_BROADCAST, NO_SET_EPOCH, LINEAR_SCALING)
 
+
+# The self-check of notebook 7 (convergence at scale).
+CONVERGENCE_QUIZ = (
+    Question(
+        "SGD trains well at learning rate 0.1 with a global batch of 256. You move to 8 workers of 256 images "
+        "each. What learning rate does the linear scaling rule give?",
+        ("0.1", "0.8", "0.28"), 1,
+        "The global batch grows 8x (256 -> 2,048), so the rule multiplies the learning rate by 8: 0.8. "
+        "It keeps the update per epoch about the same, because there are 8x fewer steps.",
+        {0: "Unscaled, 8x fewer steps of the same size move the weights far less per epoch.",
+         2: "0.28 is the square-root rule (0.1 x sqrt 8), not the linear one."}),
+    Question(
+        "Why does the linear rule usually need a warm-up at large batches?",
+        ("the first steps have large, fast-changing gradients, and the full scaled rate from step 0 can make "
+         "the loss diverge", "warm-up makes each step faster", "warm-up keeps the ranks' weights identical"), 0,
+        "The rule assumes that k small steps move the weights like one step k times larger; early in training "
+        "the gradient changes quickly, the assumption fails, and a large rate overshoots. A ramp from the "
+        "reference rate to the scaled one over a few epochs gets past that phase.",
+        {1: "The step costs the same at any learning rate.",
+         2: "The ranks agree because they apply the same averaged gradient; the rate plays no part in that."}),
+    Question(
+        "The gradient noise scale B_simple = tr(Sigma) / |G|^2 is measured as 500 images. What happens to the "
+        "number of optimizer steps needed if you go from a global batch of 4,000 to 8,000?",
+        ("it halves", "it hardly falls: far above B_simple, a bigger batch mostly averages noise that was "
+         "already small", "it doubles"), 1,
+        "Below the noise scale, doubling the batch nearly halves the steps (perfect scaling); well above it, "
+        "the gradient is already accurate, so more images per step buy little and cost twice the compute "
+        "per step. At a fixed number of epochs that shows as fewer, barely better steps: lower accuracy.",
+        {0: "Halving holds only for batches well below the noise scale.",
+         2: "The steps needed never grow with the batch; it is the images (epochs) needed that grow."}),
+    Question(
+        "In a data-parallel run, which of these must be IDENTICAL on every rank?",
+        ("the initial weights", "the images of each step", "the dropout masks"), 0,
+        "Every rank must start from the same weights (same seed, or rank 0's broadcast) so that applying the "
+        "same averaged gradient keeps them identical. The images (disjoint shards from one shared shuffle) "
+        "and the dropout masks (a seed per rank) must differ, or the ranks repeat each other's work.",
+        {1: "Identical images on every rank waste N-1 workers: the shards must be disjoint.",
+         2: "Identical masks make the ranks' gradients more alike than the data warrants; each rank seeds its own."}),
+    Question(
+        "Two workers process 1.9x the images per second of one, at twice the global batch. Is the time to 88% "
+        "test accuracy surely 1.9x shorter?",
+        ("yes, throughput decides it", "no: the larger global batch may need more epochs to reach 88%, which "
+         "eats into the speedup", "no: two workers always take longer"), 1,
+        "Time to accuracy = epochs needed x time per epoch. Throughput shrinks the second factor; a larger "
+        "global batch can raise the first. Only measuring the held-out accuracy over time tells which wins.",
+        {0: "Throughput alone ignores how many epochs the larger batch needs.",
+         2: "Below the noise scale two workers do reach the target sooner; it depends on the batch."}),
+)
+
 # Each notebook's quiz, in the order it asks them.
 QUIZZES = {
     1: DATA_PARALLEL_QUIZ,
@@ -534,6 +583,7 @@ QUIZZES = {
     4: (QUIZ[1], LEVEL_UNSET, QUIZ[4], QUIZ[5], SUPERLINEAR),
     5: (QUIZ[6], HOST_STAGED_BOUND, BIDIRECTIONAL),
     6: HANDSON_QUIZ,
+    7: CONVERGENCE_QUIZ,
 }
 
 
@@ -710,52 +760,3 @@ def check_p2p_diagnosis(matrix, outlier, pair, labels=None) -> CheckResult:
     if ok and d.causes:
         msgs.append("Now the causes: " + "; ".join(d.causes[:2]) + ".")
     return CheckResult(ok, " ".join(msgs))
-
-
-# The self-check of notebook 7 (convergence at scale): show it with quiz(CONVERGENCE_QUIZ).
-CONVERGENCE_QUIZ = (
-    Question(
-        "SGD trains well at learning rate 0.1 with a global batch of 256. You move to 8 workers of 256 images "
-        "each. What learning rate does the linear scaling rule give?",
-        ("0.1", "0.8", "0.28"), 1,
-        "The global batch grows 8x (256 -> 2,048), so the rule multiplies the learning rate by 8: 0.8. "
-        "It keeps the update per epoch about the same, because there are 8x fewer steps.",
-        {0: "Unscaled, 8x fewer steps of the same size move the weights far less per epoch.",
-         2: "0.28 is the square-root rule (0.1 x sqrt 8), not the linear one."}),
-    Question(
-        "Why does the linear rule usually need a warm-up at large batches?",
-        ("the first steps have large, fast-changing gradients, and the full scaled rate from step 0 can make "
-         "the loss diverge", "warm-up makes each step faster", "warm-up keeps the ranks' weights identical"), 0,
-        "The rule assumes that k small steps move the weights like one step k times larger; early in training "
-        "the gradient changes quickly, the assumption fails, and a large rate overshoots. A ramp from the "
-        "reference rate to the scaled one over a few epochs gets past that phase.",
-        {1: "The step costs the same at any learning rate.",
-         2: "The ranks agree because they apply the same averaged gradient; the rate plays no part in that."}),
-    Question(
-        "The gradient noise scale B_simple = tr(Sigma) / |G|^2 is measured as 500 images. What happens to the "
-        "number of optimizer steps needed if you go from a global batch of 4,000 to 8,000?",
-        ("it halves", "it hardly falls: far above B_simple, a bigger batch mostly averages noise that was "
-         "already small", "it doubles"), 1,
-        "Below the noise scale, doubling the batch nearly halves the steps (perfect scaling); well above it, "
-        "the gradient is already accurate, so more images per step buy little and cost twice the compute "
-        "per step. At a fixed number of epochs that shows as fewer, barely better steps: lower accuracy.",
-        {0: "Halving holds only for batches well below the noise scale.",
-         2: "The steps needed never grow with the batch; it is the images (epochs) needed that grow."}),
-    Question(
-        "In a data-parallel run, which of these must be IDENTICAL on every rank?",
-        ("the initial weights", "the images of each step", "the dropout masks"), 0,
-        "Every rank must start from the same weights (same seed, or rank 0's broadcast) so that applying the "
-        "same averaged gradient keeps them identical. The images (disjoint shards from one shared shuffle) "
-        "and the dropout masks (a seed per rank) must differ, or the ranks repeat each other's work.",
-        {1: "Identical images on every rank waste N-1 workers: the shards must be disjoint.",
-         2: "Identical masks make the ranks' gradients more alike than the data warrants; each rank seeds its own."}),
-    Question(
-        "Two workers process 1.9x the images per second of one, at twice the global batch. Is the time to 88% "
-        "test accuracy surely 1.9x shorter?",
-        ("yes, throughput decides it", "no: the larger global batch may need more epochs to reach 88%, which "
-         "eats into the speedup", "no: two workers always take longer"), 1,
-        "Time to accuracy = epochs needed x time per epoch. Throughput shrinks the second factor; a larger "
-        "global batch can raise the first. Only measuring the held-out accuracy over time tells which wins.",
-        {0: "Throughput alone ignores how many epochs the larger batch needs.",
-         2: "Below the noise scale two workers do reach the target sooner; it depends on the batch."}),
-)

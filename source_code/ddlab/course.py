@@ -51,6 +51,14 @@ NOTEBOOKS = {
         "multi-gpu": "the PyTorch scripts and the repair check on 2 GPUs over NCCL, one process per GPU; the Keras "
                      "scripts on the GPUs where TensorFlow sees them",
     }),
+    7: ("Convergence at scale", {
+        "cpu": "a small convergence sweep (the MLP on a subset of Fashion-MNIST, 1 and 2 CPU worker processes over "
+               "Gloo, 3 seeds each); the 2-GPU sweep of the CNN is recorded",
+        "single-gpu": "a small convergence sweep on CPU worker processes (Gloo), 3 seeds each: the sweep compares "
+                      "1 and 2 GPUs, so its GPU part is recorded",
+        "multi-gpu": "the convergence sweep of the CNN on 2 GPUs (a subset of the recorded points, 3 seeds each), "
+                     "live, with the full recorded sweep beside it",
+    }),
 }
 
 
