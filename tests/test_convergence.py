@@ -177,7 +177,9 @@ def test_sweep_keeps_every_seed_and_summarises_median_and_spread():
     higher = res.with_target(0.83)
     assert higher.row("1w B=64 lr linear")["reached"] == 1 and higher.row("1w B=64 lr linear")["time_to_target"] is None
     text = str(res.table())
-    assert "0.8200 (0.8000-0.8400)" in text and "(3/3)" in text
+    assert "0.8200 (0.8000-0.8400)" in text and "(3/3)" in text and "chance level" not in text
+    stuck = cs.run_sweep([Point(1, 64)], "cpu", seeds=[1, 2, 3], train=fake_train(lambda s: 0.1))
+    assert "at chance level (10 classes" in str(stuck.table())
     back = cs.ConvergenceResult.from_dict(res.to_dict(), source="recorded")
     assert back.rows == res.rows and back.where().startswith("recorded on")
     with pytest.raises(RunSpecError, match="at least 3"):

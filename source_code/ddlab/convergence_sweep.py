@@ -30,6 +30,7 @@ from . import convergence, tables
 from .runspec import RunSpec, RunSpecError
 
 RECORDED_NAME = "convergence-torch-ddp-cnn"
+CHANCE = 0.1   # test accuracy of a guess among Fashion-MNIST's 10 balanced classes
 MIN_SEEDS = 3
 
 # The sizes of a sweep per device. CPU: the small MLP on a fixed fifth of the training set, so
@@ -257,6 +258,10 @@ class ConvergenceResult:
         diverged = [r["label"] for r in rows if r.get("diverged")]
         if diverged:
             notes.append("the loss became NaN or infinite (diverged) in: " + ", ".join(diverged))
+        chance = [r["label"] for r in rows if r.get("test_accuracy") is not None and r["test_accuracy"] <= CHANCE + 0.02]
+        if chance:
+            notes.append("at chance level (10 classes: about 10% test accuracy), the model learned nothing: "
+                         + ", ".join(chance))
         return tables.Table(cols, out, title=title, notes=notes)
 
     def _repr_html_(self) -> str:
