@@ -15,6 +15,9 @@ prints as a sentence (in Jupyter: a coloured box that starts "Right" or "Not yet
 learner's typo (a GPU that is not on the machine, an unknown path name) is an answer too: the
 result says what was wrong and lists the valid choices, and never raises. The parsers below
 (:func:`parse_pair`, :func:`parse_ordering`) still raise ``ValueError`` for library callers.
+
+Length (about 760 lines): about half is data, the quiz questions of every notebook with their
+explanations; the checks themselves are short. The quiz data is the part to move out next.
 """
 from __future__ import annotations
 

@@ -35,6 +35,10 @@ transport between GPUs of one machine, so a learner sees what NVLink peer-to-pee
 NVLink multicast is NCCL's choice unless the path turns it off (``shm`` and ``socket`` do,
 so nothing bypasses the host or the network) or the caller passes ``multicast_off=True``; a
 sweep's ``provenance["nccl_env"]`` records every NCCL variable its workers saw.
+
+Length (about 830 lines): the worker that runs inside torchrun (``_worker``), the launcher of a
+sweep, its result, the recorded sweeps, the level sweep and the command line share one row
+format. The worker is the part to move out next.
 """
 from __future__ import annotations
 

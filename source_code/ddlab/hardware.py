@@ -3,6 +3,9 @@
 NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``) is asked first because it
 needs no subprocess and gives NUMA nodes; ``nvidia-smi`` is the fallback. With no GPU
 the inventory is simply empty: nothing here raises because hardware is missing.
+
+Length (about 760 lines): NVML, nvidia-smi and package-metadata readers, each with the parsing of
+its own malformed outputs, plus the PCIe link report and doctor's text; they fill one Inventory.
 """
 from __future__ import annotations
 

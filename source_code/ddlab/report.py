@@ -13,6 +13,9 @@ Durations are planned, not hoped for: :func:`ddlab.report_plan.plan` sizes the p
 GPU count so that a full run on 8 GPUs stays within :data:`FULL_BUDGET_S` and ``--quick`` on 2
 GPUs within :data:`QUICK_BUDGET_S` (both in :mod:`ddlab.report_plan`); each step's estimate feeds the progress line's ETA, and the
 measured duration is kept in its JSON next to the estimate.
+
+A little over 400 lines: the steps, the runner with --resume and Ctrl-C handling, the progress
+line and the command line; the HTML and the time plan already live in report_html and report_plan.
 """
 from __future__ import annotations
 

@@ -28,6 +28,10 @@ Quick use::
 Link quality is one number, ``Link.rank``: ``100 + n`` for ``NV<n>`` (more bonded NVLinks is
 better), then PIX 50 > PXB 40 > PHB 30 > NODE 20 > SYS 10. The order is the one nvidia-smi's
 legend describes (each step adds a longer PCIe/CPU path) and the one NCCL_P2P_LEVEL uses.
+
+Length (about 1,200 lines), on purpose for now: the parser of every `nvidia-smi topo -m` variant, the
+Topology it builds, the ring search behind best_subset and the drawing all share the link model
+above. The drawing is the part to move out next (it needs only Topology's public methods).
 """
 from __future__ import annotations
 

@@ -16,6 +16,9 @@ so a notebook still runs from top to bottom.
 of a model's gradients, read off a *measured* all-reduce sweep (:func:`sweep_time_s`), set
 against one GPU's step time, gives the share of the step spent communicating and the
 speedup two GPUs can reach on each NCCL path.
+
+A little over 400 lines: each calculator is a plain function plus its widget, kept together so a
+learner reading one finds both.
 """
 from __future__ import annotations
 
