@@ -1,14 +1,34 @@
 """ddlab: the code behind the course "Distributed Deep Learning: GPU System Topology".
 
-One module per concept of the notebooks: hardware (what this machine has), topology
-(nvidia-smi topo -m), nccl_log (NCCL's transport choice), p2p (our CUDA p2p test),
-nccl (the NCCL paths: environments, why, colours, P2P levels),
-collectives (all-reduce sweeps), cost_model (alpha-beta), launch (multi-process runs with
-timeouts), experiments (named experiments, live or recorded), models_torch / models_keras,
-train_common (what the training scripts share), throughput (honest images/s), data
-(Fashion-MNIST), links (link technologies and their sources), widgets, checks (exercises),
-diagrams, provenance and reference (recorded results), smoke (tiny distributed checks), cli,
-kernel (the course's Jupyter kernel).
+One module per concept, named for what it holds. Grouped by who uses it:
+
+Every notebook: hardware (what this machine has; its mode), course (the notebooks and what each
+runs live per mode), mode (live or recorded, one policy), checks (exercises and quizzes), tables
+(HTML or text tables), units (how sizes, rates and times are written), kernel (the course's
+Jupyter kernel).
+
+Notebook 1 (data-parallel training): allreduce_algorithms (naive and ring all-reduce, simulated),
+experiments (named training experiments, live or recorded), runspec (one run's description), runs
+(start training runs), results (what an experiment found: median and min-max, tables, plots),
+throughput (honest images/s).
+Notebook 2 (latency and bandwidth): links (link technologies, cited figures), cost_model (alpha-beta,
+predicted training steps), widgets (what-if calculators), diagrams (drawings of the data path).
+Notebook 3 (topology): topology (nvidia-smi topo -m parsed, ranked pairs, best rings and subsets).
+Notebook 4 (NCCL paths): nccl (the NCCL paths: environments, why, colours, P2P levels), nccl_log
+(NCCL's transport choice from its debug log), collectives (all-reduce sweeps).
+Notebook 5 (p2p test): p2p (build, run and read our CUDA p2p test; diagnose a matrix).
+Notebook 6 (hands-on): handson (the step-by-step conversions, run and tabled), repair (the broken
+script exercise and its behaviour check).
+Notebook 7 (convergence): convergence (learning-rate rules, warm-up, noise scale, time to accuracy),
+convergence_sweep (the seeded sweep over global batches and workers).
+
+Underneath: launch (multi-process runs with a timeout and clean-up), models (the models' names and
+widths), models_torch / models_keras (the models per framework), data (Fashion-MNIST, offline
+first), train_common (what the training scripts share), provenance, recording and reference
+(recorded results and where they came from), smoke (tiny distributed checks), slurm (Horovod
+under srun).
+Command line: cli (the ddlab command), training_cli (ddlab train and experiment), report,
+report_plan and report_html (ddlab report: steps, time budget, HTML page).
 """
 __version__ = "0.1.0"
 
