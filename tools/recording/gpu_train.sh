@@ -7,7 +7,7 @@
 #   ddp      PyTorch DDP (torchrun), models cnn and wide: 1 GPU, then 2 GPUs under the NCCL
 #            paths default / shm / socket (NCCL_DEBUG=INFO, transport read from the log).
 #            Eager steps: DDP's CUDA-graph capture is opt-in (record it with
-#            `python tools/recording/gpu_nccl_paths.py OUT ddp:cnn:graph ddp:wide:graph`)
+#            `python tools/recording/record_experiments.py OUT ddp:cnn:graph`, then `ddp:wide:graph`)
 #   horovod  the same with Horovod (horovodrun --gloo; gradients over NCCL); skipped unless
 #            HVD_OK=1 (tools/recording/gpu_setup.sh sets it when `import horovod.torch` works)
 #   perf     one GPU, model cnn, batch 512: plain fp32, bf16, CUDA graph (fp32, bf16,
