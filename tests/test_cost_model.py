@@ -309,7 +309,8 @@ def test_validate_on_the_recorded_runs():
     rec = cm.recorded_points()
     assert {p.launcher for p in rec.points} >= {"ddp", "ddp-graph", "horovod"}
     assert set(rec.fits) == {"default", "shm", "socket"}
-    assert ("ddp", "mlp-small") in rec.missing          # not recorded yet: named, not invented
+    assert ("horovod", "mlp-small") in rec.missing      # not recorded yet: named, not invented
+    assert ("ddp", "mlp-small") not in rec.missing
     t = cm.validate(rec)
     rows = t.to_dict()["rows"]
     assert len(rows) == len(rec.points)
@@ -318,8 +319,9 @@ def test_validate_on_the_recorded_runs():
         assert r["within"] == ("yes" if abs(r["error_pct"]) <= 10 else "no")
     notes = " ".join(t.notes)
     assert "Not recorded" in notes and "mlp-small" in notes and "in-sample" in notes
-    # the DDP runs without a CUDA graph, the ones the course's tables show, are all inside the band
-    assert all(r["within"] == "yes" for r in rows if r["launcher"] == "ddp")
+    # the DDP runs of the CNN and the wide model (with the GPU's busy time from their CUDA-graph
+    # recordings), the ones the course's tables show, are all inside the band
+    assert all(r["within"] == "yes" for r in rows if r["launcher"] == "ddp" and r["model"] in ("cnn", "wide"))
     h = cm.holdout(rec).to_dict()["rows"]
     assert {(r["launcher"], r["model"]) for r in h} == {(p.launcher, p.model) for p in rec.points}
 
