@@ -21,6 +21,8 @@ Notebook 6 (hands-on): handson (the step-by-step conversions, run and tabled), r
 script exercise and its behaviour check).
 Notebook 7 (convergence): convergence (learning-rate rules, warm-up, noise scale, time to accuracy),
 convergence_sweep (the seeded sweep over global batches and workers).
+Notebook 8 (case studies): case_studies (when a second GPU pays, the diagnosis exercise, cited
+figures), tuning (communication tuning of DDP and Horovod, measured).
 
 Underneath: launch (multi-process runs with a timeout and clean-up), models (the models' names and
 widths), models_torch / models_keras (the models per framework), data (Fashion-MNIST, offline

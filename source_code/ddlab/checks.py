@@ -578,6 +578,49 @@ CONVERGENCE_QUIZ = (
          2: "Below the noise scale two workers do reach the target sooner; it depends on the batch."}),
 )
 
+CASE_STUDIES_QUIZ = (
+    Question(
+        "A model's one-GPU step takes 2 ms. All-reducing its gradients over the link takes 6 ms, and the "
+        "backward pass (about 1.3 ms of the step) is all the all-reduce can hide behind. Two GPUs, same "
+        "batch per GPU: faster or slower than one?",
+        ("faster, close to 2x: each GPU does half the work", "slower: the 2-GPU step is at least about "
+         "2 + (6 - 1.3) = 6.7 ms for twice the images, about 0.6x", "the same: communication and compute overlap "
+         "completely"), 1,
+        "Speedup = 2 x (one-GPU step) / (two-GPU step). The two-GPU step is the compute plus the part of the "
+        "all-reduce nothing hides: 2 + 4.7 = 6.7 ms, so 2 x 2 / 6.7 = 0.6x. When the step is shorter than "
+        "the all-reduce of its gradients, the second GPU costs more than it brings.",
+        {0: "Each GPU keeps its own batch (weak scaling); the all-reduce is what the second GPU adds.",
+         2: "Only the backward pass can hide the all-reduce; the rest of it is exposed."}),
+    Question(
+        "Over NVLink a tiny model's gradients all-reduce in microseconds, yet its 2-GPU step is still clearly "
+        "slower than its 1-GPU step. What does the step model add to explain it?",
+        ("the data-parallel wrapper's own fixed cost per step (hooks, bucket bookkeeping, launching and "
+         "waiting for the collective)", "NVLink's bandwidth", "the optimizer's learning rate"), 0,
+        "A fixed cost per step does not shrink with the model: for a step of a few milliseconds it is a large "
+        "share, for a long step a small one. That is why small models scale badly even on the fastest link.",
+        {1: "The link's bandwidth is what makes the all-reduce itself cheap here.",
+         2: "The learning rate changes what a step does, not how long it takes."}),
+    Question(
+        "In a p2p bandwidth matrix one GPU is slow with every partner; all other pairs are fast. What do you "
+        "check first?",
+        ("its PCIe link under load: current vs maximum generation and width (ddlab doctor, nvidia-smi -q -d PCI), "
+         "and which NUMA node it sits on", "NCCL_P2P_LEVEL", "the learning rate of the job"), 0,
+        "A GPU slow with everyone points at what only that GPU has: its own link (trained at x8 or Gen3), its "
+        "place on the other NUMA node, or ACS/IOMMU sending its peer traffic through the root complex.",
+        {1: "NCCL_P2P_LEVEL changes how NCCL routes, not what the copy test measures between two GPUs.",
+         2: "The p2p test runs no training at all."}),
+    Question(
+        "Gradient accumulation over 4 micro-batches, with DDP's no_sync on the first 3. What changes?",
+        ("one all-reduce per 4 micro-batches: the communication per image falls 4x, and the optimizer sees a "
+         "4x larger global batch (revisit the learning rate)", "nothing: DDP all-reduces every backward pass "
+         "anyway", "each step all-reduces 4x more bytes"), 0,
+        "no_sync skips the all-reduce while gradients accumulate locally; the fourth backward pass all-reduces "
+        "the sum once. The bytes per all-reduce stay the same, there are 4x fewer of them per image, and the "
+        "update now averages 4x more images: convergence has to be checked on held-out data.",
+        {1: "Inside no_sync, DDP's hooks do not launch the all-reduce.",
+         2: "The gradient has the model's size whatever the number of micro-batches."}),
+)
+
 # Each notebook's quiz, in the order it asks them.
 QUIZZES = {
     1: DATA_PARALLEL_QUIZ,
@@ -587,6 +630,7 @@ QUIZZES = {
     5: (QUIZ[6], HOST_STAGED_BOUND, BIDIRECTIONAL),
     6: HANDSON_QUIZ,
     7: CONVERGENCE_QUIZ,
+    8: CASE_STUDIES_QUIZ,
 }
 
 

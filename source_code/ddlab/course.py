@@ -59,6 +59,14 @@ NOTEBOOKS = {
         "multi-gpu": "the convergence sweep of the CNN on 2 GPUs (a subset of the recorded points, 3 seeds each), "
                      "live, with the full recorded sweep beside it",
     }),
+    8: ("Case studies", {
+        "cpu": "a small real version of each case on 2 CPU processes (Gloo): the step model against measured "
+               "scaling, and the tuning options; the 2-GPU results are recorded",
+        "single-gpu": "the same small versions on CPU processes (Gloo): the cases need two GPUs, so their GPU "
+                      "results are recorded; doctor's PCIe check of this GPU is live",
+        "multi-gpu": "the step model against a live NCCL-path comparison of the small MLP, doctor's PCIe check and "
+                     "the wide model untuned and tuned, live on this machine's GPUs",
+    }),
 }
 
 

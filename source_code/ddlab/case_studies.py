@@ -1,0 +1,205 @@
+"""The case studies of notebook 8, as tables built from measurements and the step model.
+
+* **When a second GPU pays** (:func:`second_gpu_table`): every recorded model x NCCL path of a
+  2-GPU recording, with the one-GPU step, the all-reduce of the model's gradients on that path
+  (from the path's alpha-beta fit, :mod:`ddlab.cost_model`), their ratio, the predicted split
+  of the 2-GPU step and the predicted speedup beside the measured median and spread.
+  :func:`predicted_vs_measured` does the same for a live scaling or NCCL-path result and a live
+  all-reduce fit (CPU processes over gloo, or GPUs over NCCL).
+* **Diagnosing a machine from its p2p matrix**: :func:`exercise_matrix` is a matrix built for
+  the exercise (not a measurement) in the shape field reports describe: four PCIe GPUs, one of
+  them slow with every partner, one pair slower in one direction. :func:`ddlab.p2p.diagnose`
+  reads it, and :func:`ddlab.checks.check_p2p_diagnosis` checks the learner's answer.
+* **Cited figures** (:func:`cited`): results other people published, kept under
+  ``source_code/reference/cited/`` with their source, shown as cited, never as ours.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import cost_model, reference
+from .tables import Table
+
+CITED_KIND = "cited"
+
+
+# ----------------------------------------------------------------------------- cited figures
+def cited(name: str) -> Table:
+    """A cited result (``reference/cited/<name>.json``) as a table whose title names its
+    source. The file holds ``columns`` (key, format, header), ``rows`` and a provenance with
+    ``cited: true``, ``source`` (a URL), ``machine`` and ``retrieved``."""
+    obj = reference.load(CITED_KIND, name)
+    prov = obj["provenance"]
+    if not prov.get("cited") or not prov.get("source"):
+        raise ValueError(f"reference/{CITED_KIND}/{name} must say it is cited and name its source")
+    cols = [tuple(c) for c in obj["columns"]]
+    title = f"Cited, not measured by this course: {obj.get('title', name)}"
+    notes = [f"Source: {prov['source']} (retrieved {prov.get('retrieved', '?')}).",
+             f"Their machine: {prov.get('machine', 'not stated')}."] + list(obj.get("notes", []))
+    return Table(cols, obj["rows"], title=title, notes=notes)
+
+
+# ----------------------------------------------------------------------------- case 1
+def _spreads(launcher: str, model: str) -> dict:
+    """{path: (min, max, repeats)} of the recorded speedups of one NCCL-path comparison."""
+    from . import recording
+    from .reference import ReferenceMissing
+    name = {"ddp-graph": ("ddp", "graph")}.get(launcher, (launcher, None))
+    try:
+        res = recording.load_recorded("nccl-paths", "torch", name[0], model, name[1])
+    except ReferenceMissing:
+        return {}
+    return {r["path"]: (r.get("speedup_min"), r.get("speedup_max"), r.get("repeats", 1))
+            for r in res.rows if r.get("workers", 1) >= 2 and not r.get("error")}
+
+
+def gradient_bytes(model) -> int:
+    """Bytes of fp32 gradients one step all-reduces for ``model`` (a course model's name)."""
+    return int(sum(b.nbytes for b in cost_model.gradient_buckets(model)))
+
+
+def _row(model, path, compute_s, pred, measured, spread=None, repeats=None):
+    lo, hi = spread if spread else (None, None)
+    return {"model": model, "path": path, "gradients": gradient_bytes(model), "compute": compute_s,
+            "allreduce": pred.comm_s, "ratio": compute_s / pred.comm_s if pred.comm_s > 0 else float("inf"),
+            "exposed": pred.exposed_comm_s, "overhead": pred.overhead_s, "predicted": pred.speedup,
+            "measured": measured, "spread": f"{lo:.2f}-{hi:.2f}" if lo is not None and hi is not None else "-",
+            "repeats": repeats, "error_pct": 100 * (pred.speedup / measured - 1) if measured else None}
+
+
+_COLUMNS = [("model", "text"), ("path", "text"), ("gradients", "bytes", "gradients/step"),
+            ("compute", "time", "1-worker step"), ("allreduce", "time", "all-reduce"),
+            ("ratio", "ratio", "step / all-reduce"), ("exposed", "time", "exposed comm."),
+            ("overhead", "time", "wrapper"), ("predicted", "ratio", "predicted"),
+            ("measured", "ratio", "measured median"), ("spread", "text", "min-max"),
+            ("error_pct", lambda v: f"{v:+.1f}%", "error")]
+
+
+def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
+                     recorded: Optional[cost_model.RecordedSet] = None) -> Table:
+    """Case 1 on the recorded 2-GPU machine: for every recorded model x path of ``launcher``
+    ("ddp", "ddp-graph" or "horovod"), the one-GPU step, the all-reduce of the gradients on
+    that path, the ratio of the two (the rule of thumb), the predicted 2-GPU step split and
+    speedup, and the measured median with its min-max over the repeats. The wrapper's cost
+    per step is the one :func:`ddlab.cost_model.fit_all_overheads` fits for the launcher."""
+    rec = recorded or cost_model.recorded_points()
+    over = cost_model.fit_all_overheads(rec)
+    pts = [p for p in rec.points if p.launcher == launcher and (models is None or p.model in models)]
+    if not pts:
+        raise ValueError(f"no recorded 2-GPU runs for launcher {launcher!r}"
+                         + (f" and models {', '.join(models)}" if models else ""))
+    order = {m: i for i, m in enumerate(models or ("mlp-small", "cnn", "mlp-large", "wide"))}
+    pts.sort(key=lambda p: (order.get(p.model, 99), p.path))
+    rows = []
+    for p in pts:
+        pred = cost_model.predict_point(p, rec.fits, over.get(p.launcher))
+        lo, hi, reps = _spreads(p.launcher, p.model).get(p.path, (None, None, p.repeats))
+        rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (lo, hi), reps))
+    notes = ["step / all-reduce: the one-GPU step time over the time to all-reduce one step's gradients on "
+             "that path (the alpha-beta fit of the recorded sweep). Far above 1, the all-reduce hides behind "
+             "the step and a second GPU pays; near or below 1, it does not.",
+             "Exposed comm.: the part of the all-reduce the backward pass cannot hide; wrapper: the data-parallel "
+             f"wrapper's own cost per step ({over[launcher].describe() if launcher in over else 'none fitted'})."]
+    return Table(_COLUMNS, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
+                 + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
+
+
+def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads] = None) -> Table:
+    """The step model against a live (or recorded) scaling or NCCL-path result: for each row
+    with 2 or more workers, the prediction from the one-worker row's step time and ``fit``
+    (an :class:`ddlab.cost_model.AlphaBeta` of the all-reduce the run used, or a dict
+    {path: fit} for an NCCL-path comparison) beside the measured speedup."""
+    rows_in = [r for r in result.rows if not r.get("error")]
+    base = [r for r in rows_in if r.get("workers") == 1]
+    if not base:
+        raise ValueError("the result has no one-worker row to take the compute time from")
+    model = result.config.get("model")
+    compute_s = base[0]["global_batch"] / base[0]["images_per_s"]
+    rows = []
+    for r in rows_in:
+        if r.get("workers", 1) < 2 or r.get("speedup") is None:
+            continue
+        path = r.get("path") if isinstance(r.get("path"), str) else "default"
+        f = fit.get(path) if isinstance(fit, dict) else fit
+        if f is None:
+            continue
+        pred = cost_model.predict_step(model, compute_s, f, r["workers"], batch=base[0]["global_batch"],
+                                       overheads=overheads)
+        lo, hi = r.get("speedup_min"), r.get("speedup_max")
+        row = _row(model, path, compute_s, pred, r["speedup"], (lo, hi) if lo is not None else None,
+                   r.get("repeats", 1))
+        row["batch"] = base[0]["global_batch"]
+        rows.append(row)
+    if not rows:
+        raise ValueError("no row with 2 or more workers and a fit for its path")
+    cols = _COLUMNS[:1] + [("batch", "int", "batch/worker")] + _COLUMNS[1:]
+    return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}")
+
+
+# ----------------------------------------------------------------------------- case 2
+def exercise_matrix() -> tuple:
+    """(matrix in GB/s, labels, description) for the diagnosis exercise: a 4-GPU PCIe
+    machine's unidirectional P2P bandwidth, built for the exercise in the shape field reports
+    describe (one GPU slow with every partner, one pair slower in one direction). Not a
+    measurement: the numbers are chosen so the answer is clear."""
+    n = 4
+    m = np.full((n, n), 10.2)
+    m += np.array([[0.0, 0.1, -0.2, 0.1], [0.2, 0.0, 0.1, -0.1], [-0.1, 0.2, 0.0, 0.1], [0.1, -0.2, 0.1, 0.0]])
+    m[1, :] = m[:, 1] = 3.4          # GPU 1: a third of the others' speed with every partner
+    m[2, 3] = 5.9                    # 2 -> 3 much slower than 3 -> 2
+    np.fill_diagonal(m, np.nan)      # copies within one GPU are not a link: left out
+    desc = ("A matrix built for this exercise (not a measurement): unidirectional P2P bandwidth of a 4-GPU "
+            "PCIe machine, rows = source GPU, GB/s.")
+    return m, list(range(n)), desc
+
+
+def exercise_table() -> Table:
+    """:func:`exercise_matrix` as a table (rows = source GPU)."""
+    m, labels, desc = exercise_matrix()
+    cols = [("src", "text", "from \\ to")] + [(f"g{j}", lambda v: "-" if np.isnan(v) else f"{v:.1f}", f"GPU{j}")
+                                             for j in labels]
+    rows = [dict({"src": f"GPU{i}"}, **{f"g{j}": float(m[i, j]) for j in labels}) for i in labels]
+    return Table(cols, rows, title="Diagnosis exercise: unidirectional P2P bandwidth (GB/s)", notes=desc)
+
+
+# ----------------------------------------------------------------------------- case 1, live
+CPU_BATCHES = (32, 512)
+
+
+def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[Sequence[int]] = None,
+                    repeats: int = 3, echo: bool = False) -> Table:
+    """Case 1 run now on this machine, with the step model's prediction beside each point.
+
+    With two GPUs or more: the NCCL-path comparison of ``model`` (1 GPU, then 2 under each
+    path, ``repeats`` times) and the all-reduce sweep under each path, fitted to the
+    alpha-beta model; the wrapper's cost per step is the one fitted to the recorded runs.
+    Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
+    (default :data:`CPU_BATCHES`, the test pass cut to 1,000 images), predicted from a gloo
+    sweep; no wrapper cost is fitted for CPU processes, so the prediction leaves it out."""
+    from . import collectives, experiments, hardware
+    from .runspec import RunSpec
+    inv = inventory or hardware.inventory(horovod_check=False)
+    if inv.gpu_count >= 2:
+        spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
+        res = experiments.nccl_path_comparison(spec, echo=echo)
+        fits = {p: cost_model.fit_sweep(s) for p, s in collectives.compare_paths(inventory=inv).items()}
+        over = cost_model.fit_all_overheads(cost_model.recorded_points()).get("ddp")
+        t = predicted_vs_measured(res, fits, over)
+        t.notes.append("Wrapper cost per step: the one fitted to the recorded DDP runs "
+                       f"({over.describe() if over else 'none'}).")
+        return t
+    sweep = collectives.sweep(backend="gloo", max_bytes="16M", inventory=inv)
+    fit = cost_model.fit_sweep(sweep)
+    rows, tables_ = [], []
+    for b in (batches or CPU_BATCHES):
+        spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
+        res = experiments.throughput_scaling(spec, workers=(1, 2), device="cpu", echo=echo)
+        tables_.append(predicted_vs_measured(res, fit))
+        rows += tables_[-1].rows
+    t = Table(tables_[0].columns, rows, title=f"Predicted vs measured: {model}, DDP on 1 and 2 CPU processes (gloo)",
+              notes=[f"All-reduce fit of a gloo sweep between 2 CPU processes: {fit.describe()}.",
+                     "No wrapper cost is fitted for CPU processes: the prediction leaves it out. The two processes "
+                     "share this machine's cores, so compute slows down too, which the model does not know."])
+    return t

@@ -1,0 +1,110 @@
+"""ddlab.case_studies: the tables of notebook 8 from recorded, cited and live results."""
+import json
+
+import numpy as np
+import pytest
+
+from ddlab import case_studies as cs
+from ddlab import checks, cost_model, p2p, reference
+from ddlab.results import ExperimentResult
+
+
+def test_second_gpu_table_puts_prediction_beside_the_recorded_median_and_spread():
+    rec = cost_model.recorded_points()
+    t = cs.second_gpu_table("ddp", recorded=rec)
+    rows = t.to_dict()["rows"]
+    ddp = [p for p in rec.points if p.launcher == "ddp"]
+    assert len(rows) == len(ddp) and {r["model"] for r in rows} >= {"cnn", "wide"}
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["compute"] / r["allreduce"])
+        assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["measured"] - 1))
+        lo, hi = (float(x) for x in r["spread"].split("-"))
+        assert lo <= round(r["measured"], 2) + 0.01 and round(r["measured"], 2) - 0.01 <= hi
+    # the same model all-reduces more slowly on a slower path: the ratio falls from default to socket
+    wide = {r["path"]: r["ratio"] for r in rows if r["model"] == "wide"}
+    assert wide["default"] > wide["shm"] > wide["socket"]
+    assert "step / all-reduce" in str(t) and "wrapper" in " ".join(t.notes)
+
+
+def test_second_gpu_table_rejects_a_launcher_without_recordings():
+    with pytest.raises(ValueError, match="no recorded 2-GPU runs for launcher 'nobody'"):
+        cs.second_gpu_table("nobody")
+
+
+def _scaling_result(model="mlp-small", one=1000.0, two=1500.0):
+    rows = [{"workers": 1, "images_per_s": one, "global_batch": 32, "speedup": 1.0, "repeats": 3,
+             "speedup_min": 0.9, "speedup_max": 1.1},
+            {"workers": 2, "images_per_s": two, "global_batch": 64, "speedup": two / one, "repeats": 3,
+             "speedup_min": 1.4, "speedup_max": 1.6}]
+    return ExperimentResult("scaling", rows, "live", {}, [], {"model": model, "launcher": "ddp"})
+
+
+def test_predicted_vs_measured_uses_the_one_worker_step_and_the_fit():
+    fit = cost_model.AlphaBeta(1e-3, 1e9)
+    t = cs.predicted_vs_measured(_scaling_result(), fit)
+    (row,) = t.to_dict()["rows"]
+    compute = 32 / 1000.0
+    pred = cost_model.predict_step("mlp-small", compute, fit, 2, batch=32)
+    assert row["compute"] == pytest.approx(compute) and row["predicted"] == pytest.approx(pred.speedup)
+    assert row["measured"] == pytest.approx(1.5) and row["spread"] == "1.40-1.60" and row["batch"] == 32
+    # a slower link predicts a lower speedup for the same measurement
+    slow = cs.predicted_vs_measured(_scaling_result(), cost_model.AlphaBeta(1e-3, 1e7)).to_dict()["rows"][0]
+    assert slow["predicted"] < row["predicted"]
+
+
+def test_predicted_vs_measured_needs_a_baseline_and_a_fit_per_path():
+    res = _scaling_result()
+    res.rows = res.rows[1:]
+    with pytest.raises(ValueError, match="no one-worker row"):
+        cs.predicted_vs_measured(res, cost_model.AlphaBeta(1e-3, 1e9))
+    paths = _scaling_result()
+    paths.rows[1]["path"] = "socket"
+    with pytest.raises(ValueError, match="no row with 2 or more workers and a fit"):
+        cs.predicted_vs_measured(paths, {"default": cost_model.AlphaBeta(1e-3, 1e9)})
+
+
+def test_exercise_matrix_has_one_slow_gpu_and_one_asymmetric_pair_and_the_check_agrees():
+    m, labels, desc = cs.exercise_matrix()
+    assert "not a measurement" in desc
+    assert np.isnan(np.diag(m)).all()
+    d = p2p.diagnose(m, labels)
+    assert d.outlier_labels == [1] and d.asymmetric_labels == [(2, 3)]
+    assert checks.check_p2p_diagnosis(m, 1, (3, 2))
+    assert not checks.check_p2p_diagnosis(m, 2, (2, 3))
+    table = str(cs.exercise_table())
+    assert "GPU3" in table and "not a measurement" in table
+
+
+def test_cited_tables_name_their_source_and_refuse_uncited_files(tmp_path, monkeypatch):
+    t = cs.cited("two-gpus-without-p2p")
+    text = str(t)
+    assert text.startswith("Cited, not measured by this course") and "Source: https://" in text
+    assert len(t.to_dict()["rows"]) >= 3
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
+    (tmp_path / "cited").mkdir()
+    (tmp_path / "cited" / "mine.json").write_text(json.dumps(
+        {"columns": [["a", "text"]], "rows": [{"a": "x"}], "provenance": {"machine": "mine"}}))
+    with pytest.raises(ValueError, match="must say it is cited and name its source"):
+        cs.cited("mine")
+
+
+def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatch):
+    """The CPU branch, with the multi-process runs replaced by recorded-shaped results."""
+    from ddlab import collectives, experiments
+    from ddlab.hardware import Inventory
+    calls = []
+
+    def fake_scaling(spec, workers, device, echo=False):
+        calls.append((spec.batch, spec.repeats, spec.test_samples, tuple(workers), device))
+        return _scaling_result(two=1200.0 + spec.batch)
+
+    class Sweep:
+        pass
+    monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
+    monkeypatch.setattr(collectives, "sweep", lambda **kw: Sweep())
+    monkeypatch.setattr(cost_model, "fit_sweep", lambda s: cost_model.AlphaBeta(1e-3, 5e8))
+    t = cs.second_gpu_live(Inventory(), batches=(16, 64))
+    assert calls == [(16, 3, 1000, (1, 2), "cpu"), (64, 3, 1000, (1, 2), "cpu")]
+    rows = t.to_dict()["rows"]
+    assert [r["measured"] for r in rows] == pytest.approx([1.216, 1.264])
+    assert "gloo" in t.title and any("No wrapper cost" in n for n in t.notes)
