@@ -221,12 +221,21 @@ def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
     (dict(link="warp"), "unknown link"),
     (dict(link="recorded:ib"), "no recorded all-reduce"),
     (dict(wrapper="deepspeed"), "wrapper"),
-    (dict(model="mlp-large"), "no recorded one-GPU step"),
     (dict(step_ms=-1.0), "step_ms"),
 ])
 def test_predict_training_step_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         widgets.predict_training_step(**kwargs)
+
+
+def test_predict_training_step_asks_for_a_step_time_when_the_model_has_no_recording(monkeypatch):
+    from ddlab import cost_model
+    rec = cost_model.recorded_points()
+    rec.points = [p for p in rec.points if p.model != "mlp-large"]
+    monkeypatch.setattr(widgets, "_recorded_set", lambda: rec)
+    with pytest.raises(ValueError, match="no recorded one-GPU step"):
+        widgets.predict_training_step(model="mlp-large")
+    assert widgets.predict_training_step(model="mlp-large", step_ms=2.0).compute_s == pytest.approx(2e-3)
 
 
 def test_step_calculator_updates_when_a_value_changes():
