@@ -23,7 +23,7 @@ def test_second_gpu_table_puts_prediction_beside_the_recorded_median_and_spread(
     # the same model all-reduces more slowly on a slower path: the ratio falls from default to socket
     wide = {r["path"]: r["ratio"] for r in rows if r["model"] == "wide"}
     assert wide["default"] > wide["shm"] > wide["socket"]
-    assert "step / all-reduce" in str(t) and "wrapper" in " ".join(t.notes)
+    assert "ratio: step (1) / all-reduce" in str(t) and "Wrapper cost" in " ".join(t.notes)
 
 
 def test_second_gpu_table_rejects_a_launcher_without_recordings():

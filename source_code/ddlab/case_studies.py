@@ -69,12 +69,17 @@ def _row(model, path, compute_s, pred, measured, spread=None, repeats=None):
             "repeats": repeats, "error_pct": 100 * (pred.speedup / measured - 1) if measured else None}
 
 
-_COLUMNS = [("model", "text"), ("path", "text"), ("gradients", "bytes", "gradients/step"),
-            ("compute", "time", "1-worker step"), ("allreduce", "time", "all-reduce"),
-            ("ratio", "ratio", "step / all-reduce"), ("exposed", "time", "exposed comm."),
+_COLUMNS = [("model", "text"), ("path", "text"), ("gradients", "bytes", "grads"),
+            ("compute", "time", "step (1)"), ("allreduce", "time", "all-reduce"),
+            ("ratio", "ratio", "ratio"), ("exposed", "time", "exposed"),
             ("overhead", "time", "wrapper"), ("predicted", "ratio", "predicted"),
-            ("measured", "ratio", "measured median"), ("spread", "text", "min-max"),
+            ("measured", "ratio", "measured"), ("spread", "text", "min-max"),
             ("error_pct", lambda v: f"{v:+.1f}%", "error")]
+_LEGEND = ("grads: gradient bytes per step; step (1): the one-worker (one-GPU) step; all-reduce: its time for "
+           "those bytes on that path, from the path's alpha-beta fit; ratio: step (1) / all-reduce; exposed: the "
+           "part of the all-reduce the backward pass cannot hide; wrapper: the data-parallel wrapper's own cost "
+           "per step; predicted and measured: speedup of 2 workers over 1 (measured: the median, min-max over "
+           "the repeats).")
 
 
 def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
@@ -97,11 +102,9 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
         pred = cost_model.predict_point(p, rec.fits, over.get(p.launcher))
         lo, hi, reps = _spreads(p.launcher, p.model).get(p.path, (None, None, p.repeats))
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (lo, hi), reps))
-    notes = ["step / all-reduce: the one-GPU step time over the time to all-reduce one step's gradients on "
-             "that path (the alpha-beta fit of the recorded sweep). Far above 1, the all-reduce hides behind "
-             "the step and a second GPU pays; near or below 1, it does not.",
-             "Exposed comm.: the part of the all-reduce the backward pass cannot hide; wrapper: the data-parallel "
-             f"wrapper's own cost per step ({over[launcher].describe() if launcher in over else 'none fitted'})."]
+    notes = [_LEGEND, "Far above a ratio of 1, the all-reduce hides behind the step and a second GPU pays; near or "
+             "below 1, it does not.",
+             f"Wrapper cost: {over[launcher].describe() if launcher in over else 'none fitted'}."]
     return Table(_COLUMNS, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                  + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
 
@@ -134,8 +137,9 @@ def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads]
         rows.append(row)
     if not rows:
         raise ValueError("no row with 2 or more workers and a fit for its path")
-    cols = _COLUMNS[:1] + [("batch", "int", "batch/worker")] + _COLUMNS[1:]
-    return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}")
+    cols = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:]
+    return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
+                 notes=[_LEGEND + " batch: per worker."])
 
 
 # ----------------------------------------------------------------------------- case 2
@@ -199,7 +203,7 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
         tables_.append(predicted_vs_measured(res, fit))
         rows += tables_[-1].rows
     t = Table(tables_[0].columns, rows, title=f"Predicted vs measured: {model}, DDP on 1 and 2 CPU processes (gloo)",
-              notes=[f"All-reduce fit of a gloo sweep between 2 CPU processes: {fit.describe()}.",
+              notes=tables_[0].notes + [f"All-reduce fit of a gloo sweep between 2 CPU processes: {fit.describe()}.",
                      "No wrapper cost is fitted for CPU processes: the prediction leaves it out. The two processes "
                      "share this machine's cores, so compute slows down too, which the model does not know."])
     return t

@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -658,7 +659,7 @@ class Diagnosis:
                          f"{self.best_ring[0]} (slowest hop {self.ring_bottleneck:.1f} GB/s).")
         if self.causes:
             lines.append("Typical causes to check:")
-            lines += [f"  - {c}" for c in self.causes]
+            lines += [textwrap.fill(c, 100, initial_indent="  - ", subsequent_indent="    ") for c in self.causes]
         return "\n".join(lines)
 
     def __str__(self) -> str:
