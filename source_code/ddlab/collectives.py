@@ -440,19 +440,22 @@ def compare_levels(levels: Sequence[str] = nccl.P2P_LEVELS, sizes: Sequence = ("
     return {lv: sweep(op=op, backend="nccl", path=lv, sizes=sizes, **kwargs) for lv in levels}
 
 
-def level_table(results: Mapping[str, "SweepResult"]) -> str:
-    """One line per level of a level sweep: the transports NCCL reported (connections of
-    each kind) and the bus bandwidth at the sweep's largest size."""
+def level_table(results: Mapping[str, "SweepResult"]):
+    """One row per level of a level sweep: the transports NCCL reported (connections of each
+    kind) and the bus bandwidth at the sweep's largest size, as a :class:`ddlab.tables.Table`."""
+    from .tables import Table
     if not results:
         raise ValueError("no level sweep results to show")
-    lines = [f"{'NCCL_P2P_LEVEL':<15} {'transports NCCL chose (connections)':<40} {'busbw':>12}  at"]
+    rows = []
     for level, res in results.items():
         counts = res.transport_counts()
-        kinds = ", ".join(f"{k} ({n})" for k, n in counts.items()) if counts else "not in the log"
-        last = max(res.rows, key=lambda r: r["bytes"]) if res.rows else None
-        bw = f"{last['busbw_gbps']:.1f} GB/s" if last else "-"
-        lines.append(f"{level:<15} {kinds:<40} {bw:>12}  {format_size(last['bytes']) if last else ''}".rstrip())
-    return "\n".join(lines)
+        last = max(res.rows, key=lambda r: r["bytes"]) if res.rows else {}
+        rows.append({"level": level,
+                     "transports": ", ".join(f"{k} ({n})" for k, n in counts.items()) if counts else "not in the log",
+                     "busbw": last.get("busbw_gbps"), "size": last.get("bytes")})
+    return Table([("level", "text", "NCCL_P2P_LEVEL"), ("transports", "text", "transports NCCL chose (connections)"),
+                  ("busbw", lambda v: f"{v:.1f} GB/s", "busbw"), ("size", "bytes", "at")], rows, missing="-",
+                 align={"busbw": "right"})
 
 
 # ----------------------------------------------------------------------------- plotting
