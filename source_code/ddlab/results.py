@@ -22,9 +22,9 @@ from . import nccl, tables, throughput, units
 from .runspec import RunSpec, RunSpecError
 
 TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
-          "perf-options": "single-GPU speed options"}
+          "perf-options": "single-GPU speed options", "tuning": "communication tuning"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
-_SCALING_ROWS = ("scaling", "nccl-paths", "launchers")
+_SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning")
 _BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.nccl's
 
 
@@ -87,6 +87,8 @@ def row_label(name: str, r: dict) -> str:
         return r.get("path", "?")
     if name == "perf-options":
         return r.get("option", "?")
+    if name == "tuning":
+        return r.get("tuning", "?")
     if name == "launchers":
         return f"{r.get('launcher')}\n{r.get('path')}"
     return f"{r.get('workers')} worker" + ("s" if r.get("workers") != 1 else "")
@@ -158,6 +160,7 @@ class ExperimentResult:
         reps = c.get("repeats")
         return (f"{what}: {c.get('framework')} {c.get('launcher')}, model {c.get('model')}, "
                 f"batch {c.get('batch_size')}/worker, {c.get('device')}"
+                + (f", NCCL path {c['path']}" if c.get("path") else "")
                 + (f", {reps} repeats" if reps and reps > 1 else ""))
 
     def where(self) -> str:
@@ -253,7 +256,7 @@ class ExperimentResult:
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=8, xytext=(0, 2), textcoords="offset points")
         base = self.config.get("baseline_images_per_s")
-        if base and self.name == "nccl-paths":
+        if base and self.name in ("nccl-paths", "tuning"):
             ax.axhline(base, color="grey", linestyle="--", linewidth=1)
             ax.annotate("1 worker", (len(ok) - 0.5, base), ha="right", va="bottom", fontsize=8, color="grey")
         ax.set_xticks(range(len(ok)))
@@ -310,6 +313,9 @@ _COLUMNS = {
     "launchers": [("path", "path"), ("launcher", "launcher"), ("images/s", "images_per_s"),
                   ("speedup vs 1", "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
                   ("graph", "cuda_graph")],
+    "tuning": [("tuning", "tuning"), ("flags", "flags"), ("workers", "workers"), ("global batch", "global_batch"),
+               ("images/s", "images_per_s"), ("speedup vs 1 GPU", "speedup"), ("step ms median", "step_ms_median"),
+               ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
     "perf-options": [("option", "option"), ("images/s", "images_per_s"), ("vs plain", "speedup"),
                      ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"),
                      ("cuda graph", "cuda_graph"), ("test acc", "test_accuracy")],

@@ -143,12 +143,22 @@ def add_convergence_arguments(p: argparse.ArgumentParser) -> None:
                         "for the gradient noise scale (ddlab.convergence)")
 
 
+def micro_batches(args: argparse.Namespace) -> int:
+    """Micro-batches of --batch-size per optimizer step (--accumulate; 1 for a script without it)."""
+    return getattr(args, "accumulate", 1)
+
+
+def global_batch(args: argparse.Namespace, world: int) -> int:
+    """The batch the optimizer sees in one step: batch per worker x micro-batches x ``world``."""
+    return args.batch_size * micro_batches(args) * world
+
+
 def learning_rate(args: argparse.Namespace, world: int) -> float:
     """The learning rate after any warm-up: --lr scaled by --lr-scaling for the global batch
-    (batch per worker x ``world``) over --lr-ref-batch (default: the batch per worker)."""
+    the optimizer sees (:func:`global_batch`) over --lr-ref-batch (default: the batch per worker)."""
     from .convergence import peak_lr
     ref = args.lr_ref_batch or args.batch_size
-    return peak_lr(args.lr, args.lr_scaling, args.batch_size * world, ref)
+    return peak_lr(args.lr, args.lr_scaling, global_batch(args, world), ref)
 
 
 # ----------------------------------------------------------------------------- the run's shape
@@ -175,12 +185,14 @@ def plan_steps(args: argparse.Namespace, n_train: int, world: int, error: Type[F
                min_warmup: int = 0, min_warmup_why: str = "") -> StepPlan:
     """Steps from --steps or --epochs (default one epoch of a shard) and warm-up steps from
     --warmup-steps (default a fifth, 1..50). ``min_warmup`` raises the warm-up where the
-    framework needs that many untimed steps (a CUDA-graph capture), noting why."""
+    framework needs that many untimed steps (a CUDA-graph capture), noting why. A step takes
+    --batch-size x --accumulate images of each rank's shard."""
     per_rank = n_train // world
-    steps_per_epoch = per_rank // args.batch_size
+    n = micro_batches(args)
+    steps_per_epoch = per_rank // (args.batch_size * n)
     if steps_per_epoch < 1:
         raise error(f"a shard of {per_rank} images ({n_train:,} / {world} workers) holds no full batch "
-                    f"of {args.batch_size}")
+                    f"of {args.batch_size}" + (f" x {n} micro-batches" if n > 1 else ""))
     total = args.steps if args.steps is not None else max(2, int(round((args.epochs or 1) * steps_per_epoch)))
     warmup = args.warmup_steps if args.warmup_steps is not None else max(1, min(50, total // 5))
     notes = []
@@ -255,12 +267,13 @@ def build_result(args: argparse.Namespace, *, framework: str, params: int, gradi
                  checksum: Mapping, start_checksum: Mapping, gathered: Sequence[Mapping],
                  framework_env_prefixes: Sequence[str], versions: Mapping, notes: Sequence[str],
                  phase_s: Mapping, wall_s: float, provenance: Mapping,
-                 learning: Optional[Mapping] = None) -> dict:
+                 learning: Optional[Mapping] = None, tuning: Optional[Mapping] = None) -> dict:
     """The result JSON of one run (rank 0), the same fields from both scripts, in this order:
 
     * the model (``params``, ``gradient_bytes_per_step``: what every step all-reduces) and who
       ran it (``framework``, ``launcher``, ``backend``);
-    * the run's shape: ``workers``, ``batch_per_worker``, ``global_batch``, ``steps``,
+    * the run's shape: ``workers``, ``batch_per_worker`` (one micro-batch), ``global_batch``
+      (what the optimizer sees: batch x micro-batches x workers), ``steps`` (optimizer steps),
       ``warmup_steps``, ``timed_steps``, ``epochs``, ``steps_per_epoch``;
     * the speed (``ddlab.throughput.summarize``): ``images_per_s`` over the timed steps,
       ``elapsed_s`` between the synchronised start and end, ``step_time_ms`` (median, p10,
@@ -271,7 +284,9 @@ def build_result(args: argparse.Namespace, *, framework: str, params: int, gradi
     * the setup: ``precision``, then the script's ``device_fields`` (device, CUDA graph,
       compile...), then the optimizer, learning rate (``lr`` = ``lr_base`` scaled by
       ``lr_scaling`` for the global batch over ``lr_ref_batch``), ``seed``, ``cpu_threads``
-      (CPU runs only);
+      (CPU runs only), then ``tuning`` when the script gives it (every communication tuning
+      option, :func:`ddlab.tuning.config`: ``accumulate``, DDP's buckets, hook and graph,
+      Horovod's compression, fusion and cycle);
     * the agreement: rank 0's weight ``checksum`` now and at the start, every rank's
       (:func:`rank_agreement`);
     * the environment: ``nccl_env``, ``framework_env``, the script's ``versions``;
@@ -282,7 +297,7 @@ def build_result(args: argparse.Namespace, *, framework: str, params: int, gradi
     result = {
         "model": args.model, "params": params, "gradient_bytes_per_step": gradient_bytes,
         "framework": framework, "launcher": args.launcher, "backend": backend,
-        "workers": world, "batch_per_worker": args.batch_size, "global_batch": args.batch_size * world,
+        "workers": world, "batch_per_worker": args.batch_size, "global_batch": global_batch(args, world),
         "steps": plan.total, "warmup_steps": plan.warmup, "timed_steps": speed["timed_steps"],
         "epochs": round(plan.total / plan.steps_per_epoch, 4), "steps_per_epoch": plan.steps_per_epoch,
         "images_per_s": speed["images_per_s"], "images_per_s_per_worker": speed["images_per_s_per_worker"],
@@ -297,6 +312,7 @@ def build_result(args: argparse.Namespace, *, framework: str, params: int, gradi
         "optimizer": args.optimizer, "lr": lr, "lr_base": args.lr, "scale_lr": args.scale_lr,
         "lr_scaling": args.lr_scaling, "lr_ref_batch": args.lr_ref_batch or args.batch_size,
         "seed": args.seed, "cpu_threads": None if on_gpu else args.cpu_threads,
+        **({"tuning": dict(tuning)} if tuning is not None else {}),
         "checksum": checksum, "start_checksum": start_checksum,
         **rank_agreement(gathered),
         "nccl_env": env_with(("NCCL_",)),

@@ -57,6 +57,12 @@ loss and the training seconds so far (evaluations left out of every clock) in th
 communication hook before the all-reduce and the averaged gradient's after it, per evaluation
 interval, for the gradient noise scale. None of these can be captured in a CUDA graph.
 
+Communication tuning (the flags and their checks live in ``ddlab.tuning``): ``--accumulate N``
+(N micro-batches per optimizer step, one all-reduce: DDP's ``no_sync``, Horovod's
+``backward_passes_per_step``); DDP's ``--bucket-cap-mb``, ``--grad-as-bucket-view``,
+``--static-graph``, ``--comm-hook bf16|fp16``; Horovod's ``--hvd-compression fp16``,
+``--hvd-fusion-mb``, ``--hvd-cycle-ms``. The result's ``tuning`` records them all.
+
 The result (``--json PATH``) is one JSON object: ``ddlab.train_common.build_result`` lists its
 fields (the same in fmnist_keras.py); the flags, checks and printed lines both scripts share
 are there too.
@@ -86,7 +92,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from ddlab import data as ddata  # noqa: E402
-from ddlab import convergence, models_torch, throughput, train_common  # noqa: E402
+from ddlab import convergence, models_torch, throughput, train_common, tuning  # noqa: E402
 from ddlab.train_common import FMNIST_MEAN, FMNIST_STD, rank_seed  # noqa: E402
 DDP_EAGER_BEFORE_CAPTURE = 20  # PyTorch's CUDA-graph notes: >= 11 DDP iterations before capture;
 # DDP also times iterations 1-10 and every 100th with CUDA events, which must not fall in a capture.
@@ -113,6 +119,7 @@ def add_torch_arguments(p: argparse.ArgumentParser) -> None:
                    help="let cuDNN time its convolution algorithms at the first steps (costs warm-up time; "
                         "the phase lines show how much)")
     train_common.add_convergence_arguments(p)
+    tuning.add_arguments(p)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -124,7 +131,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.noise_scale and args.launcher != "ddp":
         raise Failure("--noise-scale reads each rank's gradient before DDP averages it (a DDP communication "
                       "hook): use --launcher ddp with 2 or more workers")
-    return args
+    return tuning.check(args, Failure)
 
 
 # ----------------------------------------------------------------------------- workers
@@ -132,7 +139,7 @@ class Workers:
     """What the training loop needs from the launcher: rank, size, local rank, a barrier
     and an all-gather of small Python objects. One class, three launchers."""
 
-    def __init__(self, launcher: str, use_cuda: bool, plan_graph: bool):
+    def __init__(self, launcher: str, use_cuda: bool, plan_graph: bool, args=None):
         self.launcher = launcher
         self.hvd = None
         env = os.environ
@@ -169,6 +176,8 @@ class Workers:
             except ImportError as exc:
                 raise Failure(f"--launcher horovod needs Horovod for PyTorch ({exc}); build it with "
                               "`make horovod` (tools/build_horovod.sh)") from None
+            if args is not None:
+                tuning.apply_horovod_env(args)   # Horovod reads its fusion and cycle settings at init
             hvd.init()
             self.hvd = hvd
             self.rank, self.size = hvd.rank(), hvd.size()
@@ -235,6 +244,7 @@ def graph_decision(args, use_cuda: bool):
         problems.append("the learning-rate warm-up changes the rate every step, which a captured step would not see")
     if args.noise_scale:
         problems.append("--noise-scale reads every rank's gradient outside the captured step")
+    problems += tuning.graph_problems(args)
     if args.cuda_graph == "on":
         if problems:
             raise Failure("--cuda-graph on is impossible: " + "; ".join(problems))
@@ -306,7 +316,7 @@ def main(argv=None) -> int:
     device = resolve_device(args.device)
     use_cuda = device.type == "cuda"
     use_graph, graph_reason = graph_decision(args, use_cuda)
-    workers = Workers(args.launcher, use_cuda, use_graph)
+    workers = Workers(args.launcher, use_cuda, use_graph, args)
     rank, world = workers.rank, workers.size
     if use_cuda:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -356,16 +366,18 @@ def main(argv=None) -> int:
     phases.done("data to device")
 
     epoch_data = {"epoch": -1}
+    micro = args.accumulate                     # micro-batches of args.batch_size per optimizer step
+    step_batch = args.batch_size * micro
 
     def batch_at(step: int):
-        """Views of this rank's batch for ``step``; the shard is gathered once per epoch."""
+        """Views of this rank's images for ``step`` (all its micro-batches); the shard is gathered once per epoch."""
         epoch, pos = divmod(step, steps_per_epoch)
         if epoch != epoch_data["epoch"]:
             idx = order_t[epoch]
             epoch_data.update(epoch=epoch, x=normalise(X.index_select(0, idx), memory_format),
                               y=Y.index_select(0, idx))
-        s = pos * args.batch_size
-        return epoch_data["x"][s:s + args.batch_size], epoch_data["y"][s:s + args.batch_size]
+        s = pos * step_batch
+        return epoch_data["x"][s:s + step_batch], epoch_data["y"][s:s + step_batch]
 
     # ---- model: same initial weights everywhere (same seed, then rank 0's broadcast)
     torch.manual_seed(args.seed)
@@ -399,14 +411,17 @@ def main(argv=None) -> int:
         ids = [workers.local_rank] if use_cuda else None
         # For a full-step capture DDP must be built on the side stream the capture will use.
         with (torch.cuda.stream(side) if use_graph else contextlib.nullcontext()):
-            net = DDP(model, device_ids=ids)   # broadcasts rank 0's parameters
+            net = DDP(model, device_ids=ids, **tuning.ddp_kwargs(args))   # broadcasts rank 0's parameters
         if args.noise_scale:
             net.register_comm_hook(None, local_norm_hook)
+        tuning.register_comm_hook(net, args.comm_hook, Failure)
     elif args.launcher == "horovod":
         hvd = workers.hvd
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average)
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), op=hvd.Average,
+                                       **tuning.horovod_optimizer_kwargs(args, hvd))
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(opt, root_rank=0)
+    ddp = net if args.launcher == "ddp" else None   # the DDP model itself (no_sync), before any compile
     if args.compile != "none":
         net = torch.compile(net, mode=args.compile)   # compiles at the first step (warm-up)
     start_checksum = weights_checksum(model)
@@ -425,18 +440,25 @@ def main(argv=None) -> int:
     interval_steps = [0]
 
     def forward_backward_step(x, y):
-        with autocast():
-            loss = F.cross_entropy(net(x).float(), y)
-        loss.backward()
+        for i in range(micro):
+            # DDP all-reduces only in the last micro-batch's backward (no_sync before it); Horovod
+            # counts the backward passes itself (backward_passes_per_step).
+            skip_sync = ddp is not None and i < micro - 1
+            b = args.batch_size
+            xs, ys = (x, y) if micro == 1 else (x[i * b:(i + 1) * b], y[i * b:(i + 1) * b])
+            with (ddp.no_sync() if skip_sync else contextlib.nullcontext()), autocast():
+                loss = F.cross_entropy(net(xs).float(), ys)
+            loss = loss / micro if micro > 1 else loss   # the step's loss: the mean over its micro-batches
+            loss.backward()
+            loss_sum.add_(loss.detach())
+            if evaluating:
+                interval["loss_sum"].add_(loss.detach())
         if args.noise_scale:
             # the gradient all ranks now share (DDP averaged it), before the optimizer uses it
             interval["big_sq"].add_(torch.stack([p.grad.double().pow(2).sum() for p in model.parameters()]).sum())
             interval["small_sq"].add_(hook_sq)
             hook_sq.zero_()
         opt.step()
-        loss_sum.add_(loss.detach())
-        if evaluating:
-            interval["loss_sum"].add_(loss.detach())
 
     def eager_step(step: int):
         x, y = batch_at(step)
@@ -448,15 +470,18 @@ def main(argv=None) -> int:
         forward_backward_step(x, y)
         interval_steps[0] += 1
 
-    global_batch = args.batch_size * world
+    global_batch = train_common.global_batch(args, world)
     log_every = args.log_interval or max(1, total // 10)
+    tuned = tuning.describe(args)
     say(f"fmnist_torch | model {args.model} ({n_params:,} parameters, {grad_bytes / 1e6:.1f} MB of gradients "
         f"per step) | launcher {args.launcher} ({workers.backend}), {world} worker(s) x batch {args.batch_size} "
-        f"= {global_batch} | {device.type}" + (f" ({torch.cuda.get_device_name(device)})" if use_cuda else "")
+        + (f"x {micro} micro-batches " if micro > 1 else "") + f"= {global_batch} | {device.type}"
+        + (f" ({torch.cuda.get_device_name(device)})" if use_cuda else "")
         + f" | {args.precision} | cuda-graph {graph_reason} | compile {args.compile} | {args.optimizer} lr {lr:g}"
         + (f" ({args.lr_scaling} scaling of {args.lr:g} for batch {args.lr_ref_batch or args.batch_size})"
            if args.lr_scaling != "none" else "")
         + (f", warm-up {lr_warmup} steps" if lr_warmup else "")
+        + (f" | tuning: {tuned}" if tuned else "")
         + f" | {total} steps, {warmup} warm-up, shard {per_rank} images = {steps_per_epoch} steps/epoch", flush=True)
     for note in notes:
         say("note: " + note)
@@ -487,8 +512,8 @@ def main(argv=None) -> int:
         torch.cuda.current_stream().wait_stream(side)
         step = eager_needed
         log_line(step, force=True)
-        static_x = torch.empty((args.batch_size, 1, 28, 28), device=device).contiguous(memory_format=memory_format)
-        static_y = torch.empty((args.batch_size,), dtype=torch.int64, device=device)
+        static_x = torch.empty((step_batch, 1, 28, 28), device=device).contiguous(memory_format=memory_format)
+        static_y = torch.empty((step_batch,), dtype=torch.int64, device=device)
         opt.zero_grad()   # set to None: gradients are then allocated inside the graph's memory pool
         if args.launcher == "ddp":
             say("note: capturing DDP's NCCL all-reduce in the CUDA graph (--cuda-graph on); "
@@ -616,7 +641,7 @@ def main(argv=None) -> int:
     if evaluating:
         notes.append(f"the test evaluations during training ({clock['eval_s']:.2f} s) are left out of the timed "
                      "interval and of each evaluation's train_s")
-    speed = throughput.summarize(plan.timed, args.batch_size, world, elapsed, step_ms)
+    speed = throughput.summarize(plan.timed, step_batch, world, elapsed, step_ms)   # images really processed
 
     # ---- agreement across ranks, test accuracy, result
     checksum = weights_checksum(model)
@@ -655,7 +680,8 @@ def main(argv=None) -> int:
             notes=notes, phase_s=phases.to_dict(), wall_s=phases.since_start(), provenance=provenance,
             learning={"train_samples": n, "lr_warmup_epochs": args.lr_warmup_epochs, "lr_warmup_steps": lr_warmup,
                       "eval_every": args.eval_every, "noise_scale": args.noise_scale,
-                      "evaluations": evaluations})
+                      "evaluations": evaluations},
+            tuning=tuning.config(args))
         print(train_common.summary_line(result), flush=True)
         if args.json:
             train_common.write_json(args.json, result)

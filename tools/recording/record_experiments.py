@@ -3,9 +3,12 @@
     python tools/recording/record_experiments.py OUT_DIR [JOB ...] [--repeats 3] [--timeout 240]
 
 JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide), launcher:model:graph
-(DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording), or
-"perf" (one GPU, model cnn, each single-GPU speed option). Default: ddp:cnn ddp:wide
-horovod:cnn horovod:wide.
+(DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording),
+"perf" (one GPU, model cnn, each single-GPU speed option), or tune:launcher:model[:path]
+(the communication tuning comparison, ddlab.tuning.tuning_comparison: the one-GPU untuned
+run, then every tuning of ddlab.tuning.TUNINGS for the launcher on 2 GPUs over NCCL path
+path, default "default"; e.g. tune:ddp:wide, tune:horovod:wide:shm). Default: ddp:cnn
+ddp:wide horovod:cnn horovod:wide.
 
 Every run is ddlab.recording.gpu_spec(model): the same run description (batch, steps,
 warm-up, precision) a live run takes on GPUs (ddlab.runspec.RunSpec.for_device("cuda")),
@@ -14,7 +17,8 @@ times (at least 3) and the result keeps every value, the median and the min-max.
 machine is named by its hardware in the results' provenance (e.g. "2x NVIDIA H200, NV18").
 
 Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph].json and, for an eager
-comparison, OUT_DIR/scaling-torch-<launcher>-<model>.json (ready for
+comparison, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes
+OUT_DIR/tuning-torch-<launcher>-<model>-<path>.json (all ready for
 source_code/reference/experiments/), each as soon as it is complete, so a call cut short
 keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
 worker's phase times); a launch is killed after --timeout seconds and its row shows where
@@ -22,7 +26,9 @@ each worker was stuck.
 
 Time: one comparison is (1 + 3 paths) x repeats launches, 12 with 3 repeats; at tens of
 seconds a launch (start-up, data, warm-up, the timed steps, the test pass), plan one JOB per
-10-minute call. The wide model over sockets is the slowest path (about 0.1 s a step).
+10-minute call. The wide model over sockets is the slowest path (about 0.1 s a step). A tune
+JOB is (1 + 9 DDP or 8 Horovod tunings) x repeats launches, 30 or 27 with 3 repeats, each
+about as long as a comparison's: plan one tune JOB per 10-minute call.
 """
 import argparse
 import os
@@ -31,7 +37,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab import experiments, recording, runs  # noqa: E402
+from ddlab import experiments, recording, runs, tuning  # noqa: E402
+from ddlab.nccl import PATHS  # noqa: E402
 from ddlab.runspec import MODELS  # noqa: E402
 
 DEFAULT_JOBS = ["ddp:cnn", "ddp:wide", "horovod:cnn", "horovod:wide"]
@@ -42,9 +49,17 @@ def say(line: str) -> None:
 
 
 def parse_job(job: str) -> tuple:
+    """(launcher, model, variant): variant False, True (graph) or, for a tune JOB, ("tune", path)."""
     if job == "perf":
         return ("perf", "cnn", False)
     parts = job.split(":")
+    if parts[0] == "tune":
+        if len(parts) not in (3, 4) or parts[1] not in tuning.LAUNCHERS or parts[2] not in MODELS \
+                or (len(parts) == 4 and parts[3] not in PATHS):
+            raise argparse.ArgumentTypeError(f"bad job {job!r}: expected tune:launcher:model[:path], e.g. tune:ddp:wide "
+                                             f"or tune:horovod:wide:shm (launcher {' or '.join(tuning.LAUNCHERS)}; "
+                                             f"model one of {', '.join(MODELS)}; path one of {', '.join(PATHS)})")
+        return parts[1], parts[2], ("tune", parts[3] if len(parts) == 4 else "default")
     if len(parts) not in (2, 3) or parts[0] not in ("ddp", "horovod") or parts[1] not in MODELS \
             or parts[2:] not in ([], ["graph"]) or (parts[2:] == ["graph"] and parts[0] != "ddp"):
         raise argparse.ArgumentTypeError(f"bad job {job!r}: expected perf or launcher:model[:graph], e.g. ddp:cnn "
@@ -53,10 +68,30 @@ def parse_job(job: str) -> tuple:
     return parts[0], parts[1], parts[2:] == ["graph"]
 
 
+def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: int, timeout, echo: bool) -> dict:
+    """The tuning comparison with the live GPU defaults, written to OUT_DIR as soon as complete."""
+    name = tuning.reference_name(launcher, model, path)
+    ok, why = runs.availability("torch", launcher)
+    if not ok:
+        return {name: f"skipped: {why}"}
+    base = recording.gpu_spec(model, repeats, launcher=launcher, workers=2, timeout=timeout)
+    say(f"\n== tune:{launcher}:{model}:{path}: {len(tuning.TUNINGS[launcher])} tunings + the 1-GPU baseline, "
+        f"{base.steps} steps ({base.warmup_steps} warm-up), batch {base.batch}/GPU, {base.precision}, "
+        f"{base.repeats} repeats")
+    try:
+        res = tuning.tuning_comparison(base=base, path=path, echo=echo, progress=say)
+    except Exception as exc:  # reported in the summary; the next JOB still runs
+        return {name: f"{type(exc).__name__}: {exc}"}
+    os.makedirs(out_dir, exist_ok=True)
+    res.save(os.path.join(out_dir, name + ".json"))
+    say("\n" + res.table() + "\n")
+    return {name: res}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out", help="folder for the result JSON files")
-    p.add_argument("jobs", nargs="*", type=parse_job, help=f"perf or launcher:model[:graph] "
+    p.add_argument("jobs", nargs="*", type=parse_job, help=f"perf, launcher:model[:graph] or tune:launcher:model[:path] "
                    f"(default: {' '.join(DEFAULT_JOBS)})")
     p.add_argument("--repeats", type=int, default=recording.MIN_REPEATS,
                    help=f"runs per configuration (at least {recording.MIN_REPEATS})")
@@ -77,8 +112,11 @@ def main(argv=None) -> int:
     failed = 0
     for launcher, model, graph in jobs:
         t0 = time.monotonic()
-        job = "perf" if launcher == "perf" else f"{launcher}:{model}" + (":graph" if graph else "")
-        if launcher == "perf":
+        job = "perf" if launcher == "perf" else f"{launcher}:{model}" + (":graph" if graph is True else "")
+        if isinstance(graph, tuple):
+            job = f"tune:{job}:{graph[1]}"
+            done = record_tuning(a.out, launcher, model, graph[1], a.repeats, a.timeout, a.echo)
+        elif launcher == "perf":
             done = recording.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
                                             echo=a.echo, progress=say)
         else:
