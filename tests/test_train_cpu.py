@@ -1,6 +1,7 @@
 """The training scripts for real, on CPU processes: sharding, one process, and a 2-process
 run per launcher (torch DDP via torchrun, torch Horovod and Keras Horovod via horovodrun
 --gloo) that must end with identical weights on both ranks."""
+import json
 import os
 import subprocess
 import sys
@@ -162,6 +163,24 @@ def test_graph_capture_is_opt_in_for_ddp():
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--device", "cpu", "--noise-scale", "--eval-every", "1"], "use --launcher ddp with 2 or more workers"),
     (["--device", "cpu", "--launcher", "horovod", "--noise-scale", "--eval-every", "1"], "DDP communication hook"),
+    # the communication tuning flags (ddlab.tuning): each belongs to its launcher, bad values, bad pairs
+    (["--device", "cpu", "--launcher", "horovod", "--static-graph"],
+     "--static-graph is a DDP option (torch's DistributedDataParallel): use it with --launcher ddp, not --launcher "
+     "horovod"),
+    (["--device", "cpu", "--comm-hook", "fp16"], "use it with --launcher ddp, not --launcher none"),
+    (["--device", "cpu", "--launcher", "ddp", "--hvd-fusion-mb", "64"],
+     "--hvd-fusion-mb is a Horovod option: use it with --launcher horovod"),
+    (["--device", "cpu", "--launcher", "ddp", "--hvd-compression", "fp16"], "--hvd-compression is a Horovod option"),
+    (["--device", "cpu", "--accumulate", "0"], "--accumulate must be at least 1"),
+    (["--device", "cpu", "--launcher", "ddp", "--bucket-cap-mb", "0"], "--bucket-cap-mb must be positive"),
+    (["--device", "cpu", "--launcher", "horovod", "--hvd-fusion-mb", "-1"], "--hvd-fusion-mb cannot be negative"),
+    (["--device", "cpu", "--launcher", "horovod", "--hvd-cycle-ms", "0"], "--hvd-cycle-ms must be positive"),
+    (["--device", "cpu", "--launcher", "ddp", "--comm-hook", "fp16", "--noise-scale", "--eval-every", "1"],
+     "DDP takes only one"),
+    (["--device", "cpu", "--launcher", "ddp", "--accumulate", "2", "--noise-scale", "--eval-every", "1"],
+     "cannot go with --accumulate"),
+    (["--device", "cpu", "--launcher", "ddp", "--static-graph", "--accumulate", "2"], "PyTorch issue 143580"),
+    (["--device", "cpu", "--accumulate", "2", "--cuda-graph", "on"], "--accumulate runs several forward"),
 ])
 def test_torch_script_refuses_bad_setups_with_one_clear_line(args, message, monkeypatch):
     for var in ("LOCAL_RANK", "WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE"):
@@ -184,3 +203,96 @@ def test_failed_run_raises_launch_error_quoting_the_script():
     with pytest.raises(launch.LaunchError, match="unrecognized arguments: --no-such-flag"):
         runs.train(RunSpec(model="mlp-small", steps=4, warmup_steps=1, device="cpu",
                            extra_args=["--no-such-flag"], timeout=120))
+
+
+# ----------------------------------------------------------------------------- communication tuning
+def test_bf16_hook_runs_where_ddp_accepts_it_and_fails_clearly_where_not(monkeypatch):
+    """DDP accepts PyTorch's bf16_compress_hook only in a CUDA build of PyTorch (even over gloo
+    on CPU): a CPU-only build refuses it with one line before any process group exists; a CUDA
+    build runs it over gloo, ranks agreeing."""
+    import torch
+    for var in ("LOCAL_RANK", "WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    if torch.version.cuda is None and torch.version.hip is None:
+        with pytest.raises(SystemExit) as ei:
+            load_script("torch").main(["--device", "cpu", "--launcher", "ddp", "--comm-hook", "bf16"])
+        msg = str(ei.value.code)
+        assert msg.startswith("fmnist_torch.py: error: --comm-hook bf16:") and "built without CUDA" in msg
+        assert "--comm-hook fp16" in msg and "\n" not in msg
+    else:
+        r = runs.train(RunSpec(framework="torch", launcher="ddp", workers=2, extra_args=("--comm-hook", "bf16"),
+                               **dict(TINY, test_samples=200)))
+        assert r["ranks_agree"] is True and r["tuning"]["comm_hook"] == "bf16"
+
+
+def test_accumulation_is_the_larger_batch_in_smaller_pieces(tmp_path, monkeypatch):
+    """One process, no dropout (mlp-small): 2 micro-batches of 8 per step train the same
+    weights as batches of 16 (the loss is the mean over the micro-batches, the learning rate
+    that of the batch the optimizer sees), and the images counted are the 16 per step."""
+    import torch
+    for var in ("LOCAL_RANK", "WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    mod = load_script("torch")
+    threads = torch.get_num_threads()
+    out = {}
+    try:
+        for name, flags in (("micro", ["--batch-size", "8", "--accumulate", "2"]), ("whole", ["--batch-size", "16"])):
+            path = str(tmp_path / f"{name}.json")
+            assert mod.main(["--model", "mlp-small", "--device", "cpu", "--steps", "4", "--warmup-steps", "1",
+                             "--test-samples", "100", "--lr-scaling", "linear", "--lr-ref-batch", "8",
+                             "--json", path, *flags]) == 0
+            out[name] = json.load(open(path))
+    finally:
+        torch.set_num_threads(threads)
+    micro, whole = out["micro"], out["whole"]
+    assert (micro["batch_per_worker"], micro["global_batch"], micro["tuning"]["accumulate"]) == (8, 16, 2)
+    assert micro["images_timed"] == whole["images_timed"] == 3 * 16
+    assert micro["steps_per_epoch"] == whole["steps_per_epoch"] == 60000 // 16
+    assert micro["lr"] == whole["lr"] == pytest.approx(2e-3)   # linear scaling for the optimizer's batch of 16
+    assert micro["final_loss"] == pytest.approx(whole["final_loss"], rel=1e-5)
+    for key in ("sum", "sumsq"):
+        assert micro["checksum"][key] == pytest.approx(whole["checksum"][key], rel=1e-6)
+    assert micro["checksum"] != micro["start_checksum"]
+
+
+def check_tuned(r, launcher, micro_batches, **tuned):
+    """A 2-worker TINY run with tuning flags: honest image counts, every rank agreeing, the
+    tuning recorded."""
+    assert (r["launcher"], r["workers"], r["batch_per_worker"]) == (launcher, 2, 16)
+    assert r["global_batch"] == 16 * micro_batches * 2 and r["timed_steps"] == 4
+    assert r["images_timed"] == 4 * 16 * micro_batches * 2   # the images really processed, all micro-batches
+    assert r["images_per_s"] == pytest.approx(r["images_timed"] / r["elapsed_s"])
+    assert r["ranks_agree"] is True and len(r["rank_checksums"]) == 2 and r["checksum"] != r["start_checksum"]
+    assert r["final_loss"] > 0 and np.isfinite(r["final_loss"])
+    assert r["tuning"]["accumulate"] == micro_batches
+    for key, value in tuned.items():
+        assert r["tuning"][key] == value, key
+
+
+TUNED = dict(TINY, test_samples=200)
+
+
+@pytest.mark.slow
+def test_ddp_accumulation_with_no_sync_and_the_fp16_hook_agree():
+    r = runs.train(RunSpec(framework="torch", launcher="ddp", workers=2, **TUNED,
+                           extra_args=("--accumulate", "2", "--comm-hook", "fp16")))
+    check_tuned(r, "ddp", 2, no_sync=True, comm_hook="fp16")
+
+
+@pytest.mark.slow
+def test_ddp_bucket_options_and_static_graph_agree():
+    r = runs.train(RunSpec(framework="torch", launcher="ddp", workers=2, **TUNED,
+                           extra_args=("--bucket-cap-mb", "0.25", "--grad-as-bucket-view", "--static-graph")))
+    check_tuned(r, "ddp", 1, bucket_cap_mb=0.25, gradient_as_bucket_view=True, static_graph=True, no_sync=False)
+
+
+@pytest.mark.slow
+def test_horovod_accumulation_compression_fusion_and_cycle_agree():
+    _need_horovod("torch")
+    r = runs.train(RunSpec(framework="torch", launcher="horovod", workers=2, **TUNED,
+                           extra_args=("--accumulate", "2", "--hvd-compression", "fp16", "--hvd-fusion-mb", "1",
+                                       "--hvd-cycle-ms", "2")))
+    check_tuned(r, "horovod", 2, hvd_compression="fp16", hvd_fusion_mb=1, hvd_cycle_ms=2.0, no_sync=False)
+    # set before hvd.init, so the workers ran with them (and the result's environment shows it)
+    assert r["framework_env"]["HOROVOD_FUSION_THRESHOLD"] == str(1024 * 1024)
+    assert r["framework_env"]["HOROVOD_CYCLE_TIME"] == "2"

@@ -194,7 +194,8 @@ class ExperimentResult:
         rows = []
         for row in self.rows:
             if row.get("error"):
-                cells = [_fmt(row.get(cols[0][1])), f"failed: {row['error'][:70]}"] + [""] * (len(cols) - 2)
+                what = "not run" if row.get("not_run") else "failed"   # not_run: refused before any launch
+                cells = [_fmt(row.get(cols[0][1])), f"{what}: {row['error'][:70]}"] + [""] * (len(cols) - 2)
             else:
                 cells = [_fmt_cell(row, key, spread) for _, key in cols]
             rows.append(cells)

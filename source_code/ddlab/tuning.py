@@ -255,7 +255,8 @@ TUNINGS = {
         "ddp",
         ("untuned", (), "DDP's defaults: 25 MB buckets, float32 gradients, an all-reduce every step", 1),
         ("batch x2", (), _BATCH_WHY + " (the global batch doubles)", 2),
-        ("accumulate 2", ("--accumulate", "2"), _ACC_WHY + " (DDP's no_sync on the first; the global batch doubles)", 1),
+        ("accumulate 2", ("--accumulate", "2"), _ACC_WHY + " (DDP's no_sync on the first; the global batch "
+         "doubles)", 1),
         ("bf16 hook", ("--comm-hook", "bf16"), "gradients all-reduced as bfloat16: half the bytes on the link, "
          "rounded before they are averaged", 1),
         ("bucket 100 MB", ("--bucket-cap-mb", "100"), "fewer, larger all-reduces than DDP's 25 MB buckets; the "
@@ -292,15 +293,29 @@ BASELINE = "1 GPU untuned"
 
 def names(launcher: str) -> list:
     """The tunings of ``launcher`` ("ddp" or "horovod"), in the comparison's order."""
-    _check_launcher(launcher)
-    return list(TUNINGS[launcher])
+    return list(TUNINGS[_launcher(launcher)])
 
 
-def _check_launcher(launcher: str) -> None:
+def _launcher(launcher: str) -> str:
+    """``launcher`` when it has tunings (RunSpecError naming the ones that do otherwise)."""
     if launcher not in TUNINGS:
         from .runspec import RunSpecError
         raise RunSpecError(f"unknown launcher {launcher!r} for the tuning comparison; choose one of "
                            f"{', '.join(TUNINGS)}")
+    return launcher
+
+
+def tunings_table(launcher: str = "ddp", batch: Optional[int] = None):
+    """The tunings of ``launcher`` as a :class:`ddlab.tables.Table`: name, flags, why (the
+    batch-size flag shown for ``batch`` per GPU, default the live GPU batch)."""
+    from . import tables
+    from .runspec import RunSpec
+    base = RunSpec.for_device("cuda", "wide", launcher=launcher, workers=2)
+    base = base.with_(batch=batch) if batch else base
+    rows = [{"tuning": t.name, "flags": t.flags_text(base), "why": t.why}
+            for t in TUNINGS[_launcher(launcher)].values()]
+    return tables.Table([("tuning", "text"), ("flags", "text"), ("why", "text")], rows,
+                        title=f"{launcher} tunings (the flags fmnist_torch.py adds to the untuned run)")
 
 
 def reference_name(launcher: str, model: str, path: str) -> str:
@@ -345,12 +360,12 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     from .runspec import RunSpecError, nccl_path_name
 
     if base is None:
-        _check_launcher(launcher)
+        _launcher(launcher)
         spec = spec_for(device, "torch", model, 2, launcher=launcher, repeats=repeats)
     else:
         spec = base.with_(workers=2) if base.workers != 2 else base
     launcher = spec.launcher
-    _check_launcher(launcher)
+    _launcher(launcher)
     if spec.framework != "torch":
         raise RunSpecError("the tuning comparison runs fmnist_torch.py: framework 'torch'")
     chosen = list(tunings) if tunings is not None else names(launcher)
@@ -390,14 +405,15 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
         rows.append(dict(add_speedup(row, base_ips), tuning=BASELINE, flags="(none)", path="1 worker",
                          why="one worker, no all-reduce: the speedups are over this run",
                          run=idx[median_run(base_runs)], runs=idx))
+    not_run: dict = {}   # reason -> the tunings this PyTorch cannot run
     for name in chosen:
         t = TUNINGS[launcher][name]
         flags = t.flags_text(spec)
         skip = _skip_reason(t)
         if skip:
-            rows.append({"tuning": name, "flags": flags, "path": path, "workers": spec.workers,
-                         "error": f"not run: {skip}"})
-            notes.append(f"{name!r} was not run: {skip}")
+            rows.append({"tuning": name, "flags": flags, "path": path, "workers": spec.workers, "error": skip,
+                         "not_run": True})
+            not_run.setdefault(skip, []).append(name)
             continue
         try:
             runs = _repeat(t.spec(spec), **common)
@@ -411,6 +427,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
         row.update(tuning=name, flags=flags, path=path, why=t.why, run=idx[mid], runs=idx,
                    tuning_config=runs[mid].get("tuning"))
         rows.append(row)
+    notes += [f"not run here ({', '.join(map(repr, skipped))}): {why}" for why, skipped in not_run.items()]
     if not all_runs:
         raise ExperimentError("every run of the tuning comparison failed:\n" + "\n".join(notes))
     if any(TUNINGS[launcher][n].batch_factor != 1 or "--accumulate" in TUNINGS[launcher][n].flags for n in chosen):

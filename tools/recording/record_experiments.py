@@ -56,8 +56,9 @@ def parse_job(job: str) -> tuple:
     if parts[0] == "tune":
         if len(parts) not in (3, 4) or parts[1] not in tuning.LAUNCHERS or parts[2] not in MODELS \
                 or (len(parts) == 4 and parts[3] not in PATHS):
-            raise argparse.ArgumentTypeError(f"bad job {job!r}: expected tune:launcher:model[:path], e.g. tune:ddp:wide "
-                                             f"or tune:horovod:wide:shm (launcher {' or '.join(tuning.LAUNCHERS)}; "
+            raise argparse.ArgumentTypeError(f"bad job {job!r}: expected tune:launcher:model[:path], e.g. "
+                                             f"tune:ddp:wide or tune:horovod:wide:shm (launcher "
+                                             f"{' or '.join(tuning.LAUNCHERS)}; "
                                              f"model one of {', '.join(MODELS)}; path one of {', '.join(PATHS)})")
         return parts[1], parts[2], ("tune", parts[3] if len(parts) == 4 else "default")
     if len(parts) not in (2, 3) or parts[0] not in ("ddp", "horovod") or parts[1] not in MODELS \
@@ -91,8 +92,8 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out", help="folder for the result JSON files")
-    p.add_argument("jobs", nargs="*", type=parse_job, help=f"perf, launcher:model[:graph] or tune:launcher:model[:path] "
-                   f"(default: {' '.join(DEFAULT_JOBS)})")
+    p.add_argument("jobs", nargs="*", type=parse_job, help=f"perf, launcher:model[:graph] or "
+                   f"tune:launcher:model[:path] (default: {' '.join(DEFAULT_JOBS)})")
     p.add_argument("--repeats", type=int, default=recording.MIN_REPEATS,
                    help=f"runs per configuration (at least {recording.MIN_REPEATS})")
     p.add_argument("--timeout", type=float, help="seconds per launch before it is killed (default: the live one)")

@@ -1,0 +1,239 @@
+"""ddlab.tuning: the tuning flags' arguments and records, the named tunings, and the tuning
+comparison (its launches stood in for by FakeLaunches: no GPU needed)."""
+import argparse
+import importlib.util
+import json
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from _experiment_fakes import FakeLaunches, script_result  # noqa: E402
+from ddlab import nccl, reference, results, runs, runspec, tuning  # noqa: E402
+from ddlab.runspec import RunSpec, RunSpecError  # noqa: E402
+
+
+def load_torch_script():
+    spec = importlib.util.spec_from_file_location("_fmnist_torch_for_tuning", runspec.SCRIPTS["torch"])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_torch_script()
+
+
+def parse(launcher, *flags):
+    p = argparse.ArgumentParser()
+    p.add_argument("--launcher", default=launcher)
+    tuning.add_arguments(p)
+    return p.parse_args(list(flags))
+
+
+# ----------------------------------------------------------------------------- what the flags become
+def test_flags_become_ddp_and_horovod_arguments():
+    a = parse("ddp", "--bucket-cap-mb", "100", "--grad-as-bucket-view", "--static-graph")
+    assert tuning.ddp_kwargs(a) == {"bucket_cap_mb": 100.0, "gradient_as_bucket_view": True, "static_graph": True}
+    assert tuning.ddp_kwargs(parse("ddp")) == {}   # nothing given: DDP's own defaults
+    h = parse("horovod", "--hvd-fusion-mb", "256", "--hvd-cycle-ms", "0.5", "--accumulate", "3",
+              "--hvd-compression", "fp16")
+    # bytes as horovodrun's --fusion-threshold-mb writes them (MiB), the cycle in ms
+    assert tuning.horovod_env(h) == {"HOROVOD_FUSION_THRESHOLD": str(256 * 1024 * 1024), "HOROVOD_CYCLE_TIME": "0.5"}
+    env = {"HOROVOD_CYCLE_TIME": "5"}
+    assert tuning.apply_horovod_env(h, env) == tuning.horovod_env(h) and env["HOROVOD_CYCLE_TIME"] == "0.5"
+
+    class FakeHvd:
+        class Compression:
+            none, fp16 = "none-compressor", "fp16-compressor"
+    assert tuning.horovod_optimizer_kwargs(h, FakeHvd) == {"backward_passes_per_step": 3,
+                                                           "compression": "fp16-compressor"}
+    assert tuning.horovod_optimizer_kwargs(parse("horovod"), FakeHvd)["compression"] == "none-compressor"
+
+
+def test_config_records_every_option_and_describe_names_the_given_ones():
+    a = parse("ddp", "--accumulate", "2", "--comm-hook", "fp16", "--bucket-cap-mb", "50")
+    c = tuning.config(a)
+    assert set(c) == {"accumulate", "no_sync", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
+                      "comm_hook", "hvd_compression", "hvd_fusion_mb", "hvd_cycle_ms", "horovod_env"}
+    assert (c["accumulate"], c["no_sync"], c["comm_hook"], c["bucket_cap_mb"]) == (2, True, "fp16", 50.0)
+    assert c["hvd_compression"] == "none" and c["horovod_env"] == {}
+    json.dumps(c)
+    assert tuning.describe(a) == "accumulate 2 (no_sync), bucket 50 MB, fp16 comm hook"
+    assert tuning.describe(parse("ddp")) == ""
+    h = parse("horovod", "--accumulate", "2", "--hvd-cycle-ms", "2")
+    assert tuning.config(h)["no_sync"] is False
+    assert tuning.describe(h) == "accumulate 2 (backward_passes_per_step), HOROVOD_CYCLE_TIME=2"
+
+
+def test_graph_problems_name_what_a_captured_step_cannot_hold():
+    assert tuning.graph_problems(parse("ddp", "--bucket-cap-mb", "10", "--static-graph")) == []
+    problems = tuning.graph_problems(parse("ddp", "--accumulate", "2", "--comm-hook", "fp16"))
+    assert len(problems) == 2 and "--accumulate" in problems[0] and "--comm-hook" in problems[1]
+
+
+def test_bf16_hook_problem_follows_the_torch_build():
+    import torch
+    problem = tuning.bf16_hook_problem()
+    if torch.version.cuda is None and torch.version.hip is None:
+        assert "built without CUDA" in problem and "--comm-hook fp16" in problem
+    elif torch.distributed.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10):
+        assert problem is None
+
+
+# ----------------------------------------------------------------------------- the named tunings
+def test_every_named_tuning_is_a_valid_run_of_its_own_launcher_only(script, monkeypatch):
+    """Each tuning's flags pass the script's own checks under its launcher; the flags that
+    belong to one launcher are refused by the other (accumulation belongs to both)."""
+    monkeypatch.setattr(tuning, "bf16_hook_problem", lambda: None)   # the bf16 hook is a GPU build's
+    for launcher, table in tuning.TUNINGS.items():
+        assert list(table)[0] == "untuned" and tuning.names(launcher) == list(table)
+        other = "horovod" if launcher == "ddp" else "ddp"
+        for name, t in table.items():
+            assert t.name == name and t.launcher == launcher and t.why
+            args = script.parse_args(["--launcher", launcher, "--device", "cpu", *t.flags])
+            assert tuning.config(args)["accumulate"] == (2 if "--accumulate" in t.flags else 1)
+            own = [f for f in t.flags if f.startswith("--") and f != "--accumulate"]
+            if own:
+                with pytest.raises(SystemExit, match=f"use it with --launcher {launcher}"):
+                    script.parse_args(["--launcher", other, "--device", "cpu", *t.flags])
+    assert "--static-graph" not in tuning.TUNINGS["ddp"]["combined + accumulate 2"].flags
+
+
+def test_a_tuning_changes_the_base_run_as_its_flags_say():
+    base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, extra_args=("--lr", "0.002"))
+    big = tuning.TUNINGS["ddp"]["batch x2"]
+    assert big.spec(base).batch == 1024 and big.flags_text(base) == "--batch-size 1024"
+    acc = tuning.TUNINGS["ddp"]["accumulate 2"].spec(base)
+    assert acc.batch == 512 and acc.extra_args == ("--lr", "0.002", "--accumulate", "2")
+    assert tuning.TUNINGS["ddp"]["untuned"].flags_text(base) == "(none)"
+    assert tuning.TUNINGS["horovod"]["fusion 256 MB"].flags_text(base) == "--hvd-fusion-mb 256"
+    with pytest.raises(RunSpecError, match="unknown launcher"):
+        tuning.names("none")
+    table = tuning.tunings_table("horovod")
+    assert [r["tuning"] for r in table.rows][:3] == ["untuned", "batch x2", "accumulate 2"]
+    assert table.rows[1]["flags"] == "--batch-size 1024" and "Horovod" in table.rows[0]["why"]
+    assert "--batch-size 256" in str(tuning.tunings_table("ddp", batch=128))
+
+
+# ----------------------------------------------------------------------------- the comparison
+def _fake(monkeypatch, *outcomes):
+    """FakeLaunches that also keeps each launch's number of processes."""
+    fake = FakeLaunches(*outcomes)
+    fake.nprocs = []
+
+    def run(argv, launcher, nproc, env, timeout, echo, python):
+        fake.nprocs.append(nproc)
+        return fake(argv, launcher, nproc, env, timeout, echo, python)
+    monkeypatch.setattr(runs.launch, "run", run)
+    return fake
+
+
+def test_comparison_runs_the_one_gpu_baseline_then_each_tuning_on_two_workers(monkeypatch):
+    chosen = ["untuned", "batch x2", "accumulate 2"]
+    outcomes = [script_result(v) for v in (100.0, 100.0)]
+    outcomes += [script_result(v, workers=2, tuning={"accumulate": 1}) for v in (150.0, 160.0)]
+    outcomes += [script_result(v, workers=2, global_batch=2048) for v in (210.0, 190.0)]
+    outcomes += [script_result(v, workers=2, global_batch=2048) for v in (185.0, 175.0)]
+    fake = _fake(monkeypatch, *outcomes)
+    base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=2)
+    res = tuning.tuning_comparison(base=base, path="shm", tunings=chosen)
+    assert len(fake.argvs) == 8 and len(res.runs) == 8   # every configuration spec.repeats (2) times
+    assert [r["tuning"] for r in res.rows] == [tuning.BASELINE] + chosen
+    baseline, untuned, big, acc = res.rows
+    assert baseline["workers"] == 1 and baseline["path"] == "1 worker" and baseline["speedup"] == 1.0
+    assert untuned["images_per_s"] == 155.0 and untuned["speedup"] == pytest.approx(1.55)
+    assert (untuned["speedup_min"], untuned["speedup_max"]) == (1.5, 1.6)
+    assert big["flags"] == "--batch-size 1024" and big["speedup"] == pytest.approx(2.0) and big["global_batch"] == 2048
+    assert big["above_linear"] is False and acc["flags"] == "--accumulate 2"
+    assert untuned["tuning_config"] == {"accumulate": 1} and untuned["why"]
+    # the argv of each launch: the baseline alone, the tunings with their flags on 2 workers
+    argvs = fake.argvs
+    assert fake.nprocs == [1, 1] + [2] * 6
+    assert all("--accumulate" not in a and a[a.index("--batch-size") + 1] == "512" for a in argvs[:4])
+    assert [a[a.index("--batch-size") + 1] for a in argvs[4:6]] == ["1024", "1024"]
+    assert all(a[-4:-2] == ["--accumulate", "2"] for a in argvs[6:])
+    # the NCCL path's environment for the two-worker runs only
+    shm = {k: v for k, v in nccl.get("shm").environment().items() if v is not None}
+    assert shm and all(fake.envs[i].get(k) == v for i in range(2, 8) for k, v in shm.items())
+    assert not any(fake.envs[0].get(k) == v for k, v in shm.items())
+    assert res.config["path"] == "shm" and res.config["tunings"] == chosen and res.config["repeats"] == 2
+    assert res.config["baseline_images_per_s"] == 100.0
+    assert res.spec == base.with_(path="shm") and res.matches_live_default is True
+    assert any("NCCL path 'shm'" in n for n in res.notes) and any("larger global batch" in n for n in res.notes)
+    text = res.table()
+    assert "communication tuning: torch ddp, model wide" in text and "NCCL path shm" in text
+    assert "155 (150-160)" in text and "1.55x" in text and "--batch-size 1024" in text
+    assert "ranks agree" in text.splitlines()[1]
+    assert len(res.plot().patches) == 4
+    back = results.ExperimentResult.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert back.rows == res.rows and back.table() == text
+
+
+def test_a_failed_tuning_gets_its_row_and_the_others_still_run(monkeypatch):
+    fake = _fake(monkeypatch, script_result(100.0), "a worker crashed", script_result(120.0, workers=2))
+    base = RunSpec.for_device("cuda", "wide", launcher="horovod", workers=2)
+    res = tuning.tuning_comparison(base=base, tunings=["fp16 compression", "cycle 0.5 ms"])
+    assert len(fake.argvs) == 3
+    failed, ok = res.rows[1], res.rows[2]
+    assert failed["tuning"] == "fp16 compression" and "launch failed" in failed["error"]
+    assert failed["flags"] == "--hvd-compression fp16"
+    assert ok["speedup"] == pytest.approx(1.2) and "--hvd-cycle-ms" in fake.argvs[2]
+    assert any("'fp16 compression' failed" in n for n in res.notes)
+    assert "failed:" in res.table()
+
+
+def test_a_failed_baseline_costs_the_speedups_only(monkeypatch):
+    _fake(monkeypatch, "timeout\nstuck", script_result(150.0, workers=2))
+    res = tuning.tuning_comparison(base=RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2),
+                                   tunings=["untuned"])
+    assert "error" in res.rows[0] and res.rows[1]["speedup"] is None
+    assert res.config["baseline_images_per_s"] is None and any("no speedups" in n for n in res.notes)
+    _fake(monkeypatch, "crash", "crash")
+    with pytest.raises(runs.ExperimentError, match="every run of the tuning comparison failed"):
+        tuning.tuning_comparison(base=RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2),
+                                 tunings=["untuned"])
+
+
+def test_on_cpu_the_path_is_default_and_an_impossible_hook_is_not_launched(monkeypatch):
+    monkeypatch.setattr(tuning, "bf16_hook_problem", lambda: "no bf16 hook in this build")
+    fake = _fake(monkeypatch, script_result(10.0, device="cpu"), script_result(15.0, workers=2, device="cpu"))
+    res = tuning.tuning_comparison(model="mlp-small", launcher="ddp", path="shm", device="cpu", repeats=1,
+                                   tunings=["bf16 hook", "static graph"])
+    assert len(fake.argvs) == 2 and "--static-graph" in fake.argvs[1]
+    assert fake.argvs[1][fake.argvs[1].index("--device") + 1] == "cpu"
+    assert res.config["path"] == "default" and any("'shm' does not apply" in n for n in res.notes)
+    hook = res.rows[1]
+    assert hook["tuning"] == "bf16 hook" and hook["error"] == "no bf16 hook in this build" and hook["not_run"]
+    assert "not run here ('bf16 hook'): no bf16 hook in this build" in res.notes
+    assert "not run: no bf16 hook" in res.table() and "failed" not in res.table()
+    assert res.rows[2]["speedup"] == pytest.approx(1.5)
+    # CPU sizes: what RunSpec.for_device("cpu", model) gives
+    assert res.spec.sizes() == RunSpec.for_device("cpu", "mlp-small").sizes()
+
+
+def test_bad_requests_are_refused_before_any_launch(monkeypatch):
+    fake = _fake(monkeypatch)
+    with pytest.raises(RunSpecError, match="unknown ddp tuning 'fp16 compression'"):
+        tuning.tuning_comparison(device="cpu", tunings=["fp16 compression"])
+    with pytest.raises(RunSpecError, match="unknown launcher 'none'"):
+        tuning.tuning_comparison(device="cpu", launcher="none")
+    with pytest.raises(RunSpecError, match="unknown NCCL path"):
+        tuning.tuning_comparison(device="cpu", path="carrier pigeon")
+    assert fake.argvs == []
+
+
+def test_the_recording_is_found_by_launcher_model_and_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
+    _fake(monkeypatch, script_result(100.0), script_result(150.0, workers=2))
+    res = tuning.tuning_comparison(base=RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2),
+                                   path="shm", tunings=["untuned"])
+    name = tuning.reference_name("ddp", "wide", "shm")
+    assert name == "tuning-torch-ddp-wide-shm"
+    res.save_reference(name)
+    back = tuning.recorded("ddp", "wide", "shm")
+    assert back.source == "recorded" and back.rows == res.rows
+    with pytest.raises(reference.ReferenceMissing):
+        tuning.recorded("horovod", "wide", "shm")
