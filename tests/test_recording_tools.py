@@ -69,3 +69,37 @@ def test_record_horovod_smoke_rejects_a_folder_that_is_not_a_work_folder(tmp_pat
     with pytest.raises(SystemExit):
         mod.main([str(tmp_path)])
     assert "is not a gpu_record_benchmarks.sh work folder" in capsys.readouterr().err
+
+
+def test_record_experiments_reads_tune_jobs():
+    mod = load("record_experiments.py")
+    assert mod.parse_job("tune:ddp:wide") == ("ddp", "wide", ("tune", "default"))
+    assert mod.parse_job("tune:horovod:wide:shm") == ("horovod", "wide", ("tune", "shm"))
+    assert mod.parse_job("ddp:cnn:graph") == ("ddp", "cnn", True) and mod.parse_job("perf") == ("perf", "cnn", False)
+    for bad in ("tune:none:wide", "tune:ddp:huge", "tune:ddp:wide:pigeon", "tune:ddp", "tune:ddp:wide:shm:x"):
+        with pytest.raises(Exception, match="expected tune:launcher:model"):
+            mod.parse_job(bad)
+
+
+def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeypatch, capsys):
+    from ddlab import recording, runs, tuning
+    from ddlab.results import ExperimentResult
+    from ddlab.runspec import RunSpec
+    mod = load("record_experiments.py")
+    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(runs, "availability", lambda framework, launcher: (True, ""))
+    monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
+    calls = []
+
+    def comparison(base, path, echo, progress):
+        calls.append((base, path))
+        return ExperimentResult("tuning", [{"tuning": "untuned", "workers": 2, "images_per_s": 1.0}], "live",
+                                {"machine": "2x Test GPU"}, [], {"launcher": base.launcher, "path": path})
+    monkeypatch.setattr(tuning, "tuning_comparison", comparison)
+    assert mod.main([str(tmp_path), "tune:horovod:wide:shm", "--timeout", "90"]) == 0
+    (base, path), = calls
+    assert path == "shm" and base.launcher == "horovod" and base.workers == 2 and base.timeout == 90
+    assert base.sizes() == RunSpec.for_device("cuda", "wide").sizes() and base.repeats >= recording.MIN_REPEATS
+    written = json.load(open(tmp_path / "tuning-torch-horovod-wide-shm.json"))
+    assert written["experiment"] == "tuning" and written["config"]["path"] == "shm"
+    assert "tune:horovod:wide:shm: done in" in capsys.readouterr().out

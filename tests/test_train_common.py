@@ -150,6 +150,22 @@ def test_plan_refuses_runs_without_a_timed_step_or_a_full_batch():
         train_common.plan_steps(parse(["--batch-size", "8"]), 60, 8, ScriptFailure)
 
 
+def test_accumulation_makes_a_step_take_all_its_micro_batches():
+    """--accumulate N (ddlab.tuning's flag): a step takes batch x N images of each shard, the
+    optimizer sees batch x N x workers, and the learning rate is scaled for that batch."""
+    a = parse(["--batch-size", "100", "--lr-scaling", "linear"])
+    a.accumulate = 3
+    plan = train_common.plan_steps(a, 60000, 2)
+    assert (plan.per_rank, plan.steps_per_epoch, plan.total) == (30000, 100, 100)
+    assert train_common.micro_batches(a) == 3 and train_common.global_batch(a, 2) == 600
+    assert train_common.learning_rate(a, 2) == pytest.approx(1e-3 * 600 / 100)
+    a.accumulate = 2
+    with pytest.raises(ScriptFailure, match="holds no full batch of 100 x 2 micro-batches"):
+        train_common.plan_steps(a, 300, 2, ScriptFailure)
+    b = parse(["--batch-size", "100"])   # a script without the flag (fmnist_keras.py): one micro-batch
+    assert train_common.micro_batches(b) == 1 and train_common.global_batch(b, 2) == 200
+
+
 # ----------------------------------------------------------------------------- seeds
 def test_rank_seeds_are_reproducible_distinct_and_in_range():
     seeds = [train_common.rank_seed(42, r) for r in range(64)]
@@ -218,6 +234,13 @@ def test_result_fields_and_their_order(monkeypatch):
     json.dumps(r)   # numpy scalars were turned into plain numbers: the result is valid JSON
     assert type(r["test_accuracy"]) is float and type(r["test_samples"]) is int
     assert make_result(monkeypatch, on_gpu=True)["cpu_threads"] is None
+    assert "tuning" not in r   # only a script that gives it (fmnist_torch.py) records it
+
+
+def test_result_records_the_tuning_after_the_setup(monkeypatch):
+    r = make_result(monkeypatch, tuning={"accumulate": 1, "comm_hook": "fp16"})
+    keys = list(r)
+    assert keys[keys.index("cpu_threads") + 1] == "tuning" and r["tuning"] == {"accumulate": 1, "comm_hook": "fp16"}
 
 
 def test_result_refuses_speed_of_another_step_count(monkeypatch):

@@ -315,7 +315,7 @@ _COLUMNS = {
                   ("speedup vs 1", "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
                   ("graph", "cuda_graph")],
     "tuning": [("tuning", "tuning"), ("flags", "flags"), ("workers", "workers"), ("global batch", "global_batch"),
-               ("images/s", "images_per_s"), ("speedup vs 1 GPU", "speedup"), ("step ms median", "step_ms_median"),
+               ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"), ("step ms median", "step_ms_median"),
                ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
     "perf-options": [("option", "option"), ("images/s", "images_per_s"), ("vs plain", "speedup"),
                      ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"),

@@ -288,7 +288,7 @@ TUNINGS = {
     ),
 }
 LAUNCHERS = tuple(TUNINGS)
-BASELINE = "1 GPU untuned"
+BASELINE = "1 worker, untuned"   # one GPU (or one CPU process): the run every speedup is over
 
 
 def names(launcher: str) -> list:
@@ -340,10 +340,10 @@ def _skip_reason(t: Tuning) -> Optional[str]:
 def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "default",
                       tunings: Optional[Sequence[str]] = None, device: str = "auto", repeats: int = 3,
                       base=None, echo: bool = False, progress: Optional[Callable[[str], None]] = None):
-    """The one-GPU untuned run, then each tuning of ``launcher`` on two workers over NCCL
+    """The one-worker untuned run (one GPU), then each tuning of ``launcher`` on two workers over NCCL
     path ``path``, each ``repeats`` times, as an :class:`ddlab.results.ExperimentResult`
     ("tuning"): per row the tuning, its flags, images/s median (min-max), the speedup over
-    the one-GPU untuned run, the step time, the test accuracy and whether the ranks agree.
+    the one-worker untuned run, the step time, the test accuracy and whether the ranks agree.
 
     ``tunings``: names from :data:`TUNINGS` [launcher] (default all, "untuned" first).
     ``base``: the two-worker run to start from (a :class:`ddlab.runspec.RunSpec`; its model,
@@ -397,7 +397,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     except (launch.LaunchError, ExperimentError) as exc:
         base_runs = []
         rows.append(_failure_row(exc, tuning=BASELINE, flags="(none)", path="1 worker", workers=1))
-        notes.append(f"the one-GPU baseline failed, so there are no speedups: {str(exc).splitlines()[0]}")
+        notes.append(f"the one-worker baseline failed, so there are no speedups: {str(exc).splitlines()[0]}")
     else:
         row = row_of_repeats(base_runs)
         base_ips = row["images_per_s"]
@@ -430,12 +430,63 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     notes += [f"not run here ({', '.join(map(repr, skipped))}): {why}" for why, skipped in not_run.items()]
     if not all_runs:
         raise ExperimentError("every run of the tuning comparison failed:\n" + "\n".join(notes))
-    if any(TUNINGS[launcher][n].batch_factor != 1 or "--accumulate" in TUNINGS[launcher][n].flags for n in chosen):
-        notes.append("batch x2 and the accumulate rows process more images per optimizer step than the one-GPU "
-                     "baseline (a larger global batch): their speedup adds the larger batch to the second GPU, "
+    bigger = [n for n in chosen
+              if TUNINGS[launcher][n].batch_factor != 1 or "--accumulate" in TUNINGS[launcher][n].flags]
+    if bigger:
+        notes.append(f"{', '.join(map(repr, bigger))} process more images per optimizer step than the one-worker "
+                     "baseline (a larger global batch): their speedup adds the larger batch to the second worker, "
                      "and their test accuracy is that of a different training")
     return ExperimentResult(EXPERIMENT, rows, "live", _provenance(
         f"ddlab.tuning.tuning_comparison(model={spec.model!r}, launcher={launcher!r}, path={path!r}, "
         f"tunings={chosen})"), notes,
         _config(spec, (base_runs or all_runs)[0], workers=spec.workers, path=path, tunings=chosen,
                 baseline_images_per_s=base_ips), all_runs)
+
+
+def live_or_recorded(launcher: str = "ddp", model: str = "wide", path: str = "default", source: str = "auto",
+                     cpu_run: bool = True, missing_ok: bool = False, machine=None, **kwargs):
+    """The tuning comparison live on two GPUs when this machine can (:func:`ddlab.mode.decide`),
+    otherwise the recorded one (:func:`recorded`); the result's notes say which. With fewer
+    than two GPUs and ``cpu_run``, a small real comparison on CPU processes (gloo) is added as
+    ``.companion`` (or returned alone when nothing is recorded). ``source``: "auto", "live"
+    or "recorded"; ``missing_ok``: an empty "missing" result instead of an error when nothing
+    can be shown; ``kwargs`` go to :func:`tuning_comparison` (tunings, repeats, progress...)."""
+    from . import mode, reference
+    from . import provenance as prov
+    from .results import ExperimentResult
+    from .runs import ExperimentError
+    from .runspec import _check_choice
+    _check_choice("source", source, ("auto", "live", "recorded"))
+    _launcher(launcher)
+    m = machine or mode.Machine.detect()
+    decision = mode.decide(mode.Needs(gpus=2, framework="torch", launcher=launcher), m)
+    if source == "live" and not decision.live:
+        raise ExperimentError(f"cannot run the tuning comparison live here: {decision.why}")
+    if source != "recorded" and decision.live:
+        res = tuning_comparison(model, launcher, path, device="cuda", **kwargs)
+        res.notes.insert(0, "live: run just now on this machine's 2 GPUs")
+        return res
+    try:
+        res, missing = recorded(launcher, model, path), None
+        why = "as asked" if source == "recorded" else f"this machine cannot run it live ({decision.why})"
+        res.notes.insert(0, f"recorded: {why}; showing the run recorded on {prov.label(res.provenance)}")
+    except reference.ReferenceMissing as exc:
+        res, missing = None, str(exc)
+    if cpu_run and source != "recorded" and m.gpus < 2 and m.software("torch", launcher)[0]:
+        cpu = tuning_comparison(model, launcher, path, device="cpu", **kwargs)
+        if res is None:
+            cpu.notes[:0] = [f"live on CPU, small: this machine cannot run it on GPUs ({decision.why})",
+                             f"no recorded GPU result: {missing}"]
+            return cpu
+        cpu.notes.insert(0, "live on CPU: a small real run with gloo beside the recorded GPU result")
+        res.companion = cpu
+    if res is None:
+        if not missing_ok:
+            raise ExperimentError(f"cannot run the tuning comparison live here ({decision.why}) and nothing is "
+                                  f"recorded: {missing}")
+        return ExperimentResult(EXPERIMENT, [], source="missing",
+                                notes=[f"no GPU result recorded for this comparison yet, and this machine cannot "
+                                       f"run it live ({decision.why}); {missing}"],
+                                config={"framework": "torch", "launcher": launcher, "model": model, "device": "cuda",
+                                        "path": path})
+    return res
