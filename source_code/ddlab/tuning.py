@@ -277,10 +277,10 @@ TUNINGS = {
          "doubles)", 1),
         ("fp16 compression", ("--hvd-compression", "fp16"), "gradients all-reduced as float16: half the bytes on "
          "the link, rounded before they are averaged", 1),
-        ("fusion 256 MB", ("--hvd-fusion-mb", "256"), "a fusion buffer near the ~302 MB of gradients: fewer, "
-         "larger fused all-reduces (Horovod 0.28's default is 128 MB, horovod/common/operations.cc)", 1),
-        ("cycle 0.5 ms", ("--hvd-cycle-ms", "0.5"), "Horovod's background thread looks for ready gradients twice "
-         "as often (Horovod 0.28's default cycle is 1 ms, horovod/common/operations.cc): all-reduces start sooner", 1),
+        ("fusion 256 MB", ("--hvd-fusion-mb", "256"), "a fusion buffer larger than Horovod's default, near the "
+         "wide model's ~302 MB of gradients: fewer, larger fused all-reduces", 1),
+        ("cycle 0.5 ms", ("--hvd-cycle-ms", "0.5"), "a cycle shorter than Horovod's default: its background "
+         "thread looks for ready gradients more often, so all-reduces start sooner", 1),
         ("combined", _HVD_COMBINED, "fp16 compression, 256 MB fusion buffer, 0.5 ms cycle: every Horovod "
          "communication fix that keeps the global batch", 1),
         ("combined + accumulate 2", _HVD_COMBINED + ("--accumulate", "2"), "the combination plus accumulation "
