@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the optimizer sees a global batch of batch x N x workers and the learning rate is the one "
                         "for that batch (--lr, scaled for it by --lr-scaling)")
     g.add_argument("--bucket-cap-mb", type=float, default=None, metavar="MB",
-                   help="DDP: bucket_cap_mb, the size of the gradient buckets DDP all-reduces (DDP's default: 25)")
+                   help="DDP: bucket_cap_mb, the size of the gradient buckets DDP all-reduces (not given: DDP's own 25)")
     g.add_argument("--grad-as-bucket-view", action="store_true",
                    help="DDP: gradient_as_bucket_view=True (gradients are views into the buckets: no copy)")
     g.add_argument("--static-graph", action="store_true",
@@ -75,9 +75,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Horovod: compression of the all-reduced gradients (fp16: hvd.Compression.fp16)")
     g.add_argument("--hvd-fusion-mb", type=int, default=None, metavar="MB",
                    help="Horovod: tensor fusion buffer in MiB (HOROVOD_FUSION_THRESHOLD, set before hvd.init; "
-                        "0 turns fusion off)")
+                        "0 turns fusion off; not given: Horovod's own)")
     g.add_argument("--hvd-cycle-ms", type=float, default=None, metavar="MS",
-                   help="Horovod: background cycle time in ms (HOROVOD_CYCLE_TIME, set before hvd.init)")
+                   help="Horovod: background cycle time in ms (HOROVOD_CYCLE_TIME, set before hvd.init; not "
+                        "given: Horovod's own)")
 
 
 def check(args: argparse.Namespace, error: Type[SystemExit]) -> argparse.Namespace:
