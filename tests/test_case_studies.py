@@ -108,3 +108,37 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
     rows = t.to_dict()["rows"]
     assert [r["measured"] for r in rows] == pytest.approx([1.216, 1.264])
     assert "gloo" in t.title and any("No wrapper cost" in n for n in t.notes)
+
+
+def test_recorded_tunings_name_what_is_missing(monkeypatch):
+    from ddlab import tuning
+    from ddlab.reference import ReferenceMissing
+    fake = ExperimentResult("tuning", [], "recorded", {}, [], {"launcher": "ddp"})
+
+    def recorded(launcher, model, path):
+        if (launcher, path) == ("ddp", "default"):
+            return fake
+        raise ReferenceMissing("no")
+    monkeypatch.setattr(tuning, "recorded", recorded)
+    found, line = cs.recorded_tunings()
+    assert found == [fake]
+    assert line.startswith("Not recorded yet") and "ddp over shm" in line and "horovod over default" in line
+    assert "ddp over default" not in line
+    monkeypatch.setattr(tuning, "recorded", lambda *a: fake)
+    assert cs.recorded_tunings()[1] == "Every tuning comparison is recorded."
+
+
+def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
+    from ddlab import tuning
+    from ddlab.hardware import GPU, Inventory
+    calls = []
+    monkeypatch.setattr(tuning, "tuning_comparison", lambda *a, **kw: calls.append((a, kw)) or "result")
+    assert cs.tuning_live(Inventory()) == "result"
+    (args, kw), = calls
+    assert kw["tunings"] == cs.CPU_TUNINGS and kw["base"].model == cs.CPU_MODEL and kw["base"].device == "cpu"
+    assert kw["base"].workers == 2 and kw["base"].repeats == 3 and kw["base"].test_samples == 1000
+    calls.clear()
+    two = Inventory(gpus=[GPU(0, "NVIDIA H200"), GPU(1, "NVIDIA H200")])
+    cs.tuning_live(two)
+    (args, kw), = calls
+    assert args[:3] == ("wide", "ddp", "default") and kw["tunings"] == cs.GPU_LIVE_TUNINGS and kw["device"] == "cuda"

@@ -207,3 +207,43 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
                      "No wrapper cost is fitted for CPU processes: the prediction leaves it out. The two processes "
                      "share this machine's cores, so compute slows down too, which the model does not know."])
     return t
+
+
+# ----------------------------------------------------------------------------- case 3
+TUNED_MODEL = "wide"
+TUNED_PATHS = ("default", "shm")
+GPU_LIVE_TUNINGS = ("untuned", "combined")
+CPU_MODEL = "mlp-large"
+CPU_TUNINGS = ("untuned", "accumulate 2", "bf16 hook")
+
+
+def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATHS) -> tuple:
+    """([recorded tuning comparisons], one line naming those not recorded) for DDP and
+    Horovod on each of ``paths`` (:func:`ddlab.tuning.recorded`)."""
+    from . import tuning
+    from .reference import ReferenceMissing
+    found, missing = [], []
+    for launcher in tuning.LAUNCHERS:
+        for path in paths:
+            try:
+                found.append(tuning.recorded(launcher, model, path))
+            except ReferenceMissing:
+                missing.append(f"{launcher} over {path}")
+    line = ("Every tuning comparison is recorded." if not missing else
+            f"Not recorded yet on the course's GPU machine ({model} model): {', '.join(missing)}.")
+    return found, line
+
+
+def tuning_live(inventory=None, launcher: str = "ddp", repeats: int = 3, echo: bool = False):
+    """Case 3 run now: with two GPUs, the wide model untuned and with every DDP fix combined
+    (:data:`GPU_LIVE_TUNINGS`) on NCCL's default path; otherwise a small real version on two
+    CPU processes over gloo: :data:`CPU_MODEL` with :data:`CPU_TUNINGS` (a tuning this
+    PyTorch cannot run shows its reason instead of a measurement)."""
+    from . import hardware, tuning
+    from .runspec import RunSpec
+    inv = inventory or hardware.inventory(horovod_check=False)
+    if inv.gpu_count >= 2:
+        return tuning.tuning_comparison(TUNED_MODEL, launcher, "default", tunings=GPU_LIVE_TUNINGS, device="cuda",
+                                        repeats=repeats, echo=echo)
+    base = RunSpec.for_device("cpu", CPU_MODEL, launcher=launcher, workers=2, repeats=repeats, test_samples=1000)
+    return tuning.tuning_comparison(tunings=CPU_TUNINGS, base=base, echo=echo)
