@@ -122,7 +122,7 @@ def test_recorded_tunings_name_what_is_missing(monkeypatch):
     monkeypatch.setattr(tuning, "recorded", recorded)
     found, line = cs.recorded_tunings()
     assert found == [fake]
-    assert line.startswith("Not recorded yet") and "ddp over shm" in line and "horovod over default" in line
+    assert line.startswith("Not recorded yet") and "\n  ddp over shm" in line and "horovod over default" in line
     assert "ddp over default" not in line
     monkeypatch.setattr(tuning, "recorded", lambda *a: fake)
     assert cs.recorded_tunings()[1] == "Every tuning comparison is recorded."

@@ -139,3 +139,14 @@ def test_a_list_without_headings():
               header=False, missing="not found")
     assert t.text().splitlines() == ["torch                 2.13", "CUDA_VISIBLE_DEVICES  not found"]
     assert "<thead>" not in t._repr_html_() and "not found" in t._repr_html_()
+
+
+def test_prose_columns_may_wrap_in_html_and_nothing_else_does():
+    t = Table([("name", "text"), ("why", "text"), ("n", "int")], [{"name": "a", "why": "a long reason " * 5, "n": 3}],
+              wrap=("why",))
+    html = t._repr_html_()
+    cells = html.split("<td ")[1:]
+    assert "white-space: nowrap" in cells[0] and "white-space: normal" in cells[1] and "nowrap" in cells[2]
+    assert "max-width" in cells[1] and "\n" not in str(t).splitlines()[2]
+    with pytest.raises(ValueError, match="wrap names 'reason'"):
+        Table([("name", "text")], [], wrap=("reason",))

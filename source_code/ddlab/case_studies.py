@@ -230,7 +230,7 @@ def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATH
             except ReferenceMissing:
                 missing.append(f"{launcher} over {path}")
     line = ("Every tuning comparison is recorded." if not missing else
-            f"Not recorded yet on the course's GPU machine ({model} model): {', '.join(missing)}.")
+            f"Not recorded yet on the course's GPU machine ({model} model):\n  " + "\n  ".join(missing))
     return found, line
 
 

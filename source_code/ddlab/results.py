@@ -200,7 +200,8 @@ class ExperimentResult:
                 cells = [_fmt_cell(row, key, spread) for _, key in cols]
             rows.append(cells)
         return tables.Table(columns, rows, title=f"{self.title()} ({self.where()})",
-                            notes=[f"note: {n}" for n in self.table_notes()])
+                            notes=[f"note: {n}" for n in self.table_notes()],
+                            wrap=[k for k in ("env_text", "flags") if k in {c.key for c in columns}])
 
     def table(self) -> str:
         """The result as aligned text (with its companion's below)."""

@@ -103,12 +103,14 @@ class Table:
     ``rows``: dicts (read by key; missing keys are missing values) or sequences (by position).
     ``title`` goes above the table (the HTML caption), ``notes`` (a string or a list of
     them) below it. ``align``: a dict key -> ``"left"``/``"right"`` overriding the columns'.
-    ``header=False`` leaves out the column headings (a list of names and values).
+    ``header=False`` leaves out the column headings (a list of names and values). ``wrap``: keys
+    of prose columns whose HTML cells may wrap within a readable width (every other cell stays on
+    one line; the text form never wraps).
     """
 
     def __init__(self, columns: Sequence, rows: Sequence = (), title: Optional[str] = None,
                  notes: Union[None, str, Sequence[str]] = None, align: Optional[dict] = None,
-                 missing: str = units.NA, header: bool = True):
+                 missing: str = units.NA, header: bool = True, wrap: Sequence[str] = ()):
         cols = [_column(c) for c in columns]
         if not cols:
             raise ValueError("a table needs at least one column")
@@ -120,6 +122,10 @@ class Table:
             if key not in keys:
                 raise ValueError(f"align names {key!r}, which is not a column ({', '.join(keys)})")
             cols[keys.index(key)] = Column(key, cols[keys.index(key)].label, cols[keys.index(key)].kind, where)
+        unknown = [k for k in wrap if k not in keys]
+        if unknown:
+            raise ValueError(f"wrap names {unknown[0]!r}, which is not a column ({', '.join(keys)})")
+        self.wrap = tuple(wrap)
         self.columns = cols
         self.rows = [self._row(r, i) for i, r in enumerate(rows)]
         self.title = title
@@ -209,10 +215,12 @@ class Table:
     def _repr_html_(self) -> str:
         esc = html.escape
         right = [self._right(c) for c in self.columns]
+        wraps = [c.key in self.wrap for c in self.columns]
 
-        def td(tag, text, r):
+        def td(tag, text, r, w=False):
             style = "text-align: right; font-variant-numeric: tabular-nums" if r else "text-align: left"
-            return f"<{tag} style=\"white-space: nowrap; {style}\">{esc(text)}</{tag}>"
+            room = "white-space: normal; min-width: 14em; max-width: 34em" if w and tag == "td" else "white-space: nowrap"
+            return f"<{tag} style=\"{room}; {style}\">{esc(text)}</{tag}>"
 
         parts = ["<table class=\"ddlab-table\">"]
         if self.title:
@@ -222,7 +230,7 @@ class Table:
                          + "</tr></thead>")
         parts.append("<tbody>")
         for row in self.cells():
-            parts.append("<tr>" + "".join(td("td", x, r) for x, r in zip(row, right)) + "</tr>")
+            parts.append("<tr>" + "".join(td("td", x, r, w) for x, r, w in zip(row, right, wraps)) + "</tr>")
         parts.append("</tbody></table>")
         parts += [f"<p style=\"margin-top: 0.3em; font-size: smaller\">{esc(n)}</p>" for n in self.notes]
         return "<div class=\"ddlab-table\">" + "".join(parts) + "</div>"

@@ -319,7 +319,7 @@ def tunings_table(launcher: str = "ddp", batch: Optional[int] = None):
     base = base.with_(batch=batch) if batch else base
     rows = [{"tuning": t.name, "flags": t.flags_text(base), "why": t.why}
             for t in TUNINGS[_launcher(launcher)].values()]
-    return tables.Table([("tuning", "text"), ("flags", "text"), ("why", "text")], rows,
+    return tables.Table([("tuning", "text"), ("flags", "text"), ("why", "text")], rows, wrap=("flags", "why"),
                         title=f"{launcher} tunings (the flags fmnist_torch.py adds to the untuned run)")
 
 
