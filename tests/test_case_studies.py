@@ -142,3 +142,29 @@ def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
     cs.tuning_live(two)
     (args, kw), = calls
     assert args[:3] == ("wide", "ddp", "default") and kw["tunings"] == cs.GPU_LIVE_TUNINGS and kw["device"] == "cuda"
+
+
+def test_recorded_batch_sweep_joins_the_batch_variants(monkeypatch):
+    from ddlab import recording, reference
+    real = recording.load_recorded
+
+    def load(experiment, framework, launcher, model, variant=None):
+        res = real(experiment, framework, launcher, model)
+        if variant == "b128":
+            res.rows = [dict(r, global_batch=r["global_batch"] // 4, images_per_s=r["images_per_s"] / 3)
+                        for r in res.rows]
+        elif variant is not None:
+            raise reference.ReferenceMissing(variant)
+        return res
+    names = reference.names
+    # only the default batch: no table, and the line says the sweep is missing
+    t, line = cs.recorded_batch_sweep("mlp-small")
+    assert t is None and "not recorded yet" in line and "512" in line
+    monkeypatch.setattr(reference, "names", lambda kind: names(kind) + ["nccl-paths-torch-ddp-mlp-small-b128"])
+    monkeypatch.setattr(recording, "load_recorded", load)
+    t, line = cs.recorded_batch_sweep("mlp-small")
+    rows = t.to_dict()["rows"]
+    assert sorted({r["batch"] for r in rows}) == [128, 512] and "128, 512" in line
+    small = [r for r in rows if r["batch"] == 128 and r["path"] == "default"][0]
+    big = [r for r in rows if r["batch"] == 512 and r["path"] == "default"][0]
+    assert small["compute"] < big["compute"] and small["ratio"] < big["ratio"]

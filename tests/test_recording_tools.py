@@ -103,3 +103,22 @@ def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeyp
     written = json.load(open(tmp_path / "tuning-torch-horovod-wide-shm.json"))
     assert written["experiment"] == "tuning" and written["config"]["path"] == "shm"
     assert "tune:horovod:wide:shm: done in" in capsys.readouterr().out
+
+
+def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypatch):
+    from ddlab import recording, runs
+    mod = load("record_experiments.py")
+    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
+    calls = []
+    monkeypatch.setattr(recording, "record_paths", lambda out, base, variant, echo, say: calls.append((base, variant))
+                        or {})
+    assert mod.main([str(tmp_path), "ddp:mlp-small", "ddp:cnn:graph", "--batch", "128"]) == 0
+    (eager, v1), (graph, v2) = calls
+    assert eager.batch == 128 and v1 == "b128" and graph.batch == 128 and v2 == "graph-b128"
+    assert eager.steps == recording.gpu_spec("mlp-small").steps
+    calls.clear()
+    assert mod.main([str(tmp_path), "ddp:mlp-small"]) == 0
+    assert calls[0][1] is None and calls[0][0].batch == recording.gpu_spec("mlp-small").batch
+    with pytest.raises(SystemExit):
+        mod.main([str(tmp_path), "ddp:mlp-small", "--batch", "0"])

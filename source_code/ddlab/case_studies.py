@@ -247,3 +247,36 @@ def tuning_live(inventory=None, launcher: str = "ddp", repeats: int = 3, echo: b
                                         repeats=repeats, echo=echo)
     base = RunSpec.for_device("cpu", CPU_MODEL, launcher=launcher, workers=2, repeats=repeats, test_samples=1000)
     return tuning.tuning_comparison(tunings=CPU_TUNINGS, base=base, echo=echo)
+
+
+# ----------------------------------------------------------------------------- case 1, batches
+def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tuple:
+    """(Table, or None until two batches are recorded; one line naming the recorded batches):
+    the recorded NCCL-path comparisons of ``model`` at every batch per GPU recorded (``record_experiments.py --batch N`` writes them
+    with the variant ``bN``; the live default batch has no suffix), each 2-GPU row with the step
+    model's prediction from that recording's own one-GPU step and the recorded sweeps' fits."""
+    from . import recording, reference
+    name = recording.reference_name("nccl-paths", "torch", launcher, model)
+    variants = sorted((int(n[len(name) + 2:]), n[len(name) + 1:]) for n in reference.names(recording.REFERENCE_KIND)
+                      if n.startswith(name + "-b") and n[len(name) + 2:].isdigit())
+    results = []
+    for _, variant in [(None, None)] + variants:
+        try:
+            results.append(recording.load_recorded("nccl-paths", "torch", launcher, model, variant))
+        except reference.ReferenceMissing:
+            pass
+    batches = sorted({r.rows[0].get("global_batch") for r in results if r.rows})
+    line = (f"Recorded batches per GPU for {model} ({launcher}): {', '.join(map(str, batches)) or 'none'}."
+            + ("" if len(batches) > 1 else " The batch sweep (record_experiments.py --batch N) is not recorded yet."))
+    if len(batches) < 2:
+        return None, line
+    rec = cost_model.recorded_points()
+    over = cost_model.fit_all_overheads(rec).get(launcher)
+    rows, cols = [], None
+    for res in results:
+        t = predicted_vs_measured(res, rec.fits, over)
+        rows += t.rows
+        cols = t.columns
+    rows.sort(key=lambda r: (r["batch"], r["path"]))
+    title = f"When a second GPU pays, by batch: {model}, {launcher}, 2 GPUs over 1"
+    return Table(cols, rows, title=title + (f" ({rec.machine})" if rec.machine else ""), notes=[_LEGEND]), line

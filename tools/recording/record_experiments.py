@@ -1,6 +1,6 @@
 """Record the training experiments on a 2-GPU machine, with the live defaults, repeated.
 
-    python tools/recording/record_experiments.py OUT_DIR [JOB ...] [--repeats 3] [--timeout 240]
+    python tools/recording/record_experiments.py OUT_DIR [JOB ...] [--repeats 3] [--timeout 240] [--batch N]
 
 JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide), launcher:model:graph
 (DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording),
@@ -16,8 +16,11 @@ so a recording and a live run are the same experiment; each configuration runs -
 times (at least 3) and the result keeps every value, the median and the min-max. The
 machine is named by its hardware in the results' provenance (e.g. "2x NVIDIA H200, NV18").
 
-Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph].json and, for an eager
-comparison, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes
+--batch N runs the launcher:model jobs at N images per GPU instead of the live default (the
+batch sweep of notebook 8's first case) and adds "-bN" to their names.
+
+Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph][-bN].json and, for an eager
+comparison at the default batch, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes
 OUT_DIR/tuning-torch-<launcher>-<model>-<path>.json (all ready for
 source_code/reference/experiments/), each as soon as it is complete, so a call cut short
 keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
@@ -98,7 +101,11 @@ def main(argv=None) -> int:
                    help=f"runs per configuration (at least {recording.MIN_REPEATS})")
     p.add_argument("--timeout", type=float, help="seconds per launch before it is killed (default: the live one)")
     p.add_argument("--echo", action="store_true", help="show the workers' output")
+    p.add_argument("--batch", type=int, help="launcher:model jobs: this batch per GPU instead of the live default; "
+                   "the result is written with the variant suffix -b<BATCH> (the batch sweep of case 1)")
     a = p.parse_args(argv)
+    if a.batch is not None and a.batch < 1:
+        p.error("--batch must be a whole number of images per GPU, at least 1")
     if a.repeats < recording.MIN_REPEATS:
         p.error(f"--repeats must be at least {recording.MIN_REPEATS}: a recording shows a median and a spread")
     jobs = a.jobs or [parse_job(j) for j in DEFAULT_JOBS]
@@ -122,10 +129,11 @@ def main(argv=None) -> int:
                                             echo=a.echo, progress=say)
         else:
             base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout,
-                                      cuda_graph="on" if graph else None)
+                                      cuda_graph="on" if graph else None, batch=a.batch)
+            variant = "-".join(v for v in ("graph" if graph else "", f"b{a.batch}" if a.batch else "") if v) or None
             say(f"\n== {job}: {base.steps} steps ({base.warmup_steps} warm-up), batch {base.batch}/GPU, "
                 f"{base.precision}, {base.repeats} repeats")
-            done = recording.record_paths(a.out, base, "graph" if graph else None, a.echo, say)
+            done = recording.record_paths(a.out, base, variant, a.echo, say)
         bad = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
                or any(r.get("error") for r in v.rows)]
         failed += bool(bad)
