@@ -5,11 +5,14 @@
   (from the path's alpha-beta fit, :mod:`ddlab.cost_model`), their ratio, the predicted split
   of the 2-GPU step and the predicted speedup beside the measured median and spread.
   :func:`predicted_vs_measured` does the same for a live scaling or NCCL-path result and a live
-  all-reduce fit (CPU processes over gloo, or GPUs over NCCL).
+  all-reduce fit (CPU processes over gloo, or GPUs over NCCL); :func:`second_gpu_live` runs
+  it now; :func:`recorded_batch_sweep` joins the recordings at several batches per GPU.
 * **Diagnosing a machine from its p2p matrix**: :func:`exercise_matrix` is a matrix built for
   the exercise (not a measurement) in the shape field reports describe: four PCIe GPUs, one of
   them slow with every partner, one pair slower in one direction. :func:`ddlab.p2p.diagnose`
   reads it, and :func:`ddlab.checks.check_p2p_diagnosis` checks the learner's answer.
+* **Tuning when communication dominates**: :func:`recorded_tunings` (the recorded
+  :mod:`ddlab.tuning` comparisons, and a line naming those missing) and :func:`tuning_live`.
 * **Cited figures** (:func:`cited`): results other people published, kept under
   ``source_code/reference/cited/`` with their source, shown as cited, never as ours.
 """
