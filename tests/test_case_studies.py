@@ -103,7 +103,8 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
     monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
     monkeypatch.setattr(collectives, "sweep", lambda **kw: Sweep())
     monkeypatch.setattr(cost_model, "fit_sweep", lambda s: cost_model.AlphaBeta(1e-3, 5e8))
-    t = cs.second_gpu_live(Inventory(), batches=(16, 64))
+    from ddlab import mode
+    t = cs.second_gpu_live(Inventory(), batches=(16, 64), machine=mode.Machine(gpus=0))
     assert calls == [(16, 3, 1000, (1, 2), "cpu"), (64, 3, 1000, (1, 2), "cpu")]
     rows = t.to_dict()["rows"]
     assert [r["measured"] for r in rows] == pytest.approx([1.216, 1.264])
@@ -129,17 +130,15 @@ def test_recorded_tunings_name_what_is_missing(monkeypatch):
 
 
 def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
-    from ddlab import tuning
-    from ddlab.hardware import GPU, Inventory
+    from ddlab import mode, tuning
     calls = []
     monkeypatch.setattr(tuning, "tuning_comparison", lambda *a, **kw: calls.append((a, kw)) or "result")
-    assert cs.tuning_live(Inventory()) == "result"
+    assert cs.tuning_live(machine=mode.Machine(gpus=0)) == "result"
     (args, kw), = calls
     assert kw["tunings"] == cs.CPU_TUNINGS and kw["base"].model == cs.CPU_MODEL and kw["base"].device == "cpu"
     assert kw["base"].workers == 2 and kw["base"].repeats == 3 and kw["base"].test_samples == 1000
     calls.clear()
-    two = Inventory(gpus=[GPU(0, "NVIDIA H200"), GPU(1, "NVIDIA H200")])
-    cs.tuning_live(two)
+    cs.tuning_live(machine=mode.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
     (args, kw), = calls
     assert args[:3] == ("wide", "ddp", "default") and kw["tunings"] == cs.GPU_LIVE_TUNINGS and kw["device"] == "cuda"
 

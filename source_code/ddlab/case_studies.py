@@ -45,27 +45,9 @@ def cited(name: str) -> Table:
 
 
 # ----------------------------------------------------------------------------- case 1
-def _spreads(launcher: str, model: str) -> dict:
-    """{path: (min, max, repeats)} of the recorded speedups of one NCCL-path comparison."""
-    from . import recording
-    from .reference import ReferenceMissing
-    name = {"ddp-graph": ("ddp", "graph")}.get(launcher, (launcher, None))
-    try:
-        res = recording.load_recorded("nccl-paths", "torch", name[0], model, name[1])
-    except ReferenceMissing:
-        return {}
-    return {r["path"]: (r.get("speedup_min"), r.get("speedup_max"), r.get("repeats", 1))
-            for r in res.rows if r.get("workers", 1) >= 2 and not r.get("error")}
-
-
-def gradient_bytes(model) -> int:
-    """Bytes of fp32 gradients one step all-reduces for ``model`` (a course model's name)."""
-    return int(sum(b.nbytes for b in cost_model.gradient_buckets(model)))
-
-
 def _row(model, path, compute_s, pred, measured, spread=None, repeats=None):
     lo, hi = spread if spread else (None, None)
-    return {"model": model, "path": path, "gradients": gradient_bytes(model), "compute": compute_s,
+    return {"model": model, "path": path, "gradients": sum(b.nbytes for b in pred.buckets), "compute": compute_s,
             "allreduce": pred.comm_s, "ratio": compute_s / pred.comm_s if pred.comm_s > 0 else float("inf"),
             "exposed": pred.exposed_comm_s, "overhead": pred.overhead_s, "predicted": pred.speedup,
             "measured": measured, "spread": f"{lo:.2f}-{hi:.2f}" if lo is not None and hi is not None else "-",
@@ -103,8 +85,8 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
     rows = []
     for p in pts:
         pred = cost_model.predict_point(p, rec.fits, over.get(p.launcher))
-        lo, hi, reps = _spreads(p.launcher, p.model).get(p.path, (None, None, p.repeats))
-        rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (lo, hi), reps))
+        rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
+                         p.repeats))
     notes = [_LEGEND, "Far above a ratio of 1, the all-reduce hides behind the step and a second GPU pays; near or "
              "below 1, it does not.",
              f"Wrapper cost: {over[launcher].describe() if launcher in over else 'none fitted'}."]
@@ -175,8 +157,14 @@ def exercise_table() -> Table:
 CPU_BATCHES = (32, 512)
 
 
+def _gpus_live(launcher: str, machine=None) -> bool:
+    """Whether the 2-GPU version runs live here: the course's one policy (:func:`ddlab.mode.decide`)."""
+    from . import mode
+    return mode.decide(mode.Needs(gpus=2, framework="torch", launcher=launcher), machine).live
+
+
 def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[Sequence[int]] = None,
-                    repeats: int = 3, echo: bool = False) -> Table:
+                    repeats: int = 3, echo: bool = False, machine=None) -> Table:
     """Case 1 run now on this machine, with the step model's prediction beside each point.
 
     With two GPUs or more: the NCCL-path comparison of ``model`` (1 GPU, then 2 under each
@@ -188,7 +176,7 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     from . import collectives, experiments, hardware
     from .runspec import RunSpec
     inv = inventory or hardware.inventory(horovod_check=False)
-    if inv.gpu_count >= 2:
+    if _gpus_live("ddp", machine):
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
         res = experiments.nccl_path_comparison(spec, echo=echo)
         fits = {p: cost_model.fit_sweep(s) for p, s in collectives.compare_paths(inventory=inv).items()}
@@ -237,15 +225,14 @@ def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATH
     return found, line
 
 
-def tuning_live(inventory=None, launcher: str = "ddp", repeats: int = 3, echo: bool = False):
+def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None):
     """Case 3 run now: with two GPUs, the wide model untuned and with every DDP fix combined
     (:data:`GPU_LIVE_TUNINGS`) on NCCL's default path; otherwise a small real version on two
     CPU processes over gloo: :data:`CPU_MODEL` with :data:`CPU_TUNINGS` (a tuning this
     PyTorch cannot run shows its reason instead of a measurement)."""
-    from . import hardware, tuning
+    from . import tuning
     from .runspec import RunSpec
-    inv = inventory or hardware.inventory(horovod_check=False)
-    if inv.gpu_count >= 2:
+    if _gpus_live(launcher, machine):
         return tuning.tuning_comparison(TUNED_MODEL, launcher, "default", tunings=GPU_LIVE_TUNINGS, device="cuda",
                                         repeats=repeats, echo=echo)
     base = RunSpec.for_device("cpu", CPU_MODEL, launcher=launcher, workers=2, repeats=repeats, test_samples=1000)

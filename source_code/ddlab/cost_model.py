@@ -577,7 +577,7 @@ class RecordedPoint:
     """One recorded 2-GPU run and what the model needs to predict it: the one-GPU step of
     the same recording (``global batch / images/s``, the time behind its speedup column),
     the GPU's busy time when a CUDA-graph recording of the model has it, and the measured
-    speedup (the recording's median over its repeats)."""
+    speedup (the recording's median over its repeats, with its min-max when recorded)."""
     launcher: str
     model: str
     path: str
@@ -588,6 +588,8 @@ class RecordedPoint:
     host_work: bool          # False for a CUDA-graph run: no wrapper work on the host per step
     measured: float
     repeats: int = 1
+    measured_min: Optional[float] = None     # the spread of the measured speedup over the repeats
+    measured_max: Optional[float] = None
 
 
 @dataclass
@@ -642,7 +644,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
                     continue
                 points.append(RecordedPoint(label, model, r["path"], r["workers"], base[0]["global_batch"], one,
                                             device, variant != "graph", float(r["speedup"]),
-                                            int(r.get("repeats", 1))))
+                                            int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max")))
     return RecordedSet(points, fits, missing, machine)
 
 
