@@ -1,7 +1,9 @@
 """ddlab.convergence and ddlab.convergence_sweep: the learning-rate rules and warm-up, the
 gradient noise scale on synthetic gradients of known covariance, time to accuracy, the sweep's
 bookkeeping over seeds (with a stand-in for the training script), and one real 2-process run."""
+import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -272,6 +274,42 @@ def test_recorder_parts_cover_the_gpu_points_and_merge_into_one_result(tmp_path,
     with pytest.raises(SystemExit):
         rec.main([str(tmp_path), "--seeds", "1", "2"])
     assert "at least 3 different seeds" in capsys.readouterr().err
+
+
+def test_recorder_keeps_finished_points_of_a_cut_call_and_goes_on_from_them(tmp_path):
+    rec = load_recorder()
+    points = rec.points_of("workers")
+    at = cs.fixed_steps(points, cs.SIZES["cuda"])
+    calls, scored_at = [], set()
+
+    def acc(spec):
+        calls.append((spec.workers, spec.batch * spec.workers, spec.seed))
+        scored_at.add(spec.extra_args[spec.extra_args.index("--eval-steps") + 1])
+        if len(calls) > 7:                      # the call is cut short during the third point
+            raise TimeoutError("cut short")
+        return 0.8 + 0.01 * spec.seed
+
+    with pytest.raises(TimeoutError):
+        rec.run_part(str(tmp_path), "workers", [1, 2, 3], train=fake_train(acc))
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == sorted(os.path.basename(rec.point_file(str(tmp_path), p)) for p in points[:2])
+    first = cs.ConvergenceResult.from_dict(json.load(open(rec.point_file(str(tmp_path), points[0]))))
+    assert first.config["fixed_steps"] == at and [r["label"] for r in first.rows] == [points[0].label]
+    assert scored_at == {str(at)}     # every run scored at the whole part's fixed step, not its own point's
+    calls.clear()
+
+    def acc2(spec):
+        calls.append((spec.workers, spec.batch * spec.workers, spec.seed))
+        return 0.8
+    path = rec.run_part(str(tmp_path), "workers", [1, 2, 3], train=fake_train(acc2))
+    assert calls == [(p.workers, p.global_batch, s) for p in points[2:] for s in (1, 2, 3)]   # only the rest ran
+    part = cs.ConvergenceResult.from_dict(json.load(open(path)))
+    assert [r["label"] for r in part.rows] == [p.label for p in points]
+    assert len(part.runs) == 3 * len(points) and part.config["fixed_steps"] == at
+    # other seeds than the kept file's: the point runs again
+    calls.clear()
+    rec.run_part(str(tmp_path), "workers", [4, 5, 6], train=fake_train(acc2))
+    assert len(calls) == 3 * len(points)
 
 
 def test_convergence_quiz_checks_answers():

@@ -425,9 +425,11 @@ def _mm(row: Mapping, key: str, fmt: str) -> str:
 # ----------------------------------------------------------------------------- running it
 def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequence[int]] = None,
               sizes: Optional[Mapping] = None, progress: Optional[Callable[[str], None]] = None,
-              train: Optional[Callable] = None) -> ConvergenceResult:
+              train: Optional[Callable] = None, fixed_at: Optional[int] = None) -> ConvergenceResult:
     """Every point once per seed (at least :data:`MIN_SEEDS`), through :func:`ddlab.runs.train`
-    (``train`` replaces it in tests). ``sizes`` override :data:`SIZES` for the device."""
+    (``train`` replaces it in tests). ``sizes`` override :data:`SIZES` for the device.
+    ``fixed_at``: the step every run is also scored at (default :func:`fixed_steps` of
+    ``points``); a sweep run one point at a time passes its whole sweep's value."""
     from .provenance import run_provenance
     if device not in SIZES:
         raise RunSpecError(f"unknown device {device!r}; choose cpu or cuda")
@@ -440,7 +442,7 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
     if train is None:
         from .runs import train
     runs, rows = [], []
-    at = fixed_steps(points, sz)
+    at = fixed_at if fixed_at is not None else fixed_steps(points, sz)
     for point in points:
         mine = []
         for seed in seeds:

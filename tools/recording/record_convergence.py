@@ -6,8 +6,11 @@ the linear learning-rate rule with and without warm-up, 1 vs 2 GPUs, 3 seeds per
 PART is "batch" (2 GPUs, global batch 64 ... 16384, learning rate unscaled, linear, linear
 with 2 warm-up epochs) or "workers" (global batch 256 and 1024 on 1 and 2 GPUs), or one rule
 of the batch part ("batch:none", "batch:linear", "batch:warmup") to fit a 10-minute call.
-Default: every part. Each part is written to OUT_DIR/convergence-part-<PART>.json as soon as
-it is complete; --merge (no runs) joins every part found in OUT_DIR into
+Default: every part. Each point (all its seeds) is written to OUT_DIR/convergence-point-<POINT>.json
+as soon as it is done, and a point whose file is already in OUT_DIR is not run again: a call cut
+short keeps its finished points, and the next call (with those files copied into its OUT_DIR)
+goes on from there. When every point of a part is there, they are joined into
+OUT_DIR/convergence-part-<PART>.json; --merge (no runs) joins every part found in OUT_DIR into
 OUT_DIR/convergence-torch-ddp-cnn.json, ready for source_code/reference/experiments/.
 
 Every run is ddlab.convergence_sweep.spec_of(point, SIZES["cuda"], "cuda", seed): the course's
@@ -41,11 +44,15 @@ def points_of(part: str) -> list:
     return cs.points_for("cuda", part)
 
 
-def merge(out: str) -> str:
-    parts = sorted(glob.glob(os.path.join(out, "convergence-part-*.json")))
-    if not parts:
-        raise SystemExit(f"record_convergence: error: no convergence-part-*.json in {out}")
-    results = [cs.ConvergenceResult.from_dict(json.load(open(p))) for p in parts]
+def point_file(out: str, point) -> str:
+    """Where one point's runs (all seeds) are kept, e.g. convergence-point-2w-b64-linear-warm2.json."""
+    warm = f"-warm{point.warmup_epochs:g}" if point.warmup_epochs else ""
+    return os.path.join(out, f"convergence-point-{point.workers}w-b{point.global_batch}-{point.rule}{warm}.json")
+
+
+def join(results: list, notes: list) -> "cs.ConvergenceResult":
+    """One result from several (each point once, in the order given), with the first one's
+    provenance and sizes, and ``notes`` first."""
     rows, runs_, seen = [], [], set()
     for res in results:
         for row in res.rows:
@@ -56,12 +63,46 @@ def merge(out: str) -> str:
     first = results[0]
     config = dict(first.config, points=[{k: r[k] for k in ("workers", "global_batch", "rule", "warmup_epochs")}
                                         for r in rows])
-    merged = cs.ConvergenceResult(rows, runs_, "live", first.provenance, config,
-                                  [f"joined from {len(parts)} recording calls: "
-                                   + ", ".join(os.path.basename(p) for p in parts)])
+    return cs.ConvergenceResult(rows, runs_, "live", first.provenance, config, list(notes))
+
+
+def merge(out: str) -> str:
+    parts = sorted(glob.glob(os.path.join(out, "convergence-part-*.json")))
+    if not parts:
+        raise SystemExit(f"record_convergence: error: no convergence-part-*.json in {out}")
+    results = [cs.ConvergenceResult.from_dict(json.load(open(p))) for p in parts]
+    merged = join(results, [f"joined from {len(parts)} recording calls: "
+                            + ", ".join(os.path.basename(p) for p in parts)])
     path = merged.save(os.path.join(out, cs.RECORDED_NAME + ".json"))
     print(merged.table(), flush=True)
     return path
+
+
+def run_part(out: str, part: str, seeds: list, train=None) -> str:
+    """Every point of ``part`` not yet in ``out`` (each saved as soon as its seeds are done),
+    then the part's file joined from its points; returns that file's path."""
+    points = points_of(part)
+    at = cs.fixed_steps(points, cs.SIZES["cuda"])     # the whole part's fixed step, also for one point
+    done = []
+    for point in points:
+        path = point_file(out, point)
+        if os.path.exists(path):
+            res = cs.ConvergenceResult.from_dict(json.load(open(path)))
+            if sorted(res.config.get("seeds", [])) == sorted(seeds) and res.config.get("fixed_steps") == at:
+                print(f"record_convergence: {point.label}: already recorded in {path}", flush=True)
+                done.append(res)
+                continue
+            print(f"record_convergence: {point.label}: {path} has other seeds or another fixed step; "
+                  "running it again", flush=True)
+        t0 = time.monotonic()
+        res = cs.run_sweep([point], "cuda", seeds=seeds, progress=lambda s: print(s, flush=True), train=train,
+                           fixed_at=at)
+        res.save(path)
+        print(f"record_convergence: {point.label}: {time.monotonic() - t0:.0f} s, wrote {path}", flush=True)
+        done.append(res)
+    joined = join(done, [f"part {part}: {len(done)} points, each recorded on its own"])
+    joined.config["fixed_steps"] = at
+    return joined.save(os.path.join(out, f"convergence-part-{part.replace(':', '-')}.json"))
 
 
 def main(argv=None) -> int:
@@ -91,12 +132,12 @@ def main(argv=None) -> int:
     for part in parts:
         t0 = time.monotonic()
         try:
-            res = cs.run_sweep(points_of(part), "cuda", seeds=a.seeds, progress=lambda s: print(s, flush=True))
+            path = run_part(a.out, part, a.seeds)
         except Exception as exc:  # reported; the next part still runs
             print(f"record_convergence: part {part} failed: {type(exc).__name__}: {exc}", flush=True)
             failed += 1
             continue
-        path = res.save(os.path.join(a.out, f"convergence-part-{part.replace(':', '-')}.json"))
+        res = cs.ConvergenceResult.from_dict(json.load(open(path)))
         print(res.table(), f"\nwrote {path} in {time.monotonic() - t0:.0f} s", flush=True)
     return 1 if failed else 0
 
