@@ -20,7 +20,7 @@ sep=""
 for nb in $nbs; do
   name=$(basename "$nb" .ipynb | tr -c 'A-Za-z0-9._\n-' '_')
   t0=$(date +%s.%N)
-  "$PY" -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider --timeout=600 -v "$nb" \
+  "$PY" -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider --timeout=600 -v --durations=0 --durations-min=1 "$nb" \
       > "$OUT/nbval-$name.txt" 2>&1
   rc=$?
   t1=$(date +%s.%N)
