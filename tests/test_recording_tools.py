@@ -122,3 +122,28 @@ def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypa
     assert calls[0][1] is None and calls[0][0].batch == recording.gpu_spec("mlp-small").batch
     with pytest.raises(SystemExit):
         mod.main([str(tmp_path), "ddp:mlp-small", "--batch", "0"])
+
+
+def test_gpu_batch_runs_tasks_while_time_is_left_and_packs_after_each(tmp_path):
+    import subprocess
+    import tarfile
+    carried = tmp_path / "carried"
+    carried.mkdir()
+    (carried / "convergence-point-2w-b64-linear.json").write_text("{}")
+    env = dict(os.environ, DEADLINE="6", OUT=str(tmp_path / "out"), RESULTS=str(tmp_path / "res"),
+               CARRIED=str(carried))
+    tasks = ["sh echo made", "999@sh echo never", "bogus x", "sh sleep 60", "sh echo late"]
+    proc = subprocess.run(["bash", os.path.join(RECORDING, "gpu_batch.sh"), *tasks], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = (tmp_path / "res" / "tasks.txt").read_text().splitlines()
+    assert lines[0].startswith("task 1 'sh echo made': exit 0")
+    assert "skip 'sh echo never'" in lines[1] and "needs 999" in lines[1]
+    assert lines[2].startswith("task 3 'bogus x': exit 1")
+    assert lines[3].startswith("task 4 'sh sleep 60': exit 124")          # stopped at the deadline
+    assert "skip 'sh echo late'" in lines[4]                                # nothing left for it
+    assert "unknown task kind 'bogus'" in (tmp_path / "res" / "task3-bogus.txt").read_text()
+    with tarfile.open(tmp_path / "out" / "results.tgz") as tar:
+        names = tar.getnames()
+    assert "res/tasks.txt" in names and "res/convergence-point-2w-b64-linear.json" in names
+    assert not (tmp_path / "out" / "results-tmp.tgz").exists()

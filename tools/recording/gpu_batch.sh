@@ -13,7 +13,7 @@
 #   "sh COMMAND"               any other command, e.g. "sh python3 -m ddlab report --quick"
 # Every task runs under `timeout` with the seconds left before DEADLINE (default 570, counted
 # from this script's start). Results go to $RESULTS (default /tmp/ddlab-results): convergence
-# points carried in .carry/convergence/ are copied there first, so a cut sweep goes on. After
+# points carried in .carry/convergence/ ($CARRIED) are copied there first, so a cut sweep goes on. After
 # each task the whole folder is packed into $OUT/results.tgz (written aside, then moved, so a
 # call cut short still brings back the last complete pack), with tasks.txt: one line per task
 # (exit status, seconds). Source tools/recording/gpu_setup.sh first.
@@ -25,7 +25,8 @@ OUT=${OUT:?set OUT to the folder that comes back}
 RESULTS=${RESULTS:-/tmp/ddlab-results}
 PY=${PYTHON:-python3}
 mkdir -p "$RESULTS" "$OUT"
-cp -n .carry/convergence/*.json "$RESULTS"/ 2>/dev/null
+CARRIED=${CARRIED:-.carry/convergence}
+cp -n "$CARRIED"/*.json "$RESULTS"/ 2>/dev/null
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 pack() {
   tar czf "$OUT/results-tmp.tgz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")" \

@@ -19,8 +19,10 @@ the test set scored after every epoch with the training seconds so far; the 2-GP
 log the gradient norms for the noise scale. The live GPU notebook runs a subset of these
 points (ddlab.convergence_sweep.LIVE_GPU), each the same run description.
 
-Time: not timed yet. A run is about 10-15 s of start-up plus its epochs; the smallest batches
-take longest (9,375 steps at global batch 64). Plan one PART per call.
+Time, measured on 2x NVIDIA H200, NV18: one run is 14-18 s on 1 GPU and 23-25 s on 2 GPUs at
+global batch 256 (most of it start-up: imports, CUDA and NCCL set-up, the model), so a point with
+three seeds is 45-75 s; the smallest batches take longest (9,375 steps at global batch 64). Plan
+one PART per 10-minute call; a part cut short goes on from its saved points in the next call.
 """
 import argparse
 import glob
