@@ -301,11 +301,12 @@ def test_recorder_keeps_finished_points_of_a_cut_call_and_goes_on_from_them(tmp_
     def acc2(spec):
         calls.append((spec.workers, spec.batch * spec.workers, spec.seed))
         return 0.8
-    path = rec.run_part(str(tmp_path), "workers", [1, 2, 3], train=fake_train(acc2))
+    path, returned = rec.run_part(str(tmp_path), "workers", [1, 2, 3], train=fake_train(acc2))
     assert calls == [(p.workers, p.global_batch, s) for p in points[2:] for s in (1, 2, 3)]   # only the rest ran
     part = cs.ConvergenceResult.from_dict(json.load(open(path)))
     assert [r["label"] for r in part.rows] == [p.label for p in points]
     assert len(part.runs) == 3 * len(points) and part.config["fixed_steps"] == at
+    assert returned.to_dict() == part.to_dict()
     # other seeds than the kept file's: the point runs again
     calls.clear()
     rec.run_part(str(tmp_path), "workers", [4, 5, 6], train=fake_train(acc2))

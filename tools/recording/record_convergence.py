@@ -80,9 +80,9 @@ def merge(out: str) -> str:
     return path
 
 
-def run_part(out: str, part: str, seeds: list, train=None) -> str:
+def run_part(out: str, part: str, seeds: list, train=None) -> tuple:
     """Every point of ``part`` not yet in ``out`` (each saved as soon as its seeds are done),
-    then the part's file joined from its points; returns that file's path."""
+    then the part's file joined from its points; returns (that file's path, the joined result)."""
     points = points_of(part)
     at = cs.fixed_steps(points, cs.SIZES["cuda"])     # the whole part's fixed step, also for one point
     done = []
@@ -103,8 +103,7 @@ def run_part(out: str, part: str, seeds: list, train=None) -> str:
         print(f"record_convergence: {point.label}: {time.monotonic() - t0:.0f} s, wrote {path}", flush=True)
         done.append(res)
     joined = join(done, [f"part {part}: {len(done)} points, each recorded on its own"])
-    joined.config["fixed_steps"] = at
-    return joined.save(os.path.join(out, f"convergence-part-{part.replace(':', '-')}.json"))
+    return joined.save(os.path.join(out, f"convergence-part-{part.replace(':', '-')}.json")), joined
 
 
 def main(argv=None) -> int:
@@ -134,12 +133,11 @@ def main(argv=None) -> int:
     for part in parts:
         t0 = time.monotonic()
         try:
-            path = run_part(a.out, part, a.seeds)
+            path, res = run_part(a.out, part, a.seeds)
         except Exception as exc:  # reported; the next part still runs
             print(f"record_convergence: part {part} failed: {type(exc).__name__}: {exc}", flush=True)
             failed += 1
             continue
-        res = cs.ConvergenceResult.from_dict(json.load(open(path)))
         print(res.table(), f"\nwrote {path} in {time.monotonic() - t0:.0f} s", flush=True)
     return 1 if failed else 0
 
