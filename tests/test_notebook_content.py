@@ -85,7 +85,8 @@ def test_notebook_4_runs_horovod_and_ddp_live_and_flags_superlinear_speedups():
     md, src = text(4), code(4)
     assert '"torch", "horovod", model, cpu_run=(model == "cnn")' in src
     # on two GPUs Horovod's wide model runs live and its CNN comparison is the recording
-    assert 'source="recorded" if model == "cnn" and inv.gpu_count >= 2 else "auto"' in src
+    assert "hvd_live = mode.decide(mode.Needs(gpus=2, framework=\"torch\", launcher=\"horovod\")).live" in src
+    assert 'source="recorded" if model == "cnn" and hvd_live else "auto"' in src
     assert '"keras", "horovod", "cnn"' in src
     assert '"torch", "ddp", model, cpu_run=(model == "cnn")' in src
     assert "red flag" in md.lower() and 'r["speedup"] > r["workers"]' in src
