@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Fill the git-ignored folders that travel with the repository to a GPU machine without a
+# package registry (run here, where PyPI can be reached; from any folder):
+#
+#   bash tools/recording/prepare_carry.sh [PYTHON_VERSION]     (default 3.12, the GPU machine's)
+#
+# writes
+#   .carry/horovod-0.28.1.tar.gz   Horovod's source distribution (gpu_setup.sh builds it there)
+#   .whl/                          cffi and pycparser (the Horovod build needs cffi), nbval,
+#                                  ipykernel, ipywidgets and their dependencies (gpu_nbval.sh), as
+#                                  binary wheels for that Python on x86-64 Linux, minus the packages
+#                                  every PyTorch machine already has (see KEEP_OFF below)
+#   .cache/fashion-mnist/          the four Fashion-MNIST files, verified (gpu_train.sh, the
+#                                  recording scripts, the notebooks)
+# and prints the size of what travels. Run it again at any time: what is there is kept.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PYV=${1:-3.12}
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
+mkdir -p .carry .whl .cache/fashion-mnist
+
+if [ ! -f .carry/horovod-0.28.1.tar.gz ]; then
+  "$PY" -m pip download --quiet --no-deps --no-binary :all: horovod==0.28.1 -d .carry
+fi
+
+# Wheels with their dependencies, resolved for the GPU machine's Python, not this one's.
+PLATFORMS=""
+for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
+         manylinux1_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_24_x86_64; do
+  PLATFORMS="$PLATFORMS --platform $p"
+done
+# shellcheck disable=SC2086
+"$PY" -m pip download --quiet --only-binary :all: --python-version "$PYV" --implementation cp \
+  $PLATFORMS -d .whl cffi pycparser nbval ipykernel ipywidgets
+# A carried wheel is installed ahead of the machine's own packages (gpu_setup.sh puts /tmp/site
+# on PYTHONPATH), so a second numpy or pytest would shadow the one PyTorch was tested with.
+KEEP_OFF="numpy torch packaging typing_extensions setuptools pyyaml jinja2 markupsafe pygments psutil
+six python_dateutil pytest pluggy iniconfig coverage attrs filelock"
+for name in $KEEP_OFF; do
+  rm -f .whl/"$name"-*.whl .whl/"${name//_/-}"-*.whl
+done
+# One version of each package: pip installs nothing if two wheels of one name are there.
+dups=$(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
+[ -z "$dups" ] || { echo "[carry] two versions of: $dups (remove the older from .whl/)" >&2; exit 1; }
+
+# Fashion-MNIST where `make data` finds or puts it (Debian's package, else a download), then
+# copied into the course cache, which is what travels.
+export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
+bash tools/get_data.sh "$PY" >/dev/null
+dir=$("$PY" -c 'from ddlab import data; print(data.find_dataset())')
+if [ "$(realpath "$dir")" != "$(realpath .cache/fashion-mnist)" ]; then
+  cp -n "$dir"/*-ubyte* .cache/fashion-mnist/
+fi
+DDLAB_DATA_DIR=$PWD/.cache/fashion-mnist "$PY" -m ddlab data --no-download
+
+echo "[carry] ready: $(du -sh .carry | cut -f1) .carry, $(ls .whl/*.whl | wc -l) wheels ($(du -sh .whl | cut -f1)) in .whl," \
+     "$(du -sh .cache/fashion-mnist | cut -f1) .cache/fashion-mnist"
+echo "[carry] name them in the call: carry [\".whl\", \".carry\", \".cache/fashion-mnist\"]"
