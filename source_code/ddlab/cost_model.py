@@ -613,32 +613,31 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
     fits = {p: fit_sweep(s) for p, s in collectives.load_recorded(sweeps).items()}
     points, missing, machine = [], [], ""
 
+    loaded = {}   # each recording is read once: the CUDA-graph ones serve every launcher
+
     def load(launcher, model, variant):
-        try:
-            return recording.load_recorded("nccl-paths", "torch", launcher, model, variant)
-        except ReferenceMissing:
-            return None
+        key = (launcher, model, variant)
+        if key not in loaded:
+            try:
+                loaded[key] = recording.load_recorded("nccl-paths", "torch", launcher, model, variant)
+            except ReferenceMissing:
+                loaded[key] = None
+        return loaded[key]
+
+    def one_gpu_step(res):
+        base = [r for r in (res.rows if res else []) if r.get("workers") == 1 and not r.get("error")]
+        return base[0]["global_batch"] / base[0]["images_per_s"] if base else None
 
     for label, launcher, variant in RECORDED_RUNS:
         for model in names:
             res = load(launcher, model, variant)
-            if res is None:
+            one = one_gpu_step(res)
+            if one is None:
                 missing.append((label, model))
                 continue
             machine = machine or _machine_text(res.provenance)
             base = [r for r in res.rows if r.get("workers") == 1 and not r.get("error")]
-            if not base:
-                missing.append((label, model))
-                continue
-            one = base[0]["global_batch"] / base[0]["images_per_s"]
-            device = None
-            if variant == "graph":
-                device = one
-            else:
-                g = load(launcher="ddp", model=model, variant="graph")
-                gb = [r for r in (g.rows if g else []) if r.get("workers") == 1 and not r.get("error")]
-                if gb:
-                    device = gb[0]["global_batch"] / gb[0]["images_per_s"]
+            device = one if variant == "graph" else one_gpu_step(load("ddp", model, "graph"))
             for r in res.rows:
                 if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or r.get("path") not in fits:
                     continue
