@@ -111,6 +111,40 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
     assert "gloo" in t.title and any("No wrapper cost" in n for n in t.notes)
 
 
+def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded_path(monkeypatch):
+    """The one-GPU branch: one configuration measured on the GPU (DDP, one worker, 3 repeats),
+    the second GPU predicted over every path of the recorded machine, with no measured column."""
+    from ddlab import experiments, mode
+    from ddlab.hardware import Inventory
+    calls = []
+
+    def fake_scaling(spec, workers, device, echo=False):
+        calls.append((spec.model, spec.launcher, spec.workers, spec.repeats, spec.device, tuple(workers), device))
+        row = {"workers": 1, "images_per_s": 250000.0, "images_per_s_min": 240000.0, "images_per_s_max": 260000.0,
+               "global_batch": 512, "speedup": 1.0, "repeats": 3}
+        return ExperimentResult("scaling", [row], "live", {}, [], {"model": spec.model, "launcher": "ddp",
+                                                                    "device_name": "NVIDIA H100 80GB HBM3"})
+    monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
+    one_gpu = mode.Machine(gpus=1, software=lambda framework, launcher: (True, ""))
+    t = cs.second_gpu_live(Inventory(), machine=one_gpu)
+    assert calls == [("mlp-small", "ddp", 1, 3, "cuda", (1,), "cuda")]
+    rec = cost_model.recorded_points()
+    over = cost_model.fit_all_overheads(rec)["ddp"]
+    rows = {r["path"]: r for r in t.to_dict()["rows"]}
+    assert set(rows) == set(rec.fits) == {"default", "shm", "socket"}
+    for path, fit in rec.fits.items():
+        pred = cost_model.predict_step("mlp-small", 512 / 250000.0, fit, 2, batch=512, overheads=over)
+        assert rows[path]["predicted"] == pytest.approx(pred.speedup)
+        assert rows[path]["compute"] == pytest.approx(512 / 250000.0) and rows[path]["batch"] == 512
+    # the slower the recorded link, the lower the predicted speedup
+    assert rows["default"]["predicted"] > rows["shm"]["predicted"] > rows["socket"]["predicted"]
+    shown = [c.key for c in t.columns]
+    assert "measured" not in shown and "error_pct" not in shown and "predicted" in shown
+    text = str(t)
+    assert "Predicted, not measured" in text and "NVIDIA H100 80GB HBM3" in text and "250,000" in text
+    assert "240,000-260,000" in text and "this machine has one" in text
+
+
 def test_recorded_tunings_name_what_is_missing(monkeypatch):
     from ddlab import tuning
     from ddlab.reference import ReferenceMissing

@@ -60,11 +60,12 @@ _COLUMNS = [("model", "text"), ("path", "text"), ("gradients", "bytes", "grads")
             ("overhead", "time", "wrapper"), ("predicted", "ratio", "predicted"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max"),
             ("error_pct", lambda v: f"{v:+.1f}%", "error")]
-_LEGEND = ("grads: gradient bytes per step; step (1): the one-worker (one-GPU) step; all-reduce: its time for "
-           "those bytes on that path, from the path's alpha-beta fit; ratio: step (1) / all-reduce; exposed: the "
-           "part of the all-reduce the backward pass cannot hide; wrapper: the data-parallel wrapper's own cost "
-           "per step; predicted and measured: speedup of 2 workers over 1 (measured: the median, min-max over "
-           "the repeats).")
+_LEGEND_TERMS = ("grads: gradient bytes per step; step (1): the one-worker (one-GPU) step; all-reduce: its time "
+                 "for those bytes on that path, from the path's alpha-beta fit; ratio: step (1) / all-reduce; "
+                 "exposed: the part of the all-reduce the backward pass cannot hide; wrapper: the data-parallel "
+                 "wrapper's own cost per step")
+_LEGEND = (_LEGEND_TERMS + "; predicted and measured: speedup of 2 workers over 1 (measured: the median, min-max "
+           "over the repeats).")
 
 
 def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
@@ -157,10 +158,48 @@ def exercise_table() -> Table:
 CPU_BATCHES = (32, 512)
 
 
-def _gpus_live(launcher: str, machine=None) -> bool:
-    """Whether the 2-GPU version runs live here: the course's one policy (:func:`ddlab.mode.decide`)."""
+def _gpus_live(launcher: str, machine=None, gpus: int = 2) -> bool:
+    """Whether the ``gpus``-GPU version runs live here: the course's one policy (:func:`ddlab.mode.decide`)."""
     from . import mode
-    return mode.decide(mode.Needs(gpus=2, framework="torch", launcher=launcher), machine).live
+    return mode.decide(mode.Needs(gpus=gpus, framework="torch", launcher=launcher), machine).live
+
+
+_PREDICTED_COLUMNS = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:-3]
+
+
+def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool = False,
+                         recorded: Optional[cost_model.RecordedSet] = None) -> Table:
+    """Case 1 on a machine with one GPU: the one-GPU step of ``model`` measured now (DDP on
+    this GPU, ``repeats`` times: the run behind the one-GPU row of a recorded comparison), and
+    the step model's 2-GPU speedup over each path of the recorded machine (the alpha-beta fit
+    of its all-reduce sweep per path, and the DDP wrapper cost fitted to its recorded runs).
+    Nothing here can measure a second GPU, so the table has predictions and no measured
+    column; the recorded table above has the measurements of the recorded machine."""
+    from . import experiments, hardware
+    from .runspec import RunSpec
+    spec = RunSpec.for_device("cuda", model, launcher="ddp", workers=1, repeats=repeats)
+    res = experiments.throughput_scaling(spec, workers=(1,), device="cuda", echo=echo)
+    (one,) = res.rows
+    compute_s = one["global_batch"] / one["images_per_s"]
+    rec = recorded or cost_model.recorded_points()
+    over = cost_model.fit_all_overheads(rec).get("ddp")
+    rows = []
+    for path, fit in rec.fits.items():
+        pred = cost_model.predict_step(model, compute_s, fit, 2, batch=one["global_batch"], overheads=over)
+        rows.append(dict(_row(model, path, compute_s, pred, None), batch=one["global_batch"]))
+    gpu = res.config.get("device_name") or hardware.this_machine()[0]
+    spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")
+    notes = [_LEGEND_TERMS + "; predicted: speedup of 2 GPUs over 1; batch: per GPU.",
+             f"step (1) measured now on this GPU ({gpu}): DDP on one GPU, median of {one.get('repeats', 1)} runs "
+             f"at {one['images_per_s']:,.0f} images/s" + (f" (min-max {spread})." if spread else "."),
+             "The second GPU is predicted, not measured: this machine has one. Its links are those of the recorded "
+             f"machine ({rec.machine or 'recorded'}): the alpha-beta fit of each path's recorded all-reduce sweep, "
+             f"and the DDP wrapper cost fitted to its recorded runs ({over.describe() if over else 'none'}); that "
+             "cost was measured with that machine's CPUs, so take it as an estimate here.",
+             "The same model on two GPUs of the recorded machine: the recorded table above."]
+    return Table(_PREDICTED_COLUMNS, rows,
+                 title=f"Predicted, not measured: {model}, DDP, one GPU measured now and a second GPU "
+                       "over each recorded path", notes=notes)
 
 
 def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[Sequence[int]] = None,
@@ -170,12 +209,16 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     With two GPUs or more: the NCCL-path comparison of ``model`` (1 GPU, then 2 under each
     path, ``repeats`` times) and the all-reduce sweep under each path, fitted to the
     alpha-beta model; the wrapper's cost per step is the one fitted to the recorded runs.
+    With one GPU: :func:`second_gpu_predicted` (the one-GPU step measured now, the second GPU
+    predicted over the recorded machine's links).
     Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
     (default :data:`CPU_BATCHES`, the test pass cut to 1,000 images), predicted from a gloo
     sweep; no wrapper cost is fitted for CPU processes, so the prediction leaves it out."""
     from . import collectives, experiments, hardware
     from .runspec import RunSpec
     inv = inventory or hardware.inventory(horovod_check=False)
+    if not _gpus_live("ddp", machine) and _gpus_live("ddp", machine, gpus=1):
+        return second_gpu_predicted(model, repeats=repeats, echo=echo)
     if _gpus_live("ddp", machine):
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
         res = experiments.nccl_path_comparison(spec, echo=echo)

@@ -62,8 +62,9 @@ NOTEBOOKS = {
     8: ("Case studies", {
         "cpu": "a small real version of each case on 2 CPU processes (Gloo): the step model against measured "
                "scaling, and the tuning options; the 2-GPU results are recorded",
-        "single-gpu": "the same small versions on CPU processes (Gloo): the cases need two GPUs, so their GPU "
-                      "results are recorded; doctor's PCIe check of this GPU is live",
+        "single-gpu": "the small MLP's one-GPU step on this GPU with the step model's prediction of a second GPU "
+                      "over the recorded links, doctor's PCIe check of this GPU, and the tuning options on 2 CPU "
+                      "processes (Gloo); the 2-GPU results are recorded",
         "multi-gpu": "the step model against a live NCCL-path comparison of the small MLP, doctor's PCIe check and "
                      "the wide model untuned and tuned, live on this machine's GPUs",
     }),
