@@ -10,7 +10,7 @@ import pytest
 matplotlib.use("Agg")
 
 from _experiment_fakes import FakeLaunches, script_result  # noqa: E402
-from ddlab import mode, nccl, reference, results, runs, runspec, tuning  # noqa: E402
+from ddlab import nccl, reference, results, runs, runspec, tuning  # noqa: E402
 from ddlab.runspec import RunSpec, RunSpecError  # noqa: E402
 
 
@@ -238,48 +238,3 @@ def test_the_recording_is_found_by_launcher_model_and_path(tmp_path, monkeypatch
     assert back.source == "recorded" and back.rows == res.rows
     with pytest.raises(reference.ReferenceMissing):
         tuning.recorded("horovod", "wide", "shm")
-
-
-# ----------------------------------------------------------------------------- live or recorded
-NO_GPU = mode.Machine(gpus=0, software=lambda framework, launcher: (True, ""))
-TWO_GPUS = mode.Machine(gpus=2, label="2x NVIDIA H200, NV18", software=lambda framework, launcher: (True, ""))
-
-
-@pytest.fixture
-def fake_comparison(monkeypatch):
-    calls = []
-
-    def comparison(model, launcher, path, device, **kw):
-        calls.append((model, launcher, path, device, kw))
-        return results.ExperimentResult("tuning", [], "live", {}, [], {"device": device, "path": path})
-    monkeypatch.setattr(tuning, "tuning_comparison", comparison)
-    return calls
-
-
-def test_two_gpus_run_it_live_and_no_gpu_shows_the_recording_with_a_cpu_run(tmp_path, monkeypatch,
-                                                                            fake_comparison):
-    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
-    res = tuning.live_or_recorded("ddp", "wide", "shm", machine=TWO_GPUS, repeats=3)
-    assert fake_comparison == [("wide", "ddp", "shm", "cuda", {"repeats": 3})] and res.notes[0].startswith("live:")
-    fake_comparison.clear()
-    # nothing recorded, no GPU: the CPU run alone, saying why
-    res = tuning.live_or_recorded("ddp", "wide", "shm", machine=NO_GPU)
-    assert fake_comparison[0][3] == "cpu" and "live on CPU, small" in res.notes[0] and "no recorded" in res.notes[1]
-    with pytest.raises(runs.ExperimentError, match="nothing is recorded"):
-        tuning.live_or_recorded("ddp", "wide", "shm", machine=NO_GPU, cpu_run=False)
-    missing = tuning.live_or_recorded("ddp", "wide", "shm", machine=NO_GPU, cpu_run=False, missing_ok=True)
-    assert missing.source == "missing" and missing.rows == [] and "not recorded yet" in missing.table()
-    with pytest.raises(runs.ExperimentError, match="cannot run the tuning comparison live here"):
-        tuning.live_or_recorded("ddp", source="live", machine=NO_GPU)
-    # recorded: shown with the CPU run beside it
-    rec = results.ExperimentResult("tuning", [{"tuning": "untuned", "workers": 2, "images_per_s": 5.0}], "live",
-                                   {"gpu_model": "NVIDIA H200", "gpu_count": 2, "date": "2026-11-22T00:00:00+00:00"},
-                                   [], {"launcher": "ddp", "path": "shm"})
-    rec.save_reference(tuning.reference_name("ddp", "wide", "shm"))
-    fake_comparison.clear()
-    res = tuning.live_or_recorded("ddp", "wide", "shm", machine=NO_GPU)
-    assert res.source == "recorded" and res.companion is not None and fake_comparison[0][3] == "cpu"
-    assert "cannot run it live" in res.notes[0] and "2x NVIDIA H200" in res.notes[0]
-    fake_comparison.clear()
-    res = tuning.live_or_recorded("ddp", "wide", "shm", source="recorded", machine=TWO_GPUS)
-    assert fake_comparison == [] and res.companion is None and res.notes[0].startswith("recorded: as asked")

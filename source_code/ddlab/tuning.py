@@ -26,7 +26,7 @@ launcher), and :func:`tuning_comparison`, which runs the one-GPU untuned baselin
 tuning on two workers through :mod:`ddlab.runs`. The training script imports this module,
 so nothing here imports torch, Horovod or the experiment layer at import time.
 
-Length (about 490 lines): the script's flags and their checks, the named tunings and the
+Length (about 450 lines): the script's flags and their checks, the named tunings and the
 experiment that runs them share one vocabulary; the script-side half (flags, checks, the DDP
 and Horovod keyword arguments) is the part to move out next.
 """
@@ -446,52 +446,3 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
         f"tunings={chosen})"), notes,
         _config(spec, (base_runs or all_runs)[0], workers=spec.workers, path=path, tunings=chosen,
                 baseline_images_per_s=base_ips), all_runs)
-
-
-def live_or_recorded(launcher: str = "ddp", model: str = "wide", path: str = "default", source: str = "auto",
-                     cpu_run: bool = True, missing_ok: bool = False, machine=None, **kwargs):
-    """The tuning comparison live on two GPUs when this machine can (:func:`ddlab.mode.decide`),
-    otherwise the recorded one (:func:`recorded`); the result's notes say which. With fewer
-    than two GPUs and ``cpu_run``, a small real comparison on CPU processes (gloo) is added as
-    ``.companion`` (or returned alone when nothing is recorded). ``source``: "auto", "live"
-    or "recorded"; ``missing_ok``: an empty "missing" result instead of an error when nothing
-    can be shown; ``kwargs`` go to :func:`tuning_comparison` (tunings, repeats, progress...)."""
-    from . import mode, reference
-    from . import provenance as prov
-    from .results import ExperimentResult
-    from .runs import ExperimentError
-    from .runspec import _check_choice
-    _check_choice("source", source, ("auto", "live", "recorded"))
-    _launcher(launcher)
-    m = machine or mode.Machine.detect()
-    decision = mode.decide(mode.Needs(gpus=2, framework="torch", launcher=launcher), m)
-    if source == "live" and not decision.live:
-        raise ExperimentError(f"cannot run the tuning comparison live here: {decision.why}")
-    if source != "recorded" and decision.live:
-        res = tuning_comparison(model, launcher, path, device="cuda", **kwargs)
-        res.notes.insert(0, "live: run just now on this machine's 2 GPUs")
-        return res
-    try:
-        res, missing = recorded(launcher, model, path), None
-        why = "as asked" if source == "recorded" else f"this machine cannot run it live ({decision.why})"
-        res.notes.insert(0, f"recorded: {why}; showing the run recorded on {prov.label(res.provenance)}")
-    except reference.ReferenceMissing as exc:
-        res, missing = None, str(exc)
-    if cpu_run and source != "recorded" and m.gpus < 2 and m.software("torch", launcher)[0]:
-        cpu = tuning_comparison(model, launcher, path, device="cpu", **kwargs)
-        if res is None:
-            cpu.notes[:0] = [f"live on CPU, small: this machine cannot run it on GPUs ({decision.why})",
-                             f"no recorded GPU result: {missing}"]
-            return cpu
-        cpu.notes.insert(0, "live on CPU: a small real run with gloo beside the recorded GPU result")
-        res.companion = cpu
-    if res is None:
-        if not missing_ok:
-            raise ExperimentError(f"cannot run the tuning comparison live here ({decision.why}) and nothing is "
-                                  f"recorded: {missing}")
-        return ExperimentResult(EXPERIMENT, [], source="missing",
-                                notes=[f"no GPU result recorded for this comparison yet, and this machine cannot "
-                                       f"run it live ({decision.why}); {missing}"],
-                                config={"framework": "torch", "launcher": launcher, "model": model, "device": "cuda",
-                                        "path": path})
-    return res
