@@ -147,3 +147,28 @@ def test_gpu_batch_runs_tasks_while_time_is_left_and_packs_after_each(tmp_path):
         names = tar.getnames()
     assert "res/tasks.txt" in names and "res/convergence-point-2w-b64-linear.json" in names
     assert not (tmp_path / "out" / "results-tmp.tgz").exists()
+
+
+def test_pending_points_are_real_convergence_points_and_gpu_batch_takes_them_by_default(tmp_path):
+    """tools/recording/pending/ keeps the finished points of a sweep across sessions: each file
+    there loads as a one-point convergence result measured on GPUs, with its provenance; and
+    gpu_batch.sh, with no CARRIED set, copies exactly those files into its results."""
+    import subprocess
+    import tarfile
+    from ddlab import convergence_sweep as cs
+    pending = os.path.join(RECORDING, "pending")
+    assert os.path.isfile(os.path.join(pending, "README.md"))
+    points = sorted(f for f in os.listdir(pending) if f.endswith(".json"))
+    for f in points:
+        assert f.startswith("convergence-point-"), f"{f}: only convergence points belong in pending/"
+        res = cs.ConvergenceResult.from_dict(json.load(open(os.path.join(pending, f))))
+        assert res.provenance.get("gpu_count", 0) >= 1 and res.provenance.get("date"), f
+        assert len(res.config.get("points", [])) == 1 and res.config.get("seeds"), f
+    env = {k: v for k, v in os.environ.items() if k != "CARRIED"}
+    env.update(DEADLINE="30", OUT=str(tmp_path / "out"), RESULTS=str(tmp_path / "res"))
+    proc = subprocess.run(["bash", os.path.join(RECORDING, "gpu_batch.sh"), "sh true"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(tmp_path / "out" / "results.tgz") as tar:
+        packed = sorted(os.path.basename(n) for n in tar.getnames() if n.endswith(".json"))
+    assert packed == points

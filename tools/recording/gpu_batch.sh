@@ -13,7 +13,7 @@
 #   "sh COMMAND"               any other command, e.g. "sh python3 -m ddlab report --quick"
 # Every task runs under `timeout` with the seconds left before DEADLINE (default 570, counted
 # from this script's start). Results go to $RESULTS (default /tmp/ddlab-results): convergence
-# points carried in .carry/convergence/ ($CARRIED) are copied there first, so a cut sweep goes on. After
+# points committed in tools/recording/pending/ ($CARRIED) are copied there first, so a cut sweep goes on. After
 # each task the whole folder is packed into $OUT/results.tgz (written aside, then moved, so a
 # call cut short still brings back the last complete pack), with tasks.txt: one line per task
 # (exit status, seconds). Source tools/recording/gpu_setup.sh first.
@@ -25,7 +25,7 @@ OUT=${OUT:?set OUT to the folder that comes back}
 RESULTS=${RESULTS:-/tmp/ddlab-results}
 PY=${PYTHON:-python3}
 mkdir -p "$RESULTS" "$OUT"
-CARRIED=${CARRIED:-.carry/convergence}
+CARRIED=${CARRIED:-tools/recording/pending}
 cp -n "$CARRIED"/*.json "$RESULTS"/ 2>/dev/null
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 pack() {
