@@ -4,7 +4,7 @@ the linear learning-rate rule with and without warm-up, 1 vs 2 GPUs, 3 seeds per
     python tools/recording/record_convergence.py OUT_DIR [PART ...] [--seeds 1 2 3] [--merge]
 
 PART is "batch" (2 GPUs, global batch 64 ... 16384, learning rate unscaled, linear, linear
-with 2 warm-up epochs) or "workers" (global batch 256 and 1024 on 1 and 2 GPUs), or one rule
+with 2 warm-up epochs) or "workers" (global batch 256, and 1024 with 2 warm-up epochs, on 1 and 2 GPUs), or one rule
 of the batch part ("batch:none", "batch:linear", "batch:warmup") to fit a 10-minute call.
 Default: every part. Each point (all its seeds) is written to OUT_DIR/convergence-point-<POINT>.json
 as soon as it is done, and a point whose file is already in OUT_DIR is not run again: a call cut
