@@ -217,9 +217,12 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     from . import collectives, experiments, hardware
     from .runspec import RunSpec
     inv = inventory or hardware.inventory(horovod_check=False)
-    if not _gpus_live("ddp", machine) and _gpus_live("ddp", machine, gpus=1):
+    from . import mode
+    machine = machine or mode.Machine.detect()
+    two_gpus = _gpus_live("ddp", machine)
+    if not two_gpus and _gpus_live("ddp", machine, gpus=1):
         return second_gpu_predicted(model, repeats=repeats, echo=echo)
-    if _gpus_live("ddp", machine):
+    if two_gpus:
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
         res = experiments.nccl_path_comparison(spec, echo=echo)
         fits = {p: cost_model.fit_sweep(s) for p, s in collectives.compare_paths(inventory=inv).items()}
