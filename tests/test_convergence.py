@@ -355,3 +355,48 @@ def test_fixed_steps_accuracy_falls_and_noise_table():
     est = convergence.noise_scale(16, 32, 4.0, 3.0)   # seed 2 is the median
     assert noise.rows[0]["b_simple"] == pytest.approx(est.b_simple)
     assert len(noise.rows) == 2 + 2 + 2 + 1   # the largest batch ends at the fixed step: one interval
+
+
+def test_a_point_of_two_parts_is_recorded_once_and_scored_at_both_fixed_steps(tmp_path):
+    """The workers part's 2-GPU points are in the batch part too, whose fixed step differs:
+    recorded by one part, each run is scored at both steps, and the other part takes the file
+    without running it again, reading it at its own fixed step."""
+    rec = load_recorder()
+    shared = [p for p in rec.points_of("workers") if p in rec.points_of("batch")]
+    assert shared and all(p.workers == 2 for p in shared)
+    at_workers, at_batch = rec.fixed_step_of("workers"), rec.fixed_step_of("batch")
+    assert at_workers != at_batch
+    assert rec.fixed_step_of("batch:linear") == rec.fixed_step_of("batch:warmup") == at_batch
+    calls, scored = [], {}
+
+    def train(spec, progress=None):
+        """Evaluations only at the steps asked for (and the last), so a step not asked for reads '-'."""
+        calls.append((spec.workers, spec.batch * spec.workers, spec.seed))
+        args = list(spec.extra_args)
+        steps = []
+        for a in args[args.index("--eval-steps") + 1:]:
+            if a.startswith("--"):
+                break
+            steps.append(int(a))
+        scored[(spec.workers, spec.batch * spec.workers)] = steps
+        res = fake_train(lambda s: 0.8)(spec)
+        res["evaluations"] = [dict(res["evaluations"][-1], step=st, epoch=st / 100.0)
+                              for st in sorted(set(steps) | {spec.steps})]
+        return res
+    rec.run_part(str(tmp_path), "workers", [1, 2, 3], train=train)
+    for p in rec.points_of("workers"):
+        want = sorted({at_workers, at_batch}) if p in shared else [at_workers]
+        assert sorted(scored[(p.workers, p.global_batch)]) == want, p.label
+        assert scored[(p.workers, p.global_batch)][0] == at_workers       # its own part's step first
+    first_file = cs.ConvergenceResult.from_dict(json.load(open(rec.point_file(str(tmp_path), shared[0]))))
+    assert first_file.config["scored_steps"] == sorted({at_workers, at_batch})
+    for part in ("batch:linear", "batch:warmup"):
+        mine = [p for p in shared if p in rec.points_of(part)]
+        calls.clear()
+        path, joined = rec.run_part(str(tmp_path), part, [1, 2, 3], train=train)
+        ran = {(w, b) for w, b, _ in calls}
+        assert not ran & {(p.workers, p.global_batch) for p in mine}, f"{part} ran a shared point again"
+        assert len(calls) == 3 * (len(rec.points_of(part)) - len(mine))
+        assert joined.config["fixed_steps"] == at_batch and "scored_steps" not in joined.config
+        table = joined.fixed_steps_table([p.label for p in mine]).to_dict()["rows"]
+        assert table and all(r["acc"] != "-" for r in table)                # read at the batch part's step

@@ -432,11 +432,14 @@ def _mm(row: Mapping, key: str, fmt: str) -> str:
 # ----------------------------------------------------------------------------- running it
 def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequence[int]] = None,
               sizes: Optional[Mapping] = None, progress: Optional[Callable[[str], None]] = None,
-              train: Optional[Callable] = None, fixed_at: Optional[int] = None) -> ConvergenceResult:
+              train: Optional[Callable] = None, fixed_at: Optional[int] = None,
+              score_at: Sequence[int] = ()) -> ConvergenceResult:
     """Every point once per seed (at least :data:`MIN_SEEDS`), through :func:`ddlab.runs.train`
     (``train`` replaces it in tests). ``sizes`` override :data:`SIZES` for the device.
     ``fixed_at``: the step every run is also scored at (default :func:`fixed_steps` of
-    ``points``); a sweep run one point at a time passes its whole sweep's value."""
+    ``points``); a sweep run one point at a time passes its whole sweep's value. ``score_at``:
+    further steps to score every run at (a point shared by two sweeps with different fixed
+    steps serves both). The config's ``scored_steps`` lists them all."""
     from .provenance import run_provenance
     if device not in SIZES:
         raise RunSpecError(f"unknown device {device!r}; choose cpu or cuda")
@@ -450,17 +453,19 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
         from .runs import train
     runs, rows = [], []
     at = fixed_at if fixed_at is not None else fixed_steps(points, sz)
+    scored = [at] + sorted(set(score_at) - {at})
     for point in points:
         mine = []
         for seed in seeds:
-            result = train(spec_of(point, sz, device, seed, eval_steps=[at]), progress=progress)
+            result = train(spec_of(point, sz, device, seed, eval_steps=scored), progress=progress)
             result = {k: v for k, v in result.items() if k not in ("log", "step_times_ms")}
             result["point"] = point.label
             mine.append(result)
         runs += mine
         rows.append(row_of_seeds(point, mine, sz.get("target")))
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in sz.items()}
-    config.update(device=device, seeds=seeds, points=[asdict(p) for p in points], fixed_steps=at)
+    config.update(device=device, seeds=seeds, points=[asdict(p) for p in points], fixed_steps=at,
+                  scored_steps=sorted(scored))
     call = (f"ddlab.convergence_sweep.run_sweep({[p.label for p in points]}, device={device!r}, "
             f"seeds={seeds})")
     return ConvergenceResult(rows, runs, "live", run_provenance(call), config)

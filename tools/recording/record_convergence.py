@@ -80,29 +80,43 @@ def merge(out: str) -> str:
     return path
 
 
+def fixed_step_of(part: str) -> int:
+    """The step every point of ``part`` is scored at: the steps of its largest global batch."""
+    return cs.fixed_steps(points_of(part), cs.SIZES["cuda"])
+
+
+def steps_to_score(point) -> list:
+    """The fixed steps of every part that holds ``point`` (the workers part's 2-GPU points are
+    in the batch part too): scored at all of them, a shared point is recorded once."""
+    return sorted({fixed_step_of(part) for part in PARTS if point in points_of(part)})
+
+
 def run_part(out: str, part: str, seeds: list, train=None) -> tuple:
     """Every point of ``part`` not yet in ``out`` (each saved as soon as its seeds are done),
     then the part's file joined from its points; returns (that file's path, the joined result)."""
     points = points_of(part)
-    at = cs.fixed_steps(points, cs.SIZES["cuda"])     # the whole part's fixed step, also for one point
+    at = fixed_step_of(part)      # the whole part's fixed step, also for one point
     done = []
     for point in points:
         path = point_file(out, point)
         if os.path.exists(path):
             res = cs.ConvergenceResult.from_dict(json.load(open(path)))
-            if sorted(res.config.get("seeds", [])) == sorted(seeds) and res.config.get("fixed_steps") == at:
+            scored = res.config.get("scored_steps") or [res.config.get("fixed_steps")]
+            if sorted(res.config.get("seeds", [])) == sorted(seeds) and at in scored:
                 print(f"record_convergence: {point.label}: already recorded in {path}", flush=True)
                 done.append(res)
                 continue
-            print(f"record_convergence: {point.label}: {path} has other seeds or another fixed step; "
+            print(f"record_convergence: {point.label}: {path} has other seeds or was not scored at step {at}; "
                   "running it again", flush=True)
         t0 = time.monotonic()
         res = cs.run_sweep([point], "cuda", seeds=seeds, progress=lambda s: print(s, flush=True), train=train,
-                           fixed_at=at)
+                           fixed_at=at, score_at=steps_to_score(point))
         res.save(path)
         print(f"record_convergence: {point.label}: {time.monotonic() - t0:.0f} s, wrote {path}", flush=True)
         done.append(res)
     joined = join(done, [f"part {part}: {len(done)} points, each recorded on its own"])
+    joined.config["fixed_steps"] = at          # a shared point's own file may name another part's
+    joined.config.pop("scored_steps", None)
     return joined.save(os.path.join(out, f"convergence-part-{part.replace(':', '-')}.json")), joined
 
 
