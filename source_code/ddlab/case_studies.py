@@ -214,14 +214,13 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
     (default :data:`CPU_BATCHES`, the test pass cut to 1,000 images), predicted from a gloo
     sweep; no wrapper cost is fitted for CPU processes, so the prediction leaves it out."""
-    from . import collectives, experiments, hardware
+    from . import collectives, experiments, hardware, mode
     from .runspec import RunSpec
-    inv = inventory or hardware.inventory(horovod_check=False)
-    from . import mode
     machine = machine or mode.Machine.detect()
     two_gpus = _gpus_live("ddp", machine)
     if not two_gpus and _gpus_live("ddp", machine, gpus=1):
         return second_gpu_predicted(model, repeats=repeats, echo=echo)
+    inv = inventory or hardware.inventory(horovod_check=False)
     if two_gpus:
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
         res = experiments.nccl_path_comparison(spec, echo=echo)

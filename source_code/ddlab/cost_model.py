@@ -624,24 +624,27 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
                 loaded[key] = None
         return loaded[key]
 
-    def one_gpu_step(res):
+    def one_gpu_row(res):
         base = [r for r in (res.rows if res else []) if r.get("workers") == 1 and not r.get("error")]
-        return base[0]["global_batch"] / base[0]["images_per_s"] if base else None
+        return base[0] if base else None
+
+    def step_of(row):
+        return row["global_batch"] / row["images_per_s"] if row else None
 
     for label, launcher, variant in RECORDED_RUNS:
         for model in names:
             res = load(launcher, model, variant)
-            one = one_gpu_step(res)
-            if one is None:
+            base = one_gpu_row(res)
+            if base is None:
                 missing.append((label, model))
                 continue
             machine = machine or _machine_text(res.provenance)
-            base = [r for r in res.rows if r.get("workers") == 1 and not r.get("error")]
-            device = one if variant == "graph" else one_gpu_step(load("ddp", model, "graph"))
+            one = step_of(base)
+            device = one if variant == "graph" else step_of(one_gpu_row(load("ddp", model, "graph")))
             for r in res.rows:
                 if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or r.get("path") not in fits:
                     continue
-                points.append(RecordedPoint(label, model, r["path"], r["workers"], base[0]["global_batch"], one,
+                points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
                                             device, variant != "graph", float(r["speedup"]),
                                             int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max")))
     return RecordedSet(points, fits, missing, machine)
