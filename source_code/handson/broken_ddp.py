@@ -76,4 +76,5 @@ with torch.no_grad():
     correct = (model(x.to(device)).argmax(1) == y.to(device)).sum().item()
 if rank == 0:
     print(f"test accuracy {correct / len(y):.4f}")
+dist.barrier()  # wait until every rank has finished before tearing the group down
 dist.destroy_process_group()

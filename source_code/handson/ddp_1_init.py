@@ -73,4 +73,5 @@ if args.save:
 checksum = sum(p.double().sum().item() for p in model.parameters())
 print("RESULT " + json.dumps({"rank": rank, "samples": seen, "checksum": checksum,
                               "test_acc": accuracy, "img_s": seen / elapsed}))
+dist.barrier()  # wait until every rank has finished before tearing the group down
 dist.destroy_process_group()
