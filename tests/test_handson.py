@@ -185,3 +185,30 @@ def test_the_notebook_6_quiz_checks_its_answers():
         wrong = next(i for i in range(len(q.choices)) if i != q.answer)
         assert not checks.check_quiz_answer(n, wrong, checks.HANDSON_QUIZ).correct
         assert set(q.why_not) == set(range(len(q.choices))) - {q.answer}   # every wrong choice explained
+
+
+# ----------------------------------------------------------------------------- teardown
+@pytest.mark.slow
+def test_the_teardown_check_sees_a_group_left_open(tmp_path):
+    """The control for the test below: a script that never closes its group still has Gloo's
+    threads when it ends, and the check reports them."""
+    from _teardown import gloo_threads, threads_left
+    script = tmp_path / "left_open.py"
+    script.write_text("import torch, torch.distributed as dist\n"
+                      "dist.init_process_group('gloo')\n"
+                      "t = torch.ones(2)\n"
+                      "dist.all_reduce(t)\n")
+    left = gloo_threads(threads_left(str(script)))
+    assert all(any("runloop" in t for t in names) for names in left.values()), left
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ddp_4_wrap", "ddp_7_rank0", "solution_ddp"])
+def test_ddp_scripts_close_their_group_before_python_exits(name):
+    """With DDP (which holds the process group) still alive, or torch.distributed.nn first
+    imported after init_process_group, destroy_process_group leaves Gloo's threads running
+    into Python's exit, where they aborted 2-process runs under load ('terminate called
+    without an active exception'). Each script drops both, so no Gloo thread is left."""
+    from _teardown import gloo_threads, threads_left
+    left = gloo_threads(threads_left(handson.path(name), *TINY))
+    assert left == {0: [], 1: []}, left

@@ -98,6 +98,18 @@ def test_ddp_two_processes_agree():
     assert r["backend"] == "gloo" and "torch.distributed.run" in r["provenance"]["command"]
 
 
+
+@pytest.mark.slow
+def test_ddp_training_closes_its_group_before_python_exits():
+    """main() shuts down after train() returned (its DDP model, which holds the process group,
+    is gone) and torch.distributed.nn is imported before init: no Gloo thread is left when the
+    script is done. See test_handson's teardown tests for why that matters and for the control."""
+    from _teardown import gloo_threads, threads_left
+    left = gloo_threads(threads_left(runspec.SCRIPTS["torch"], "--launcher", "ddp", "--device", "cpu",
+                                     "--model", "mlp-small", "--batch-size", "16", "--steps", "6",
+                                     "--warmup-steps", "2", "--test-samples", "200"))
+    assert left == {0: [], 1: []}, left
+
 def _need_horovod(framework):
     ok, why = runs.availability(framework, "horovod")
     if not ok:

@@ -62,7 +62,8 @@ CONVERSIONS = {
     "ddp": Conversion("PyTorch DDP (torchrun)", "torch", "ddp", (
         Step("single_device", "The starting point: one process, one device."),
         Step("ddp_1_init", "Join the process group: torchrun starts the processes, init_process_group "
-                           "connects them (NCCL between GPUs, Gloo between CPU processes)."),
+                           "connects them (NCCL between GPUs, Gloo between CPU processes); at the end "
+                           "destroy_process_group closes the group, once nothing holds it."),
         Step("ddp_2_device", "Pin one device per process: process i of a machine (its local rank) takes GPU i."),
         Step("ddp_3_shard", _SHARD + " DistributedSampler deals the shards; set_epoch reshuffles every epoch."),
         Step("ddp_4_wrap", "Wrap the model in DDP: it broadcasts rank 0's weights once, then averages the "

@@ -9,6 +9,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: see the end of this file
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -99,4 +100,10 @@ checksum = sum(p.double().sum().item() for p in model.parameters())
 print("RESULT " + json.dumps({"rank": rank, "samples": seen, "checksum": checksum,
                               "test_acc": accuracy, "img_s": seen / elapsed}))
 dist.barrier()  # wait until every rank has finished before tearing the group down
+# Close the group. First drop what holds it (a DDP model and its optimizer), so that
+# destroy_process_group really closes it and stops Gloo's threads now: a group still open
+# when Python exits can abort a process whose work is done. For the same reason
+# torch.distributed.nn is imported before init_process_group (imported later, by DDP,
+# it keeps a reference to the group).
+del model, optimizer
 dist.destroy_process_group()

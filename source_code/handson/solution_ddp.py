@@ -10,6 +10,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: see the end of this file
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -83,4 +84,10 @@ with torch.no_grad():
 if rank == 0:
     print(f"test accuracy {correct / len(y):.4f}")
 dist.barrier()  # wait until every rank has finished before tearing the group down
+# Close the group. First drop what holds it (a DDP model and its optimizer), so that
+# destroy_process_group really closes it and stops Gloo's threads now: a group still open
+# when Python exits can abort a process whose work is done. For the same reason
+# torch.distributed.nn is imported before init_process_group (imported later, by DDP,
+# it keeps a reference to the group).
+del model, optimizer
 dist.destroy_process_group()

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -155,6 +156,9 @@ class Workers:
                 raise Failure("--launcher ddp must be started by torchrun, e.g. `torchrun --standalone "
                               "--nproc-per-node=2 fmnist_torch.py --launcher ddp` (or `ddlab train --launcher ddp`)")
             import torch.distributed as dist
+            # Before init_process_group: DDP imports torch.distributed.nn later otherwise, and its
+            # functions, defined after the group exists, then hold a reference to it for good.
+            import torch.distributed.nn  # noqa: F401
             self.dist = dist
             self.local_rank = int(env["LOCAL_RANK"])
             self.local_size = int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]))
@@ -317,6 +321,21 @@ def main(argv=None) -> int:
     use_cuda = device.type == "cuda"
     use_graph, graph_reason = graph_decision(args, use_cuda)
     workers = Workers(args.launcher, use_cuda, use_graph, args)
+    train(args, workers, device, use_graph, graph_reason, phases)
+    # Shut down only now, when train()'s model, optimizer and DDP wrapper are gone: while DDP
+    # exists it holds the process group, and destroy_process_group cannot close a held group.
+    # Gloo's threads would then live until Python exits, and may abort a finished process there.
+    gc.collect()
+    workers.shutdown()
+    phases.done("shutdown")   # printed only: the result was written above
+    return 0
+
+
+def train(args, workers: Workers, device: torch.device, use_graph: bool, graph_reason: str,
+          phases: launch.PhaseClock) -> None:
+    """Everything between the launcher's init and its shutdown: data, model, the timed
+    steps, the result (printed, and written by rank 0 to --json)."""
+    use_cuda = device.type == "cuda"
     rank, world = workers.rank, workers.size
     if use_cuda:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -694,9 +713,6 @@ def main(argv=None) -> int:
         graph.reset()
         graph = None
         torch.cuda.synchronize()
-    workers.shutdown()
-    phases.done("shutdown")   # printed only: the result was written above
-    return 0
 
 
 if __name__ == "__main__":
