@@ -41,6 +41,13 @@ for name in $KEEP_OFF; do
   rm -f .whl/"$name"-*.whl .whl/"${name//_/-}"-*.whl
 done
 # One version of each package: pip installs nothing if two wheels of one name are there.
+# A folder kept from an earlier session can hold an older wheel beside a newer download: keep
+# the newest version of each name.
+for name in $(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d); do
+  older=$(ls .whl/"$name"-*.whl | sort -V | head -n -1)
+  echo "[carry] two versions of $name: removing $(echo $older | xargs -n1 basename | tr '\n' ' ')" >&2
+  rm -f $older
+done
 dups=$(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
 [ -z "$dups" ] || { echo "[carry] two versions of: $dups (remove the older from .whl/)" >&2; exit 1; }
 
