@@ -12,7 +12,7 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401  before init_process_group: see the end of this file
+import torch.distributed.nn  # before init_process_group: see the end of this file
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 

@@ -9,7 +9,7 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401  before init_process_group: see the end of this file
+import torch.distributed.nn  # before init_process_group: see the end of this file
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
