@@ -124,6 +124,41 @@ def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypa
         mod.main([str(tmp_path), "ddp:mlp-small", "--batch", "0"])
 
 
+def test_a_step_job_records_one_gpu_with_a_cuda_graph_under_the_scaling_graph_name(tmp_path, monkeypatch, capsys):
+    from ddlab import experiments, recording, runs, step_profile
+    from ddlab.results import ExperimentResult
+    mod = load("record_experiments.py")
+    assert mod.parse_job("step:mlp-small") == ("step", "mlp-small", False)
+    for bad in ("step", "step:huge", "step:cnn:graph"):
+        with pytest.raises(Exception, match="expected step:model"):
+            mod.parse_job(bad)
+    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 1)   # one GPU is enough
+    monkeypatch.setattr(recording, "use_hardware_label", lambda: "1x Test GPU")
+    calls = []
+
+    def scaling(spec, workers, echo, progress):
+        calls.append((spec, workers))
+        return ExperimentResult("scaling", [{"workers": 1, "images_per_s": 2.0, "global_batch": spec.batch}], "live",
+                                {"machine": "1x Test GPU"}, [], {"model": spec.model})
+    monkeypatch.setattr(experiments, "throughput_scaling", scaling)
+    profiled = []
+    monkeypatch.setattr(step_profile, "record", lambda out, models, batch: profiled.append((models, batch)))
+    assert mod.main([str(tmp_path), "step:mlp-large", "step:cnn", "--batch", "128"]) == 0
+    assert profiled == [(["mlp-large"], 128), (["cnn"], 128)]     # and where each step's time goes
+    assert [(s.model, s.launcher, s.workers, s.cuda_graph, s.batch, w) for s, w in calls] == \
+        [("mlp-large", "ddp", 1, "on", 128, (1,)), ("cnn", "ddp", 1, "on", 128, (1,))]
+    assert calls[0][0].repeats >= recording.MIN_REPEATS
+    assert sorted(os.listdir(tmp_path)) == ["scaling-torch-ddp-cnn-graph-b128.json",
+                                            "scaling-torch-ddp-mlp-large-graph-b128.json"]
+    calls.clear()
+    assert mod.main([str(tmp_path), "step:mlp-small"]) == 0
+    assert calls[0][0].batch == recording.gpu_spec("mlp-small").batch
+    assert (tmp_path / "scaling-torch-ddp-mlp-small-graph.json").exists()
+    assert "step:mlp-small: done in" in capsys.readouterr().out
+    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 0)
+    assert mod.main([str(tmp_path), "step:cnn"]) == 2
+
+
 def test_gpu_batch_runs_tasks_while_time_is_left_and_packs_after_each(tmp_path):
     import subprocess
     import tarfile

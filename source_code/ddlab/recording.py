@@ -95,6 +95,27 @@ def record_paths(out_dir: str, base: RunSpec, variant: Optional[str] = None, ech
     return done
 
 
+def record_one_gpu_step(out_dir: str, base: RunSpec, echo: bool = False,
+                        progress: Optional[Callable[[str], None]] = None, done: Optional[dict] = None,
+                        suffix_batch: Optional[int] = None) -> dict:
+    """Records ``base`` on one GPU with its whole step captured as a CUDA graph (DDP, one
+    worker): the GPU's busy time per step, with no host work in it, which the cost model
+    (:mod:`ddlab.cost_model`) uses to tell a host-bound step from a device-bound one. Written
+    as the "graph" variant of the scaling result (``scaling-<framework>-ddp-<model>-graph``,
+    one row: 1 worker, with ``-b<suffix_batch>`` added for a batch other than the live
+    default); it needs one GPU, not two. Returns ``done`` as :func:`record_paths`."""
+    from . import experiments
+    done = {} if done is None else done
+    spec = base.with_(launcher="ddp", workers=1, cuda_graph="on")
+    name = reference_name("scaling", spec.framework, "ddp", spec.model) + "-graph" + (f"-b{suffix_batch}"
+                                                                                    if suffix_batch else "")
+    res = _attempt(done, name, lambda: experiments.throughput_scaling(spec, workers=(1,), echo=echo,
+                                                                      progress=progress))
+    if res is not None:
+        _write(out_dir, name, res, done)
+    return done
+
+
 def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
                    models: Sequence[str] = ("cnn", "wide"), echo: bool = False,
                    progress: Optional[Callable[[str], None]] = None, repeats: int = MIN_REPEATS,

@@ -4,7 +4,10 @@
 
 JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide), launcher:model:graph
 (DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording),
-"perf" (one GPU, model cnn, each single-GPU speed option), or tune:launcher:model[:path]
+"perf" (one GPU, model cnn, each single-GPU speed option), step:model (one GPU: the
+model's step captured as a CUDA graph, the GPU's busy time the cost model uses; written as
+scaling-torch-ddp-<model>-graph.json; then ddlab.step_profile's step-<model>.json, for
+source_code/reference/profiles/), or tune:launcher:model[:path]
 (the communication tuning comparison, ddlab.tuning.tuning_comparison: the one-GPU untuned
 run, then every tuning of ddlab.tuning.TUNINGS for the launcher on 2 GPUs over NCCL path
 path, default "default"; e.g. tune:ddp:wide, tune:horovod:wide:shm). Default: ddp:cnn
@@ -16,8 +19,8 @@ so a recording and a live run are the same experiment; each configuration runs -
 times (at least 3) and the result keeps every value, the median and the min-max. The
 machine is named by its hardware in the results' provenance (e.g. "2x NVIDIA H200, NV18").
 
---batch N runs the launcher:model jobs at N images per GPU instead of the live default (the
-batch sweep of notebook 8's first case) and adds "-bN" to their names.
+--batch N runs the launcher:model and step:model jobs at N images per GPU instead of the live
+default (the batch sweep of notebook 8's first case) and adds "-bN" to their names.
 
 Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph][-bN].json and, for an eager
 comparison at the default batch, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes
@@ -40,7 +43,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab import experiments, recording, runs, tuning  # noqa: E402
+from ddlab import experiments, recording, runs, step_profile, tuning  # noqa: E402
 from ddlab.nccl import PATHS  # noqa: E402
 from ddlab.runspec import MODELS  # noqa: E402
 
@@ -56,6 +59,11 @@ def parse_job(job: str) -> tuple:
     if job == "perf":
         return ("perf", "cnn", False)
     parts = job.split(":")
+    if parts[0] == "step":
+        if len(parts) != 2 or parts[1] not in MODELS:
+            raise argparse.ArgumentTypeError(f"bad job {job!r}: expected step:model, e.g. step:mlp-small "
+                                             f"(model one of {', '.join(MODELS)})")
+        return "step", parts[1], False
     if parts[0] == "tune":
         if len(parts) not in (3, 4) or parts[1] not in tuning.LAUNCHERS or parts[2] not in MODELS \
                 or (len(parts) == 4 and parts[3] not in PATHS):
@@ -95,7 +103,7 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out", help="folder for the result JSON files")
-    p.add_argument("jobs", nargs="*", type=parse_job, help=f"perf, launcher:model[:graph] or "
+    p.add_argument("jobs", nargs="*", type=parse_job, help=f"perf, step:model, launcher:model[:graph] or "
                    f"tune:launcher:model[:path] (default: {' '.join(DEFAULT_JOBS)})")
     p.add_argument("--repeats", type=int, default=recording.MIN_REPEATS,
                    help=f"runs per configuration (at least {recording.MIN_REPEATS})")
@@ -113,17 +121,26 @@ def main(argv=None) -> int:
     machine = recording.use_hardware_label()
     gpus = runs.gpu_count("torch")
     say(f"record_experiments: {len(jobs)} job(s), {a.repeats} repeats each, on {machine}; torch sees {gpus} GPU(s)")
-    need = 1 if all(j[0] == "perf" for j in jobs) else 2
+    need = 1 if all(j[0] in ("perf", "step") for j in jobs) else 2
     if gpus < need:
         say(f"record_experiments: error: these jobs need {need} GPU(s) visible to torch")
         return 2
     failed = 0
     for launcher, model, graph in jobs:
         t0 = time.monotonic()
-        job = "perf" if launcher == "perf" else f"{launcher}:{model}" + (":graph" if graph is True else "")
+        job = launcher if launcher == "perf" else f"{launcher}:{model}" + (":graph" if graph is True else "")
         if isinstance(graph, tuple):
             job = f"tune:{job}:{graph[1]}"
             done = record_tuning(a.out, launcher, model, graph[1], a.repeats, a.timeout, a.echo)
+        elif launcher == "step":
+            base = recording.gpu_spec(model, a.repeats, launcher="ddp", workers=1, timeout=a.timeout, batch=a.batch)
+            say(f"\n== {job}: one GPU, CUDA graph, {base.steps} steps ({base.warmup_steps} warm-up), "
+                f"batch {base.batch}/GPU, {base.precision}, {base.repeats} repeats")
+            done = recording.record_one_gpu_step(a.out, base, a.echo, say, suffix_batch=a.batch)
+            try:   # and where that step's time goes (ddlab.step_profile), for the cost model
+                step_profile.record(a.out, [model], base.batch)
+            except Exception as exc:  # reported; the next JOB still runs
+                done[step_profile.reference_name(model, base.batch)] = f"{type(exc).__name__}: {exc}"
         elif launcher == "perf":
             done = recording.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
                                             echo=a.echo, progress=say)
