@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -372,22 +372,30 @@ def gradient_buckets(model, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
     the order they are all-reduced: the gradients in reverse layer order, a bucket closing
     once it holds at least its limit (the first ``first_bucket_bytes``, then
     ``bucket_cap_mb`` MiB; None: every bucket gets the cap). ``readiness`` says how the
-    backward pass is shared among the layers: by forward FLOPs ("flops") or by parameter
-    count ("params")."""
+    backward pass is shared among the layers: by forward FLOPs ("flops"), by parameter
+    count ("params"), or as measured: a mapping {layer name: share of the backward pass done
+    when its gradient is ready} (:attr:`ddlab.step_profile.StepProfile.ready`)."""
     layers = _as_layers(model)
-    if readiness not in READINESS:
-        raise ValueError(f"readiness must be one of {', '.join(READINESS)}, got {readiness!r}")
+    measured = None
+    if isinstance(readiness, Mapping):
+        missing = [x.name for x in layers if x.params and x.name not in readiness]
+        if missing:
+            raise ValueError(f"the measured readiness has no share for layer(s) {', '.join(missing)}")
+        measured = {k: float(v) for k, v in readiness.items()}
+    elif readiness not in READINESS:
+        raise ValueError(f"readiness must be one of {', '.join(READINESS)} or a mapping of layer to share, "
+                         f"got {readiness!r}")
     if not bucket_cap_mb > 0:
         raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
     if int(bytes_per_param) != bytes_per_param or bytes_per_param < 1:
         raise ValueError(f"bytes_per_param must be a whole number >= 1, got {bytes_per_param!r}")
     cap = int(bucket_cap_mb * 1024 * 1024)
-    weight = [(x.flops if readiness == "flops" else x.params) for x in layers]
+    weight = [0.0 if measured else (x.flops if readiness == "flops" else x.params) for x in layers]
     total_w = sum(weight) or 1.0
     limit = cap if first_bucket_bytes is None else int(first_bucket_bytes)
     out, names, size, done = [], [], 0, 0.0
     for layer, w in zip(reversed(layers), reversed(weight)):
-        done += w / total_w
+        done = max(done, measured[layer.name]) if measured and layer.params else done + w / total_w
         if layer.params == 0:
             continue
         names.append(layer.name)
@@ -508,7 +516,8 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
                  backward_fraction: float = BACKWARD_FRACTION, optimizer_s: float = 0.0,
                  bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
                  first_bucket_bytes: Optional[int] = DDP_FIRST_BUCKET_BYTES,
-                 bytes_per_param: int = 4, readiness: str = "flops", fit_ranks: int = 2) -> StepPrediction:
+                 bytes_per_param: int = 4, readiness="flops", fit_ranks: int = 2,
+                 profile=None, bucket_copy_s: float = 0.0) -> StepPrediction:
     """Predict one data-parallel training step on ``n_gpus`` (weak scaling).
 
     * ``model``: a course model's name, a parameter count, or :class:`Layer` items.
@@ -526,7 +535,20 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
       all-reduce starts when its gradients are ready and the previous all-reduce is done (one
       communication stream); the optimizer waits for the last one. The backward pass is
       ``backward_fraction`` of the device step without the optimizer's ``optimizer_s``.
+    * ``profile``: a :class:`ddlab.step_profile.StepProfile` measured for this model; its
+      readiness of each layer, backward fraction and optimizer share of the step replace
+      ``readiness``, ``backward_fraction`` and ``optimizer_s``.
+    * ``bucket_copy_s``: the time to copy all the gradients once on the GPU. DDP copies each
+      gradient into its bucket as it becomes ready (on the compute stream, so the rest of
+      the backward pass waits) and back after the all-reduce, before the optimizer, unless
+      it runs with ``gradient_as_bucket_view=True``; Horovod all-reduces a tensor larger
+      than its fusion buffer in place. 0: no copies.
     """
+    if not (math.isfinite(bucket_copy_s) and bucket_copy_s >= 0):
+        raise ValueError(f"bucket_copy_s must be a number of seconds >= 0, got {bucket_copy_s!r}")
+    if profile is not None:
+        readiness, backward_fraction = profile.ready, profile.backward_fraction
+        optimizer_s = profile.optimizer_share * (compute_s if device_s is None else device_s)
     if not (math.isfinite(compute_s) and compute_s > 0):
         raise ValueError(f"the one-GPU step time must be a positive number of seconds, got {compute_s!r}")
     _check_n(n_gpus)
@@ -544,12 +566,15 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
     if n_gpus == 1:
         return StepPrediction(1, compute_s, 0.0, 0.0, 0.0, compute_s, buckets, "serial", batch)
     backward = backward_fraction * (dev - optimizer_s)
-    comm_total, comm_free = 0.0, 0.0      # times from the start of the backward pass
+    all_bytes = sum(b.nbytes for b in buckets)
+    comm_total, comm_free, copied = 0.0, 0.0, 0.0     # times from the start of the backward pass
     for b in buckets:
+        copied += bucket_copy_s * b.nbytes / all_bytes          # into the bucket, on the compute stream
         t = bucket_allreduce_time(b.nbytes, n_gpus, path, fit_ranks)
         comm_total += t
-        comm_free = max(b.ready * backward, comm_free) + t
-    exposed = max(0.0, comm_free - backward)
+        comm_free = max(b.ready * backward + copied, comm_free) + t
+    # the rest of the backward pass (delayed by the copies in), the all-reduces, the copies out
+    exposed = max(backward + copied, comm_free) + bucket_copy_s - backward
     overhead = over.total_s(len(buckets))
     if device_s is None:
         total, bound = compute_s + exposed + overhead, "serial"
@@ -595,17 +620,25 @@ class RecordedPoint:
 @dataclass
 class RecordedSet:
     """Recorded points, the alpha-beta fit of each path's recorded all-reduce sweep, the
-    (launcher, model) pairs with no recording, and the machine they came from."""
+    (launcher, model) pairs with no recording, and the machine they came from.
+    ``device_elsewhere``: {model: machine} for models whose GPU busy time per step came from
+    a one-GPU CUDA-graph recording on another machine with the same GPU (the two-GPU
+    machine's own graph run of that model is not recorded); ``device_check``: {model:
+    ratio} of that machine's graph step to the two-GPU machine's, for the models recorded
+    on both, which shows how well the substitution holds."""
     points: list
     fits: dict
     missing: list = field(default_factory=list)
     machine: str = ""
+    device_elsewhere: dict = field(default_factory=dict)
+    device_check: dict = field(default_factory=dict)
+    profiles: dict = field(default_factory=dict)     # {model: StepProfile} recorded on a GPU
 
 
 def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
     """The recorded NCCL-path comparisons of every model (``ddlab.recording``) and the
     recorded all-reduce sweeps ``reference/allreduce/<sweeps>.json``, fitted per path."""
-    from . import collectives, models as _models, recording
+    from . import collectives, models as _models, recording, step_profile
     from .reference import ReferenceMissing
     names = tuple(models) if models is not None else _models.MODELS
     for m in names:
@@ -631,6 +664,33 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
     def step_of(row):
         return row["global_batch"] / row["images_per_s"] if row else None
 
+    def one_gpu_graph(model):
+        """(step, machine) of the one-GPU CUDA-graph recording of ``model`` (scaling, "graph")."""
+        try:
+            res = recording.load_recorded("scaling", "torch", "ddp", model, "graph")
+        except ReferenceMissing:
+            return None, ""
+        return step_of(one_gpu_row(res)), _machine_text(res.provenance)
+
+    device_elsewhere, device_check = {}, {}
+
+    def device_step(model, batch):
+        """The GPU's busy time per step of ``model`` at ``batch``: the two-GPU machine's own
+        one-GPU graph run, else a one-GPU graph recording of the same batch (same GPU model)."""
+        own = one_gpu_row(load("ddp", model, "graph"))
+        other, where = one_gpu_graph(model)
+        if own is not None:
+            if other and where:
+                device_check[model] = other / step_of(own)
+            return step_of(own)
+        if other is None:
+            return None
+        res = recording.load_recorded("scaling", "torch", "ddp", model, "graph")
+        if one_gpu_row(res).get("global_batch") != batch:
+            return None
+        device_elsewhere[model] = where
+        return other
+
     for label, launcher, variant in RECORDED_RUNS:
         for model in names:
             res = load(launcher, model, variant)
@@ -640,14 +700,22 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
                 continue
             machine = machine or _machine_text(res.provenance)
             one = step_of(base)
-            device = one if variant == "graph" else step_of(one_gpu_row(load("ddp", model, "graph")))
+            device = one if variant == "graph" else device_step(model, base["global_batch"])
             for r in res.rows:
                 if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or r.get("path") not in fits:
                     continue
                 points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
                                             device, variant != "graph", float(r["speedup"]),
                                             int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max")))
-    return RecordedSet(points, fits, missing, machine)
+    profiles = {}
+    for model in names:
+        try:
+            prof = step_profile.load_recorded(model)
+        except ReferenceMissing:
+            continue
+        if prof.device != "cpu":
+            profiles[model] = prof
+    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles)
 
 
 def _machine_text(prov: dict) -> str:
@@ -661,12 +729,36 @@ def _machine_text(prov: dict) -> str:
     return ", ".join(bits)
 
 
-def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] = None, **kwargs) -> StepPrediction:
-    """:func:`predict_step` for one recorded run, with the fit of its path."""
+def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] = None, profiles=None,
+                  **kwargs) -> StepPrediction:
+    """:func:`predict_step` for one recorded run, with the fit of its path and, when
+    ``profiles`` ({model: StepProfile}) has one for its model, that measured profile."""
     if p.path not in fits:
         raise ValueError(f"no all-reduce fit for path {p.path!r}; have {', '.join(fits) or 'none'}")
+    kwargs = dict(measured_inputs(p.model, p.batch, p.launcher, profiles or {}), **kwargs)
     return predict_step(p.model, p.compute_s, fits[p.path], p.n_gpus, batch=p.batch, device_s=p.device_s,
                         overheads=overheads if p.host_work else None, **kwargs)
+
+
+def measured_inputs(model: str, batch: int, launcher: str, profiles: dict) -> dict:
+    """The :func:`predict_step` arguments that a recorded step profile of ``model``
+    (``profiles``: {model: StepProfile}) supplies: the profile itself when it was measured at
+    ``batch``, and for DDP (launcher "ddp...", default ``gradient_as_bucket_view=False``) the
+    time of its copies of the gradients into the buckets and back."""
+    prof = profiles.get(model)
+    if prof is None:
+        return {}
+    out = {"profile": prof} if prof.batch == batch else {}
+    if prof.grad_copy_s and launcher.startswith("ddp"):
+        out["bucket_copy_s"] = prof.grad_copy_s
+    return out
+
+
+def _with_profiles(rec: "RecordedSet", kwargs: dict) -> dict:
+    """The recorded step profiles, unless the caller chose the readiness or the profiles."""
+    if "readiness" in kwargs or "profiles" in kwargs:
+        return kwargs
+    return dict(kwargs, profiles=rec.profiles)
 
 
 def _rel_errors(points, fits, over, **kwargs):
@@ -715,7 +807,9 @@ def _refine(f, x0: float) -> float:
 
 
 def fit_all_overheads(rec: RecordedSet, **kwargs) -> dict:
-    """{launcher: Overheads} fitted per launcher on all its recorded runs (in-sample)."""
+    """{launcher: Overheads} fitted per launcher on all its recorded runs (in-sample), with
+    the recorded step profiles unless ``kwargs`` choose the readiness or the profiles."""
+    kwargs = _with_profiles(rec, kwargs)
     out = {}
     for label, *_ in RECORDED_RUNS:
         pts = [p for p in rec.points if p.launcher == label and p.host_work]
@@ -734,6 +828,33 @@ def _validation_table(rows, title, notes):
     return Table(cols, rows, title=title, notes=notes)
 
 
+def _input_notes(rec: RecordedSet, kwargs: dict) -> list:
+    """Where the model's inputs other than the recorded runs came from."""
+    notes = []
+    if rec.device_elsewhere:
+        where = sorted(set(rec.device_elsewhere.values()))
+        text = (f"The GPU's busy time per step of {', '.join(rec.device_elsewhere)} comes from one-GPU CUDA-graph "
+                f"runs on {'; '.join(where)} (the same GPU model), because the two-GPU machine has no graph run of "
+                "them recorded.")
+        if rec.device_check:
+            text += (" For the models both machines recorded, that machine's graph step differs from the two-GPU "
+                     "machine's by " + ", ".join(f"{100 * (r - 1):+.1f}% ({m})" for m, r in rec.device_check.items())
+                     + ".")
+        notes.append(text)
+    profiles = kwargs.get("profiles") or {}
+    if profiles:
+        devices = sorted({p.device for p in profiles.values()})
+        others = sorted({p.model for p in rec.points} - set(profiles))
+        notes.append(f"When each layer's gradient is ready, and the shares of the backward pass and the optimizer, are "
+                     f"measured ({', '.join(profiles)}: ddlab.step_profile on {', '.join(devices)})"
+                     + (f"; for {', '.join(others)} they are counted by FLOPs." if others else "."))
+    elif "readiness" not in kwargs or isinstance(kwargs.get("readiness"), str):
+        notes.append(f"Each layer's gradient is taken to be ready in proportion to its "
+                     f"{kwargs.get('readiness', 'flops') if kwargs.get('readiness') == 'params' else 'FLOPs'} "
+                     "(no measured step profile).")
+    return notes
+
+
 def validate(recorded: Optional[RecordedSet] = None, overheads: Optional[dict] = None, **kwargs):
     """Predicted against measured 2-GPU speedup for every recorded model x path x launcher,
     as a :class:`ddlab.tables.Table` (launcher, model, path, predicted, measured, error in
@@ -742,6 +863,7 @@ def validate(recorded: Optional[RecordedSet] = None, overheads: Optional[dict] =
     comparison is in-sample for the wrapper's cost (see :func:`holdout` for an
     out-of-sample check). Models without a recording are named in the notes."""
     rec = recorded or recorded_points()
+    kwargs = _with_profiles(rec, kwargs)
     over = fit_all_overheads(rec, **kwargs) if overheads is None else overheads
     rows = []
     for p in rec.points:
@@ -762,6 +884,7 @@ def validate(recorded: Optional[RecordedSet] = None, overheads: Optional[dict] =
     reps = sorted({p.repeats for p in rec.points})
     if reps == [1]:
         notes.append("Each recorded point is a single run: its spread between repeats is unknown.")
+    notes += _input_notes(rec, kwargs)
     return _validation_table(rows, "Predicted vs measured 2-GPU speedup" + (f" ({rec.machine})" if rec.machine else ""),
                              " ".join(notes))
 
@@ -771,6 +894,7 @@ def holdout(recorded: Optional[RecordedSet] = None, **kwargs):
     model, fit the cost on the *other* models' runs and predict this model's. Returns the
     same table as :func:`validate` (rows whose launcher has nothing to fit on are left out)."""
     rec = recorded or recorded_points()
+    kwargs = _with_profiles(rec, kwargs)
     rows = []
     for label, *_ in RECORDED_RUNS:
         mine = [p for p in rec.points if p.launcher == label]

@@ -405,7 +405,8 @@ def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2
     over = None
     if wrapper != "none":
         over = cost_model.fit_all_overheads(_recorded_set()).get(wrapper)
-    return cost_model.predict_step(model, compute_s, path_model, n_gpus, batch=int(batch), overheads=over)
+    measured = cost_model.measured_inputs(model, int(batch), wrapper, _recorded_set().profiles)
+    return cost_model.predict_step(model, compute_s, path_model, n_gpus, batch=int(batch), overheads=over, **measured)
 
 
 def _step_bar(p: cost_model.StepPrediction) -> str:
