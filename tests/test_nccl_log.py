@@ -64,6 +64,8 @@ def test_every_nccl_fixture_parses_consistently(p):
 
 
 H200 = [("h200x2_default.log", "P2P"), ("h200x2_shm.log", "SHM"), ("h200x2_socket.log", "NET/Socket")]
+# NCCL's channels per collective on that machine (one GPU thread block each): NVLink gets many
+H200_CHANNELS = {"P2P": 24, "SHM": 4, "NET/Socket": 2}
 
 
 @pytest.mark.parametrize("name,kind", H200, ids=[h[0] for h in H200])
@@ -78,6 +80,7 @@ def test_h200x2_captures_show_the_expected_path(name, kind):
     assert log.nranks == 2
     ranks = {(c.src_rank, c.dst_rank) for c in log.connections}
     assert ranks == {(0, 1), (1, 0)}
+    assert log.coll_channels == H200_CHANNELS[kind]
     if kind == "SHM":
         assert log.env.get("NCCL_P2P_LEVEL") == "LOC"
     if kind == "NET/Socket":
@@ -85,6 +88,13 @@ def test_h200x2_captures_show_the_expected_path(name, kind):
 
 
 # ------------------------------------------------------------------------ line formats
+def test_collective_channels_are_read_from_the_init_line():
+    line = "h:1:1 [0] NCCL INFO 24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p"
+    assert parse(line).coll_channels == 24
+    assert parse("h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC").coll_channels is None
+    assert parse(line + "\n" + line.replace("24 coll", "8 coll")).to_dict()["coll_channels"] == 24
+
+
 def test_launcher_prefixes_and_interleaving():
     text = ("[1,1]<stdout>:h:2:2 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/IPC\n"
             "[1,0]<stdout>:h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"

@@ -42,6 +42,9 @@ _TRAILER = re.compile(r"\s+comm\s+0x[0-9a-fA-F]+.*$")
 _VERSION = re.compile(r"NCCL version\s+v?(?P<v>\d+\.\d+\.\d+)(?P<extra>\+\S+)?")
 _ENV = re.compile(r"\b(?P<name>NCCL_[A-Z0-9_]+)\s+set by environment to\s+(?P<value>.*?)\s*$")
 _NRANKS = re.compile(r"\bnranks\s+(\d+)", re.IGNORECASE)
+# "24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, ..." at init:
+# the channels a collective runs on, each one thread block of the collective's kernel.
+_COLL_CHANNELS = re.compile(r"\b(\d+) coll channels")
 _SOURCE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+NCCL\s")
 _MARK = re.compile(r"NCCL (?:INFO|WARN)\b|NCCL version\s+\d")
 
@@ -91,6 +94,7 @@ class NcclLog:
     nranks: Optional[int] = None
     warnings: list = field(default_factory=list)
     nccl_lines: int = 0
+    coll_channels: Optional[int] = None     # channels of a collective (one GPU thread block each)
 
     @property
     def empty(self) -> bool:
@@ -180,7 +184,7 @@ class NcclLog:
         return {"version": self.version, "version_full": self.version_full, "nranks": self.nranks, "env": self.env,
                 "transport_counts": self.transport_counts(), "transports": self.transports(),
                 "connections": [asdict(c) for c in self.connections], "warnings": self.warnings,
-                "nccl_lines": self.nccl_lines, "empty": self.empty}
+                "nccl_lines": self.nccl_lines, "empty": self.empty, "coll_channels": self.coll_channels}
 
 
 def parse(text: str) -> NcclLog:
@@ -204,6 +208,8 @@ def parse(text: str) -> NcclLog:
             log.env[m.group("name")] = value[:-1] if value.endswith(".") else value
         for n in _NRANKS.findall(line):
             log.nranks = max(log.nranks or 0, int(n))
+        for n in _COLL_CHANNELS.findall(line):
+            log.coll_channels = max(log.coll_channels or 0, int(n))
         if "NCCL WARN" in line:
             log.warnings.append(line[line.index("NCCL WARN") + len("NCCL WARN"):].strip())
         if conn:
