@@ -39,19 +39,15 @@ def _scaling_result(model="mlp-small", one=1000.0, two=1500.0):
     return ExperimentResult("scaling", rows, "live", {}, [], {"model": model, "launcher": "ddp"})
 
 
-def t_launcher():
-    return _scaling_result().config.get("launcher") or "ddp"
-
-
 def test_predicted_vs_measured_uses_the_one_worker_step_and_the_fit():
     fit = cost_model.AlphaBeta(1e-3, 1e9)
     t = cs.predicted_vs_measured(_scaling_result(), fit)
     (row,) = t.to_dict()["rows"]
     compute = 32 / 1000.0
-    # with what the recorded step profile of the model supplies (DDP's bucket copies; the profile
-    # itself only at its own batch)
-    measured = cost_model.measured_inputs("mlp-small", 32, t_launcher(), cost_model.recorded_points().profiles)
-    assert "profile" not in measured
+    # with what the recorded step profile of the model supplies: nothing at another batch than its
+    # own, and a fit that is not the recorded machine's gets no channel count
+    measured = cost_model.measured_inputs("mlp-small", 32, cost_model.recorded_points().profiles)
+    assert measured == {}
     pred = cost_model.predict_step("mlp-small", compute, fit, 2, batch=32, **measured)
     assert row["compute"] == pytest.approx(compute) and row["predicted"] == pytest.approx(pred.speedup)
     assert row["measured"] == pytest.approx(1.5) and row["spread"] == "1.40-1.60" and row["batch"] == 32
@@ -142,7 +138,8 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
     assert set(rows) == set(rec.fits) == {"default", "shm", "socket"}
     for path, fit in rec.fits.items():
         pred = cost_model.predict_step("mlp-small", 512 / 250000.0, fit, 2, batch=512, overheads=over,
-                                       **cost_model.measured_inputs("mlp-small", 512, "ddp", rec.profiles))
+                                       **cost_model.measured_inputs("mlp-small", 512, rec.profiles,
+                                                                    rec.channels[path]))
         assert rows[path]["predicted"] == pytest.approx(pred.speedup)
         assert rows[path]["compute"] == pytest.approx(512 / 250000.0) and rows[path]["batch"] == 512
     # the slower the recorded link, the lower the predicted speedup

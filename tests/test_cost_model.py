@@ -308,23 +308,32 @@ def test_measured_readiness_and_bucket_copies():
     late = cm.predict_step(layers, 1e-3, link, readiness={"c": 0.1, "b": 0.99, "a": 1.0}, bucket_cap_mb=1e-6,
                            first_bucket_bytes=None)
     assert early.exposed_comm_s < late.exposed_comm_s
-    # the copies into the buckets and back out add up to twice bucket_copy_s when nothing hides them
-    plain = cm.predict_step(1000, 1e-3, link)
-    copied = cm.predict_step(1000, 1e-3, link, bucket_copy_s=1e-4)
-    assert copied.total_s - plain.total_s == pytest.approx(2e-4)
-    with pytest.raises(ValueError, match="bucket_copy_s"):
-        cm.predict_step(1000, 1e-3, link, bucket_copy_s=-1.0)
+    # an all-reduce holding a share of the SMs slows the backward work beside it: 400 us of the
+    # early bucket's all-reduce overlap the backward pass, which then runs at half speed
+    kw = dict(readiness={"c": 0.1, "b": 0.2, "a": 1.0}, bucket_cap_mb=1e-6, first_bucket_bytes=None)
+    half = cm.predict_step(layers, 1e-3, link, comm_sm_share=0.5, **kw)
+    assert early.exposed_comm_s == pytest.approx(4e-6)                # only the last, tiny bucket shows
+    # the 4 us and 400 us all-reduces of c and b each overlap the backward pass whole, and half of
+    # that time is lost; then a's 4 us all-reduce after the end
+    assert half.exposed_comm_s == pytest.approx(0.5 * (4e-6 + 400e-6) + 4e-6)
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="comm_sm_share"):
+            cm.predict_step(1000, 1e-3, link, comm_sm_share=bad)
 
 
 def test_a_step_profile_replaces_the_assumptions():
     from ddlab.step_profile import StepProfile
     prof = StepProfile("wide", 512, "GPU", "bf16", 1e-3, 3e-3, 1e-3, {"dense2": 0.0, "dense1": 0.3, "conv2": 0.9,
-                                                                     "conv1": 1.0}, 3, grad_copy_s=1e-4)
+                                                                     "conv1": 1.0}, 3, sm_count=132)
     assert prof.backward_fraction == pytest.approx(0.75) and prof.optimizer_share == pytest.approx(0.2)
     link = cm.AlphaBeta(1e-5, 300e9)
     with_prof = cm.predict_step("wide", 5e-3, link, profile=prof)
     assert with_prof.buckets[0].ready == pytest.approx(0.3)          # dense1's gradient, from the profile
     assert with_prof.exposed_comm_s < cm.predict_step("wide", 5e-3, link).exposed_comm_s
+    # the profile's SM count turns a path's NCCL channels into the all-reduce's share of the GPU
+    assert cm.measured_inputs("wide", 512, {"wide": prof}, 24) == {"profile": prof, "comm_sm_share": 24 / 132}
+    assert cm.measured_inputs("wide", 256, {"wide": prof}, None) == {}
+    assert cm.measured_inputs("cnn", 512, {"wide": prof}, 24) == {}
 
 
 def test_fit_overheads_recovers_a_known_cost_and_says_what_it_cannot_separate():
@@ -353,18 +362,23 @@ def test_validate_on_the_recorded_runs():
         assert r["within"] == ("yes" if abs(r["error_pct"]) <= 10 else "no")
     notes = " ".join(t.notes)
     assert "Not recorded" in notes and "mlp-small" in notes and "in-sample" in notes
-    # with the measured step profiles (when each gradient is ready, DDP's bucket copies) every
-    # DDP run of the wide model, eager and captured, over NVLink and over shared memory, is inside the band
-    assert rec.profiles and "measured" in notes
+    # with the measured step profiles (when each gradient is ready, the GPU's SMs) and the channels of
+    # each recorded path, every DDP run of the wide model, eager and captured, over NVLink and over
+    # shared memory, is inside the band
+    assert rec.profiles and "measured" in notes and rec.channels == {"default": 24, "shm": 4, "socket": 2}
     assert all(r["within"] == "yes" for r in rows if r["launcher"].startswith("ddp") and r["model"] == "wide"
                and r["path"] in ("default", "shm"))
+    # overlap is not free: without the all-reduce's share of the SMs the captured wide NVLink run is
+    # predicted faster than with it
+    wide = next(p for p in rec.points if (p.launcher, p.model, p.path) == ("ddp-graph", "wide", "default"))
+    free = cm.predict_point(wide, rec.fits, profiles=rec.profiles)
+    shared = cm.predict_point(wide, rec.fits, profiles=rec.profiles, channels=rec.channels)
+    assert shared.speedup < free.speedup
     # the MLPs' GPU time comes from another machine with the same GPU: said, with the check beside it
     assert set(rec.device_elsewhere) == {"mlp-small", "mlp-large"} and "same GPU model" in notes
     assert set(rec.device_check) == {"cnn", "wide"} and all(abs(r - 1) < 0.05 for r in rec.device_check.values())
-    # counting FLOPs instead puts the wide model's big gradient near the end of the backward pass,
-    # so all of its all-reduce shows: the captured wide run over NVLink falls out of the band
-    flops = {(r["launcher"], r["model"], r["path"]): r for r in cm.validate(rec, readiness="flops").to_dict()["rows"]}
-    assert flops[("ddp-graph", "wide", "default")]["within"] == "no"
+    # counting FLOPs instead puts the wide model's big gradient near the end of the backward pass
+    assert cm.gradient_buckets("wide")[0].ready > 0.8 > 0.6 > rec.profiles["wide"].ready["dense1"]
     assert "in proportion to its FLOPs" in " ".join(cm.validate(rec, readiness="flops").notes)
     h = cm.holdout(rec).to_dict()["rows"]
     assert {(r["launcher"], r["model"]) for r in h} == {(p.launcher, p.model) for p in rec.points}

@@ -165,7 +165,7 @@ def test_gpu_batch_runs_tasks_while_time_is_left_and_packs_after_each(tmp_path):
     carried = tmp_path / "carried"
     carried.mkdir()
     (carried / "convergence-point-2w-b64-linear.json").write_text("{}")
-    env = dict(os.environ, DEADLINE="6", OUT=str(tmp_path / "out"), RESULTS=str(tmp_path / "res"),
+    env = dict(os.environ, DEADLINE="12", OUT=str(tmp_path / "out"), RESULTS=str(tmp_path / "res"),
                CARRIED=str(carried))
     tasks = ["sh echo made", "999@sh echo never", "bogus x", "sh sleep 60", "sh echo late"]
     proc = subprocess.run(["bash", os.path.join(RECORDING, "gpu_batch.sh"), *tasks], env=env,

@@ -68,11 +68,6 @@ _LEGEND = (_LEGEND_TERMS + "; predicted and measured: speedup of 2 workers over 
            "over the repeats).")
 
 
-def _profiles() -> dict:
-    """The recorded GPU step profiles ({model: StepProfile}) the cost model uses."""
-    return cost_model.recorded_points().profiles
-
-
 def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
                      recorded: Optional[cost_model.RecordedSet] = None) -> Table:
     """Case 1 on the recorded 2-GPU machine: for every recorded model x path of ``launcher``
@@ -90,7 +85,8 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
     pts.sort(key=lambda p: (order.get(p.model, 99), p.path))
     rows = []
     for p in pts:
-        pred = cost_model.predict_point(p, rec.fits, over.get(p.launcher), profiles=rec.profiles)
+        pred = cost_model.predict_point(p, rec.fits, over.get(p.launcher), profiles=rec.profiles,
+                                        channels=rec.channels)
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
     notes = [_LEGEND, "Far above a ratio of 1, the all-reduce hides behind the step and a second GPU pays; near or "
@@ -111,8 +107,7 @@ def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads]
         raise ValueError("the result has no one-worker row to take the compute time from")
     model = result.config.get("model")
     compute_s = base[0]["global_batch"] / base[0]["images_per_s"]
-    measured = cost_model.measured_inputs(model, base[0]["global_batch"], result.config.get("launcher") or "ddp",
-                                          _profiles())
+    rec = cost_model.recorded_points()
     rows = []
     for r in rows_in:
         if r.get("workers", 1) < 2 or r.get("speedup") is None:
@@ -121,8 +116,12 @@ def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads]
         f = fit.get(path) if isinstance(fit, dict) else fit
         if f is None:
             continue
+        # the recorded machine's channels only go with its own recorded fits
+        channels = rec.channels.get(path) if f is rec.fits.get(path) else None
         pred = cost_model.predict_step(model, compute_s, f, r["workers"], batch=base[0]["global_batch"],
-                                       overheads=overheads, **measured)
+                                       overheads=overheads,
+                                       **cost_model.measured_inputs(model, base[0]["global_batch"], rec.profiles,
+                                                                    channels))
         lo, hi = r.get("speedup_min"), r.get("speedup_max")
         row = _row(model, path, compute_s, pred, r["speedup"], (lo, hi) if lo is not None else None,
                    r.get("repeats", 1))
@@ -193,7 +192,8 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
     rows = []
     for path, fit in rec.fits.items():
         pred = cost_model.predict_step(model, compute_s, fit, 2, batch=one["global_batch"], overheads=over,
-                                       **cost_model.measured_inputs(model, one["global_batch"], "ddp", rec.profiles))
+                                       **cost_model.measured_inputs(model, one["global_batch"], rec.profiles,
+                                                                    rec.channels.get(path)))
         rows.append(dict(_row(model, path, compute_s, pred, None), batch=one["global_batch"]))
     gpu = res.config.get("device_name") or hardware.this_machine()[0]
     spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")

@@ -517,7 +517,7 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
                  bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
                  first_bucket_bytes: Optional[int] = DDP_FIRST_BUCKET_BYTES,
                  bytes_per_param: int = 4, readiness="flops", fit_ranks: int = 2,
-                 profile=None, bucket_copy_s: float = 0.0) -> StepPrediction:
+                 profile=None, comm_sm_share: float = 0.0) -> StepPrediction:
     """Predict one data-parallel training step on ``n_gpus`` (weak scaling).
 
     * ``model``: a course model's name, a parameter count, or :class:`Layer` items.
@@ -538,14 +538,13 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
     * ``profile``: a :class:`ddlab.step_profile.StepProfile` measured for this model; its
       readiness of each layer, backward fraction and optimizer share of the step replace
       ``readiness``, ``backward_fraction`` and ``optimizer_s``.
-    * ``bucket_copy_s``: the time to copy all the gradients once on the GPU. DDP copies each
-      gradient into its bucket as it becomes ready (on the compute stream, so the rest of
-      the backward pass waits) and back after the all-reduce, before the optimizer, unless
-      it runs with ``gradient_as_bucket_view=True``; Horovod all-reduces a tensor larger
-      than its fusion buffer in place. 0: no copies.
+    * ``comm_sm_share``: the share of the GPU's multiprocessors (SMs) the all-reduce kernels
+      hold while they run (NCCL runs one thread block per channel, so channels / SMs). The
+      backward work that overlaps an all-reduce runs that much slower: overlap hides
+      communication, but not for free. 0: overlap costs nothing.
     """
-    if not (math.isfinite(bucket_copy_s) and bucket_copy_s >= 0):
-        raise ValueError(f"bucket_copy_s must be a number of seconds >= 0, got {bucket_copy_s!r}")
+    if not (math.isfinite(comm_sm_share) and 0 <= comm_sm_share < 1):
+        raise ValueError(f"comm_sm_share is a share of the GPU between 0 and 1, got {comm_sm_share!r}")
     if profile is not None:
         readiness, backward_fraction = profile.ready, profile.backward_fraction
         optimizer_s = profile.optimizer_share * (compute_s if device_s is None else device_s)
@@ -566,15 +565,29 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
     if n_gpus == 1:
         return StepPrediction(1, compute_s, 0.0, 0.0, 0.0, compute_s, buckets, "serial", batch)
     backward = backward_fraction * (dev - optimizer_s)
-    all_bytes = sum(b.nbytes for b in buckets)
-    comm_total, comm_free, copied = 0.0, 0.0, 0.0     # times from the start of the backward pass
+    comm_total, comm_free, now = 0.0, 0.0, 0.0      # times from the start of the backward pass
+    done = [0.0]                                    # backward work done, in seconds of backward alone
+    slow = 1.0 / (1.0 - comm_sm_share)              # time per unit of backward work beside an all-reduce
+
+    def work_until(target: float) -> float:
+        """Run the backward pass until ``target`` seconds of its work are done; the time then."""
+        t = now
+        while done[0] < target:
+            if t < comm_free:                       # beside an all-reduce: slower
+                dt = min(comm_free - t, (target - done[0]) * slow)
+                t, done[0] = t + dt, done[0] + dt / slow
+            else:
+                t, done[0] = t + target - done[0], target
+        return t
+
     for b in buckets:
-        copied += bucket_copy_s * b.nbytes / all_bytes          # into the bucket, on the compute stream
+        now = work_until(b.ready * backward)
         t = bucket_allreduce_time(b.nbytes, n_gpus, path, fit_ranks)
         comm_total += t
-        comm_free = max(b.ready * backward + copied, comm_free) + t
-    # the rest of the backward pass (delayed by the copies in), the all-reduces, the copies out
-    exposed = max(backward + copied, comm_free) + bucket_copy_s - backward
+        comm_free = max(now, comm_free) + t
+    now = work_until(backward)
+    # what the step loses: the backward pass slowed beside the all-reduces, and the part of them after it
+    exposed = max(now, comm_free) - backward
     overhead = over.total_s(len(buckets))
     if device_s is None:
         total, bound = compute_s + exposed + overhead, "serial"
@@ -633,6 +646,7 @@ class RecordedSet:
     device_elsewhere: dict = field(default_factory=dict)
     device_check: dict = field(default_factory=dict)
     profiles: dict = field(default_factory=dict)     # {model: StepProfile} recorded on a GPU
+    channels: dict = field(default_factory=dict)     # {path: NCCL channels of its recorded sweep}
 
 
 def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
@@ -643,7 +657,9 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
     names = tuple(models) if models is not None else _models.MODELS
     for m in names:
         _models.check(m)
-    fits = {p: fit_sweep(s) for p, s in collectives.load_recorded(sweeps).items()}
+    sweeps_ = collectives.load_recorded(sweeps)
+    fits = {p: fit_sweep(s) for p, s in sweeps_.items()}
+    channels = {p: c for p, c in ((p, nccl_channels(s)) for p, s in sweeps_.items()) if c}
     points, missing, machine = [], [], ""
 
     loaded = {}   # each recording is read once: the CUDA-graph ones serve every launcher
@@ -715,7 +731,14 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
             continue
         if prof.device != "cpu":
             profiles[model] = prof
-    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles)
+    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles, channels)
+
+
+def nccl_channels(sweep) -> Optional[int]:
+    """The channels NCCL ran a sweep's collective on (its INFO log says so at start-up), or
+    None when the sweep kept no log or the log does not say."""
+    log = sweep.nccl_log()
+    return log.coll_channels if log is not None else None
 
 
 def _machine_text(prov: dict) -> str:
@@ -730,35 +753,37 @@ def _machine_text(prov: dict) -> str:
 
 
 def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] = None, profiles=None,
-                  **kwargs) -> StepPrediction:
+                  channels=None, **kwargs) -> StepPrediction:
     """:func:`predict_step` for one recorded run, with the fit of its path and, when
-    ``profiles`` ({model: StepProfile}) has one for its model, that measured profile."""
+    ``profiles`` ({model: StepProfile}) has one for its model, that measured profile (with
+    ``channels``, {path: NCCL channels}, the all-reduce's share of the GPU)."""
     if p.path not in fits:
         raise ValueError(f"no all-reduce fit for path {p.path!r}; have {', '.join(fits) or 'none'}")
-    kwargs = dict(measured_inputs(p.model, p.batch, p.launcher, profiles or {}), **kwargs)
+    kwargs = dict(measured_inputs(p.model, p.batch, profiles or {}, (channels or {}).get(p.path)), **kwargs)
     return predict_step(p.model, p.compute_s, fits[p.path], p.n_gpus, batch=p.batch, device_s=p.device_s,
                         overheads=overheads if p.host_work else None, **kwargs)
 
 
-def measured_inputs(model: str, batch: int, launcher: str, profiles: dict) -> dict:
+def measured_inputs(model: str, batch: int, profiles: dict, channels: Optional[int] = None) -> dict:
     """The :func:`predict_step` arguments that a recorded step profile of ``model``
     (``profiles``: {model: StepProfile}) supplies: the profile itself when it was measured at
-    ``batch``, and for DDP (launcher "ddp...", default ``gradient_as_bucket_view=False``) the
-    time of its copies of the gradients into the buckets and back."""
+    ``batch``, and with the number of NCCL ``channels`` of the path (one thread block each)
+    the share of the GPU's SMs the all-reduce holds."""
     prof = profiles.get(model)
     if prof is None:
         return {}
     out = {"profile": prof} if prof.batch == batch else {}
-    if prof.grad_copy_s and launcher.startswith("ddp"):
-        out["bucket_copy_s"] = prof.grad_copy_s
+    if channels and prof.sm_count:
+        out["comm_sm_share"] = min(channels / prof.sm_count, 0.9)
     return out
 
 
 def _with_profiles(rec: "RecordedSet", kwargs: dict) -> dict:
-    """The recorded step profiles, unless the caller chose the readiness or the profiles."""
+    """The recorded step profiles and channels, unless the caller chose the readiness or the
+    profiles."""
     if "readiness" in kwargs or "profiles" in kwargs:
         return kwargs
-    return dict(kwargs, profiles=rec.profiles)
+    return dict(kwargs, profiles=rec.profiles, channels=rec.channels)
 
 
 def _rel_errors(points, fits, over, **kwargs):

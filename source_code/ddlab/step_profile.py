@@ -14,9 +14,9 @@ in the backward pass, not near its end. :func:`measure` times it instead:
   does not show up in the GPU's times;
 * on a CPU with the host clock (the work runs as it is called there).
 
-It also times one copy of all the gradients: DDP copies every gradient into its bucket
-before the all-reduce and back after it (unless ``gradient_as_bucket_view=True``), and for
-the wide model's 302 MB that is no longer free.
+On a GPU it also keeps the number of multiprocessors (SMs): an all-reduce that overlaps the
+backward pass holds some of them (NCCL runs one thread block per channel), and the cost
+model slows the overlapped work by that share.
 
 :func:`record` writes the profiles of the course's models to ``reference/profiles/``;
 :func:`load_recorded` reads one.
@@ -46,7 +46,7 @@ class StepProfile:
     ready: dict
     repeats: int
     provenance: dict = field(default_factory=dict)
-    grad_copy_s: Optional[float] = None    # one copy of all the gradients (DDP copies them into its buckets)
+    sm_count: Optional[int] = None     # the GPU's multiprocessors (None on a CPU)
 
     def __post_init__(self):
         for name in ("forward_s", "backward_s", "optimizer_s"):
@@ -81,7 +81,7 @@ class StepProfile:
         try:
             return cls(**{k: d[k] for k in ("model", "batch", "device", "precision", "forward_s", "backward_s",
                                              "optimizer_s", "ready", "repeats")}, provenance=d.get("provenance", {}),
-                       grad_copy_s=d.get("grad_copy_s"))
+                       sm_count=d.get("sm_count"))
         except KeyError as exc:
             raise ValueError(f"a step profile needs the field {exc.args[0]!r}") from None
 
@@ -94,8 +94,7 @@ class StepProfile:
         from .units import format_time
         notes = (f"{self.model}, batch {self.batch}, {self.precision} on {self.device}: forward "
                  f"{format_time(self.forward_s)}, backward {format_time(self.backward_s)}, optimizer "
-                 f"{format_time(self.optimizer_s)}"
-                 + (f", one copy of all gradients {format_time(self.grad_copy_s)}" if self.grad_copy_s else "")
+                 f"{format_time(self.optimizer_s)}" + (f"; {self.sm_count} SMs" if self.sm_count else "")
                  + f" (medians of {self.repeats}).")
         return Table([("layer", "text"), ("ready", lambda v: f"{100 * v:.0f}%", "gradient ready after"),
                       ("at", "time", "time into the backward pass")], rows,
@@ -154,8 +153,6 @@ def measure(model_name: str, batch: int = 512, device: str = "auto", precision: 
              for p in model.parameters()]
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     samples = []
-    grads = torch.empty(sum(p.numel() for p in model.parameters()), device=dev)   # a bucket of every gradient
-    flat = torch.empty_like(grads)
     try:
         for i in range(warmup + repeats):
             opt.zero_grad(set_to_none=True)
@@ -170,8 +167,6 @@ def measure(model_name: str, batch: int = 512, device: str = "auto", precision: 
             t2 = mark()
             opt.step()
             t3 = mark()
-            flat.copy_(grads)
-            t4 = mark()
             if cuda:
                 torch.cuda.synchronize()
             if i < warmup:
@@ -181,7 +176,7 @@ def measure(model_name: str, batch: int = 512, device: str = "auto", precision: 
             for p, m in marks.items():
                 layer = layer_of[p]
                 ready[layer] = max(ready.get(layer, 0.0), min(1.0, max(0.0, seconds(t1, m) / bwd)))
-            samples.append((seconds(t0, t1), bwd, seconds(t2, t3), ready, seconds(t3, t4)))
+            samples.append((seconds(t0, t1), bwd, seconds(t2, t3), ready))
     finally:
         for h in hooks:
             h.remove()
@@ -193,7 +188,7 @@ def measure(model_name: str, batch: int = 512, device: str = "auto", precision: 
                        {k: med(s[3][k] for s in samples) for k in layers}, repeats,
                        run_provenance(f"ddlab.step_profile.measure({model_name!r}, batch={batch}, "
                                       f"precision={precision!r}, repeats={repeats})"),
-                       med(s[4] for s in samples))
+                       torch.cuda.get_device_properties(dev).multi_processor_count if cuda else None)
 
 
 def reference_name(model: str, batch: int = 512) -> str:

@@ -405,7 +405,10 @@ def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2
     over = None
     if wrapper != "none":
         over = cost_model.fit_all_overheads(_recorded_set()).get(wrapper)
-    measured = cost_model.measured_inputs(model, int(batch), wrapper, _recorded_set().profiles)
+    rec = _recorded_set()
+    channels = (rec.channels.get(link[len(RECORDED_PATH_PREFIX):])
+                if isinstance(link, str) and link.startswith(RECORDED_PATH_PREFIX) else None)
+    measured = cost_model.measured_inputs(model, int(batch), rec.profiles, channels)
     return cost_model.predict_step(model, compute_s, path_model, n_gpus, batch=int(batch), overheads=over, **measured)
 
 
