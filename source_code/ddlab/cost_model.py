@@ -899,10 +899,12 @@ def validate(recorded: Optional[RecordedSet] = None, overheads: Optional[dict] =
                      "within": "yes" if abs(err) <= TOLERANCE else "no", "bound": pred.bound})
     inside = sum(r["within"] == "yes" for r in rows)
     notes = [f"{inside} of {len(rows)} within ±{100 * TOLERANCE:.0f}%."]
-    notes += [f"Wrapper cost {o.describe()}" + (f"; {o.note}." if o.note else ".") for o in over.values()]
-    if overheads is None:
-        notes.append("The wrapper's costs were fitted to these same runs (two numbers per launcher at most): "
-                     "in-sample for that term; everything else comes from the one-GPU runs and the all-reduce sweeps.")
+    if over:
+        notes.append("Wrapper cost: " + "; ".join(o.describe() + (f" ({o.note})" if o.note else "")
+                                                  for o in over.values()) + "."
+                     + (" Fitted to these same runs (two numbers per launcher at most): in-sample for that term; "
+                        "everything else comes from the one-GPU runs, the step profiles and the all-reduce sweeps."
+                        if overheads is None else ""))
     if rec.missing:
         notes.append("Not recorded (no prediction checked): "
                      + ", ".join(f"{m} ({la})" for la, m in rec.missing) + ".")
@@ -911,7 +913,7 @@ def validate(recorded: Optional[RecordedSet] = None, overheads: Optional[dict] =
         notes.append("Each recorded point is a single run: its spread between repeats is unknown.")
     notes += _input_notes(rec, kwargs)
     return _validation_table(rows, "Predicted vs measured 2-GPU speedup" + (f" ({rec.machine})" if rec.machine else ""),
-                             " ".join(notes))
+                             notes)
 
 
 def holdout(recorded: Optional[RecordedSet] = None, **kwargs):
