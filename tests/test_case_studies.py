@@ -56,6 +56,25 @@ def test_predicted_vs_measured_uses_the_one_worker_step_and_the_fit():
     assert slow["predicted"] < row["predicted"]
 
 
+def test_a_gpu_step_profile_is_not_applied_to_a_cpu_run():
+    # at the profile's own batch, a run on CPU processes is predicted without the GPU's profile
+    rec = cost_model.recorded_points()
+    fit = cost_model.AlphaBeta(1e-3, 1e6)      # slow: when the first bucket is ready shows in the step
+    res = _scaling_result("mlp-large")
+    for r in res.rows:
+        r["global_batch"] *= 16                                   # 512 per worker, the profile's batch
+    res.config["device"] = "cpu"
+    (row,) = cs.predicted_vs_measured(res, fit, recorded=rec).to_dict()["rows"]
+    plain = cost_model.predict_step("mlp-large", 512 / 1000.0, fit, 2, batch=512)
+    assert row["predicted"] == pytest.approx(plain.speedup)
+    res.config.update(device="cuda", device_name=rec.profiles["mlp-large"].device)
+    (gpu,) = cs.predicted_vs_measured(res, fit, recorded=rec).to_dict()["rows"]
+    profiled = cost_model.predict_step("mlp-large", 512 / 1000.0, fit, 2, batch=512,
+                                       profile=rec.profiles["mlp-large"])
+    assert gpu["predicted"] == pytest.approx(profiled.speedup)
+    assert abs(profiled.speedup - plain.speedup) > 1e-3
+
+
 def test_predicted_vs_measured_needs_a_baseline_and_a_fit_per_path():
     res = _scaling_result()
     res.rows = res.rows[1:]
@@ -139,7 +158,7 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
     for path, fit in rec.fits.items():
         pred = cost_model.predict_step("mlp-small", 512 / 250000.0, fit, 2, batch=512, overheads=over,
                                        **cost_model.measured_inputs("mlp-small", 512, rec.profiles,
-                                                                    rec.channels[path]))
+                                                                    rec.channels[path], "NVIDIA H100 80GB HBM3"))
         assert rows[path]["predicted"] == pytest.approx(pred.speedup)
         assert rows[path]["compute"] == pytest.approx(512 / 250000.0) and rows[path]["batch"] == 512
     # the slower the recorded link, the lower the predicted speedup

@@ -334,6 +334,10 @@ def test_a_step_profile_replaces_the_assumptions():
     assert cm.measured_inputs("wide", 512, {"wide": prof}, 24) == {"profile": prof, "comm_sm_share": 24 / 132}
     assert cm.measured_inputs("wide", 256, {"wide": prof}, None) == {}
     assert cm.measured_inputs("cnn", 512, {"wide": prof}, 24) == {}
+    # a profile belongs to the device it was measured on
+    assert cm.measured_inputs("wide", 512, {"wide": prof}, 24, device="GPU") == {"profile": prof,
+                                                                               "comm_sm_share": 24 / 132}
+    assert cm.measured_inputs("wide", 512, {"wide": prof}, 24, device="cpu") == {}
 
 
 def test_fit_overheads_recovers_a_known_cost_and_says_what_it_cannot_separate():

@@ -96,18 +96,22 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
                  + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
 
 
-def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads] = None) -> Table:
+def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads] = None,
+                          recorded: Optional[cost_model.RecordedSet] = None) -> Table:
     """The step model against a live (or recorded) scaling or NCCL-path result: for each row
     with 2 or more workers, the prediction from the one-worker row's step time and ``fit``
     (an :class:`ddlab.cost_model.AlphaBeta` of the all-reduce the run used, or a dict
-    {path: fit} for an NCCL-path comparison) beside the measured speedup."""
+    {path: fit} for an NCCL-path comparison) beside the measured speedup. ``recorded`` (default:
+    :func:`ddlab.cost_model.recorded_points`) supplies the step profiles of the GPU the result
+    ran on, and the channels of its own recorded paths."""
     rows_in = [r for r in result.rows if not r.get("error")]
     base = [r for r in rows_in if r.get("workers") == 1]
     if not base:
         raise ValueError("the result has no one-worker row to take the compute time from")
     model = result.config.get("model")
     compute_s = base[0]["global_batch"] / base[0]["images_per_s"]
-    rec = cost_model.recorded_points()
+    rec = recorded or cost_model.recorded_points()
+    device = "cpu" if result.config.get("device") == "cpu" else result.config.get("device_name")
     rows = []
     for r in rows_in:
         if r.get("workers", 1) < 2 or r.get("speedup") is None:
@@ -121,7 +125,7 @@ def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads]
         pred = cost_model.predict_step(model, compute_s, f, r["workers"], batch=base[0]["global_batch"],
                                        overheads=overheads,
                                        **cost_model.measured_inputs(model, base[0]["global_batch"], rec.profiles,
-                                                                    channels))
+                                                                    channels, device))
         lo, hi = r.get("speedup_min"), r.get("speedup_max")
         row = _row(model, path, compute_s, pred, r["speedup"], (lo, hi) if lo is not None else None,
                    r.get("repeats", 1))
@@ -193,7 +197,8 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
     for path, fit in rec.fits.items():
         pred = cost_model.predict_step(model, compute_s, fit, 2, batch=one["global_batch"], overheads=over,
                                        **cost_model.measured_inputs(model, one["global_batch"], rec.profiles,
-                                                                    rec.channels.get(path)))
+                                                                    rec.channels.get(path),
+                                                                    res.config.get("device_name")))
         rows.append(dict(_row(model, path, compute_s, pred, None), batch=one["global_batch"]))
     gpu = res.config.get("device_name") or hardware.this_machine()[0]
     spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")
@@ -233,18 +238,20 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
         res = experiments.nccl_path_comparison(spec, echo=echo)
         fits = {p: cost_model.fit_sweep(s) for p, s in collectives.compare_paths(inventory=inv).items()}
-        over = cost_model.fit_all_overheads(cost_model.recorded_points()).get("ddp")
-        t = predicted_vs_measured(res, fits, over)
+        rec = cost_model.recorded_points()
+        over = cost_model.fit_all_overheads(rec).get("ddp")
+        t = predicted_vs_measured(res, fits, over, rec)
         t.notes.append("Wrapper cost per step: the one fitted to the recorded DDP runs "
                        f"({over.describe() if over else 'none'}).")
         return t
     sweep = collectives.sweep(backend="gloo", max_bytes="16M", inventory=inv)
     fit = cost_model.fit_sweep(sweep)
     rows, tables_ = [], []
+    rec = cost_model.recorded_points()
     for b in (batches or CPU_BATCHES):
         spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
         res = experiments.throughput_scaling(spec, workers=(1, 2), device="cpu", echo=echo)
-        tables_.append(predicted_vs_measured(res, fit))
+        tables_.append(predicted_vs_measured(res, fit, recorded=rec))
         rows += tables_[-1].rows
     t = Table(tables_[0].columns, rows, title=f"Predicted vs measured: {model}, DDP on 1 and 2 CPU processes (gloo)",
               notes=tables_[0].notes + [f"All-reduce fit of a gloo sweep between 2 CPU processes: {fit.describe()}.",
@@ -317,7 +324,7 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
     over = cost_model.fit_all_overheads(rec).get(launcher)
     rows, cols = [], None
     for res in results:
-        t = predicted_vs_measured(res, rec.fits, over)
+        t = predicted_vs_measured(res, rec.fits, over, rec)
         rows += t.rows
         cols = t.columns
     rows.sort(key=lambda r: (r["batch"], r["path"]))

@@ -660,7 +660,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
     sweeps_ = collectives.load_recorded(sweeps)
     fits = {p: fit_sweep(s) for p, s in sweeps_.items()}
     channels = {p: c for p, c in ((p, nccl_channels(s)) for p, s in sweeps_.items()) if c}
-    points, missing, machine = [], [], ""
+    points, missing, machine, gpu_model = [], [], "", ""
 
     loaded = {}   # each recording is read once: the CUDA-graph ones serve every launcher
 
@@ -680,13 +680,17 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
     def step_of(row):
         return row["global_batch"] / row["images_per_s"] if row else None
 
+    graph_loaded = {}   # the one-GPU graph recordings, each read once
+
     def one_gpu_graph(model):
-        """(step, machine) of the one-GPU CUDA-graph recording of ``model`` (scaling, "graph")."""
-        try:
-            res = recording.load_recorded("scaling", "torch", "ddp", model, "graph")
-        except ReferenceMissing:
-            return None, ""
-        return step_of(one_gpu_row(res)), _machine_text(res.provenance)
+        """(one-GPU row, machine) of the one-GPU CUDA-graph recording of ``model`` (scaling, "graph")."""
+        if model not in graph_loaded:
+            try:
+                res = recording.load_recorded("scaling", "torch", "ddp", model, "graph")
+                graph_loaded[model] = (one_gpu_row(res), _machine_text(res.provenance))
+            except ReferenceMissing:
+                graph_loaded[model] = (None, "")
+        return graph_loaded[model]
 
     device_elsewhere, device_check = {}, {}
 
@@ -696,16 +700,13 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
         own = one_gpu_row(load("ddp", model, "graph"))
         other, where = one_gpu_graph(model)
         if own is not None:
-            if other and where:
-                device_check[model] = other / step_of(own)
+            if other is not None and where:
+                device_check[model] = step_of(other) / step_of(own)
             return step_of(own)
-        if other is None:
-            return None
-        res = recording.load_recorded("scaling", "torch", "ddp", model, "graph")
-        if one_gpu_row(res).get("global_batch") != batch:
+        if other is None or other.get("global_batch") != batch:
             return None
         device_elsewhere[model] = where
-        return other
+        return step_of(other)
 
     for label, launcher, variant in RECORDED_RUNS:
         for model in names:
@@ -715,6 +716,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
                 missing.append((label, model))
                 continue
             machine = machine or _machine_text(res.provenance)
+            gpu_model = gpu_model or (res.provenance or {}).get("gpu_model", "")
             one = step_of(base)
             device = one if variant == "graph" else device_step(model, base["global_batch"])
             for r in res.rows:
@@ -729,7 +731,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
             prof = step_profile.load_recorded(model)
         except ReferenceMissing:
             continue
-        if prof.device != "cpu":
+        if prof.device != "cpu" and (not gpu_model or prof.device == gpu_model):   # profiled on that GPU
             profiles[model] = prof
     return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles, channels)
 
@@ -764,13 +766,16 @@ def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] =
                         overheads=overheads if p.host_work else None, **kwargs)
 
 
-def measured_inputs(model: str, batch: int, profiles: dict, channels: Optional[int] = None) -> dict:
+def measured_inputs(model: str, batch: int, profiles: dict, channels: Optional[int] = None,
+                    device: Optional[str] = None) -> dict:
     """The :func:`predict_step` arguments that a recorded step profile of ``model``
     (``profiles``: {model: StepProfile}) supplies: the profile itself when it was measured at
     ``batch``, and with the number of NCCL ``channels`` of the path (one thread block each)
-    the share of the GPU's SMs the all-reduce holds."""
+    the share of the GPU's SMs the all-reduce holds. ``device``: what the predicted run runs
+    on ("cpu" or a GPU's name, None: the profile's own); a profile of another device gives
+    nothing."""
     prof = profiles.get(model)
-    if prof is None:
+    if prof is None or (device is not None and prof.device != device):
         return {}
     out = {"profile": prof} if prof.batch == batch else {}
     if channels and prof.sm_count:

@@ -402,10 +402,8 @@ def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2
         if not (isinstance(step_ms, (int, float)) and math.isfinite(step_ms) and step_ms > 0):
             raise ValueError(f"step_ms must be a positive number of milliseconds, got {step_ms!r}")
         compute_s = step_ms * 1e-3
-    over = None
-    if wrapper != "none":
-        over = cost_model.fit_all_overheads(_recorded_set()).get(wrapper)
     rec = _recorded_set()
+    over = cost_model.fit_all_overheads(rec).get(wrapper) if wrapper != "none" else None
     channels = (rec.channels.get(link[len(RECORDED_PATH_PREFIX):])
                 if isinstance(link, str) and link.startswith(RECORDED_PATH_PREFIX) else None)
     measured = cost_model.measured_inputs(model, int(batch), rec.profiles, channels)
