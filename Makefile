@@ -85,9 +85,9 @@ $(STAMPS)/ddlab: pyproject.toml $(STAMPS)/deps
 	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@mkdir -p $(STAMPS) && touch $@
 
-# The course's kernel "Python (ddlab)" (source_code/ddlab/kernel.py says why it is not plain ipykernel's).
-$(STAMPS)/kernel: $(STAMPS)/ddlab source_code/ddlab/kernel.py
-	$(VPY) -m ddlab.kernel >/dev/null
+# The course's kernel "Python (ddlab)" (source_code/ddlab/course/kernel.py says why it is not plain ipykernel's).
+$(STAMPS)/kernel: $(STAMPS)/ddlab source_code/ddlab/course/kernel.py
+	$(VPY) -m ddlab.course.kernel >/dev/null
 	@mkdir -p $(STAMPS) && touch $@
 
 kernel: $(STAMPS)/kernel

@@ -1,8 +1,8 @@
 """Shared by the experiment tests: results and launches shaped like real ones (no GPU needed)."""
 import json
 
-from ddlab import launch
-from ddlab.results import ExperimentResult
+from ddlab.measure import launch
+from ddlab.training.results import ExperimentResult
 
 
 def fake_paths_result():
@@ -36,7 +36,7 @@ def script_result(images_per_s=100.0, workers=1, **more):
 
 
 class FakeLaunches:
-    """Stands in for ddlab.launch.run: each call pops the next outcome (an output text to fail
+    """Stands in for ddlab.measure.launch.run: each call pops the next outcome (an output text to fail
     with, "timeout" prefixed for a LaunchTimeout, or a result dict to write as the JSON)."""
 
     def __init__(self, *outcomes):

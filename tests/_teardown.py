@@ -6,7 +6,7 @@ import os
 import re
 import sys
 
-from ddlab import launch
+from ddlab.measure import launch
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "teardown", "threads_after.py")
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "source_code")

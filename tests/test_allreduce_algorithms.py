@@ -4,8 +4,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from ddlab import allreduce_algorithms as ar
-from ddlab import cost_model
+from ddlab.cost import allreduce_algorithms as ar
+from ddlab.cost import cost_model
 
 
 def _int_buffers(n, elements, seed=1):

@@ -1,12 +1,15 @@
-"""ddlab.case_studies: the tables of notebook 8 from recorded, cited and live results."""
+"""ddlab.course.case_studies: the tables of notebook 8 from recorded, cited and live results."""
 import json
 
 import numpy as np
 import pytest
 
-from ddlab import case_studies as cs
-from ddlab import checks, cost_model, p2p, reference
-from ddlab.results import ExperimentResult
+from ddlab.course import case_studies as cs
+from ddlab.course import checks
+from ddlab.cost import cost_model
+from ddlab.measure import p2p
+from ddlab.base import reference
+from ddlab.training.results import ExperimentResult
 
 
 def test_second_gpu_table_puts_prediction_beside_the_recorded_median_and_spread():
@@ -113,8 +116,9 @@ def test_cited_tables_name_their_source_and_refuse_uncited_files(tmp_path, monke
 
 def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatch):
     """The CPU branch, with the multi-process runs replaced by recorded-shaped results."""
-    from ddlab import collectives, experiments
-    from ddlab.hardware import Inventory
+    from ddlab.measure import collectives
+    from ddlab.training import experiments
+    from ddlab.system.hardware import Inventory
     calls = []
 
     def fake_scaling(spec, workers, device, echo=False):
@@ -126,7 +130,7 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
     monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
     monkeypatch.setattr(collectives, "sweep", lambda **kw: Sweep())
     monkeypatch.setattr(cost_model, "fit_sweep", lambda s: cost_model.AlphaBeta(1e-3, 5e8))
-    from ddlab import mode
+    from ddlab.course import mode
     t = cs.second_gpu_live(Inventory(), batches=(16, 64), machine=mode.Machine(gpus=0))
     assert calls == [(16, 3, 1000, (1, 2), "cpu"), (64, 3, 1000, (1, 2), "cpu")]
     rows = t.to_dict()["rows"]
@@ -137,8 +141,9 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
 def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded_path(monkeypatch):
     """The one-GPU branch: one configuration measured on the GPU (DDP, one worker, 3 repeats),
     the second GPU predicted over every path of the recorded machine, with no measured column."""
-    from ddlab import experiments, mode
-    from ddlab.hardware import Inventory
+    from ddlab.training import experiments
+    from ddlab.course import mode
+    from ddlab.system.hardware import Inventory
     calls = []
 
     def fake_scaling(spec, workers, device, echo=False):
@@ -171,8 +176,8 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
 
 
 def test_recorded_tunings_name_what_is_missing(monkeypatch):
-    from ddlab import tuning
-    from ddlab.reference import ReferenceMissing
+    from ddlab.course import tuning
+    from ddlab.base.reference import ReferenceMissing
     fake = ExperimentResult("tuning", [], "recorded", {}, [], {"launcher": "ddp"})
 
     def recorded(launcher, model, path):
@@ -189,7 +194,7 @@ def test_recorded_tunings_name_what_is_missing(monkeypatch):
 
 
 def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
-    from ddlab import mode, tuning
+    from ddlab.course import mode, tuning
     calls = []
     monkeypatch.setattr(tuning, "tuning_comparison", lambda *a, **kw: calls.append((a, kw)) or "result")
     assert cs.tuning_live(machine=mode.Machine(gpus=0)) == "result"
@@ -203,7 +208,8 @@ def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
 
 
 def test_recorded_batch_sweep_joins_the_batch_variants(monkeypatch):
-    from ddlab import recording, reference
+    from ddlab.training import recording
+    from ddlab.base import reference
     real = recording.load_recorded
 
     def load(experiment, framework, launcher, model, variant=None):

@@ -1,8 +1,8 @@
 """Exercise checks: right and wrong answers, each with its reason."""
 import pytest
 
-from ddlab import checks
-from ddlab.topology import parse_topo_matrix
+from ddlab.course import checks
+from ddlab.system.topology import parse_topo_matrix
 
 # A DGX-1 with V100 (hybrid cube-mesh), as `nvidia-smi topo -m` prints it (written for the test).
 DGX1 = """\
@@ -132,7 +132,7 @@ def test_path_ordering_with_a_measurement():
 
 
 def test_path_ordering_reads_an_experiment_result():
-    class Result:  # the shape of ddlab.experiments.ExperimentResult for nccl-paths
+    class Result:  # the shape of ddlab.training.experiments.ExperimentResult for nccl-paths
         rows = [{"path": "1 worker", "images_per_s": 66e3},
                 {"path": "default", "images_per_s": 122e3},
                 {"path": "shm", "images_per_s": 56e3},
@@ -164,7 +164,7 @@ def test_every_quiz_question_has_a_right_and_wrong_answer(n):
 
 
 def test_quiz_content_is_consistent_with_the_model():
-    from ddlab import widgets
+    from ddlab.course import widgets
     # question 1: 64 KiB over alpha=4 us, beta=16 GB/s: the bandwidth term is the larger, by a
     # few percent, and the explanation says so with the right numbers
     r = widgets.message_time(64 * 1024, "pcie3_x16", latency_us=4, bandwidth_gbs=16)
@@ -251,7 +251,8 @@ def test_path_ordering_names_the_unit_of_a_bandwidth_measurement():
 
 
 def test_quiz_model_sizes_and_busbw_match_the_code():
-    from ddlab import collectives, models_torch
+    from ddlab.measure import collectives
+    from ddlab.training import models_torch
     cnn = models_torch.count_parameters(models_torch.build("cnn"))
     wide = models_torch.count_parameters(models_torch.build("wide"))
     sizes = next(q for q in checks.QUIZ if "small CNN" in q.prompt)

@@ -9,16 +9,16 @@ import pytest
 
 matplotlib.use("Agg")
 
-from ddlab import collectives as coll  # noqa: E402
+from ddlab.measure import collectives as coll  # noqa: E402
 
 # Small and quick: the real runs below use sizes up to 64 KiB and a few iterations.
 QUICK = dict(backend="gloo", nproc=2, iters=3, warmup=1, timeout=120)
 
 
 # ----------------------------------------------------------------------------- pure functions
-# parse_size and format_size are ddlab.units' (tests/test_units.py tests them).
+# parse_size and format_size are ddlab.base.units' (tests/test_units.py tests them).
 def test_sizes_are_read_and_written_by_units():
-    from ddlab import units
+    from ddlab.base import units
     assert coll.parse_size is units.parse_size and coll.format_size is units.format_bytes
 
 
@@ -78,7 +78,7 @@ def test_cli_plan_per_machine():
     assert coll.cli_plan(8, "auto", ["socket"])[1] == ["socket"]
     with pytest.raises(ValueError, match="at least 2 GPUs"):
         coll.cli_plan(1, "nccl", None)
-    assert coll.cli_plan(2, "auto", ["p2p", "tcp"])[1] == ["default", "socket"]     # aliases of ddlab.nccl
+    assert coll.cli_plan(2, "auto", ["p2p", "tcp"])[1] == ["default", "socket"]     # aliases of ddlab.system.nccl
     with pytest.raises(ValueError, match="unknown NCCL path"):
         coll.cli_plan(2, "auto", ["p2q"])
 
@@ -158,7 +158,7 @@ def test_json_round_trip(ar, tmp_path, monkeypatch):
     [back] = coll.read_json(path)
     assert back.rows == ar.rows and back.provenance == ar.provenance
     # As a recorded reference: saved with provenance, loaded as "recorded".
-    from ddlab import reference
+    from ddlab.base import reference
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "reference"))
     coll.save_recorded("cpu_test", [ar])
     rec = coll.load_recorded("cpu_test")
@@ -167,7 +167,7 @@ def test_json_round_trip(ar, tmp_path, monkeypatch):
     assert "[recorded]" in rec["default"].table().splitlines()[0]
     with pytest.raises(ValueError, match="no all_gather"):
         coll.load_recorded("cpu_test", op="all_gather")
-    with pytest.raises(ValueError, match="not a ddlab.collectives"):
+    with pytest.raises(ValueError, match="not a ddlab.measure.collectives"):
         coll.results_from_json({"rows": []})
     with pytest.raises(ValueError, match="missing"):
         coll.SweepResult.from_dict({"op": "all_reduce"})
@@ -194,7 +194,7 @@ def test_gloo_all_gather_sweep():
     res = coll.sweep(op="all_gather", sizes=[8, 1024, 16384], **QUICK)
     assert [r["bytes"] for r in res.rows] == [8, 1024, 16384]
     _check_rows(res, "all_gather", 2)
-    assert res.provenance["command"].startswith("ddlab.collectives.sweep(op='all_gather', backend='gloo'")
+    assert res.provenance["command"].startswith("ddlab.measure.collectives.sweep(op='all_gather', backend='gloo'")
     assert res.table().splitlines()[0].endswith("out-of-place")
 
 
@@ -259,7 +259,7 @@ def test_level_sweep_runs_each_level_with_only_that_variable(monkeypatch):
     out = coll.compare_levels("loc, nvl,SYS")
     assert out == {"LOC": "LOC", "NVL": "NVL", "SYS": "SYS"}
     assert all(kw["backend"] == "nccl" and kw["nccl_debug"] for kw in seen)
-    from ddlab import nccl
+    from ddlab.system import nccl
     assert [nccl.get(kw["path"]).environment()["NCCL_P2P_LEVEL"] for kw in seen] == ["LOC", "NVL", "SYS"]
 
 
@@ -279,7 +279,7 @@ def test_level_table_names_transport_and_bandwidth():
 
 
 def test_recorded_level_sweep_round_trip(tmp_path, monkeypatch):
-    from ddlab import reference
+    from ddlab.base import reference
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
     row = {"bytes": 1024, "count": 256, "time_us": 1.0, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "iters": 3}
     sweeps = [coll.SweepResult(op="all_reduce", backend="nccl", path="default", env={"NCCL_P2P_LEVEL": lv},

@@ -1,4 +1,4 @@
-"""ddlab.convergence and ddlab.convergence_sweep: the learning-rate rules and warm-up, the
+"""ddlab.training.convergence and ddlab.course.convergence_sweep: the learning-rate rules and warm-up, the
 gradient noise scale on synthetic gradients of known covariance, time to accuracy, the sweep's
 bookkeeping over seeds (with a stand-in for the training script), and one real 2-process run."""
 import json
@@ -8,9 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from ddlab import convergence, convergence_sweep as cs, data, mode
-from ddlab.convergence_sweep import Point
-from ddlab.runspec import RunSpec, RunSpecError
+from ddlab.training import convergence, data
+from ddlab.course import convergence_sweep as cs, mode
+from ddlab.course.convergence_sweep import Point
+from ddlab.training.runspec import RunSpec, RunSpecError
 
 
 # ----------------------------------------------------------------------------- learning rate
@@ -143,7 +144,7 @@ def test_points_and_their_run_descriptions():
 
 
 def fake_train(accuracy_of):
-    """A stand-in for ddlab.runs.train: a result with evaluations whose accuracy depends on the
+    """A stand-in for ddlab.training.runs.train: a result with evaluations whose accuracy depends on the
     seed through ``accuracy_of(spec)``."""
     def train(spec, progress=None):
         final = accuracy_of(spec)
@@ -207,7 +208,7 @@ def test_cpu_target_every_median_reaches():
 
 
 def test_gpu_sweep_is_not_recorded_yet_on_a_cpu_machine(monkeypatch):
-    from ddlab import reference
+    from ddlab.base import reference
     monkeypatch.setattr(reference, "path", lambda kind, name: "/nonexistent/" + name + ".json")
     m = mode.Machine(gpus=0, software=lambda f, la: (True, ""))
     res = cs.live_or_recorded(machine=m)
@@ -219,7 +220,7 @@ def test_gpu_sweep_is_not_recorded_yet_on_a_cpu_machine(monkeypatch):
 # ----------------------------------------------------------------------------- a real run
 @pytest.mark.slow
 def test_two_process_run_scores_the_test_set_each_half_epoch_with_scaled_warmed_up_lr():
-    from ddlab import runs
+    from ddlab.training import runs
     spec = RunSpec(launcher="ddp", workers=2, model="mlp-small", batch=16, steps=40, warmup_steps=1, device="cpu",
                    seed=5, timeout=300,
                    extra_args=("--optimizer", "sgd", "--lr", "0.02", "--lr-scaling", "linear", "--lr-warmup-epochs",
@@ -314,7 +315,7 @@ def test_recorder_keeps_finished_points_of_a_cut_call_and_goes_on_from_them(tmp_
 
 
 def test_convergence_quiz_checks_answers():
-    from ddlab import checks
+    from ddlab.course import checks
     qs = checks.QUIZZES[7]
     assert qs is checks.CONVERGENCE_QUIZ and all(0 <= q.answer < len(q.choices) for q in qs)
     assert all(set(q.why_not) == set(range(len(q.choices))) - {q.answer} for q in qs)   # every wrong choice explained

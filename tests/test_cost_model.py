@@ -7,8 +7,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from ddlab import cost_model as cm  # noqa: E402
-from ddlab.collectives import SweepResult  # noqa: E402
+from ddlab.cost import cost_model as cm  # noqa: E402
+from ddlab.measure.collectives import SweepResult  # noqa: E402
 
 
 def test_transfer_time_and_crossover():
@@ -189,7 +189,7 @@ def test_plot_sweep_fit_uses_given_axes():
 
 # ----------------------------------------------------------------------------- the step model
 def test_model_layers_give_the_documented_parameter_counts():
-    from ddlab import models_torch  # noqa: F401  (the counts in ddlab.models' table)
+    from ddlab.training import models_torch  # noqa: F401  (the counts in ddlab.models' table)
     counts = {m: sum(x.params for x in cm.model_layers(m)) for m in ("cnn", "wide", "mlp-small", "mlp-large")}
     assert counts == {"cnn": 1_199_882, "wide": 75_606_410, "mlp-small": 242_762, "mlp-large": 2_774_794}
     with pytest.raises(ValueError, match="unknown model"):
@@ -257,7 +257,7 @@ def test_overheads_and_the_host_device_paths():
 
 
 def test_a_link_from_the_catalogue_uses_the_ring_formula():
-    from ddlab import links
+    from ddlab.system import links
     nv = links.get("nvlink4_x18")
     t = cm.bucket_allreduce_time(1e8, 4, nv)
     assert t == pytest.approx(cm.ring_allreduce_time(1e8, 4, nv.latency_s, nv.bandwidth_Bps))
@@ -322,7 +322,7 @@ def test_measured_readiness_and_bucket_copies():
 
 
 def test_a_step_profile_replaces_the_assumptions():
-    from ddlab.step_profile import StepProfile
+    from ddlab.training.step_profile import StepProfile
     prof = StepProfile("wide", 512, "GPU", "bf16", 1e-3, 3e-3, 1e-3, {"dense2": 0.0, "dense1": 0.3, "conv2": 0.9,
                                                                      "conv1": 1.0}, 3, sm_count=132)
     assert prof.backward_fraction == pytest.approx(0.75) and prof.optimizer_share == pytest.approx(0.2)
@@ -391,7 +391,7 @@ def test_validate_on_the_recorded_runs():
 def test_plot_validation_draws_every_point_and_the_band():
     import matplotlib
     matplotlib.use("Agg")
-    from ddlab.tables import Table
+    from ddlab.base.tables import Table
     rows = [{"launcher": "ddp", "model": "cnn", "path": "default", "predicted": 1.9, "measured": 2.0},
             {"launcher": "horovod", "model": "wide", "path": "socket", "predicted": 0.06, "measured": 0.055}]
     t = Table([("launcher", "text"), ("model", "text"), ("path", "text"), ("predicted", "ratio"),

@@ -1,7 +1,7 @@
-"""ddlab.course: the sentence each notebook opens with, per hardware mode."""
+"""ddlab.course.sequence: the sentence each notebook opens with, per hardware mode."""
 import pytest
 
-from ddlab import course
+from ddlab.course import sequence as course
 
 
 class Inv:

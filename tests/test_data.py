@@ -1,4 +1,4 @@
-"""ddlab.data: the real Fashion-MNIST, the search order, and every way the data can be bad."""
+"""ddlab.training.data: the real Fashion-MNIST, the search order, and every way the data can be bad."""
 import gzip
 import os
 import shutil
@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from ddlab import data
+from ddlab.training import data
 
 REAL_DIR = data.find_dataset()  # the real data, found before any test re-points the search
 

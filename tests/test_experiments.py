@@ -1,4 +1,4 @@
-"""ddlab.experiments: the named experiments, live-or-recorded for them, and `ddlab experiment`."""
+"""ddlab.training.experiments: the named experiments, live-or-recorded for them, and `ddlab experiment`."""
 import json
 import os
 import re
@@ -9,8 +9,12 @@ import pytest
 matplotlib.use("Agg")
 
 from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches, fake_paths_result, script_result  # noqa: E402
-from ddlab import SOURCE_DIR, cli, experiments as ex, mode, reference, results, runs, training_cli  # noqa: E402
-from ddlab.runspec import RunSpec  # noqa: E402
+from ddlab.base.paths import SOURCE_DIR  # noqa: E402
+from ddlab import cli
+from ddlab.training import experiments as ex, results, runs, cli as training_cli
+from ddlab.course import mode
+from ddlab.base import reference
+from ddlab.training.runspec import RunSpec  # noqa: E402
 
 NO_GPU = mode.Machine(gpus=0, software=lambda framework, launcher: (True, ""))
 ONE_GPU = mode.Machine(gpus=1, label="1x NVIDIA L4", software=lambda framework, launcher: (True, ""))
@@ -234,4 +238,4 @@ def test_no_training_script_imports_the_experiment_layer():
         modules = {m for m, _ in imported if m} | {n.strip() for m, names in imported if not m
                                                    for n in names.split(",")}
         assert "provenance" in text and not modules & set(above), (name, modules & set(above))
-        assert "ddlab.experiments" not in text, name
+        assert "ddlab.training.experiments" not in text, name

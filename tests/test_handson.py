@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from ddlab import handson
-from ddlab.tables import Table
+from ddlab.course import handson
+from ddlab.base.tables import Table
 
 CPU = handson.plan(gpu_count=0)
 ALL_STEPS = [(key, i) for key, conv in handson.CONVERSIONS.items() for i in range(len(conv.steps))]
@@ -120,7 +120,7 @@ def _expect(key, number, run):
 @pytest.mark.slow
 @pytest.mark.parametrize("key,number", ALL_STEPS)
 def test_every_version_runs_with_two_processes(key, number):
-    from ddlab import experiments
+    from ddlab.training import experiments
     conv = handson.CONVERSIONS[key]
     ok, why = experiments.availability(conv.framework, conv.launcher)
     if not ok:
@@ -131,7 +131,7 @@ def test_every_version_runs_with_two_processes(key, number):
 
 
 class _FakeLaunch:
-    """Stands in for ddlab.launch.run: records the call, answers with RESULT lines."""
+    """Stands in for ddlab.measure.launch.run: records the call, answers with RESULT lines."""
 
     def __init__(self):
         self.calls = []
@@ -140,13 +140,14 @@ class _FakeLaunch:
         self.calls.append(dict(argv=argv, launcher=launcher, nproc=nproc, env=env, timeout=timeout))
         out = "".join(f'RESULT {{"rank": {r}, "samples": 10, "checksum": 1.0, "test_acc": 0.5, "img_s": 1.0}}\n'
                       for r in range(nproc))
-        from ddlab.launch import LaunchResult
+        from ddlab.measure.launch import LaunchResult
         return LaunchResult(command=[launcher], returncode=0, output=out, duration_s=1.0)
 
 
 @pytest.mark.parametrize("gpus", [0, 1, 2, 4])
 def test_run_launches_what_the_plan_says(monkeypatch, gpus):
-    from ddlab import experiments, launch
+    from ddlab.training import experiments
+    from ddlab.measure import launch
     fake = _FakeLaunch()
     monkeypatch.setattr(launch, "run", fake)
     monkeypatch.setattr(experiments, "availability", lambda framework, launcher: (True, ""))
@@ -164,7 +165,8 @@ def test_run_launches_what_the_plan_says(monkeypatch, gpus):
 
 
 def test_a_failed_launch_is_one_clear_error(monkeypatch):
-    from ddlab import experiments, launch
+    from ddlab.training import experiments
+    from ddlab.measure import launch
 
     def failing(*a, **k):
         raise launch.LaunchError("torchrun launch of 2 process(es) failed with exit code 1.\nlast output:\nboom")
@@ -178,7 +180,7 @@ def test_a_failed_launch_is_one_clear_error(monkeypatch):
 
 
 def test_the_notebook_6_quiz_checks_its_answers():
-    from ddlab import checks
+    from ddlab.course import checks
     assert len(checks.HANDSON_QUIZ) >= 3
     for n, q in enumerate(checks.HANDSON_QUIZ, 1):
         assert checks.check_quiz_answer(n, q.answer, checks.HANDSON_QUIZ).correct

@@ -1,11 +1,11 @@
-"""ddlab.hardware and `ddlab doctor`: no GPU here, malformed nvidia-smi text, CUDA_VISIBLE_DEVICES."""
+"""ddlab.system.hardware and `ddlab doctor`: no GPU here, malformed nvidia-smi text, CUDA_VISIBLE_DEVICES."""
 import json
 import os
 import stat
 
 import pytest
 
-from ddlab import hardware
+from ddlab.system import hardware
 
 
 def test_no_gpu_gives_empty_inventory_and_cpu_mode():
@@ -137,7 +137,7 @@ def test_bus_id_normalisation():
 
 
 def test_provenance_carries_what_a_recorded_result_needs():
-    from ddlab import provenance
+    from ddlab.system import provenance
     prov = provenance.collect(["ddlab", "p2p", "--json"], machine="test box")
     for key in ("machine", "gpu_model", "gpu_count", "driver", "cuda_runtime", "nccl", "torch", "tensorflow",
                 "horovod", "command", "date"):
@@ -154,7 +154,7 @@ TOPO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", 
 
 
 def test_machine_label_and_slug_name_the_hardware():
-    from ddlab.topology import Topology
+    from ddlab.system.topology import Topology
     gpus, driver = hardware.parse_smi_query(GOOD)
     inv = hardware.Inventory(gpus=gpus, driver=driver, hostname="some-host")
     h200 = Topology.from_file(os.path.join(TOPO_DIR, "h200x2.txt"))
@@ -167,7 +167,7 @@ def test_machine_label_and_slug_name_the_hardware():
 
 
 def test_machine_label_lists_mixed_links_best_first_and_mixed_models():
-    from ddlab.topology import Topology
+    from ddlab.system.topology import Topology
     dgx1 = Topology.from_file(os.path.join(TOPO_DIR, "p100x8_dgx1_mlx5_soc.txt"))
     inv = hardware.Inventory(gpus=[hardware.GPU(index=i, name="Tesla P100-SXM2-16GB") for i in range(8)])
     assert hardware.machine_label(inv, dgx1) == "8x Tesla P100-SXM2-16GB, NV1/SOC"
@@ -180,12 +180,13 @@ def test_machine_label_lists_mixed_links_best_first_and_mixed_models():
 
 
 def test_recorded_captions_name_the_hardware_not_how_the_machine_was_obtained():
-    from ddlab import provenance, reference
+    from ddlab.system import provenance
+    from ddlab.base import reference
     prov = reference.load("allreduce", "h200x2")["provenance"]
     cap = provenance.caption(prov)
     assert cap == f"recorded on {prov['gpu_count']}x {prov['gpu_model']}, {prov['date'][:10]}"
     assert prov["machine"] not in cap
-    from ddlab import topology
+    from ddlab.system import topology
     topo = topology.recorded("h200x2")
     text = topology.report(topo)
     assert f"captured on {hardware.machine_label(topo.provenance, topo)}, " in text

@@ -7,7 +7,7 @@ from ipykernel.ipkernel import IPythonKernel
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import start_new_kernel
 
-from ddlab import kernel
+from ddlab.course import kernel
 
 
 def test_language_info_is_ipythons_without_the_interpreter_version():

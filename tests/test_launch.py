@@ -1,4 +1,4 @@
-"""ddlab.launch: real multi-process launches on CPU (Gloo), failures, and timeouts."""
+"""ddlab.measure.launch: real multi-process launches on CPU (Gloo), failures, and timeouts."""
 import os
 import re
 import sys
@@ -7,9 +7,9 @@ import time
 import psutil
 import pytest
 
-from ddlab import launch
+from ddlab.measure import launch
 
-SMOKE = ["-m", "ddlab.smoke"]
+SMOKE = ["-m", "ddlab.measure.smoke"]
 
 
 def smoke_lines(output, check):
@@ -29,7 +29,7 @@ def test_nccl_allreduce_check_needs_a_gpu_and_says_so():
 
 
 def test_smoke_usage():
-    from ddlab import smoke
+    from ddlab.measure import smoke
     assert smoke.main(["no-such-check"]) == 2
     assert smoke.main(["ddp-step", "--elements", "8"]) == 2          # ddp-step has no tensor length
     assert smoke.main(["nccl-allreduce", "--elements", "0"]) == 2
@@ -147,7 +147,7 @@ def test_horovod_tensorflow_allreduce_on_two_cpu_processes():
 HANGING_WORKER = '''
 import sys, time
 sys.path.insert(0, {source!r})
-from ddlab import launch
+from ddlab.measure import launch
 launch.install_hang_traceback()
 
 def waiting_for_a_peer_that_never_comes():
@@ -169,7 +169,7 @@ for raw in child.stdout:
 
 
 def _hanging_worker(tmp_path):
-    from ddlab import SOURCE_DIR
+    from ddlab.base.paths import SOURCE_DIR
     path = tmp_path / "hanging_worker.py"
     path.write_text(HANGING_WORKER.format(source=SOURCE_DIR))
     return path

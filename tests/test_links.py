@@ -1,7 +1,7 @@
 """The link catalogue: figures derived from the specifications, every entry sourced."""
 import pytest
 
-from ddlab import links
+from ddlab.system import links
 
 
 def test_pcie_rates_follow_from_lanes_rate_and_encoding():

@@ -1,9 +1,10 @@
-"""ddlab.mode: one live-or-recorded policy for every part, decided from injected machine facts."""
+"""ddlab.course.mode: one live-or-recorded policy for every part, decided from injected machine facts."""
 import os
 
 import pytest
 
-from ddlab import REFERENCE_DIR, mode
+from ddlab.base.paths import REFERENCE_DIR
+from ddlab.course import mode
 
 OK = lambda framework, launcher: (True, "")  # noqa: E731
 NO_GPU = mode.Machine(gpus=0, software=OK)
@@ -30,7 +31,8 @@ def test_decide(machine, needs, live, why):
 @pytest.fixture
 def live_parts(monkeypatch):
     """The live measurements, replaced by markers (no GPU here): which one ran."""
-    from ddlab import collectives, nccl_log, p2p, topology
+    from ddlab.measure import collectives, p2p
+    from ddlab.system import nccl_log, topology
     monkeypatch.setattr(topology.Topology, "from_system", classmethod(lambda cls, timeout=30.0: "live topology"))
     monkeypatch.setattr(nccl_log, "capture_allreduce_log", lambda env=None, **k: "")
     monkeypatch.setattr(p2p, "run", lambda *a, **k: "live p2p")
@@ -75,7 +77,7 @@ def test_recorded_nccl_logs_come_from_the_reference_folder_not_the_tests():
 
 
 def test_training_parts_go_through_the_experiments_policy(monkeypatch):
-    from ddlab import experiments
+    from ddlab.training import experiments
     shown = mode.live_or_recorded("nccl-paths", machine=NO_GPU, launcher="ddp", model="cnn", cpu_run=False)
     assert not shown.live and shown.line.startswith("recorded on 2x NVIDIA H200")
     assert isinstance(shown.value, experiments.ExperimentResult)

@@ -3,7 +3,7 @@ counts in PyTorch and tf.keras."""
 import pytest
 import torch
 
-from ddlab import models_torch
+from ddlab.training import models_torch
 
 
 def dense(n_in, n_out):
@@ -25,9 +25,9 @@ EXPECTED = {
 
 
 def test_expected_counts_are_the_documented_ones():
-    # The numbers the course quotes (the table in ddlab.models' docstring).
+    # The numbers the course quotes (the table in ddlab.training.models' docstring).
     assert EXPECTED == {"cnn": 1_199_882, "wide": 75_606_410, "mlp-small": 242_762, "mlp-large": 2_774_794}
-    # ... which are not the case-study reports' stated counts (see ddlab.models' docstring).
+    # ... which are not the case-study reports' stated counts (see ddlab.training.models' docstring).
     assert EXPECTED["mlp-small"] != 258_432 and EXPECTED["mlp-large"] != 6_885_376
 
 
@@ -35,18 +35,18 @@ def test_one_list_of_models_for_both_frameworks():
     import ast
     import os
 
-    from ddlab import models, models_keras
+    from ddlab.training import models, models_keras
     assert models_torch.MODELS is models.MODELS and models_keras.MODELS is models.MODELS
     assert set(EXPECTED) == set(models.MODELS)
     with pytest.raises(ValueError, match="unknown model 'vgg'; choose one of cnn, wide, mlp-small, mlp-large"):
         models.check("vgg")
-    # no second spelling of the list in the package (a tuple of the four names outside ddlab.models)
+    # no second spelling of the list in the package (a tuple of the four names outside ddlab.training.models)
     pkg = os.path.dirname(models.__file__)
     for name in sorted(os.listdir(pkg)):
         if name.endswith(".py") and name != "models.py":
             for node in ast.walk(ast.parse(open(os.path.join(pkg, name)).read())):
                 spelled = isinstance(node, ast.Tuple) and [getattr(e, "value", None) for e in node.elts] == list(models.MODELS)
-                assert not spelled, f"{name} spells the model list again: import ddlab.models.MODELS"
+                assert not spelled, f"{name} spells the model list again: import ddlab.training.models.MODELS"
 
 
 @pytest.mark.parametrize("name", models_torch.MODELS)
@@ -72,7 +72,7 @@ def test_same_seed_same_weights_and_unknown_model():
 
 @pytest.mark.slow
 def test_keras_models_have_the_same_counts():
-    from ddlab import models_keras
+    from ddlab.training import models_keras
     for name in models_torch.MODELS:
         model = models_keras.build(name)
         assert models_keras.count_parameters(model) == EXPECTED[name], name

@@ -1,4 +1,4 @@
-"""ddlab.nccl: the one home of the NCCL paths (environments, aliases, levels, multicast)."""
+"""ddlab.system.nccl: the one home of the NCCL paths (environments, aliases, levels, multicast)."""
 import json
 import os
 import subprocess
@@ -6,8 +6,10 @@ import sys
 
 import pytest
 
-from ddlab import checks, collectives, launch, links, nccl
-from ddlab.topology import parse_topo_matrix
+from ddlab.course import checks
+from ddlab.measure import collectives, launch
+from ddlab.system import links, nccl
+from ddlab.system.topology import parse_topo_matrix
 
 
 def test_paths_are_complete_environments():
@@ -166,8 +168,8 @@ def test_consumers_ask_nccl():
 
 
 def test_importing_ddlab_changes_no_environment_variable():
-    code = ("import json, os; before = dict(os.environ); import ddlab, ddlab.nccl, ddlab.launch, "
-            "ddlab.collectives, ddlab.links, ddlab.topology, ddlab.checks, ddlab.models_keras; "
+    code = ("import json, os; before = dict(os.environ); import ddlab, ddlab.system.nccl, ddlab.measure.launch, "
+            "ddlab.measure.collectives, ddlab.system.links, ddlab.system.topology, ddlab.course.checks, ddlab.training.models_keras; "
             "after = dict(os.environ); print(json.dumps({k: [before.get(k), after.get(k)] "
             "for k in set(before) | set(after) if before.get(k) != after.get(k)}))")
     env = {k: v for k, v in os.environ.items()

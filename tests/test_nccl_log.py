@@ -1,4 +1,4 @@
-"""ddlab.nccl_log: NCCL_DEBUG=INFO logs from every launcher and NCCL generation, the transport
+"""ddlab.system.nccl_log: NCCL_DEBUG=INFO logs from every launcher and NCCL generation, the transport
 table and the `ddlab nccl-log` command."""
 import glob
 import io
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from ddlab import cli as ddlab_cli
-from ddlab import nccl_log
-from ddlab.nccl_log import parse, transport_kind
+from ddlab.system import nccl_log
+from ddlab.system.nccl_log import parse, transport_kind
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NCCL_DIR = os.path.join(HERE, "fixtures", "nccl")
@@ -211,7 +211,7 @@ def test_cli_errors(capsys, tmp_path, monkeypatch):
 
 
 def test_capture_needs_gpus_and_says_so(capsys, tmp_path, monkeypatch):
-    from ddlab import hardware
+    from ddlab.system import hardware
     monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory())
     with pytest.raises(RuntimeError, match="needs 2 GPUs; this machine has 0"):
         nccl_log.capture_allreduce_log()
@@ -221,7 +221,8 @@ def test_capture_needs_gpus_and_says_so(capsys, tmp_path, monkeypatch):
 
 
 def test_capture_runs_the_smoke_all_reduce_under_torchrun(monkeypatch):
-    from ddlab import hardware, launch
+    from ddlab.system import hardware
+    from ddlab.measure import launch
     monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory(gpus=[hardware.GPU(0, "g"),
                                                                                    hardware.GPU(1, "g")]))
     calls = []
@@ -232,7 +233,7 @@ def test_capture_runs_the_smoke_all_reduce_under_torchrun(monkeypatch):
     monkeypatch.setattr(launch, "run", fake_run)
     assert nccl_log.capture_allreduce_log({"NCCL_P2P_LEVEL": "LOC"}) == "the log"
     [(argv, kw)] = calls
-    assert argv == ["-m", "ddlab.smoke", "nccl-allreduce", "--elements", str(nccl_log.CAPTURE_ELEMENTS)]
+    assert argv == ["-m", "ddlab.measure.smoke", "nccl-allreduce", "--elements", str(nccl_log.CAPTURE_ELEMENTS)]
     assert kw["launcher"] == "torchrun" and kw["nproc"] == 2 and kw["timeout"] > 0
     assert kw["env"]["NCCL_DEBUG"] == "INFO" and kw["env"]["NCCL_P2P_LEVEL"] == "LOC"
 

@@ -5,8 +5,9 @@ import re
 import nbformat
 import pytest
 
-from ddlab import allreduce_algorithms as ar
-from ddlab import checks, throughput
+from ddlab.cost import allreduce_algorithms as ar
+from ddlab.course import checks
+from ddlab.training import throughput
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, "notebooks", "1.Data-Parallel-Training.ipynb")

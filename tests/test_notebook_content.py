@@ -106,7 +106,7 @@ def test_notebook_5_compiles_runs_and_compares():
     assert "p2p.run()" in src and 'p2p.load_recorded("h200x2")' in src
     assert "p2p.run_nvidia_sample()" in src
     assert "collectives.compare_paths(" in src and "cost_model.fit_sweep(" in src
-    assert "link_peak_gbps=peak" in src                    # the course's one peak, from ddlab.links
+    assert "link_peak_gbps=peak" in src                    # the course's one peak, from ddlab.system.links
 
 
 @pytest.mark.parametrize("n", sorted(NOTEBOOKS))

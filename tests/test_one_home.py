@@ -1,4 +1,4 @@
-"""One home per concept: the NCCL paths live in ddlab/nccl.py and nowhere else.
+"""One home per concept: the NCCL paths live in ddlab/system/nccl.py and nowhere else.
 
 Every file under source_code/, tools/ and notebooks/ (the code cells of notebooks; Markdown
 prose may name variables freely) is searched for a second table of NCCL paths: a path name
@@ -120,7 +120,7 @@ def test_markdown_cells_are_not_searched(tmp_path, monkeypatch):
 def test_no_second_table_of_nccl_paths_outside_ddlab_nccl():
     found = [f"{rel}: {name}: {text.strip()}" for rel in _files() if rel != HOME
              for name, text in find_twins(_code(rel))]
-    assert not found, ("a second table of NCCL paths; ask ddlab.nccl instead (nccl.PATHS, nccl.get(name)"
+    assert not found, ("a second table of NCCL paths; ask ddlab.system.nccl instead (nccl.PATHS, nccl.get(name)"
                        ".environment(), .why, .colour, nccl.P2P_LEVELS, nccl.KIND_LEVEL):\n  " + "\n  ".join(found))
 
 

@@ -1,4 +1,4 @@
-"""The CUDA p2p test's Makefile and program (where nvcc exists) and ddlab.p2p: parsing our
+"""The CUDA p2p test's Makefile and program (where nvcc exists) and ddlab.measure.p2p: parsing our
 output and NVIDIA's p2pBandwidthLatencyTest output, summary, heatmaps, build/run errors, CLI."""
 import json
 import os
@@ -11,7 +11,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from ddlab import hardware, p2p, reference  # noqa: E402
+from ddlab.system import hardware  # noqa: E402
+from ddlab.measure import p2p
+from ddlab.base import reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "p2p")
@@ -429,7 +431,7 @@ def test_heatmaps_peak_matrix_and_variant_keys():
 
 
 def test_link_peaks_from_topology_labels():
-    from ddlab import links
+    from ddlab.system import links
     peaks = p2p.link_peaks([["X", "NV18"], ["NV18", "X"]], nvlink_generation=4)
     assert np.isnan(peaks[0, 0]) and peaks[0, 1] == links.for_label("NV18", nvlink_generation=4).bandwidth_gbs
     with pytest.raises(ValueError, match="square"):

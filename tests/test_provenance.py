@@ -1,10 +1,10 @@
-"""ddlab.provenance: the commit a result names says whether the code had changes beyond it."""
+"""ddlab.system.provenance: the commit a result names says whether the code had changes beyond it."""
 import shutil
 import subprocess
 
 import pytest
 
-from ddlab import provenance
+from ddlab.system import provenance
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")

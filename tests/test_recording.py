@@ -1,10 +1,11 @@
-"""ddlab.recording: recordings are loaded with their run description, and the GPU set is recorded
+"""ddlab.training.recording: recordings are loaded with their run description, and the GPU set is recorded
 with the live defaults and repeats, each result written as soon as it exists."""
 import pytest
 
 from _experiment_fakes import fake_paths_result
-from ddlab import experiments, recording, reference, runs
-from ddlab.runspec import RunSpec
+from ddlab.training import experiments, recording, runs
+from ddlab.base import reference
+from ddlab.training.runspec import RunSpec
 
 
 def test_every_committed_recording_carries_a_run_description():
@@ -90,7 +91,7 @@ def test_record_gpu_set_reports_a_failure_and_goes_on(tmp_path, monkeypatch, cap
 
 
 def test_use_hardware_label_names_the_machine_by_its_hardware(monkeypatch):
-    from ddlab import hardware
+    from ddlab.system import hardware
     monkeypatch.setattr(hardware, "this_machine", lambda: ("2x NVIDIA H200, NV18", "2xh200-nv18"))
     monkeypatch.delenv("DDLAB_MACHINE", raising=False)
     assert recording.use_hardware_label() == "2x NVIDIA H200, NV18"

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from ddlab import reference
+from ddlab.base import reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDING = os.path.join(ROOT, "tools", "recording")
@@ -82,9 +82,10 @@ def test_record_experiments_reads_tune_jobs():
 
 
 def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeypatch, capsys):
-    from ddlab import recording, runs, tuning
-    from ddlab.results import ExperimentResult
-    from ddlab.runspec import RunSpec
+    from ddlab.training import recording, runs
+    from ddlab.course import tuning
+    from ddlab.training.results import ExperimentResult
+    from ddlab.training.runspec import RunSpec
     mod = load("record_experiments.py")
     monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 2)
     monkeypatch.setattr(runs, "availability", lambda framework, launcher: (True, ""))
@@ -106,7 +107,7 @@ def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeyp
 
 
 def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypatch):
-    from ddlab import recording, runs
+    from ddlab.training import recording, runs
     mod = load("record_experiments.py")
     monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 2)
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
@@ -125,8 +126,8 @@ def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypa
 
 
 def test_a_step_job_records_one_gpu_with_a_cuda_graph_under_the_scaling_graph_name(tmp_path, monkeypatch, capsys):
-    from ddlab import experiments, recording, runs, step_profile
-    from ddlab.results import ExperimentResult
+    from ddlab.training import experiments, recording, runs, step_profile
+    from ddlab.training.results import ExperimentResult
     mod = load("record_experiments.py")
     assert mod.parse_job("step:mlp-small") == ("step", "mlp-small", False)
     for bad in ("step", "step:huge", "step:cnn:graph"):
@@ -190,7 +191,7 @@ def test_pending_points_are_real_convergence_points_and_gpu_batch_takes_them_by_
     gpu_batch.sh, with no CARRIED set, copies exactly those files into its results."""
     import subprocess
     import tarfile
-    from ddlab import convergence_sweep as cs
+    from ddlab.course import convergence_sweep as cs
     pending = os.path.join(RECORDING, "pending")
     assert os.path.isfile(os.path.join(pending, "README.md"))
     points = sorted(f for f in os.listdir(pending) if f.endswith(".json"))

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ddlab import handson, repair
+from ddlab.course import handson, repair
 
 CPU = handson.plan(gpu_count=0)
 WORLD, LR, N = 2, 0.05, 8

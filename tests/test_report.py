@@ -8,7 +8,11 @@ import sys
 
 import pytest
 
-from ddlab import SOURCE_DIR, cli, links, mode, report, report_html, report_plan, topology
+from ddlab.base.paths import SOURCE_DIR
+from ddlab import cli
+from ddlab.system import links, topology
+from ddlab.course import mode
+from ddlab.report import runner as report, html_page as report_html, plan as report_plan
 
 PNG = b"\x89PNG\r\n\x1a\n"
 OK = lambda framework, launcher: (True, "")  # noqa: E731
@@ -226,7 +230,7 @@ def test_link_peaks_come_from_the_catalogue():
 
 
 def test_cli_is_registered_and_rejects_a_missing_topo_file(capsys):
-    assert cli.COMMANDS["report"][0] == "ddlab.report"
+    assert cli.COMMANDS["report"][0] == "ddlab.report.runner"
     assert report.cli(["--topo-file", "/no/such/file"]) == 2
     assert "no such file" in capsys.readouterr().err
 
@@ -240,7 +244,9 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     """The GPU steps' own code (sizing, link peaks, records, plots, summary) on a pretend 2-GPU
     machine whose measurements are the recorded ones: the measuring functions are GPU-tested
     elsewhere, so here they return what the 2x H200 recorded."""
-    from ddlab import collectives, experiments, hardware, p2p, recording
+    from ddlab.measure import collectives, p2p
+    from ddlab.training import experiments, recording
+    from ddlab.system import hardware
     calls = {"p2p": [], "sweep": []}
     monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory(
         gpus=[hardware.GPU(0, "NVIDIA H200"), hardware.GPU(1, "NVIDIA H200")], torch="2", nvcc="13"))

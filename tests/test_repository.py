@@ -54,9 +54,9 @@ def test_the_browser_test_starts_the_server_make_lab_starts():
 def test_notebooks_open_in_jupyterlab_unmodified():
     """JupyterLab rewrites a notebook's metadata from the kernel on opening, and assigns cell ids to
     notebooks older than format 4.5: either marks the notebook modified. Committed notebooks hold
-    exactly what it would write (ddlab.kernel.NOTEBOOK_METADATA) and are nbformat 4.5 with ids."""
+    exactly what it would write (ddlab.course.kernel.NOTEBOOK_METADATA) and are nbformat 4.5 with ids."""
     import nbformat
-    from ddlab.kernel import NOTEBOOK_METADATA
+    from ddlab.course.kernel import NOTEBOOK_METADATA
     for path in notebooks():
         nb = nbformat.read(path, as_version=nbformat.NO_CONVERT)
         name = os.path.relpath(path, ROOT)

@@ -1,4 +1,4 @@
-"""ddlab.results: tables, plots, JSON, repeats (median and spread), the above-linear flag and the
+"""ddlab.training.results: tables, plots, JSON, repeats (median and spread), the above-linear flag and the
 note a recording carries when its run description is not today's live default."""
 import json
 
@@ -8,8 +8,8 @@ import pytest
 matplotlib.use("Agg")
 
 from _experiment_fakes import fake_paths_result, script_result  # noqa: E402
-from ddlab import results  # noqa: E402
-from ddlab.results import ExperimentResult  # noqa: E402
+from ddlab.training import results  # noqa: E402
+from ddlab.training.results import ExperimentResult  # noqa: E402
 
 
 def test_result_table_plot_and_json_round_trip(tmp_path):

@@ -1,11 +1,12 @@
-"""ddlab.runs: one training run from a RunSpec (launch, timeout, the CUDA-graph rerun) and `ddlab train`."""
+"""ddlab.training.runs: one training run from a RunSpec (launch, timeout, the CUDA-graph rerun) and `ddlab train`."""
 import json
 
 import pytest
 
 from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches
-from ddlab import cli, experiments, runs
-from ddlab.runspec import RunSpec
+from ddlab import cli
+from ddlab.training import experiments, runs
+from ddlab.training.runspec import RunSpec
 
 
 def test_train_rejects_bad_requests():

@@ -1,8 +1,8 @@
-"""ddlab.runspec: one run description, validated, turned into the script's argv and back."""
+"""ddlab.training.runspec: one run description, validated, turned into the script's argv and back."""
 import pytest
 
-from ddlab import runspec
-from ddlab.runspec import RunSpec, RunSpecError
+from ddlab.training import runspec
+from ddlab.training.runspec import RunSpec, RunSpecError
 
 
 def test_defaults_per_device_are_the_shared_sizes():
@@ -13,7 +13,7 @@ def test_defaults_per_device_are_the_shared_sizes():
     cpu = RunSpec.for_device("cpu", "wide")
     assert (cpu.batch, cpu.steps, cpu.test_samples, cpu.precision) == (32, 8, 1000, "fp32")
     assert RunSpec.for_device("cuda", "cnn", steps=None).steps == 300     # None leaves the default
-    assert RunSpec(path="p2p off").path == "shm" and RunSpec(path=0).path == "LOC"   # ddlab.nccl's names
+    assert RunSpec(path="p2p off").path == "shm" and RunSpec(path=0).path == "LOC"   # ddlab.system.nccl's names
     assert gpu.limit_s == runspec.DEFAULT_TIMEOUT["cuda"] and gpu.with_(timeout=9).limit_s == 9
 
 

@@ -1,8 +1,8 @@
-"""ddlab.slurm: Slurm's task counts, Horovod's plan and each srun task's HOROVOD_* variables
+"""ddlab.measure.slurm: Slurm's task counts, Horovod's plan and each srun task's HOROVOD_* variables
 (the batch scripts themselves run against a real Slurm in tests/slurm/)."""
 import pytest
 
-from ddlab import slurm
+from ddlab.measure import slurm
 
 
 @pytest.mark.parametrize("value,expect", [("2", [2]), ("4(x2)", [4, 4]), ("4(x2),1", [4, 4, 1]), ("3,2", [3, 2])])

@@ -1,11 +1,11 @@
-"""ddlab.step_profile: where one training step's time goes (a real CPU run here; the GPU
+"""ddlab.training.step_profile: where one training step's time goes (a real CPU run here; the GPU
 profiles the cost model uses are recorded in reference/profiles/)."""
 import json
 
 import pytest
 
-from ddlab import models, step_profile
-from ddlab.cost_model import model_layers
+from ddlab.training import models, step_profile
+from ddlab.cost.cost_model import model_layers
 
 
 def test_measure_on_cpu_times_every_layer_in_backward_order():

@@ -1,10 +1,10 @@
-"""ddlab.tables: one Table, aligned text in a terminal and HTML in Jupyter."""
+"""ddlab.base.tables: one Table, aligned text in a terminal and HTML in Jupyter."""
 import math
 
 import pytest
 
-from ddlab import tables
-from ddlab.tables import Column, Table
+from ddlab.base import tables
+from ddlab.base.tables import Column, Table
 
 
 def sample():

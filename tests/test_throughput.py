@@ -1,8 +1,8 @@
-"""The honest throughput arithmetic (ddlab.throughput)."""
+"""The honest throughput arithmetic (ddlab.training.throughput)."""
 import numpy as np
 import pytest
 
-from ddlab import throughput as tp
+from ddlab.training import throughput as tp
 
 
 def test_images_per_second_counts_what_ran():

@@ -1,4 +1,4 @@
-"""ddlab.topology: parsing every shape of `nvidia-smi topo -m`, analysis, drawing, recorded
+"""ddlab.system.topology: parsing every shape of `nvidia-smi topo -m`, analysis, drawing, recorded
 machines, the live path and the `ddlab topo` command."""
 import glob
 import itertools
@@ -14,9 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from ddlab import cli as ddlab_cli  # noqa: E402
-from ddlab import reference  # noqa: E402
-from ddlab import topology  # noqa: E402
-from ddlab.topology import NoGPUError, Topology, TopologyParseError, parse_topo_matrix  # noqa: E402
+from ddlab.base import reference  # noqa: E402
+from ddlab.system import topology  # noqa: E402
+from ddlab.system.topology import NoGPUError, Topology, TopologyParseError, parse_topo_matrix  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOPO_DIR = os.path.join(HERE, "fixtures", "topo")

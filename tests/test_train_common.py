@@ -1,4 +1,4 @@
-"""ddlab.train_common: the flags, checks, step plan, seeds, printed lines and result that
+"""ddlab.training.train_common: the flags, checks, step plan, seeds, printed lines and result that
 fmnist_torch.py and fmnist_keras.py share."""
 import argparse
 import json
@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from ddlab import throughput, train_common
-from ddlab.train_common import Failure
+from ddlab.training import throughput, train_common
+from ddlab.training.train_common import Failure
 
 MODELS = ["cnn", "mlp-small"]
 
@@ -151,7 +151,7 @@ def test_plan_refuses_runs_without_a_timed_step_or_a_full_batch():
 
 
 def test_accumulation_makes_a_step_take_all_its_micro_batches():
-    """--accumulate N (ddlab.tuning's flag): a step takes batch x N images of each shard, the
+    """--accumulate N (ddlab.course.tuning's flag): a step takes batch x N images of each shard, the
     optimizer sees batch x N x workers, and the learning rate is scaled for that batch."""
     a = parse(["--batch-size", "100", "--lr-scaling", "linear"])
     a.accumulate = 3
@@ -291,7 +291,7 @@ def test_write_json_replaces_the_file_whole(tmp_path):
 
 def test_no_framework_is_imported():
     """Each script imports only its own framework: this shared module must import neither."""
-    code = ("import sys; import ddlab.train_common; "
+    code = ("import sys; import ddlab.training.train_common; "
             "print(sorted(m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(train_common.__file__))})

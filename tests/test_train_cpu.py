@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from ddlab import data, launch, runs, runspec
-from ddlab.runspec import RunSpec
+from ddlab.training import data, runs, runspec
+from ddlab.measure import launch
+from ddlab.training.runspec import RunSpec
 
 TINY = dict(model="mlp-small", batch=16, steps=6, warmup_steps=2, device="cpu", timeout=240)
 
@@ -163,7 +164,7 @@ def test_graph_capture_is_opt_in_for_ddp():
     assert use is False and "warm-up" in why
     with pytest.raises(SystemExit, match="warm-up"):
         mod.graph_decision(mod.parse_args(["--lr-warmup-epochs", "1", "--cuda-graph", "on"]), True)
-    # ddlab.runs recognises a run that died inside the capture by the script's marker
+    # ddlab.training.runs recognises a run that died inside the capture by the script's marker
     assert mod.CAPTURE_START == runs.CAPTURE_START
 
 
@@ -175,7 +176,7 @@ def test_graph_capture_is_opt_in_for_ddp():
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--device", "cpu", "--noise-scale", "--eval-every", "1"], "use --launcher ddp with 2 or more workers"),
     (["--device", "cpu", "--launcher", "horovod", "--noise-scale", "--eval-every", "1"], "DDP communication hook"),
-    # the communication tuning flags (ddlab.tuning): each belongs to its launcher, bad values, bad pairs
+    # the communication tuning flags (ddlab.course.tuning): each belongs to its launcher, bad values, bad pairs
     (["--device", "cpu", "--launcher", "horovod", "--static-graph"],
      "--static-graph is a DDP option (torch's DistributedDataParallel): use it with --launcher ddp, not --launcher "
      "horovod"),

@@ -1,4 +1,4 @@
-"""ddlab.tuning: the tuning flags' arguments and records, the named tunings, and the tuning
+"""ddlab.course.tuning: the tuning flags' arguments and records, the named tunings, and the tuning
 comparison (its launches stood in for by FakeLaunches: no GPU needed)."""
 import argparse
 import importlib.util
@@ -10,8 +10,11 @@ import pytest
 matplotlib.use("Agg")
 
 from _experiment_fakes import FakeLaunches, script_result  # noqa: E402
-from ddlab import nccl, reference, results, runs, runspec, tuning  # noqa: E402
-from ddlab.runspec import RunSpec, RunSpecError  # noqa: E402
+from ddlab.system import nccl  # noqa: E402
+from ddlab.base import reference
+from ddlab.training import results, runs, runspec
+from ddlab.course import tuning
+from ddlab.training.runspec import RunSpec, RunSpecError  # noqa: E402
 
 
 def load_torch_script():

@@ -1,10 +1,10 @@
-"""ddlab.units: one way to write sizes (binary), rates (SI), times, counts, ratios, percentages."""
+"""ddlab.base.units: one way to write sizes (binary), rates (SI), times, counts, ratios, percentages."""
 import math
 
 import numpy as np
 import pytest
 
-from ddlab import units
+from ddlab.base import units
 
 
 @pytest.mark.parametrize("nbytes, text", [

@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-from ddlab import links, widgets
+from ddlab.system import links
+from ddlab.course import widgets
 
 
 def test_worked_example_64KiB_over_pcie3():
@@ -96,7 +97,7 @@ def test_without_ipywidgets_it_prints_and_returns_the_result(monkeypatch, capsys
 
 
 def test_agrees_with_the_cost_model():
-    from ddlab import cost_model
+    from ddlab.cost import cost_model
     for key in links.names():
         t = links.get(key)
         for n in (1, 4096, 2**20, 2**30):
@@ -121,7 +122,7 @@ def test_plot_message_times_marks_each_crossover():
 
 
 class _Sweep:
-    """The shape of ddlab.collectives.SweepResult that the step what-if reads."""
+    """The shape of ddlab.measure.collectives.SweepResult that the step what-if reads."""
     def __init__(self, points, nproc=2):
         self.rows = [{"bytes": b, "time_us": t} for b, t in points]
         self.nproc = nproc
@@ -188,7 +189,7 @@ def test_step_verdicts_follow_the_speedup_formula():
 
 
 def test_step_what_if_on_the_recorded_sweeps():
-    from ddlab import collectives
+    from ddlab.measure import collectives
     sweeps = collectives.load_recorded("h200x2")
     res = widgets.step_what_if([("cnn", 4 * 1_199_882, 2e-3)], sweeps)
     t = {p: res.row("cnn", p)["comm_s"] for p in sweeps}
@@ -197,7 +198,7 @@ def test_step_what_if_on_the_recorded_sweeps():
 
 # ----------------------------------------------------------------------------- the step calculator
 def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
-    from ddlab import cost_model
+    from ddlab.cost import cost_model
     rec = widgets.recorded_step_s("wide")
     assert rec is not None and rec[1] == 512
     p = widgets.predict_training_step("wide", 512, 2, "recorded:default")
@@ -229,7 +230,7 @@ def test_predict_training_step_rejects_bad_input(kwargs, match):
 
 
 def test_predict_training_step_asks_for_a_step_time_when_the_model_has_no_recording(monkeypatch):
-    from ddlab import cost_model
+    from ddlab.cost import cost_model
     rec = cost_model.recorded_points()
     rec.points = [p for p in rec.points if p.model != "mlp-large"]
     monkeypatch.setattr(widgets, "_recorded_set", lambda: rec)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "source_code"))
 
-from ddlab import provenance  # noqa: E402
-from ddlab.tables import Table  # noqa: E402
+from ddlab.system import provenance  # noqa: E402
+from ddlab.base.tables import Table  # noqa: E402
 
 
 def time_command(argv: list, runs: int, timeout: float) -> list:

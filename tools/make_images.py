@@ -2,10 +2,10 @@
 """Write the course's generated images to images/ (``make images`` runs this).
 
 * images/data_paths.png, images/host_staging.png, images/peer_to_peer.png - the data path
-  between two GPUs with and without peer access (ddlab.diagrams);
-* images/ring_allreduce.png - a ring all-reduce of 4 ranks step by step (ddlab.diagrams);
+  between two GPUs with and without peer access (ddlab.course.diagrams);
+* images/ring_allreduce.png - a ring all-reduce of 4 ranks step by step (ddlab.course.diagrams);
 * images/topology_<name>.png - each recorded machine's `nvidia-smi topo -m` drawn as a graph
-  (ddlab.topology), once that module is present.
+  (ddlab.system.topology), once that module is present.
 
 The output is deterministic: fixed sizes and DPI, no timestamps or software version in the
 PNG metadata, so regenerating an unchanged image leaves git with nothing to commit.
@@ -40,14 +40,14 @@ def _save(fig, path: str) -> str:
 
 def diagram_images() -> dict:
     """name -> function returning a Figure."""
-    from ddlab import diagrams
+    from ddlab.course import diagrams
     return {"data_paths": diagrams.data_paths, "host_staging": diagrams.host_staging,
             "peer_to_peer": diagrams.peer_to_peer, "ring_allreduce": diagrams.ring_allreduce}
 
 
 def topology_images() -> dict:
     """topology_<name> -> function returning a Figure, for each recorded machine."""
-    from ddlab import provenance, topology
+    from ddlab.system import provenance, topology
 
     def drawer(name):
         def draw():

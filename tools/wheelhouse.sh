@@ -68,7 +68,7 @@ test_install() {
   "${iso[@]}" "$py" - "$dir" <<'PY'
 import subprocess, sys, os
 import ddlab, torch, tensorflow, horovod.torch  # noqa: F401  (each must import)
-from ddlab import data
+from ddlab.training import data
 d = os.path.join(sys.argv[1], "fashion-mnist")
 x, y, xt, yt = data.load_fashion_mnist(d)
 assert x.shape == (60000, 28, 28) and xt.shape == (10000, 28, 28), (x.shape, xt.shape)

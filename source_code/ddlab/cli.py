@@ -7,15 +7,15 @@ import sys
 
 # command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS = {
-    "report": ("ddlab.report", "cli", "measure this machine in one command and write an HTML report"),
-    "doctor": ("ddlab.hardware", "cli", "what this machine has (GPUs, driver, CUDA, NCCL, frameworks, data)"),
-    "data": ("ddlab.data", "cli", "make Fashion-MNIST available offline and verify it"),
-    "topo": ("ddlab.topology", "cli", "read nvidia-smi topo -m (this machine or --file), rank pairs, best subsets"),
-    "nccl-log": ("ddlab.nccl_log", "cli", "parse an NCCL_DEBUG=INFO log into a transport table"),
-    "p2p": ("ddlab.p2p", "cli", "build and run the course's CUDA p2p bandwidth/latency test"),
-    "allreduce": ("ddlab.collectives", "cli", "all-reduce bandwidth sweep under NCCL paths (or gloo on CPU)"),
-    "train": ("ddlab.training_cli", "cli_train", "one Fashion-MNIST training run"),
-    "experiment": ("ddlab.training_cli", "cli_experiment", "named experiments: scaling, nccl-paths"),
+    "report": ("ddlab.report.runner", "cli", "measure this machine in one command and write an HTML report"),
+    "doctor": ("ddlab.system.hardware", "cli", "what this machine has (GPUs, driver, CUDA, NCCL, frameworks, data)"),
+    "data": ("ddlab.training.data", "cli", "make Fashion-MNIST available offline and verify it"),
+    "topo": ("ddlab.system.topology", "cli", "read nvidia-smi topo -m (this machine or --file), rank pairs, best subsets"),
+    "nccl-log": ("ddlab.system.nccl_log", "cli", "parse an NCCL_DEBUG=INFO log into a transport table"),
+    "p2p": ("ddlab.measure.p2p", "cli", "build and run the course's CUDA p2p bandwidth/latency test"),
+    "allreduce": ("ddlab.measure.collectives", "cli", "all-reduce bandwidth sweep under NCCL paths (or gloo on CPU)"),
+    "train": ("ddlab.training.cli", "cli_train", "one Fashion-MNIST training run"),
+    "experiment": ("ddlab.training.cli", "cli_experiment", "named experiments: scaling, nccl-paths"),
 }
 
 

@@ -3,7 +3,7 @@
     torchrun --standalone --nproc-per-node=2 my_ddp.py --epochs 2 --train-samples 4000
 
 It runs to the end and prints a loss and an accuracy, yet it is wrong in five ways. Find
-them and fix them; ddlab.repair.check(...) runs your copy and says which are left. The
+them and fix them; ddlab.course.repair.check(...) runs your copy and says which are left. The
 probe(...) lines record what the check needs (the images of each step, the weights, the
 learning rate, the loss reported): keep them where they are, with the same arguments.
 """
@@ -16,8 +16,8 @@ import torch.distributed.nn  # before init_process_group: see the end of this fi
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddlab import data, models_torch
-from ddlab.repair import probe
+from ddlab.training import data, models_torch
+from ddlab.course.repair import probe
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default="mlp-small", choices=models_torch.MODELS)

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ddlab import data, models_keras
+from ddlab.training import data, models_keras
 
 keras = models_keras.keras()  # tf.keras from tf-keras: sets TF_USE_LEGACY_KERAS=1, then imports TensorFlow
 import tensorflow as tf  # noqa: E402  (after the line above, which chooses tf.keras)

@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc-per-node=2 solution_ddp.py --epochs 2 --train-samples 4000
 
-The five fixes are marked "fix:". Other correct fixes exist; ddlab.repair.check judges
+The five fixes are marked "fix:". Other correct fixes exist; ddlab.course.repair.check judges
 what a run does, not which lines it has.
 """
 import argparse
@@ -16,8 +16,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from ddlab import data, models_torch
-from ddlab.repair import probe
+from ddlab.training import data, models_torch
+from ddlab.course.repair import probe
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default="mlp-small", choices=models_torch.MODELS)

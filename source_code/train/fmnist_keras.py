@@ -3,7 +3,7 @@
 
     python fmnist_keras.py --launcher none
     horovodrun -np 2 -H localhost:2 --gloo python fmnist_keras.py --launcher horovod
-    ddlab train --framework keras --launcher horovod --workers 2     # the same, via ddlab.launch
+    ddlab train --framework keras --launcher horovod --workers 2     # the same, via ddlab.measure.launch
 
 tf.keras means the ``tf-keras`` package, chosen by ``TF_USE_LEGACY_KERAS=1`` *before*
 TensorFlow is imported (below). With Keras 3, Horovod's DistributedOptimizer silently stops
@@ -13,19 +13,19 @@ The Horovod recipe, as in fmnist_torch.py:
   1. ``hvd.init()``; each worker sees only the GPU of its local rank;
   2. the same model everywhere, rank 0's weights broadcast at the start
      (``BroadcastGlobalVariablesCallback``);
-  3. each worker trains on its own shard (``ddlab.data.shard_indices``, reshuffled every
+  3. each worker trains on its own shard (``ddlab.training.data.shard_indices``, reshuffled every
      epoch), with its own seed for dropout;
   4. ``hvd.DistributedOptimizer`` averages the gradients every step; ``MetricAverageCallback``
      averages the reported metrics;
   5. only rank 0 prints and writes the result.
 
-Throughput is honest (``ddlab.throughput``): a callback starts the clock at the first step
+Throughput is honest (``ddlab.training.throughput``): a callback starts the clock at the first step
 after the warm-up and stops it after the last, both times after the device has finished its
 work (``tf.test.experimental.sync_devices``) and the workers have met (a Horovod all-reduce
 of one number); per-step times are host wall-clock times, which on a GPU include the
 waiting Keras does every step to hand the callbacks their logs. Throughput = steps x batch x
 workers / elapsed. The result JSON has the same fields as fmnist_torch.py's
-(``ddlab.train_common.build_result`` lists them, with the flags both scripts share), ``phase_s``
+(``ddlab.training.train_common.build_result`` lists them, with the flags both scripts share), ``phase_s``
 (seconds per phase of rank 0's run, printed as ``phase ...`` lines) included; on SIGTERM
 (a launch timeout) every worker prints its Python tracebacks before it dies.
 """
@@ -43,7 +43,7 @@ _SOURCE = Path(__file__).resolve().parents[1]
 if str(_SOURCE) not in sys.path:
     sys.path.insert(0, str(_SOURCE))
 
-from ddlab import launch  # noqa: E402
+from ddlab.measure import launch  # noqa: E402
 
 if __name__ == "__main__":
     # Before the heavy imports: a worker stuck even there prints where when it is killed.
@@ -51,10 +51,10 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 
-from ddlab import data as ddata  # noqa: E402
-from ddlab import models_keras, throughput, train_common  # noqa: E402
-from ddlab.models import MODELS  # noqa: E402  (names only: no framework is imported)
-from ddlab.train_common import FMNIST_MEAN, FMNIST_STD  # noqa: E402
+from ddlab.training import data as ddata  # noqa: E402
+from ddlab.training import models_keras, throughput, train_common  # noqa: E402
+from ddlab.training.models import MODELS  # noqa: E402  (names only: no framework is imported)
+from ddlab.training.train_common import FMNIST_MEAN, FMNIST_STD  # noqa: E402
 
 
 class Failure(train_common.Failure):
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
         xt = normalise(x_test[:args.test_samples])
         _, accuracy = model.evaluate(xt, y_test[:args.test_samples].astype(np.int32), batch_size=1000, verbose=0)
         phases.done("test evaluation")
-        from ddlab.provenance import run_provenance
+        from ddlab.system.provenance import run_provenance
         provenance = run_provenance(train_common.run_command(), torch_facts=False)
         phases.done("result and provenance")
         result = train_common.build_result(

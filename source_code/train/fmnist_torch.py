@@ -4,21 +4,21 @@
     python fmnist_torch.py --launcher none                          # one process
     torchrun --standalone --nproc-per-node=2 fmnist_torch.py --launcher ddp
     horovodrun -np 2 -H localhost:2 --gloo python fmnist_torch.py --launcher horovod
-    ddlab train --framework torch --launcher ddp --workers 2        # the same, via ddlab.launch
+    ddlab train --framework torch --launcher ddp --workers 2        # the same, via ddlab.measure.launch
 
 What every worker does (the data-parallel recipe of notebook 3):
   1. joins the group (DDP: ``init_process_group``; Horovod: ``hvd.init``) and takes the GPU
      of its local rank;
   2. builds the same model and starts from rank 0's parameters (DDP broadcasts them in its
      constructor; Horovod: ``broadcast_parameters`` and ``broadcast_optimizer_state``);
-  3. trains on its own shard of the 60,000 training images (``ddlab.data.shard_indices``:
+  3. trains on its own shard of the 60,000 training images (``ddlab.training.data.shard_indices``:
      disjoint and equal across ranks, reshuffled every epoch), with its own random seed for
      dropout;
   4. averages gradients every step (DDP's bucketed all-reduce during backward;
      ``hvd.DistributedOptimizer``), so all ranks take identical optimizer steps;
   5. only rank 0 prints and writes the result.
 
-Throughput is honest (``ddlab.throughput``): images all workers processed in the steps
+Throughput is honest (``ddlab.training.throughput``): images all workers processed in the steps
 after the warm-up, divided by the wall time between two points where the GPU has finished
 its queued work and all workers have met at a barrier. Per-step times come from CUDA events
 recorded after every step and read once at the end, so timing adds no host synchronisation.
@@ -45,11 +45,11 @@ Where the time of a run goes: rank 0 prints one ``phase <name>: <s> s`` line per
 (imports, device and distributed init, data to device, model build and broadcast, warm-up
 with the capture, timed loop, test evaluation, result) and the result holds them as
 ``phase_s``. On SIGTERM (a launch timeout) every worker prints its Python tracebacks
-(``ddlab.launch.install_hang_traceback``), so a hang says where it was.
+(``ddlab.measure.launch.install_hang_traceback``), so a hang says where it was.
 
-Convergence runs (notebook 7, ``ddlab.convergence_sweep``): ``--lr-scaling linear|sqrt`` with
+Convergence runs (notebook 7, ``ddlab.course.convergence_sweep``): ``--lr-scaling linear|sqrt`` with
 ``--lr-ref-batch`` scales the learning rate for the global batch, ``--lr-warmup-epochs`` ramps
-it up from ``--lr`` (``ddlab.convergence.lr_at`` sets it before every step); ``--train-samples``
+it up from ``--lr`` (``ddlab.training.convergence.lr_at`` sets it before every step); ``--train-samples``
 trains on a fixed subset; ``--eval-every EPOCHS`` (and ``--eval-steps``) scores the held-out
 test set during training, every rank its slice, and records test accuracy and loss, training
 loss and the training seconds so far (evaluations left out of every clock) in the result's
@@ -57,13 +57,13 @@ loss and the training seconds so far (evaluations left out of every clock) in th
 communication hook before the all-reduce and the averaged gradient's after it, per evaluation
 interval, for the gradient noise scale. None of these can be captured in a CUDA graph.
 
-Communication tuning (the flags and their checks live in ``ddlab.tuning``): ``--accumulate N``
+Communication tuning (the flags and their checks live in ``ddlab.course.tuning``): ``--accumulate N``
 (N micro-batches per optimizer step, one all-reduce: DDP's ``no_sync``, Horovod's
 ``backward_passes_per_step``); DDP's ``--bucket-cap-mb``, ``--grad-as-bucket-view``,
 ``--static-graph``, ``--comm-hook bf16|fp16``; Horovod's ``--hvd-compression fp16``,
 ``--hvd-fusion-mb``, ``--hvd-cycle-ms``. The result's ``tuning`` records them all.
 
-The result (``--json PATH``) is one JSON object: ``ddlab.train_common.build_result`` lists its
+The result (``--json PATH``) is one JSON object: ``ddlab.training.train_common.build_result`` lists its
 fields (the same in fmnist_keras.py); the flags, checks and printed lines both scripts share
 are there too.
 """
@@ -82,7 +82,7 @@ _SOURCE = Path(__file__).resolve().parents[1]
 if str(_SOURCE) not in sys.path:
     sys.path.insert(0, str(_SOURCE))
 
-from ddlab import launch  # noqa: E402
+from ddlab.measure import launch  # noqa: E402
 
 if __name__ == "__main__":
     # Before the heavy imports: a worker stuck even there prints where when it is killed.
@@ -92,13 +92,14 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from ddlab import data as ddata  # noqa: E402
-from ddlab import convergence, models_torch, throughput, train_common, tuning  # noqa: E402
-from ddlab.train_common import FMNIST_MEAN, FMNIST_STD, rank_seed  # noqa: E402
+from ddlab.training import data as ddata  # noqa: E402
+from ddlab.training import convergence, models_torch, throughput, train_common  # noqa: E402
+from ddlab.course import tuning
+from ddlab.training.train_common import FMNIST_MEAN, FMNIST_STD, rank_seed  # noqa: E402
 DDP_EAGER_BEFORE_CAPTURE = 20  # PyTorch's CUDA-graph notes: >= 11 DDP iterations before capture;
 # DDP also times iterations 1-10 and every 100th with CUDA events, which must not fall in a capture.
 EAGER_BEFORE_CAPTURE = 3       # one process: warm cuDNN, cuBLAS and the optimizer state first
-# Printed (rank 0) right before and after the capture: ddlab.runs reads them to tell a
+# Printed (rank 0) right before and after the capture: ddlab.training.runs reads them to tell a
 # run that failed or hung inside the capture from one that failed elsewhere.
 CAPTURE_START, CAPTURE_DONE = "cuda-graph capture: start", "cuda-graph capture: done"
 
@@ -680,7 +681,7 @@ def train(args, workers: Workers, device: torch.device, use_graph: bool, graph_r
                 model.to(memory_format=torch.channels_last)
             accuracy = evaluate(model, Xt, Yt, 1000, autocast)
         phases.done("test evaluation")
-        from ddlab.provenance import run_provenance
+        from ddlab.system.provenance import run_provenance
         provenance = run_provenance(train_common.run_command())
         phases.done("result and provenance")
         result = train_common.build_result(

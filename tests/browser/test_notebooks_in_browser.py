@@ -61,7 +61,7 @@ def problems(r: lab_driver.NotebookReport) -> list:
         found.append(f"the notebook runs on kernel {r.kernel_name!r}, not 'Python (ddlab)'")
     if r.dirty_on_open:
         found.append("it opens marked as modified (its metadata differs from what JupyterLab writes; "
-                     "see ddlab.kernel.NOTEBOOK_METADATA)")
+                     "see ddlab.course.kernel.NOTEBOOK_METADATA)")
     if r.news_toast:
         found.append(f"JupyterLab's news pop-up shows: {r.news_toast!r}")
     for count, ename, evalue in r.errors:

@@ -25,7 +25,7 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}"
-# NVLink multicast stays off (ddlab.launch sets it too; this covers anything else started here).
+# NVLink multicast stays off (ddlab.measure.launch sets it too; this covers anything else started here).
 export NCCL_NVLS_ENABLE=0
 source tools/recording/machine_name.sh
 start=$SECONDS
@@ -62,7 +62,7 @@ done
 # 3. One file for source_code/reference/allreduce/, and the summary.
 OUT="$OUT" NAME="$NAME" "$PY" - <<'EOF' | tee "$OUT/summary.txt"
 import os
-from ddlab import collectives as c
+from ddlab.measure import collectives as c
 out, name = os.environ["OUT"], os.environ["NAME"]
 results = []
 for f in (f"allreduce_{name}.json", f"all_gather_{name}.json", f"reduce_scatter_{name}.json"):

@@ -32,7 +32,7 @@ try:
     d = json.load(open(f))
 except Exception as exc:
     print(f"{name:<14} try {tr}: exit {rc}, no JSON ({exc})"); sys.exit()
-from ddlab import p2p
+from ddlab.measure import p2p
 lat = p2p.P2PResult.from_dict(d).matrices.get("lat_gpu_p2p_on")
 if lat is None:
     print(f"{name:<14} try {tr}: exit {rc}; no GPU-timed P2P=Enabled latency in the JSON"); sys.exit()

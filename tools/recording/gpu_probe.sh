@@ -24,13 +24,13 @@ cp /tmp/hvdcache/build.log "$P/hvd_build_full.log" 2>/dev/null
 for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done
 # Horovod smoke: 2 GPUs, default and SHM
 for path in default shm; do
-  env_extra=$(python3 -m ddlab.nccl env $path)
-  env $env_extra NCCL_DEBUG=INFO timeout 120 horovodrun -np 2 -H localhost:2 --gloo python3 -m ddlab.smoke hvd-torch > "$P/hvd_smoke_$path.log" 2>&1; echo "rc=$?" >> "$P/hvd_smoke_$path.log"
+  env_extra=$(python3 -m ddlab.system.nccl env $path)
+  env $env_extra NCCL_DEBUG=INFO timeout 120 horovodrun -np 2 -H localhost:2 --gloo python3 -m ddlab.measure.smoke hvd-torch > "$P/hvd_smoke_$path.log" 2>&1; echo "rc=$?" >> "$P/hvd_smoke_$path.log"
 done
 # torch.distributed NCCL all-reduce logs under the three paths
 for path in default shm socket; do
-  e=$(python3 -m ddlab.nccl env $path)
-  env $e NCCL_DEBUG=INFO timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node=2 -m ddlab.smoke nccl-allreduce > "$P/nccl_$path.log" 2>&1; echo "rc=$?" >> "$P/nccl_$path.log"
+  e=$(python3 -m ddlab.system.nccl env $path)
+  env $e NCCL_DEBUG=INFO timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node=2 -m ddlab.measure.smoke nccl-allreduce > "$P/nccl_$path.log" 2>&1; echo "rc=$?" >> "$P/nccl_$path.log"
 done
 tar -czf "$OUT/probe.tgz" -C "$OUT" probe && rm -rf "$P"
 tar -xzOf "$OUT/probe.tgz" probe/hvd_build.txt | tail -25

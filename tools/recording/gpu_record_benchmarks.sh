@@ -20,8 +20,8 @@ PYTHON=python3 HOROVOD_SDIST=.carry/horovod-0.28.1.tar.gz HOROVOD_CACHE=/tmp/hvd
 tail -18 "$W/hvd_build.txt"; cp /tmp/hvdcache/build.log "$W/hvd_build_full.log" 2>/dev/null
 for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done
 for path in default shm; do
-  e=$(python3 -m ddlab.nccl env $path)
-  env $e NCCL_DEBUG=INFO timeout 120 horovodrun -np 2 -H localhost:2 --gloo python3 -m ddlab.smoke hvd-torch > "$W/hvd_smoke_$path.log" 2>&1
+  e=$(python3 -m ddlab.system.nccl env $path)
+  env $e NCCL_DEBUG=INFO timeout 120 horovodrun -np 2 -H localhost:2 --gloo python3 -m ddlab.measure.smoke hvd-torch > "$W/hvd_smoke_$path.log" 2>&1
   echo "hvd smoke $path rc=$?"; grep -h "SMOKE" "$W/hvd_smoke_$path.log"; grep -h " via " "$W/hvd_smoke_$path.log" | head -2
 done
 step "doctor and topology"

@@ -66,7 +66,7 @@ EOF
 
 OUT="$OUT" SECTIONS="$sections" TIMEOUT="$TIMEOUT" "$PY" - <<'EOF' 2>&1 | tee -a "$OUT/experiments/train.txt"
 import os
-from ddlab import experiments, recording
+from ddlab.training import experiments, recording
 sections = os.environ["SECTIONS"].split()
 timeout = float(os.environ["TIMEOUT"])
 print(f"gpu_train.sh: sections {sections}, timeout {timeout:.0f} s per launch", flush=True)

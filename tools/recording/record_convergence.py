@@ -13,11 +13,11 @@ goes on from there. When every point of a part is there, they are joined into
 OUT_DIR/convergence-part-<PART>.json; --merge (no runs) joins every part found in OUT_DIR into
 OUT_DIR/convergence-torch-ddp-cnn.json, ready for source_code/reference/experiments/.
 
-Every run is ddlab.convergence_sweep.spec_of(point, SIZES["cuda"], "cuda", seed): the course's
+Every run is ddlab.course.convergence_sweep.spec_of(point, SIZES["cuda"], "cuda", seed): the course's
 CNN on all 60,000 training images for 10 epochs, SGD (momentum 0.9) at 0.02 for batch 64,
 the test set scored after every epoch with the training seconds so far; the 2-GPU runs also
 log the gradient norms for the noise scale. The live GPU notebook runs a subset of these
-points (ddlab.convergence_sweep.LIVE_GPU), each the same run description.
+points (ddlab.course.convergence_sweep.LIVE_GPU), each the same run description.
 
 Time, measured on 2x NVIDIA H200, NV18: one run is 14-18 s on 1 GPU and 23-25 s on 2 GPUs at
 global batch 256 (most of it start-up: imports, CUDA and NCCL set-up, the model), so a point with
@@ -33,7 +33,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab import convergence_sweep as cs, recording, runs  # noqa: E402
+from ddlab.course import convergence_sweep as cs  # noqa: E402
+from ddlab.training import recording, runs
 
 RULES = {"none": ("none", 0.0), "linear": ("linear", 0.0), "warmup": ("linear", 2.0)}
 PARTS = ["batch", "workers"] + [f"batch:{r}" for r in RULES]

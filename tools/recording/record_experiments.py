@@ -6,15 +6,15 @@ JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide), launcher:m
 (DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording),
 "perf" (one GPU, model cnn, each single-GPU speed option), step:model (one GPU: the
 model's step captured as a CUDA graph, the GPU's busy time the cost model uses; written as
-scaling-torch-ddp-<model>-graph.json; then ddlab.step_profile's step-<model>.json, for
+scaling-torch-ddp-<model>-graph.json; then ddlab.training.step_profile's step-<model>.json, for
 source_code/reference/profiles/), or tune:launcher:model[:path]
-(the communication tuning comparison, ddlab.tuning.tuning_comparison: the one-GPU untuned
-run, then every tuning of ddlab.tuning.TUNINGS for the launcher on 2 GPUs over NCCL path
+(the communication tuning comparison, ddlab.course.tuning.tuning_comparison: the one-GPU untuned
+run, then every tuning of ddlab.course.tuning.TUNINGS for the launcher on 2 GPUs over NCCL path
 path, default "default"; e.g. tune:ddp:wide, tune:horovod:wide:shm). Default: ddp:cnn
 ddp:wide horovod:cnn horovod:wide.
 
-Every run is ddlab.recording.gpu_spec(model): the same run description (batch, steps,
-warm-up, precision) a live run takes on GPUs (ddlab.runspec.RunSpec.for_device("cuda")),
+Every run is ddlab.training.recording.gpu_spec(model): the same run description (batch, steps,
+warm-up, precision) a live run takes on GPUs (ddlab.training.runspec.RunSpec.for_device("cuda")),
 so a recording and a live run are the same experiment; each configuration runs --repeats
 times (at least 3) and the result keeps every value, the median and the min-max. The
 machine is named by its hardware in the results' provenance (e.g. "2x NVIDIA H200, NV18").
@@ -43,9 +43,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab import experiments, recording, runs, step_profile, tuning  # noqa: E402
-from ddlab.nccl import PATHS  # noqa: E402
-from ddlab.runspec import MODELS  # noqa: E402
+from ddlab.training import experiments, recording, runs, step_profile  # noqa: E402
+from ddlab.course import tuning
+from ddlab.system.nccl import PATHS  # noqa: E402
+from ddlab.training.runspec import MODELS  # noqa: E402
 
 DEFAULT_JOBS = ["ddp:cnn", "ddp:wide", "horovod:cnn", "horovod:wide"]
 
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
             say(f"\n== {job}: one GPU, CUDA graph, {base.steps} steps ({base.warmup_steps} warm-up), "
                 f"batch {base.batch}/GPU, {base.precision}, {base.repeats} repeats")
             done = recording.record_one_gpu_step(a.out, base, a.echo, say, suffix_batch=a.batch)
-            try:   # and where that step's time goes (ddlab.step_profile), for the cost model
+            try:   # and where that step's time goes (ddlab.training.step_profile), for the cost model
                 step_profile.record(a.out, [model], base.batch)
             except Exception as exc:  # reported; the next JOB still runs
                 done[step_profile.reference_name(model, base.batch)] = f"{type(exc).__name__}: {exc}"

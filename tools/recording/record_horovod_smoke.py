@@ -16,7 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab import hardware, nccl, nccl_log, reference, topology  # noqa: E402
+from ddlab.system import hardware, nccl, nccl_log, topology  # noqa: E402
+from ddlab.base import reference
 
 
 def main(argv=None) -> int:
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
         "torch": doc["torch"], "tensorflow": doc["tensorflow"], "horovod": "0.28.1", "python": doc["python"],
         "hostname": doc["hostname"],
         "command": "PYTHON=python3 tools/build_horovod.sh; NCCL_DEBUG=INFO horovodrun -np 2 -H localhost:2 --gloo "
-                   "python3 -m ddlab.smoke hvd-torch (default, and with " + nccl.get("shm").env_text() + ")",
+                   "python3 -m ddlab.measure.smoke hvd-torch (default, and with " + nccl.get("shm").env_text() + ")",
         "date": smoke["default"]["date"], "source_files": "tools/recording/gpu_record_benchmarks.sh work folder",
     }
     obj = {"provenance": prov, "check_build": hardware.parse_check_build(build_txt),

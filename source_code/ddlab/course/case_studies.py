@@ -1,0 +1,338 @@
+"""The case studies of notebook 8, as tables built from measurements and the step model.
+
+* **When a second GPU pays** (:func:`second_gpu_table`): every recorded model x NCCL path of a
+  2-GPU recording, with the one-GPU step, the all-reduce of the model's gradients on that path
+  (from the path's alpha-beta fit, :mod:`ddlab.cost.cost_model`), their ratio, the predicted split
+  of the 2-GPU step and the predicted speedup beside the measured median and spread.
+  :func:`predicted_vs_measured` does the same for a live scaling or NCCL-path result and a live
+  all-reduce fit (CPU processes over gloo, or GPUs over NCCL); :func:`second_gpu_live` runs
+  it now; :func:`recorded_batch_sweep` joins the recordings at several batches per GPU.
+* **Diagnosing a machine from its p2p matrix**: :func:`exercise_matrix` is a matrix built for
+  the exercise (not a measurement) in the shape field reports describe: four PCIe GPUs, one of
+  them slow with every partner, one pair slower in one direction. :func:`ddlab.measure.p2p.diagnose`
+  reads it, and :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
+* **Tuning when communication dominates**: :func:`recorded_tunings` (the recorded
+  :mod:`ddlab.course.tuning` comparisons, and a line naming those missing) and :func:`tuning_live`.
+* **Cited figures** (:func:`cited`): results other people published, kept under
+  ``source_code/reference/cited/`` with their source, shown as cited, never as ours.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ddlab.cost import cost_model
+from ddlab.base import reference
+from ddlab.base.tables import Table
+
+CITED_KIND = "cited"
+
+
+# ----------------------------------------------------------------------------- cited figures
+def cited(name: str) -> Table:
+    """A cited result (``reference/cited/<name>.json``) as a table whose title names its
+    source. The file holds ``columns`` (key, format, header), ``rows`` and a provenance with
+    ``cited: true``, ``source`` (a URL), ``machine`` and ``retrieved``."""
+    obj = reference.load(CITED_KIND, name)
+    prov = obj["provenance"]
+    if not prov.get("cited") or not prov.get("source"):
+        raise ValueError(f"reference/{CITED_KIND}/{name} must say it is cited and name its source")
+    cols = [tuple(c) for c in obj["columns"]]
+    title = f"Cited, not measured by this course: {obj.get('title', name)}"
+    notes = [f"Source: {prov['source']} (retrieved {prov.get('retrieved', '?')}).",
+             f"Their machine: {prov.get('machine', 'not stated')}."] + list(obj.get("notes", []))
+    return Table(cols, obj["rows"], title=title, notes=notes)
+
+
+# ----------------------------------------------------------------------------- case 1
+def _row(model, path, compute_s, pred, measured, spread=None, repeats=None):
+    lo, hi = spread if spread else (None, None)
+    return {"model": model, "path": path, "gradients": sum(b.nbytes for b in pred.buckets), "compute": compute_s,
+            "allreduce": pred.comm_s, "ratio": compute_s / pred.comm_s if pred.comm_s > 0 else float("inf"),
+            "exposed": pred.exposed_comm_s, "overhead": pred.overhead_s, "predicted": pred.speedup,
+            "measured": measured, "spread": f"{lo:.2f}-{hi:.2f}" if lo is not None and hi is not None else "-",
+            "repeats": repeats, "error_pct": 100 * (pred.speedup / measured - 1) if measured else None}
+
+
+_COLUMNS = [("model", "text"), ("path", "text"), ("gradients", "bytes", "grads"),
+            ("compute", "time", "step (1)"), ("allreduce", "time", "all-reduce"),
+            ("ratio", "ratio", "ratio"), ("exposed", "time", "exposed"),
+            ("overhead", "time", "wrapper"), ("predicted", "ratio", "predicted"),
+            ("measured", "ratio", "measured"), ("spread", "text", "min-max"),
+            ("error_pct", lambda v: f"{v:+.1f}%", "error")]
+_LEGEND_TERMS = ("grads: gradient bytes per step; step (1): the one-worker (one-GPU) step; all-reduce: its time "
+                 "for those bytes on that path, from the path's alpha-beta fit; ratio: step (1) / all-reduce; "
+                 "exposed: the part of the all-reduce the backward pass cannot hide; wrapper: the data-parallel "
+                 "wrapper's own cost per step")
+_LEGEND = (_LEGEND_TERMS + "; predicted and measured: speedup of 2 workers over 1 (measured: the median, min-max "
+           "over the repeats).")
+
+
+def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
+                     recorded: Optional[cost_model.RecordedSet] = None) -> Table:
+    """Case 1 on the recorded 2-GPU machine: for every recorded model x path of ``launcher``
+    ("ddp", "ddp-graph" or "horovod"), the one-GPU step, the all-reduce of the gradients on
+    that path, the ratio of the two (the rule of thumb), the predicted 2-GPU step split and
+    speedup, and the measured median with its min-max over the repeats. The wrapper's cost
+    per step is the one :func:`ddlab.cost.cost_model.fit_all_overheads` fits for the launcher."""
+    rec = recorded or cost_model.recorded_points()
+    over = cost_model.fit_all_overheads(rec)
+    pts = [p for p in rec.points if p.launcher == launcher and (models is None or p.model in models)]
+    if not pts:
+        raise ValueError(f"no recorded 2-GPU runs for launcher {launcher!r}"
+                         + (f" and models {', '.join(models)}" if models else ""))
+    order = {m: i for i, m in enumerate(models or ("mlp-small", "cnn", "mlp-large", "wide"))}
+    pts.sort(key=lambda p: (order.get(p.model, 99), p.path))
+    rows = []
+    for p in pts:
+        pred = cost_model.predict_point(p, rec.fits, over.get(p.launcher), profiles=rec.profiles,
+                                        channels=rec.channels)
+        rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
+                         p.repeats))
+    notes = [_LEGEND, "Far above a ratio of 1, the all-reduce hides behind the step and a second GPU pays; near or "
+             "below 1, it does not.",
+             f"Wrapper cost: {over[launcher].describe() if launcher in over else 'none fitted'}."]
+    return Table(_COLUMNS, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
+                 + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
+
+
+def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads] = None,
+                          recorded: Optional[cost_model.RecordedSet] = None) -> Table:
+    """The step model against a live (or recorded) scaling or NCCL-path result: for each row
+    with 2 or more workers, the prediction from the one-worker row's step time and ``fit``
+    (an :class:`ddlab.cost.cost_model.AlphaBeta` of the all-reduce the run used, or a dict
+    {path: fit} for an NCCL-path comparison) beside the measured speedup. ``recorded`` (default:
+    :func:`ddlab.cost.cost_model.recorded_points`) supplies the step profiles of the GPU the result
+    ran on, and the channels of its own recorded paths."""
+    rows_in = [r for r in result.rows if not r.get("error")]
+    base = [r for r in rows_in if r.get("workers") == 1]
+    if not base:
+        raise ValueError("the result has no one-worker row to take the compute time from")
+    model = result.config.get("model")
+    compute_s = base[0]["global_batch"] / base[0]["images_per_s"]
+    rec = recorded or cost_model.recorded_points()
+    device = "cpu" if result.config.get("device") == "cpu" else result.config.get("device_name")
+    rows = []
+    for r in rows_in:
+        if r.get("workers", 1) < 2 or r.get("speedup") is None:
+            continue
+        path = r.get("path") if isinstance(r.get("path"), str) else "default"
+        f = fit.get(path) if isinstance(fit, dict) else fit
+        if f is None:
+            continue
+        # the recorded machine's channels only go with its own recorded fits
+        channels = rec.channels.get(path) if f is rec.fits.get(path) else None
+        pred = cost_model.predict_step(model, compute_s, f, r["workers"], batch=base[0]["global_batch"],
+                                       overheads=overheads,
+                                       **cost_model.measured_inputs(model, base[0]["global_batch"], rec.profiles,
+                                                                    channels, device))
+        lo, hi = r.get("speedup_min"), r.get("speedup_max")
+        row = _row(model, path, compute_s, pred, r["speedup"], (lo, hi) if lo is not None else None,
+                   r.get("repeats", 1))
+        row["batch"] = base[0]["global_batch"]
+        rows.append(row)
+    if not rows:
+        raise ValueError("no row with 2 or more workers and a fit for its path")
+    cols = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:]
+    return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
+                 notes=[_LEGEND + " batch: per worker."])
+
+
+# ----------------------------------------------------------------------------- case 2
+def exercise_matrix() -> tuple:
+    """(matrix in GB/s, labels, description) for the diagnosis exercise: a 4-GPU PCIe
+    machine's unidirectional P2P bandwidth, built for the exercise in the shape field reports
+    describe (one GPU slow with every partner, one pair slower in one direction). Not a
+    measurement: the numbers are chosen so the answer is clear."""
+    n = 4
+    m = np.full((n, n), 10.2)
+    m += np.array([[0.0, 0.1, -0.2, 0.1], [0.2, 0.0, 0.1, -0.1], [-0.1, 0.2, 0.0, 0.1], [0.1, -0.2, 0.1, 0.0]])
+    m[1, :] = m[:, 1] = 3.4          # GPU 1: a third of the others' speed with every partner
+    m[2, 3] = 5.9                    # 2 -> 3 much slower than 3 -> 2
+    np.fill_diagonal(m, np.nan)      # copies within one GPU are not a link: left out
+    desc = ("A matrix built for this exercise (not a measurement): unidirectional P2P bandwidth of a 4-GPU "
+            "PCIe machine, rows = source GPU, GB/s.")
+    return m, list(range(n)), desc
+
+
+def exercise_table() -> Table:
+    """:func:`exercise_matrix` as a table (rows = source GPU)."""
+    m, labels, desc = exercise_matrix()
+    cols = [("src", "text", "from \\ to")] + [(f"g{j}", lambda v: "-" if np.isnan(v) else f"{v:.1f}", f"GPU{j}")
+                                             for j in labels]
+    rows = [dict({"src": f"GPU{i}"}, **{f"g{j}": float(m[i, j]) for j in labels}) for i in labels]
+    return Table(cols, rows, title="Diagnosis exercise: unidirectional P2P bandwidth (GB/s)", notes=desc)
+
+
+# ----------------------------------------------------------------------------- case 1, live
+CPU_BATCHES = (32, 512)
+
+
+def _gpus_live(launcher: str, machine=None, gpus: int = 2) -> bool:
+    """Whether the ``gpus``-GPU version runs live here: the course's one policy (:func:`ddlab.course.mode.decide`)."""
+    from ddlab.course import mode
+    return mode.decide(mode.Needs(gpus=gpus, framework="torch", launcher=launcher), machine).live
+
+
+_PREDICTED_COLUMNS = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:-3]
+
+
+def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool = False,
+                         recorded: Optional[cost_model.RecordedSet] = None) -> Table:
+    """Case 1 on a machine with one GPU: the one-GPU step of ``model`` measured now (DDP on
+    this GPU, ``repeats`` times: the run behind the one-GPU row of a recorded comparison), and
+    the step model's 2-GPU speedup over each path of the recorded machine (the alpha-beta fit
+    of its all-reduce sweep per path, and the DDP wrapper cost fitted to its recorded runs).
+    Nothing here can measure a second GPU, so the table has predictions and no measured
+    column; the recorded table above has the measurements of the recorded machine."""
+    from ddlab.training import experiments
+    from ddlab.system import hardware
+    from ddlab.training.runspec import RunSpec
+    spec = RunSpec.for_device("cuda", model, launcher="ddp", workers=1, repeats=repeats)
+    res = experiments.throughput_scaling(spec, workers=(1,), device="cuda", echo=echo)
+    (one,) = res.rows
+    compute_s = one["global_batch"] / one["images_per_s"]
+    rec = recorded or cost_model.recorded_points()
+    over = cost_model.fit_all_overheads(rec).get("ddp")
+    rows = []
+    for path, fit in rec.fits.items():
+        pred = cost_model.predict_step(model, compute_s, fit, 2, batch=one["global_batch"], overheads=over,
+                                       **cost_model.measured_inputs(model, one["global_batch"], rec.profiles,
+                                                                    rec.channels.get(path),
+                                                                    res.config.get("device_name")))
+        rows.append(dict(_row(model, path, compute_s, pred, None), batch=one["global_batch"]))
+    gpu = res.config.get("device_name") or hardware.this_machine()[0]
+    spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")
+    notes = [_LEGEND_TERMS + "; predicted: speedup of 2 GPUs over 1; batch: per GPU.",
+             f"step (1) measured now on this GPU ({gpu}): DDP on one GPU, median of {one.get('repeats', 1)} runs "
+             f"at {one['images_per_s']:,.0f} images/s" + (f" (min-max {spread})." if spread else "."),
+             "The second GPU is predicted, not measured: this machine has one. Its links are those of the recorded "
+             f"machine ({rec.machine or 'recorded'}): the alpha-beta fit of each path's recorded all-reduce sweep, "
+             f"and the DDP wrapper cost fitted to its recorded runs ({over.describe() if over else 'none'}); that "
+             "cost was measured with that machine's CPUs, so take it as an estimate here.",
+             "The same model on two GPUs of the recorded machine: the recorded table above."]
+    return Table(_PREDICTED_COLUMNS, rows,
+                 title=f"Predicted, not measured: {model}, DDP, one GPU measured now and a second GPU "
+                       "over each recorded path", notes=notes)
+
+
+def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[Sequence[int]] = None,
+                    repeats: int = 3, echo: bool = False, machine=None) -> Table:
+    """Case 1 run now on this machine, with the step model's prediction beside each point.
+
+    With two GPUs or more: the NCCL-path comparison of ``model`` (1 GPU, then 2 under each
+    path, ``repeats`` times) and the all-reduce sweep under each path, fitted to the
+    alpha-beta model; the wrapper's cost per step is the one fitted to the recorded runs.
+    With one GPU: :func:`second_gpu_predicted` (the one-GPU step measured now, the second GPU
+    predicted over the recorded machine's links).
+    Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
+    (default :data:`CPU_BATCHES`, the test pass cut to 1,000 images), predicted from a gloo
+    sweep; no wrapper cost is fitted for CPU processes, so the prediction leaves it out."""
+    from ddlab.measure import collectives
+    from ddlab.training import experiments
+    from ddlab.system import hardware
+    from ddlab.course import mode
+    from ddlab.training.runspec import RunSpec
+    machine = machine or mode.Machine.detect()
+    two_gpus = _gpus_live("ddp", machine)
+    if not two_gpus and _gpus_live("ddp", machine, gpus=1):
+        return second_gpu_predicted(model, repeats=repeats, echo=echo)
+    inv = inventory or hardware.inventory(horovod_check=False)
+    if two_gpus:
+        spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
+        res = experiments.nccl_path_comparison(spec, echo=echo)
+        fits = {p: cost_model.fit_sweep(s) for p, s in collectives.compare_paths(inventory=inv).items()}
+        rec = cost_model.recorded_points()
+        over = cost_model.fit_all_overheads(rec).get("ddp")
+        t = predicted_vs_measured(res, fits, over, rec)
+        t.notes.append("Wrapper cost per step: the one fitted to the recorded DDP runs "
+                       f"({over.describe() if over else 'none'}).")
+        return t
+    sweep = collectives.sweep(backend="gloo", max_bytes="16M", inventory=inv)
+    fit = cost_model.fit_sweep(sweep)
+    rows, tables_ = [], []
+    rec = cost_model.recorded_points()
+    for b in (batches or CPU_BATCHES):
+        spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
+        res = experiments.throughput_scaling(spec, workers=(1, 2), device="cpu", echo=echo)
+        tables_.append(predicted_vs_measured(res, fit, recorded=rec))
+        rows += tables_[-1].rows
+    t = Table(tables_[0].columns, rows, title=f"Predicted vs measured: {model}, DDP on 1 and 2 CPU processes (gloo)",
+              notes=tables_[0].notes + [f"All-reduce fit of a gloo sweep between 2 CPU processes: {fit.describe()}.",
+                     "No wrapper cost is fitted for CPU processes: the prediction leaves it out. The two processes "
+                     "share this machine's cores, so compute slows down too, which the model does not know."])
+    return t
+
+
+# ----------------------------------------------------------------------------- case 3
+TUNED_MODEL = "wide"
+TUNED_PATHS = ("default", "shm")
+GPU_LIVE_TUNINGS = ("untuned", "combined")
+CPU_MODEL = "mlp-large"
+CPU_TUNINGS = ("untuned", "accumulate 2", "bf16 hook")
+
+
+def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATHS) -> tuple:
+    """([recorded tuning comparisons], one line naming those not recorded) for DDP and
+    Horovod on each of ``paths`` (:func:`ddlab.course.tuning.recorded`)."""
+    from ddlab.course import tuning
+    from ddlab.base.reference import ReferenceMissing
+    found, missing = [], []
+    for launcher in tuning.LAUNCHERS:
+        for path in paths:
+            try:
+                found.append(tuning.recorded(launcher, model, path))
+            except ReferenceMissing:
+                missing.append(f"{launcher} over {path}")
+    line = ("Every tuning comparison is recorded." if not missing else
+            f"Not recorded yet on the course's GPU machine ({model} model):\n  " + "\n  ".join(missing))
+    return found, line
+
+
+def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None):
+    """Case 3 run now: with two GPUs, the wide model untuned and with every DDP fix combined
+    (:data:`GPU_LIVE_TUNINGS`) on NCCL's default path; otherwise a small real version on two
+    CPU processes over gloo: :data:`CPU_MODEL` with :data:`CPU_TUNINGS` (a tuning this
+    PyTorch cannot run shows its reason instead of a measurement)."""
+    from ddlab.course import tuning
+    from ddlab.training.runspec import RunSpec
+    if _gpus_live(launcher, machine):
+        return tuning.tuning_comparison(TUNED_MODEL, launcher, "default", tunings=GPU_LIVE_TUNINGS, device="cuda",
+                                        repeats=repeats, echo=echo)
+    base = RunSpec.for_device("cpu", CPU_MODEL, launcher=launcher, workers=2, repeats=repeats, test_samples=1000)
+    return tuning.tuning_comparison(tunings=CPU_TUNINGS, base=base, echo=echo)
+
+
+# ----------------------------------------------------------------------------- case 1, batches
+def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tuple:
+    """(Table, or None until two batches are recorded; one line naming the recorded batches):
+    the recorded NCCL-path comparisons of ``model`` at every batch per GPU recorded (``record_experiments.py --batch N`` writes them
+    with the variant ``bN``; the live default batch has no suffix), each 2-GPU row with the step
+    model's prediction from that recording's own one-GPU step and the recorded sweeps' fits."""
+    from ddlab.training import recording
+    from ddlab.base import reference
+    name = recording.reference_name("nccl-paths", "torch", launcher, model)
+    variants = sorted((int(n[len(name) + 2:]), n[len(name) + 1:]) for n in reference.names(recording.REFERENCE_KIND)
+                      if n.startswith(name + "-b") and n[len(name) + 2:].isdigit())
+    results = []
+    for _, variant in [(None, None)] + variants:
+        try:
+            results.append(recording.load_recorded("nccl-paths", "torch", launcher, model, variant))
+        except reference.ReferenceMissing:
+            pass
+    batches = sorted({r.rows[0].get("global_batch") for r in results if r.rows})
+    line = (f"Recorded batches per GPU for {model} ({launcher}): {', '.join(map(str, batches)) or 'none'}."
+            + ("" if len(batches) > 1 else " The batch sweep (record_experiments.py --batch N) is not recorded yet."))
+    if len(batches) < 2:
+        return None, line
+    rec = cost_model.recorded_points()
+    over = cost_model.fit_all_overheads(rec).get(launcher)
+    rows, cols = [], None
+    for res in results:
+        t = predicted_vs_measured(res, rec.fits, over, rec)
+        rows += t.rows
+        cols = t.columns
+    rows.sort(key=lambda r: (r["batch"], r["path"]))
+    title = f"When a second GPU pays, by batch: {model}, {launcher}, 2 GPUs over 1"
+    return Table(cols, rows, title=title + (f" ({rec.machine})" if rec.machine else ""), notes=[_LEGEND]), line

@@ -1,0 +1,378 @@
+"""The repair exercise of notebook 6: a DDP script with bugs, and a check that runs it.
+
+``source_code/handson/broken_ddp.py`` runs to the end and prints a loss and an accuracy, yet
+it is wrong in five ways. :func:`start_exercise` copies it to a file the learner edits;
+:func:`check` runs that file with 2 processes (torchrun, a timeout) and judges each bug **by
+what the run did**, never by reading the code:
+
+=========  ===========================================================================
+shards     the ranks trained on disjoint samples in every epoch (no overlap)
+order      each rank's samples came in a new order every epoch (``set_epoch``)
+weights    all ranks held the same weights after the first step and at the end
+lr         the optimizer used the base learning rate times the number of processes
+loss       the loss rank 0 reports is the mean over the ranks, not its own
+=========  ===========================================================================
+
+What the run did is recorded by :func:`probe`, one small call the script makes at a few
+places (the samples of a step, the weights, the learning rate, the loss it reports). It
+writes JSON lines to the folder named by ``DDLAB_PROBE_DIR`` when the check sets it, and
+does nothing otherwise. :func:`diagnose` turns those records into verdicts; it is pure, so
+the tests give it records directly.
+
+A script that crashes or hangs gets one message with the tail of its output, never a
+traceback of the check's own.
+"""
+from __future__ import annotations
+
+import glob
+import html
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from ddlab.base.paths import REPO_ROOT, SOURCE_DIR
+
+PROBE_ENV = "DDLAB_PROBE_DIR"
+EXERCISE = os.path.join(SOURCE_DIR, "handson", "broken_ddp.py")
+SOLUTION = os.path.join(SOURCE_DIR, "handson", "solution_ddp.py")
+SCRATCH_DIR = os.path.join(REPO_ROOT, "scratch")
+# The sizes the check runs with: small, but two epochs (to see the order change) of several steps.
+CHECK_ARGS = {"--epochs": 2, "--batch-size": 50, "--lr": 0.05, "--train-samples": 1000, "--test-samples": 500}
+FIXED, WRONG, NOT_YET = "fixed", "still wrong", "not judged yet"
+
+
+# ----------------------------------------------------------------------------- in the script
+def probe(event: str, **values) -> None:
+    """Record one event of a training run for :func:`check` (nothing without ``DDLAB_PROBE_DIR``).
+
+    Values are stored as small JSON: a model as the sum of its weights (a checksum), an
+    optimizer as the learning rate of its first parameter group, a tensor as a list."""
+    folder = os.environ.get(PROBE_ENV)
+    if not folder:
+        return
+    rank = _rank()
+    record = {"event": event, "rank": rank}
+    for key, value in values.items():
+        if hasattr(value, "parameters"):
+            value = sum(p.detach().double().sum().item() for p in value.parameters())
+        elif hasattr(value, "param_groups"):
+            value = value.param_groups[0]["lr"]
+        elif hasattr(value, "tolist"):
+            value = value.tolist()
+        record[key] = value
+    with open(os.path.join(folder, f"rank{rank}.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _rank() -> int:
+    for var in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+# ----------------------------------------------------------------------------- verdicts
+BUGS = (
+    ("shards", "Each rank trains on its own shard"),
+    ("order", "A new order every epoch"),
+    ("weights", "The same weights on every rank"),
+    ("lr", "Learning rate scaled by the number of processes"),
+    ("loss", "The reported loss is the mean over the ranks"),
+)
+
+
+@dataclass
+class Verdict:
+    bug: str
+    title: str
+    status: str          # FIXED, WRONG or NOT_YET
+    why: str
+
+    @property
+    def fixed(self) -> bool:
+        return self.status == FIXED
+
+
+@dataclass
+class Report:
+    """The verdict on each bug (``verdicts``), or why the script could not be judged (``failure``)."""
+    script: str
+    verdicts: list
+    failure: str = ""
+    output: str = ""
+
+    @property
+    def all_fixed(self) -> bool:
+        return not self.failure and all(v.fixed for v in self.verdicts)
+
+    def status(self, bug: str) -> str:
+        for v in self.verdicts:
+            if v.bug == bug:
+                return v.status
+        raise KeyError(f"no bug {bug!r}; the bugs are {', '.join(b for b, _ in BUGS)}")
+
+    def summary(self) -> str:
+        if self.failure:
+            return f"{self.script}: could not be judged. {self.failure}"
+        if self.all_fixed:
+            return f"{self.script}: every bug is fixed. Well done."
+        left = sum(1 for v in self.verdicts if not v.fixed)
+        return f"{self.script}: {left} of {len(self.verdicts)} still to fix."
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        for v in self.verdicts:
+            lines.append(f"  [{v.status}] {v.title}: {v.why}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        colour = {FIXED: "#1b7837", WRONG: "#b2182b", NOT_YET: "#8c6d1f"}
+        mark = {FIXED: "&#9989;", WRONG: "&#10060;", NOT_YET: "&#9203;"}
+        head = f"<p><b>{html.escape(self.summary())}</b></p>"
+        if self.failure:
+            return head
+        rows = "".join(
+            f"<tr><td>{mark[v.status]}</td><td style='text-align:left'><b>{html.escape(v.title)}</b></td>"
+            f"<td style='color:{colour[v.status]}'>{v.status}</td>"
+            f"<td style='text-align:left'>{html.escape(v.why)}</td></tr>" for v in self.verdicts)
+        return head + f"<table>{rows}</table>"
+
+
+def _close(a: float, b: float, rel: float = 1e-5) -> bool:
+    return abs(a - b) <= rel * max(1.0, abs(a), abs(b))
+
+
+def _by_rank(events: Sequence[dict], event: str) -> dict:
+    out: dict = {}
+    for e in events:
+        if e.get("event") == event:
+            out.setdefault(int(e["rank"]), []).append(e)
+    return out
+
+
+def _missing(what: str, call: str) -> str:
+    return (f"the run recorded no {what}; keep the line `{call}` of the exercise where it was "
+            "(the check reads what it records).")
+
+
+def diagnose(events: Sequence[dict], world: int, base_lr: float, train_samples: int) -> list:
+    """The :class:`Verdict` on each of :data:`BUGS` from the probe records of one run of
+    ``world`` processes started with learning rate ``base_lr`` on ``train_samples`` images."""
+    titles = dict(BUGS)
+    steps = _by_rank(events, "step")
+    verdict = {}
+
+    # shards: the samples of each epoch, per rank; no sample on two ranks, and together most of the data.
+    epochs: dict = {}
+    for rank, evs in steps.items():
+        for e in evs:
+            epochs.setdefault(int(e["epoch"]), {}).setdefault(rank, []).extend(int(i) for i in e["indices"])
+    shards_ok = None
+    if len(steps) < world or not epochs:
+        verdict["shards"] = (NOT_YET, _missing("samples per step for every rank",
+                                               'probe("step", epoch=epoch, indices=idx, model=model, optimizer=optimizer)'))
+    else:
+        problem = ""
+        for ep in sorted(epochs):
+            seen = epochs[ep]
+            sets = {r: set(v) for r, v in seen.items()}
+            ranks = sorted(sets)
+            shared = set.intersection(*sets.values()) if len(sets) == world else set()
+            overlap = {(a, b): len(sets[a] & sets[b]) for i, a in enumerate(ranks) for b in ranks[i + 1:]}
+            worst = max(overlap.items(), key=lambda kv: kv[1]) if overlap else None
+            union = set().union(*sets.values())
+            if worst and worst[1] > 0:
+                (a, b), n = worst
+                same = " (every one of them: the same data)" if len(shared) == len(union) else ""
+                problem = (f"in epoch {ep} ranks {a} and {b} both trained on {n} of the same images{same}; "
+                           f"each rank saw {len(sets[a])} images of {train_samples}. Give each rank its own shard "
+                           "(DistributedSampler, with the same seed on every rank).")
+                break
+            if len(union) < 0.9 * train_samples:
+                problem = (f"in epoch {ep} the ranks together trained on only {len(union)} of the "
+                           f"{train_samples} images: the shards leave data out.")
+                break
+        shards_ok = not problem
+        verdict["shards"] = (WRONG, problem) if problem else (
+            FIXED, f"disjoint shards in every epoch, together {len(union)} of {train_samples} images.")
+
+    # order: each rank's sequence of samples must change from one epoch to the next.
+    if shards_ok is None:
+        verdict["order"] = (NOT_YET, "needs the samples per step (see above).")
+    elif len(epochs) < 2:
+        verdict["order"] = (NOT_YET, "the run had fewer than 2 epochs; run it with --epochs 2 or more.")
+    elif not shards_ok:
+        verdict["order"] = (NOT_YET, "judged once the shards are right: with a DistributedSampler, call "
+                                     "sampler.set_epoch(epoch) at the start of every epoch.")
+    else:
+        repeats = [(r, ep) for ep in sorted(epochs)[1:] for r in sorted(epochs[ep])
+                   if epochs[ep][r] == epochs.get(ep - 1, {}).get(r)]
+        if repeats:
+            r, ep = repeats[0]
+            verdict["order"] = (WRONG, f"rank {r} trained on the same images in the same order in epochs {ep - 1} "
+                                       f"and {ep}: the sampler shuffles by its epoch number, so call "
+                                       "sampler.set_epoch(epoch) at the start of every epoch.")
+        else:
+            verdict["order"] = (FIXED, "every rank's samples came in a new order each epoch.")
+
+    # weights: the checksum after the first step and after the last one, equal on every rank.
+    first = {r: evs[0]["model"] for r, evs in steps.items() if evs and "model" in evs[0]}
+    last = {r: evs[-1]["model"] for r, evs in steps.items() if evs and "model" in evs[-1]}
+    start = {r: evs[0]["model"] for r, evs in _by_rank(events, "start").items() if "model" in evs[0]}
+    if len(first) < world:
+        verdict["weights"] = (NOT_YET, _missing("weights after a step for every rank",
+                                                'probe("step", ..., model=model, ...)'))
+    else:
+        def spread(d):
+            return max(d.values()) - min(d.values())
+        same_first = all(_close(v, first[0], 1e-6) for v in first.values())
+        same_last = all(_close(v, last[0], 1e-6) for v in last.values())
+        if same_first and same_last:
+            verdict["weights"] = (FIXED, "all ranks held the same weights after the first step and at the end.")
+        elif not same_first:
+            started_apart = len(start) == world and not all(_close(v, start[0], 1e-6) for v in start.values())
+            cause = ("they started from different random weights and nothing copied rank 0's to the others: "
+                     "broadcast them (DDP does when it wraps the model), or seed the model's initialisation "
+                     "alike on every rank" if started_apart else
+                     "they started alike, so their gradients were not averaged before the step")
+            verdict["weights"] = (WRONG, f"after the first step the ranks' weights differ (checksums spread "
+                                         f"{spread(first):.3g}): {cause}.")
+        else:
+            verdict["weights"] = (WRONG, f"equal after the first step, but different at the end (checksums "
+                                         f"spread {spread(last):.3g}): some later steps were not averaged.")
+
+    # lr: the learning rate of the last step against base_lr x world.
+    lrs = {r: evs[-1]["optimizer"] for r, evs in steps.items() if evs and "optimizer" in evs[-1]}
+    want = base_lr * world
+    if not lrs:
+        verdict["lr"] = (NOT_YET, _missing("learning rate", 'probe("step", ..., optimizer=optimizer)'))
+    else:
+        used = lrs[min(lrs)]
+        if _close(used, want, 1e-9):
+            verdict["lr"] = (FIXED, f"the optimizer used {used:g} = {base_lr:g} x {world} processes.")
+        elif _close(used, base_lr, 1e-9):
+            verdict["lr"] = (WRONG, f"the optimizer used the one-process rate {used:g}, but each step averages "
+                                    f"{world} batches: use {base_lr:g} x world size = {want:g}.")
+        else:
+            verdict["lr"] = (WRONG, f"the optimizer used {used:g}; with --lr {base_lr:g} and {world} processes "
+                                    f"the linear scaling rule gives {want:g}.")
+
+    # loss: what rank 0 reports against the mean of the ranks' own losses, per epoch.
+    losses = _by_rank(events, "loss")
+    if len(losses) < world or 0 not in losses:
+        verdict["loss"] = (NOT_YET, _missing("loss for every rank",
+                                             'probe("loss", epoch=epoch, local=..., reported=...)'))
+    else:
+        problem, all_equal = "", True
+        for e0 in losses[0]:
+            ep = e0["epoch"]
+            locals_ = [next((e["local"] for e in losses[r] if e["epoch"] == ep), None) for r in sorted(losses)]
+            if any(v is None for v in locals_):
+                problem = f"not every rank recorded its loss in epoch {ep}."
+                break
+            mean = sum(locals_) / len(locals_)
+            all_equal = all_equal and all(_close(v, locals_[0]) for v in locals_)
+            reported = e0["reported"]
+            if _close(reported, mean):
+                continue
+            if _close(reported, locals_[0]):
+                problem = (f"in epoch {ep} rank 0 reported its own loss {reported:.4f}; the mean over the "
+                           f"ranks is {mean:.4f}. Average it (all_reduce, then divide by the world size).")
+            elif _close(reported, sum(locals_)):
+                problem = (f"in epoch {ep} rank 0 reported {reported:.4f}, the sum over the ranks: divide it "
+                           f"by the world size (the mean is {mean:.4f}).")
+            else:
+                problem = f"in epoch {ep} rank 0 reported {reported:.4f}; the mean over the ranks is {mean:.4f}."
+            break
+        if problem:
+            verdict["loss"] = (WRONG, problem)
+        elif all_equal and not shards_ok:
+            verdict["loss"] = (NOT_YET, "every rank had the same loss, so the mean and rank 0's own agree: "
+                                        "judged once the ranks train on different shards.")
+        else:
+            verdict["loss"] = (FIXED, "rank 0 reported the mean of the ranks' losses in every epoch.")
+
+    return [Verdict(key, titles[key], *verdict[key]) for key, _ in BUGS]
+
+
+# ----------------------------------------------------------------------------- the exercise
+def start_exercise(folder: Optional[str] = None, name: str = "my_ddp.py", reset: bool = False) -> str:
+    """Copy the broken script to ``folder/name`` (default: the course's ``scratch/`` folder)
+    for the learner to edit, and return its path. An existing copy is kept (your edits are
+    never overwritten) unless ``reset``."""
+    folder = folder or SCRATCH_DIR
+    os.makedirs(folder, exist_ok=True)
+    target = os.path.join(folder, name)
+    if reset or not os.path.exists(target):
+        shutil.copyfile(EXERCISE, target)
+    return target
+
+
+def _args(values: dict) -> list:
+    out = []
+    for k, v in values.items():
+        out += [k, str(v)]
+    return out
+
+
+_ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\](?:<\w+>)?:)?\s*((?:[A-Za-z_][\w.]*(?:Error|Exception)|SystemExit)\b.*)$")
+
+
+def worker_error(output: str, script: str) -> str:
+    """': <the last error a worker printed> (<file>, line <n>: <code>)' from a failed run's
+    output, or "" when there is none: the launcher's own summary comes last and hides it."""
+    lines = output.splitlines()
+    error, where = "", ""
+    base = os.path.basename(str(script))
+    for i, line in enumerate(lines):
+        m = _ERROR_LINE.match(line)
+        if m:
+            error = m.group(1).strip()
+        f = re.search(r'File "([^"]+)", line (\d+)', line)
+        if f and os.path.basename(f.group(1)) == base:
+            code = lines[i + 1].split(":", 1)[-1].strip() if i + 1 < len(lines) and "<std" in lines[i + 1] \
+                else (lines[i + 1].strip() if i + 1 < len(lines) else "")
+            where = f" ({base}, line {f.group(2)}: {code})"
+    return f": {error}{where}" if error else ""
+
+
+def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None) -> Report:
+    """Run ``script`` with ``nproc`` processes under torchrun and judge each bug by what it did.
+
+    Returns a :class:`Report` (shown as a table in Jupyter). A script that cannot be found,
+    crashes or hangs gets a report whose ``failure`` says so with the tail of its output."""
+    from ddlab.course import handson
+    from ddlab.measure import launch
+    name = os.path.basename(str(script))
+    if not isinstance(script, (str, os.PathLike)) or not os.path.isfile(script):
+        return Report(name, [], failure=f"there is no file {script!r}; start_exercise() makes your copy.")
+    p = plan_ or handson.plan()
+    with tempfile.TemporaryDirectory(prefix="ddlab-probe-") as probe_dir:
+        env = dict(p.env)
+        env[PROBE_ENV] = probe_dir
+        env["PYTHONPATH"] = os.pathsep.join([SOURCE_DIR] + [x for x in [os.environ.get("PYTHONPATH")] if x])
+        try:
+            res = launch.run([os.path.abspath(script), *_args(CHECK_ARGS)], launcher="torchrun", nproc=nproc,
+                             env=env, timeout=timeout, check=False, python=sys.executable)
+        except launch.LaunchTimeout as exc:
+            tail = exc.result.tail(15) if exc.result else ""
+            return Report(name, [], output=exc.result.output if exc.result else "",
+                          failure=f"it did not finish within {timeout:.0f} s and was stopped (a rank waiting in a "
+                                  f"collective the others never reached?). Last lines of its output:\n{tail}")
+        except launch.LaunchError as exc:
+            return Report(name, [], failure=f"it could not be started: {str(exc).splitlines()[0]}")
+        if not res.ok:
+            return Report(name, [], output=res.output,
+                          failure=f"it stopped with exit code {res.returncode}{worker_error(res.output, script)}. "
+                                  f"Last lines of its output:\n{res.tail(15)}")
+        events = []
+        for f in sorted(glob.glob(os.path.join(probe_dir, "rank*.jsonl"))):
+            with open(f, encoding="utf-8") as fh:
+                events += [json.loads(line) for line in fh if line.strip()]
+    verdicts = diagnose(events, nproc, CHECK_ARGS["--lr"], CHECK_ARGS["--train-samples"])
+    return Report(name, verdicts, output=res.output)

@@ -1,0 +1,83 @@
+"""The course's sequence of notebooks and what each runs live in each hardware mode.
+
+Each notebook opens with one line, printed by :func:`live_here`, that says what it runs on
+the machine in front of the learner; Start_Here lists the same facts for every mode. The
+modes are those of :attr:`ddlab.system.hardware.Inventory.mode`: "cpu", "single-gpu", "multi-gpu".
+"""
+from __future__ import annotations
+
+MODES = ("cpu", "single-gpu", "multi-gpu")
+
+# notebook number -> (title, {mode: what runs live there})
+NOTEBOOKS = {
+    1: ("Data-parallel training", {
+        "cpu": "Fashion-MNIST training on 1, 2 and 4 CPU worker processes (Gloo), live; the GPU scaling is recorded",
+        "single-gpu": "one-GPU training live; the multi-GPU scaling is recorded",
+        "multi-gpu": "Fashion-MNIST training on CPU worker processes (Gloo) and the GPU scaling, both live",
+    }),
+    2: ("Latency and bandwidth", {
+        "cpu": "the calculator and an all-reduce sweep between 2 CPU processes (Gloo), fitted to the alpha-beta model",
+        "single-gpu": "the calculator and an all-reduce sweep between 2 CPU processes (Gloo): one GPU has no peer "
+                      "to exchange data with",
+        "multi-gpu": "the calculator and an NCCL all-reduce sweep across this machine's GPUs, fitted to the "
+                     "alpha-beta model",
+    }),
+    3: ("System topology", {
+        "cpu": "no GPU to read: the recorded machines' topologies are parsed, ranked and drawn",
+        "single-gpu": "this GPU's `nvidia-smi topo -m` (no pair to compare) beside the recorded machines",
+        "multi-gpu": "this machine's `nvidia-smi topo -m`, parsed, ranked and drawn, and the pair experiment where "
+                     "its pairs differ",
+    }),
+    4: ("NCCL_P2P_LEVEL with Horovod on Fashion-MNIST", {
+        "cpu": "Horovod (PyTorch and Keras) and DDP training on 2 CPU processes over Gloo; NCCL acts only on GPUs, "
+               "so its logs, the level sweep and the path comparison are recorded",
+        "single-gpu": "Horovod (PyTorch and Keras) and DDP training on 2 CPU processes over Gloo; NCCL needs two "
+                      "GPUs, so its logs, the level sweep and the path comparison are recorded",
+        "multi-gpu": "NCCL's logs, the level sweep and the training under each NCCL path, live on this machine's GPUs",
+    }),
+    5: ("The compiled p2p bandwidth/latency test", {
+        "cpu": "nothing of the GPU test: the compile command is shown and the recorded run drawn; the all-reduce "
+               "sweep runs on 2 CPU processes (Gloo)",
+        "single-gpu": "the compile (with nvcc); the test needs two GPUs, so its run is recorded; the all-reduce "
+                      "sweep runs on 2 CPU processes (Gloo)",
+        "multi-gpu": "the compile, the p2p test on every GPU pair and the all-reduce sweep under the three NCCL "
+                     "paths, live",
+    }),
+    6: ("Hands-on: from one device to many", {
+        "cpu": "every hands-on script (DDP, Horovod for PyTorch and tf.keras) on 2 CPU processes over Gloo, and "
+               "the repair check",
+        "single-gpu": "the single-device scripts on the GPU; two processes cannot share one GPU under NCCL, so the "
+                      "distributed scripts and the repair check run on 2 CPU processes over Gloo",
+        "multi-gpu": "the PyTorch scripts and the repair check on 2 GPUs over NCCL, one process per GPU; the Keras "
+                     "scripts on the GPUs where TensorFlow sees them",
+    }),
+    7: ("Convergence at scale", {
+        "cpu": "a small convergence sweep (the MLP on a subset of Fashion-MNIST, 1 and 2 CPU worker processes over "
+               "Gloo, 3 seeds each); the 2-GPU sweep of the CNN is recorded",
+        "single-gpu": "a small convergence sweep on CPU worker processes (Gloo), 3 seeds each: the sweep compares "
+                      "1 and 2 GPUs, so its GPU part is recorded",
+        "multi-gpu": "the convergence sweep of the CNN on 2 GPUs (a subset of the recorded points, 3 seeds each), "
+                     "live, with the full recorded sweep beside it",
+    }),
+    8: ("Case studies", {
+        "cpu": "a small real version of each case on 2 CPU processes (Gloo): the step model against measured "
+               "scaling, and the tuning options; the 2-GPU results are recorded",
+        "single-gpu": "the small MLP's one-GPU step on this GPU with the step model's prediction of a second GPU "
+                      "over the recorded links, doctor's PCIe check of this GPU, and the tuning options on 2 CPU "
+                      "processes (Gloo); the 2-GPU results are recorded",
+        "multi-gpu": "the step model against a live NCCL-path comparison of the small MLP, doctor's PCIe check and "
+                     "the wide model untuned and tuned, live on this machine's GPUs",
+    }),
+}
+
+
+def live_here(notebook: int, inventory) -> str:
+    """One sentence for the top of ``notebook``: the mode of this machine and what runs live."""
+    if notebook not in NOTEBOOKS:
+        raise ValueError(f"the course's notebooks are {', '.join(map(str, NOTEBOOKS))}; got {notebook!r}")
+    mode = inventory.mode
+    if mode not in MODES:
+        raise ValueError(f"unknown hardware mode {mode!r}; expected one of {', '.join(MODES)}")
+    n = inventory.gpu_count
+    machine = {"cpu": "no GPU", "single-gpu": "one GPU", "multi-gpu": f"{n} GPUs"}[mode]
+    return f"This machine has {machine}, so this notebook runs live: {NOTEBOOKS[notebook][1][mode]}."

@@ -1,0 +1,1 @@
+"""Layer 8, the lab report: ``ddlab report`` and ``ddlab doctor``."""

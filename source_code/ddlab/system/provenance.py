@@ -1,0 +1,104 @@
+"""Provenance: where and how a result was measured. Every recorded result carries one.
+
+:func:`collect` describes this machine and run; :func:`run_provenance` is the quicker form a
+training script calls for its own result; :func:`label` and :func:`caption` turn a provenance
+into the one line a figure or table shows.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import shlex
+import subprocess
+from typing import Optional, Sequence, Union
+
+from ddlab.base.paths import REPO_ROOT
+
+
+def _git_commit() -> Optional[str]:
+    """The checkout's commit, with "+changes" when tracked files differ from it (the code that
+    ran was then not that commit alone); None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        commit = out.stdout.strip()
+        if out.returncode != 0 or not commit:
+            return None
+        status = subprocess.run(["git", "-C", REPO_ROOT, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=30)
+        return commit + ("+changes" if status.returncode == 0 and status.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[str] = None,
+            inventory=None) -> dict:
+    """Describe this machine and run. ``machine`` labels it (default: $DDLAB_MACHINE, else
+    :func:`ddlab.system.hardware.machine_label` of this machine's GPUs, e.g. "2x NVIDIA H200")."""
+    from ddlab.system import hardware
+    inv = inventory or hardware.inventory(dataset=False, horovod_check=False)
+    names = sorted({g.name for g in inv.gpus})
+    if command is not None and not isinstance(command, str):
+        command = shlex.join(str(c) for c in command)
+    return {
+        "machine": machine or os.environ.get("DDLAB_MACHINE") or hardware.machine_label(inv),
+        "gpu_model": ", ".join(names) if names else None,
+        "gpu_count": inv.gpu_count,
+        "driver": inv.driver,
+        "cuda_driver": inv.cuda_driver,
+        "cuda_runtime": inv.cuda_runtime,
+        "nccl": inv.nccl,
+        "torch": inv.torch,
+        "tensorflow": inv.tensorflow,
+        "horovod": inv.horovod,
+        "python": inv.python,
+        "hostname": inv.hostname,
+        "command": command,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "ddlab_commit": _git_commit(),
+        "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+    }
+
+
+def run_provenance(command, torch_facts: bool = True) -> dict:
+    """:func:`collect` for one training run, without the slow part of the full inventory
+    (``horovodrun --check-build`` imports every framework: seconds per run).
+    ``torch_facts=False`` reads torch's version without importing it (the Keras script)."""
+    from ddlab.system import hardware
+
+    def version(dist):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    inv = hardware.inventory(software=False, dataset=False)
+    if torch_facts:
+        facts = hardware.torch_facts(inv.notes)
+        inv.torch, inv.cuda_runtime, inv.nccl = facts["torch"], facts["cuda_runtime"], facts["nccl"]
+    else:
+        inv.torch = version("torch")
+    inv.tensorflow = hardware.tensorflow_version()
+    inv.horovod = version("horovod")
+    return collect(command=command, inventory=inv)
+
+
+def label(prov: dict) -> str:
+    """The machine and date for a caption: '2x NVIDIA H200, 2026-11-22'. The machine is named
+    from the recorded hardware fields (gpu_count, gpu_model), never from the free-text
+    ``machine`` field, which older records filled with how the machine was obtained."""
+    from ddlab.system.hardware import machine_label
+    return f"{machine_label(prov)}, {str(prov.get('date', ''))[:10]}"
+
+
+def caption(prov: dict, live: bool = False) -> str:
+    """Where a figure or table comes from, as the course labels it everywhere: "measured now
+    on ...", "recorded on ...", or, for figures not measured, what they are instead."""
+    if live:
+        return "measured now on " + label(prov)
+    if prov.get("cited"):
+        return "written from published facts, not measured"
+    if prov.get("illustrative"):
+        return "illustrative example, not a measurement"
+    return "recorded on " + label(prov)

@@ -1,0 +1,377 @@
+"""The named Fashion-MNIST training experiments, shared by the notebooks and the ``ddlab`` CLI.
+
+Each takes a base :class:`~ddlab.training.runspec.RunSpec` (or its fields as keywords) plus what it
+varies, runs every configuration ``spec.repeats`` times through :func:`ddlab.training.runs.train`, and
+returns an :class:`~ddlab.training.results.ExperimentResult` (median and min-max over the repeats):
+
+* :func:`throughput_scaling` - images/s over 1, 2, ... workers, speedup and efficiency;
+* :func:`nccl_path_comparison` - the course's central experiment: the same training over
+  NCCL's default path, over shared host memory and over sockets, each under
+  ``NCCL_DEBUG=INFO`` so the transport NCCL really chose is read from its log;
+* :func:`launchers_side_by_side` - DDP and Horovod on each NCCL path in one table;
+* :func:`performance_options` - one GPU, the same model with each speed option.
+
+:func:`live_or_recorded` runs one live when this machine can (the policy is
+:func:`ddlab.course.mode.decide`) and otherwise loads the recording (:mod:`ddlab.training.recording`); with no
+GPU it also runs the experiment for real, small, on CPU processes with gloo, and puts it beside.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional, Sequence
+
+from ddlab.measure import launch
+from ddlab.system import nccl
+from ddlab.base import reference
+from ddlab.training import throughput
+from ddlab.training.results import (ExperimentResult, add_speedup, combine_launchers, compare_speedups,  # noqa: F401
+                      median_run, row_of_repeats)
+from ddlab.training.runs import ExperimentError, availability, gpu_count, spec_for, train  # noqa: F401  (names the notebooks use)
+from ddlab.training.runspec import MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_name  # noqa: F401
+from ddlab.training.recording import load_recorded, reference_name  # noqa: F401
+
+EXPERIMENTS = ("scaling", "nccl-paths", "perf-options")
+COMPARED_PATHS = nccl.COMPARED
+
+# Single-GPU speed options for performance_options(): label -> what they change in the RunSpec.
+PERF_OPTIONS = {
+    "plain fp32": {"precision": "fp32", "cuda_graph": "off"},
+    "bf16": {"precision": "bf16", "cuda_graph": "off"},
+    "cuda-graph fp32": {"precision": "fp32", "cuda_graph": "on"},
+    "cuda-graph bf16": {"precision": "bf16", "cuda_graph": "on"},
+    "cuda-graph bf16 channels-last": {"precision": "bf16", "cuda_graph": "on", "channels_last": True},
+    "compile bf16": {"precision": "bf16", "compile": "default", "cuda_graph": "off"},
+    "compile + cuda-graph bf16": {"precision": "bf16", "compile": "default", "cuda_graph": "on"},
+}
+Progress = Optional[Callable[[str], None]]
+
+
+def _base(base: Optional[RunSpec], device: str, workers: int, fields: dict) -> RunSpec:
+    """The experiment's base run: ``base`` with ``fields`` changed, or the default for the device."""
+    if base is not None:
+        return base.with_(**{k: v for k, v in fields.items() if v is not None}) if fields else base
+    fields = {k: v for k, v in fields.items() if k != "workers"}
+    return spec_for(device, fields.pop("framework", "torch"), fields.pop("model", "cnn"), workers, **fields)
+
+
+def _repeat(spec: RunSpec, **kw) -> list:
+    return [train(spec, **kw) for _ in range(spec.repeats)]
+
+
+def _config(spec: RunSpec, run: dict, **more) -> dict:
+    c = {"framework": spec.framework, "launcher": spec.launcher, "model": spec.model, "params": run.get("params"),
+         "gradient_bytes_per_step": run.get("gradient_bytes_per_step"), "batch_size": run.get("batch_per_worker"),
+         "steps": run.get("steps"), "warmup_steps": run.get("warmup_steps"), "precision": run.get("precision"),
+         "device": run.get("device"), "device_name": run.get("device_name"), "repeats": spec.repeats,
+         "spec": spec.to_dict()}
+    c.update(more)
+    return c
+
+
+def _provenance(call: str) -> dict:
+    from ddlab.system.provenance import run_provenance
+    return run_provenance(call)
+
+
+def _keep(runs_out: list, runs: list) -> list:
+    """Appends the runs (without logs) and returns their indices in ``runs_out``."""
+    from ddlab.training.runs import slim
+    first = len(runs_out)
+    runs_out += [slim(r) for r in runs]
+    return list(range(first, len(runs_out)))
+
+
+# ----------------------------------------------------------------------------- experiments
+def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = (1, 2), device: str = "auto",
+                       env: Optional[Mapping] = None, echo: bool = False, progress: Progress = None,
+                       **fields) -> ExperimentResult:
+    """Images/s of the same training on each number of ``workers`` (batch per worker fixed,
+    so the global batch grows with the workers), speedup over the smallest count and
+    scaling efficiency. ``fields``: RunSpec fields (framework, launcher="ddp", model, ...)
+    when no ``base`` is given. Runs on GPUs when there is one per worker, else on CPU processes."""
+    workers = sorted({int(w) for w in workers})
+    if not workers or workers[0] < 1:
+        raise RunSpecError("workers must be positive integers, e.g. [1, 2]")
+    if base is None:
+        fields.setdefault("launcher", "ddp")
+    spec = _base(base, device, max(workers), dict(fields, workers=max(workers)))
+    if spec.launcher == "none" and workers != [1]:
+        raise RunSpecError("launcher 'none' is one process; use 'ddp' or 'horovod' to scale")
+    all_runs, rows = [], []
+    for w in workers:
+        runs = _repeat(spec.with_(workers=w), env=env, echo=echo, progress=progress)
+        row = row_of_repeats(runs)
+        row["runs"] = _keep(all_runs, runs)
+        rows.append(row)
+    base_ips = rows[0]["images_per_s"]
+    for row in rows:
+        add_speedup(row, base_ips)
+        row["efficiency"] = throughput.scaling_efficiency(row["speedup"] * workers[0], row["workers"])
+    notes = [] if workers[0] == 1 else [f"speedup relative to {workers[0]} workers"]
+    if spec.device == "cpu":
+        notes.append("CPU processes with gloo: the workers share this machine's cores, so scaling shows the "
+                     "real code path, not what GPUs would do")
+    return ExperimentResult("scaling", rows, "live", _provenance(
+        f"ddlab.training.experiments.throughput_scaling({spec.framework!r}, {spec.launcher!r}, workers={workers}, "
+        f"model={spec.model!r})"), notes, _config(spec, all_runs[0], workers=workers), all_runs)
+
+
+def _transport_of(log_text: str, dev: str, backend: str) -> dict:
+    """The transport NCCL reported, via ddlab.system.nccl_log; the raw NCCL lines when that parser
+    is not available."""
+    if dev == "cpu" or "gloo" in backend:
+        return {"transport": "gloo (TCP, no NCCL)", "transport_counts": {}}
+    nccl_lines = [ln for ln in log_text.splitlines() if "NCCL" in ln]
+    try:
+        from ddlab.system import nccl_log
+    except ImportError:
+        return {"transport": "see nccl_log_lines", "transport_counts": {}, "nccl_log_lines": nccl_lines[-400:]}
+    parsed = nccl_log.parse(log_text)
+    counts = parsed.transport_counts()
+    return {"transport": " + ".join(counts) if counts else ("no NCCL connection lines" if not parsed.empty
+                                                            else "no NCCL INFO lines"),
+            "transport_counts": counts, "transports": parsed.transports(), "nccl_version": parsed.version,
+            "nccl_env_reported": parsed.env, "nccl_summary": parsed.summary(),
+            "nccl_connection_lines": [ln for ln in nccl_lines if " via " in ln][:64]}
+
+
+def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = COMPARED_PATHS, workers: int = 2,
+                         device: str = "auto", echo: bool = False, progress: Progress = None,
+                         **fields) -> ExperimentResult:
+    """The same training on ``workers`` GPUs under each NCCL path (default; shm =
+    ``NCCL_P2P_LEVEL=LOC``; socket = ``NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1``),
+    plus one worker alone as the baseline, each ``spec.repeats`` times. Each path runs under
+    ``NCCL_DEBUG=INFO`` and its row says which transport NCCL used. On CPU (gloo) there is no
+    NCCL: only the default path runs, and the notes say so. A run that fails, the baseline
+    included, gets a row with its error (one that timed out also with ``hang_traceback``:
+    where each worker was stuck) and the others still run; without a baseline the speedups
+    are left out. ``fields``: RunSpec fields (framework, launcher="ddp", model="wide", ...)
+    when no ``base`` is given.
+
+    With DDP on GPUs the step is not captured as a CUDA graph unless ``cuda_graph="on"``
+    (see fmnist_torch.py): baseline and paths then all run eagerly, so their ratios compare
+    like with like."""
+    paths = [nccl_path_name(p) for p in paths]
+    if base is None:
+        fields.setdefault("launcher", "ddp")
+        fields.setdefault("model", "wide")
+    if workers < 2:
+        raise RunSpecError("the NCCL paths need at least 2 workers")
+    if (base.launcher if base is not None else fields["launcher"]) == "none":
+        raise RunSpecError("the NCCL paths need several workers: use launcher 'ddp' or 'horovod'")
+    spec = _base(base, device, workers, dict(fields, workers=workers))
+    notes = []
+    if spec.device == "cpu":
+        notes.append("CPU processes: gradients are all-reduced by gloo over TCP, not by NCCL, so the NCCL paths "
+                     "(NVLink P2P, SHM, socket) do not apply here; only 'default' was run. The recorded GPU "
+                     "result shows the paths.")
+        paths = ["default"]
+    common = dict(echo=echo, progress=progress)
+    rows, all_runs = [], []
+    base_text = "(one worker: no all-reduce traffic)"
+    base_ips = None
+    try:
+        base_runs = _repeat(spec.with_(workers=1, path="default"), **common)
+    except (launch.LaunchError, ExperimentError) as exc:
+        base_runs = []
+        rows.append(_failure_row(exc, path="1 worker", env={}, env_text=base_text, workers=1))
+        notes.append(f"the one-worker baseline failed, so there are no speedups: {str(exc).splitlines()[0]}")
+    else:
+        row = row_of_repeats(base_runs)
+        base_ips = row["images_per_s"]
+        idx = _keep(all_runs, base_runs)
+        rows.append(dict(add_speedup(row, base_ips), path="1 worker", env={}, env_text=base_text, transport="-",
+                         run=idx[median_run(base_runs)], runs=idx))
+    for p in paths:
+        shown = {k: v for k, v in nccl_path_env(p).items() if v is not None}
+        env_text = " ".join(f"{k}={v}" for k, v in shown.items()) or "(NCCL defaults)"
+        try:
+            runs = _repeat(spec.with_(path=p), env={"NCCL_DEBUG": "INFO"}, keep_log=True, **common)
+        except (launch.LaunchError, ExperimentError) as exc:
+            rows.append(_failure_row(exc, path=p, env=shown, env_text=env_text, workers=workers))
+            notes.append(f"path {p!r} failed: {str(exc).splitlines()[0]}")
+            continue
+        logs = [r.pop("log", "") for r in runs]
+        row = add_speedup(row_of_repeats(runs), base_ips)
+        idx = _keep(all_runs, runs)
+        mid = median_run(runs)
+        row.update(path=p, env=shown, env_text=env_text, run=idx[mid], runs=idx)
+        row.update(_transport_of(logs[mid], spec.device, runs[mid]["backend"]))
+        rows.append(row)
+    if not all_runs:
+        raise ExperimentError("every run of the NCCL path comparison failed:\n" + "\n".join(notes))
+    return ExperimentResult("nccl-paths", rows, "live", _provenance(
+        f"ddlab.training.experiments.nccl_path_comparison({spec.framework!r}, {spec.launcher!r}, model={spec.model!r}, "
+        f"paths={list(paths)}, workers={workers})"),
+        notes, _config(spec, (base_runs or all_runs)[0], workers=workers, paths=list(paths),
+                       baseline_images_per_s=base_ips), all_runs)
+
+
+def _failure_row(exc: Exception, **fields) -> dict:
+    from ddlab.training.runs import failure_row
+    return failure_row(exc, **fields)
+
+
+def scaling_from_paths(paths_result: ExperimentResult) -> ExperimentResult:
+    """The 1 -> N scaling that an NCCL-path comparison already measured: its one-worker
+    baseline and its default-path run (saves running the same two trainings again)."""
+    if paths_result.name != "nccl-paths":
+        raise ValueError("needs an nccl-paths result")
+    picked = [r for r in paths_result.rows if r.get("path") in ("1 worker", "default") and not r.get("error")]
+    if len(picked) != 2:
+        raise ExperimentError("the nccl-paths result has no successful baseline and default-path run")
+    rows = []
+    for r in picked:
+        row = {k: v for k, v in r.items() if k not in ("path", "env", "env_text")}
+        row["efficiency"] = throughput.scaling_efficiency(row["speedup"], row["workers"])
+        rows.append(row)
+    cfg = dict(paths_result.config, workers=[r["workers"] for r in rows])
+    cfg.pop("paths", None)
+    runs = [paths_result.runs[r["run"]] for r in picked if r.get("run") is not None and r["run"] < len(paths_result.runs)]
+    notes = ["taken from the nccl-paths runs: the one-worker baseline and the default NCCL path"]
+    return ExperimentResult("scaling", rows, paths_result.source, paths_result.provenance,
+                            notes + list(paths_result.notes), cfg, runs)
+
+
+def performance_options(base: Optional[RunSpec] = None, options: Optional[Sequence[str]] = None,
+                        device: str = "auto", echo: bool = False, progress: Progress = None,
+                        **fields) -> ExperimentResult:
+    """One process, one GPU, PyTorch: the same training with each speed option of
+    :data:`PERF_OPTIONS` (plain fp32 loop, bf16, CUDA graph, channels-last, torch.compile).
+    A small model at batch 512 is limited by launching kernels, not by computing them; this
+    shows what removing the launches is worth. An option that fails gets a row with its error."""
+    options = list(options or PERF_OPTIONS)
+    for o in options:
+        _check_choice("option", o, tuple(PERF_OPTIONS))
+    spec = _base(base, device, 1, dict(fields, framework="torch", launcher="none", workers=1))
+    notes = []
+    if spec.device == "cpu":
+        notes.append("CPU: CUDA graphs and bf16 autocast are GPU techniques; only the options that run on a "
+                     "CPU were run")
+        options = [o for o in options if "cuda-graph" not in o and "compile" not in o]
+    rows, all_runs = [], []
+    base_ips = None
+    for o in options:
+        try:
+            runs = [train(spec.with_(**PERF_OPTIONS[o]), echo=echo, graph_fallback=False, progress=progress)
+                    for _ in range(spec.repeats)]
+        except (launch.LaunchError, ExperimentError) as exc:
+            rows.append(_failure_row(exc, option=o, workers=1))
+            notes.append(f"option {o!r} failed: {str(exc).splitlines()[0]}")
+            continue
+        row = row_of_repeats(runs)
+        base_ips = base_ips or (row["images_per_s"] if o == options[0] else None)
+        mid = median_run(runs)
+        idx = _keep(all_runs, runs)
+        rows.append(dict(add_speedup(row, base_ips), option=o, compile=runs[mid].get("compile"),
+                         cuda_graph_reason=runs[mid].get("cuda_graph_reason"),
+                         channels_last=runs[mid].get("channels_last"), run=idx[mid], runs=idx))
+    if not all_runs:
+        raise ExperimentError("every option failed:\n" + "\n".join(notes))
+    return ExperimentResult("perf-options", rows, "live", _provenance(
+        f"ddlab.training.experiments.performance_options(model={spec.model!r}, options={options})"),
+        notes, _config(spec, all_runs[0], options=options), all_runs)
+
+
+# ----------------------------------------------------------------------------- live or recorded
+def _run(experiment: str, framework: str, launcher: str, model: str, workers, device: str, **kw) -> ExperimentResult:
+    if experiment == "scaling":
+        return throughput_scaling(workers=workers or (1, 2), device=device, framework=framework, launcher=launcher,
+                                  model=model, **kw)
+    if experiment == "nccl-paths":
+        return nccl_path_comparison(workers=workers or 2, device=device, framework=framework, launcher=launcher,
+                                    model=model, **kw)
+    if experiment == "perf-options":
+        if framework != "torch":
+            raise RunSpecError("perf-options is a PyTorch experiment")
+        for k in ("precision", "env", "cuda_graph", "compile", "channels_last"):
+            kw.pop(k, None)
+        return performance_options(device=device, model=model, **kw)
+    raise RunSpecError(f"unknown experiment {experiment!r}; choose one of {', '.join(EXPERIMENTS)}")
+
+
+def _needed_gpus(experiment: str, workers) -> int:
+    if experiment == "nccl-paths":
+        return int(workers or 2)
+    if experiment == "scaling":
+        return max(int(w) for w in (workers or (1, 2)))
+    return 1
+
+
+def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
+                     workers=None, source: str = "auto", cpu_run: bool = True, missing_ok: bool = False,
+                     cuda_graph: bool = False, machine=None, **fields) -> ExperimentResult:
+    """Run ``experiment`` ("scaling", "nccl-paths" or "perf-options") live on GPUs when this
+    machine can (:func:`ddlab.course.mode.decide`), otherwise load the result recorded for it; the
+    result's notes say which.
+
+    ``source``: "auto", "live" (run it; fail with the reason if this machine cannot) or
+    "recorded". With no GPU for the experiment and ``cpu_run``, a small real run on CPU
+    processes (gloo) is made too and attached as ``.companion`` (or returned alone when
+    nothing was recorded). When this machine cannot run it and nothing is recorded, raise
+    ExperimentError, or with ``missing_ok`` return an empty result whose ``source`` is
+    "missing" and whose notes say why. ``cuda_graph`` (PyTorch scaling and nccl-paths):
+    capture each training step as a CUDA graph; the recorded result is then the "graph"
+    variant, and no CPU run is added. ``machine``: a :class:`ddlab.course.mode.Machine` (default:
+    this one). ``fields``: RunSpec fields for a live run (batch, steps, repeats, timeout, ...)."""
+    from ddlab.course import mode
+    from ddlab.system import provenance as prov
+    _check_choice("experiment", experiment, EXPERIMENTS)
+    _check_choice("source", source, ("auto", "live", "recorded"))
+    variant = None
+    if cuda_graph:
+        if framework != "torch" or experiment == "perf-options" or launcher == "horovod":
+            raise RunSpecError("cuda_graph is for PyTorch scaling and nccl-paths with --launcher none or ddp "
+                               "(Horovod's all-reduce cannot be captured; perf-options has its own graph rows)")
+        fields["cuda_graph"] = "on"
+        variant, cpu_run = "graph", False
+    if experiment == "perf-options":
+        launcher = "none"
+    need = _needed_gpus(experiment, workers)
+    m = machine or mode.Machine.detect()
+    decision = mode.decide(mode.Needs(gpus=need, framework=framework, launcher=launcher), m)
+    ok, why = decision.live, decision.why
+    if source == "live" and not ok:
+        raise ExperimentError(f"cannot run {experiment} live here: {why}")
+    if source != "recorded" and ok:
+        res = _run(experiment, framework, launcher, model, workers, "cuda", **fields)
+        res.notes.insert(0, f"live: run just now on this machine's {need} GPU(s)")
+        return res
+    recorded = None
+    try:
+        recorded = load_recorded(experiment, framework, launcher, model, variant)
+    except reference.ReferenceMissing as exc:
+        missing = str(exc)
+    if recorded is not None:
+        reason = "as asked" if source == "recorded" else f"this machine cannot run it live ({why})"
+        recorded.notes.insert(0, f"recorded: {reason}; showing the run recorded on {prov.label(recorded.provenance)}")
+    can_cpu = cpu_run and m.software(framework, launcher)[0]
+    if cpu_run and source != "recorded" and can_cpu and m.gpus < need:
+        cpu = _run(experiment, framework, launcher, model, workers, "cpu", **fields)
+        if recorded is None:
+            cpu.notes.insert(0, f"live on CPU, small: this machine cannot run it on GPUs ({why})")
+            note = f"no recorded GPU result: {missing}"
+            if framework == "keras":
+                note += (" (TensorFlow was not installed on the machine the course recorded on, so the Keras path "
+                         "is verified on CPU; it runs on GPUs wherever a GPU TensorFlow is installed)")
+            cpu.notes.append(note)
+            return cpu
+        cpu.notes.insert(0, "live on CPU: a small real run with gloo beside the recorded GPU result")
+        recorded.companion = cpu
+    if recorded is None:
+        if missing_ok:
+            return ExperimentResult(experiment, [], source="missing",
+                                    notes=[f"no GPU result recorded for this experiment yet, and this machine cannot "
+                                           f"run it live ({why}); {missing}"],
+                                    config={"framework": framework, "launcher": launcher, "model": model,
+                                            "device": "cuda"})
+        raise ExperimentError(f"cannot run {experiment} live here ({why}) and nothing is recorded: {missing}")
+    return recorded
+
+
+def launchers_side_by_side(model: str = "wide", framework: str = "torch", launchers: Sequence[str] = ("ddp", "horovod"),
+                           source: str = "recorded", **kwargs) -> ExperimentResult:
+    """The NCCL-path comparison of each launcher (DDP and Horovod by default) in one table:
+    for every path, the images/s and speedup of each launcher, side by side. ``source`` as
+    for :func:`live_or_recorded` (default "recorded")."""
+    return combine_launchers({la: live_or_recorded("nccl-paths", framework, la, model, source=source,
+                                                   cpu_run=False, **kwargs) for la in launchers})

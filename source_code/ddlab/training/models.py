@@ -1,0 +1,46 @@
+"""The four Fashion-MNIST models of the course: their names and layer widths, in one place.
+
+:mod:`ddlab.training.models_torch` builds them in PyTorch and :mod:`ddlab.training.models_keras` in tf.keras,
+both from the widths here (so the two cannot drift apart; both give the counts below). This
+module imports no framework, so a script or a command line can list the models cheaply.
+
+=========  ==============================================================  ===========
+name       layers (input: one 28x28 grey image)                            parameters
+=========  ==============================================================  ===========
+cnn        conv 3x3 32 - conv 3x3 64 - maxpool 2 - dropout 0.25 -          1,199,882
+           dense 128 - dropout 0.5 - dense 10 (the classic Fashion-MNIST
+           bootcamp CNN)
+wide       the same CNN with a dense layer of 8192 instead of 128, so     75,606,410
+           every step all-reduces ~302 MB of gradients: the model that
+           makes the interconnect matter
+mlp-small  dense 256 - 128 - 64 - 10 on the 784 pixels                       242,762
+mlp-large  dense 1024 - 1024 - 512 - 512 - 256 - 10, dropout 0.2 after     2,774,794
+           each hidden layer
+=========  ==============================================================  ===========
+
+The two MLPs have the layer widths of the case-study reports the course builds on. Those
+reports state 258,432 and 6,885,376 parameters; the widths they give, on Fashion-MNIST's
+784 inputs, cannot produce those numbers. A dense layer of ``n_in`` inputs and ``n_out``
+units has ``n_in * n_out`` weights plus ``n_out`` biases, so 784-256-128-64-10 has
+200,960 + 32,896 + 8,256 + 650 = 242,762 and 784-1024-1024-512-512-256-10 has 2,774,794
+(without biases 242,304 and 2,771,456). We searched every stack of up to six dense layers
+of power-of-two widths from 32 to 4096 on 784, 1024 or 3072 inputs: none with the reports'
+widths gives either stated figure, so the stated counts belong to some other network than
+the one the reports describe (or to a counting error). The course uses the counts that follow
+from the layers, and ``models_torch.count_parameters`` checks them.
+"""
+from __future__ import annotations
+
+MODELS = ("cnn", "wide", "mlp-small", "mlp-large")
+IMAGE_SHAPE = (1, 28, 28)
+NUM_CLASSES = 10
+# Hidden widths, read by both builders.
+CNN_DENSE = {"cnn": 128, "wide": 8192}
+MLP_WIDTHS = {"mlp-small": (256, 128, 64), "mlp-large": (1024, 1024, 512, 512, 256)}
+MLP_DROPOUT = {"mlp-small": 0.0, "mlp-large": 0.2}
+
+
+def check(name: str) -> None:
+    """ValueError naming the models when ``name`` is not one of them."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")

@@ -1,0 +1,433 @@
+"""What an experiment found, and how it is shown: :class:`ExperimentResult` (``.table()``,
+``.plot()``, ``.to_dict()``), rows built from repeated runs (median and min-max), and the
+views over several results (:func:`compare_speedups`, :func:`combine_launchers`,
+:func:`summary_table`).
+
+Two things a result says about itself, never hidden: a speedup above linear (2 workers more
+than 2.0x faster than one; field ``above_linear`` on the row and a note under the table),
+and, for a recording, whether its run description is today's live default
+(:attr:`ExperimentResult.matches_live_default` and a note).
+
+A little over 400 lines, on purpose: the result, its table and plot, and the views over
+several results all read the same rows; split, each half would need the other's helpers.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from ddlab.system import nccl
+from ddlab.base import tables, units
+from ddlab.training import throughput
+from ddlab.training.runspec import RunSpec, RunSpecError
+
+TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
+          "perf-options": "single-GPU speed options", "tuning": "communication tuning"}
+# Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
+_SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning")
+_BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.system.nccl's
+
+
+# ----------------------------------------------------------------------------- rows
+def row_of(run: dict) -> dict:
+    """The columns every experiment shows, from one run's result."""
+    st = run["step_time_ms"]
+    return {"workers": run["workers"], "images_per_s": run["images_per_s"], "global_batch": run["global_batch"],
+            "step_ms_median": st["median"], "step_ms_p10": st["p10"], "step_ms_p90": st["p90"],
+            "step_ms_spread": f"{st['p10']:.3f}-{st['p90']:.3f}", "test_accuracy": run["test_accuracy"],
+            "device": run["device"], "backend": run["backend"], "cuda_graph": run.get("cuda_graph"),
+            "ranks_agree": run.get("ranks_agree"), "precision": run.get("precision")}
+
+
+def median_run(runs: Sequence[dict]) -> int:
+    """The index of the run whose images/s is the median (the lower one of an even count)."""
+    order = sorted(range(len(runs)), key=lambda i: runs[i]["images_per_s"])
+    return order[(len(order) - 1) // 2]
+
+
+def row_of_repeats(runs: Sequence[dict]) -> dict:
+    """One row from the repeats of one configuration: the median run's columns, with
+    ``images_per_s`` the median over the repeats, each repeat's value
+    (``images_per_s_runs``), their min and max, and ``repeats``."""
+    if not runs:
+        raise ValueError("no runs to summarise")
+    ips = [r["images_per_s"] for r in runs]
+    row = row_of(runs[median_run(runs)])
+    row.update(images_per_s=statistics.median(ips), images_per_s_runs=ips, images_per_s_min=min(ips),
+               images_per_s_max=max(ips), repeats=len(runs))
+    return row
+
+
+def add_speedup(row: dict, base: Optional[float]) -> dict:
+    """``speedup`` (median over the baseline's median) and its min-max, or None without a baseline."""
+    row["speedup"] = throughput.speedup(row["images_per_s"], base) if base else None
+    if base and "images_per_s_min" in row:
+        row["speedup_min"] = row["images_per_s_min"] / base
+        row["speedup_max"] = row["images_per_s_max"] / base
+    return row
+
+
+def _mark_above_linear(name: str, rows: list) -> None:
+    """Sets ``above_linear`` on each measured row of a scaling-like result: True when its
+    speedup over the fewest workers is more than the ratio of workers (2 workers > 2.0x)."""
+    if name not in _SCALING_ROWS:
+        return
+    ok = [r for r in rows if not r.get("error") and r.get("workers")]
+    if not ok:
+        return
+    base_workers = min(r["workers"] for r in ok)
+    for r in ok:
+        sp = r.get("speedup")
+        r["above_linear"] = bool(r["workers"] > base_workers and sp is not None
+                                 and sp > r["workers"] / base_workers + 1e-9)
+
+
+def row_label(name: str, r: dict) -> str:
+    if name == "nccl-paths":
+        return r.get("path", "?")
+    if name == "perf-options":
+        return r.get("option", "?")
+    if name == "tuning":
+        return r.get("tuning", "?")
+    if name == "launchers":
+        return f"{r.get('launcher')}\n{r.get('path')}"
+    return f"{r.get('workers')} worker" + ("s" if r.get("workers") != 1 else "")
+
+
+# ----------------------------------------------------------------------------- the result
+@dataclass
+class ExperimentResult:
+    """What an experiment found. ``rows``: one dict per configuration; ``source``: "live"
+    (run just now, here), "recorded" (loaded from source_code/reference/experiments/) or
+    "missing"; ``companion``: a second result shown beside this one (the small CPU run next
+    to a recorded GPU result)."""
+    name: str
+    rows: list
+    source: str = "live"
+    provenance: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    runs: list = field(default_factory=list)
+    companion: Optional["ExperimentResult"] = None
+
+    def __post_init__(self):
+        _mark_above_linear(self.name, self.rows)
+
+    # ---- what it was
+    @property
+    def spec(self) -> Optional[RunSpec]:
+        """The run description (the base run; what varies is in the rows): the one the
+        experiment stored, or for older recordings derived from their ``config``. None when
+        the config says too little (e.g. a result that is "missing")."""
+        stored = self.config.get("spec")
+        try:
+            if stored:
+                return RunSpec.from_dict(stored)
+            if self.config.get("steps") is None:
+                return None
+            return RunSpec.from_config(self.config)
+        except (RunSpecError, TypeError):
+            return None
+
+    def live_default_differences(self) -> dict:
+        """{field: (this result's, today's live default)} where the run descriptions differ."""
+        spec = self.spec
+        if spec is None:
+            return {}
+        diff = spec.differences(RunSpec.for_device(spec.device, spec.model))
+        if self.name == "perf-options":     # the options set the precision row by row
+            diff.pop("precision", None)
+        return diff
+
+    @property
+    def matches_live_default(self) -> Optional[bool]:
+        """Whether this result ran today's live default sizes (batch, steps, warm-up,
+        precision): True for a recording that is the same experiment a live run would be.
+        None when there is no run description to compare."""
+        return None if self.spec is None else not self.live_default_differences()
+
+    def live_default_note(self) -> Optional[str]:
+        diff = self.live_default_differences()
+        if not diff:
+            return None
+        what = ", ".join(f"{k.replace('_', ' ')} {a} (live default {b})" for k, (a, b) in diff.items())
+        return f"recorded with {what}: not the same run description as a live run today"
+
+    # ---- text
+    def title(self) -> str:
+        c = self.config
+        what = TITLES.get(self.name, self.name)
+        reps = c.get("repeats")
+        return (f"{what}: {c.get('framework')} {c.get('launcher')}, model {c.get('model')}, "
+                f"batch {c.get('batch_size')}/worker, {c.get('device')}"
+                + (f", NCCL path {c['path']}" if c.get("path") else "")
+                + (f", {reps} repeats" if reps and reps > 1 else ""))
+
+    def where(self) -> str:
+        from ddlab.system import provenance as prov
+        if self.source == "missing":
+            return "not recorded yet"
+        label = prov.label(self.provenance) if self.provenance else "unknown machine"
+        return f"{'recorded on' if self.source == 'recorded' else 'measured now on'} {label}"
+
+    def table_notes(self) -> list:
+        """The notes under the table: the result's own, then what it says about itself."""
+        lines = list(self.notes)
+        for r in self.rows:
+            if r.get("above_linear"):
+                base = _base_workers(self.rows)
+                lines.append(f"above linear: {row_label(self.name, r).replace(chr(10), ' ')}, {r['workers']} workers "
+                             f"ran {_speedup(r['speedup'])} as fast as {base}, more than the {r['workers'] / base:.1f}x "
+                             "of perfect scaling (marked (!)): worth a second look, not a result to trust as is")
+        if self.source == "recorded":
+            note = self.live_default_note()
+            if note:
+                lines.append(note)
+        return lines
+
+    def as_table(self) -> tables.Table:
+        """The rows as a :class:`ddlab.base.tables.Table` (title: what and where; notes below)."""
+        cols = _COLUMNS.get(self.name, _COLUMNS["scaling"])
+        spread = any((r.get("repeats") or 1) > 1 for r in self.rows)
+        columns = [tables.Column(key, "images/s median (min-max)" if spread and key == "images_per_s" else head,
+                                 "text", "right" if key in _NUMERIC else "left") for head, key in cols]
+        rows = []
+        for row in self.rows:
+            if row.get("error"):
+                what = "not run" if row.get("not_run") else "failed"   # not_run: refused before any launch
+                cells = [_fmt(row.get(cols[0][1])), f"{what}: {row['error'][:70]}"] + [""] * (len(cols) - 2)
+            else:
+                cells = [_fmt_cell(row, key, spread) for _, key in cols]
+            rows.append(cells)
+        return tables.Table(columns, rows, title=f"{self.title()} ({self.where()})",
+                            notes=[f"note: {n}" for n in self.table_notes()],
+                            wrap=[k for k in ("env_text", "flags") if k in {c.key for c in columns}])
+
+    def table(self) -> str:
+        """The result as aligned text (with its companion's below)."""
+        lines = [self.as_table().text()]
+        if self.companion is not None:
+            lines += ["", self.companion.table()]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        out = self.as_table()._repr_html_()
+        return out + (self.companion._repr_html_() if self.companion is not None else "")
+
+    def __str__(self) -> str:
+        return self.table()
+
+    # ---- plot
+    def plot(self, ax=None):
+        """Bar chart of images/s per configuration (min-max of the repeats as error bars),
+        speedups written on the bars. With a companion and no ``ax``, both are drawn side by
+        side. Returns the axes."""
+        import matplotlib.pyplot as plt
+        if ax is None:
+            n = 2 if self.companion is not None else 1
+            fig, axes = plt.subplots(1, n, figsize=(6.4 * n, 4.2), squeeze=False)
+            self._plot_one(axes[0][0])
+            if self.companion is not None:
+                self.companion._plot_one(axes[0][1])
+            fig.tight_layout()
+            return axes[0][0] if n == 1 else axes[0]
+        self._plot_one(ax)
+        return ax
+
+    def _plot_one(self, ax):
+        ok = [r for r in self.rows if not r.get("error")]
+        if not ok:  # nothing measured (e.g. not recorded yet): say so instead of an empty chart
+            ax.text(0.5, 0.5, "\n".join([self.where()] + self.notes[:1]), ha="center", va="center",
+                    fontsize=8, wrap=True, transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(self.title(), fontsize=9)
+            return
+        labels = [row_label(self.name, r) for r in ok]
+        values = [r["images_per_s"] for r in ok]
+        colours = [_BASELINE_COLOUR if r.get("path") == "1 worker" else nccl.colour(r.get("path")) for r in ok]
+        bars = ax.bar(range(len(ok)), values, color=colours)
+        if any("images_per_s_min" in r for r in ok):
+            low = [r["images_per_s"] - r.get("images_per_s_min", r["images_per_s"]) for r in ok]
+            high = [r.get("images_per_s_max", r["images_per_s"]) - r["images_per_s"] for r in ok]
+            ax.errorbar(range(len(ok)), values, yerr=[low, high], fmt="none", ecolor="black", capsize=3)
+        for bar, r in zip(bars, ok):
+            ratio = r.get("speedup")
+            text = units.format_count(r["images_per_s"]) + (f"\n{_speedup(ratio)}" if ratio is not None else "")
+            text += " (!)" if r.get("above_linear") else ""
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize=8, xytext=(0, 2), textcoords="offset points")
+        base = self.config.get("baseline_images_per_s")
+        if base and self.name in ("nccl-paths", "tuning"):
+            ax.axhline(base, color="grey", linestyle="--", linewidth=1)
+            ax.annotate("1 worker", (len(ok) - 0.5, base), ha="right", va="bottom", fontsize=8, color="grey")
+        ax.set_xticks(range(len(ok)))
+        ax.set_xticklabels(labels, fontsize=8, rotation=15 if len(ok) > 4 else 0)
+        ax.set_ylabel("images/s (all workers)")
+        top = max([r.get("images_per_s_max", r["images_per_s"]) for r in ok] + [base or 0])
+        ax.set_ylim(0, top * 1.25 if values else 1)
+        ax.set_title(f"{self.title()}\n{self.where()}", fontsize=9)
+        return ax
+
+    # ---- persistence
+    def to_dict(self) -> dict:
+        d = {"experiment": self.name, "source": self.source, "config": self.config, "rows": self.rows,
+             "notes": self.notes, "runs": self.runs, "provenance": self.provenance}
+        if self.companion is not None:
+            d["companion"] = self.companion.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, source: Optional[str] = None) -> "ExperimentResult":
+        for key in ("experiment", "rows", "provenance"):
+            if key not in d:
+                raise ValueError(f"not an experiment result: no {key!r} field")
+        comp = cls.from_dict(d["companion"]) if d.get("companion") else None
+        return cls(name=d["experiment"], rows=list(d["rows"]), source=source or d.get("source", "live"),
+                   provenance=d["provenance"], notes=list(d.get("notes", [])), config=dict(d.get("config", {})),
+                   runs=list(d.get("runs", [])), companion=comp)
+
+    def save(self, path: str) -> str:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+            f.write("\n")
+        return path
+
+    def save_reference(self, name: Optional[str] = None) -> str:
+        """Record a live result under source_code/reference/experiments/<name>.json
+        (:func:`ddlab.training.recording.save_reference`)."""
+        from ddlab.training import recording
+        return recording.save_reference(self, name)
+
+
+def _base_workers(rows) -> int:
+    return min((r["workers"] for r in rows if not r.get("error") and r.get("workers")), default=1)
+
+
+_COLUMNS = {
+    "scaling": [("workers", "workers"), ("images/s", "images_per_s"), ("speedup", "speedup"),
+                ("efficiency", "efficiency"), ("step ms median", "step_ms_median"),
+                ("p10-p90", "step_ms_spread"), ("global batch", "global_batch"), ("test acc", "test_accuracy")],
+    "nccl-paths": [("path", "path"), ("NCCL settings", "env_text"), ("workers", "workers"),
+                   ("images/s", "images_per_s"), ("speedup vs 1", "speedup"), ("step ms median", "step_ms_median"),
+                   ("p10-p90", "step_ms_spread"), ("transport", "transport"), ("graph", "cuda_graph"),
+                   ("test acc", "test_accuracy")],
+    "launchers": [("path", "path"), ("launcher", "launcher"), ("images/s", "images_per_s"),
+                  ("speedup vs 1", "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
+                  ("graph", "cuda_graph")],
+    "tuning": [("tuning", "tuning"), ("flags", "flags"), ("workers", "workers"), ("global batch", "global_batch"),
+               ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"), ("step ms median", "step_ms_median"),
+               ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
+    "perf-options": [("option", "option"), ("images/s", "images_per_s"), ("vs plain", "speedup"),
+                     ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"),
+                     ("cuda graph", "cuda_graph"), ("test acc", "test_accuracy")],
+}
+
+
+def _speedup(v) -> str:
+    """A speedup with two decimals ("0.43x", "2.06x"), as the course's tables always showed."""
+    return f"{v:.2f}x"
+
+
+_NUMERIC = {"workers", "images_per_s", "speedup", "efficiency", "step_ms_median", "global_batch", "test_accuracy"}
+
+
+def _fmt(v, key: str = "") -> str:
+    if v is None:
+        return "-"
+    if key == "images_per_s":
+        return units.format_count(v)
+    if key == "speedup":
+        return _speedup(v)
+    if key == "efficiency":
+        return units.format_percent(v, decimals=1)
+    if key == "test_accuracy":
+        return f"{v:.4f}"
+    if key == "step_ms_median":
+        return f"{v:.3f}"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def _fmt_cell(row: dict, key: str, spread: bool) -> str:
+    text = _fmt(row.get(key), key)
+    if key == "speedup" and row.get("above_linear"):
+        text += " (!)"
+    if spread and key == "images_per_s" and (row.get("repeats") or 1) > 1:
+        text += f" ({units.format_count(row['images_per_s_min'])}-{units.format_count(row['images_per_s_max'])})"
+    return text
+
+
+# ----------------------------------------------------------------------------- several results
+def paths_in_order(results: Mapping[str, ExperimentResult]) -> list:
+    """Every path named in the results' rows, once each, in the order they first appear."""
+    paths: list = []
+    for res in results.values():
+        paths += [r["path"] for r in res.rows if r.get("path") and r["path"] not in paths]
+    return paths
+
+
+def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResult:
+    """{launcher: nccl-paths result} -> one result whose rows pair the launchers path by path."""
+    if not results:
+        raise ValueError("no results to combine")
+    paths = paths_in_order(results)
+    rows = [dict(r, launcher=la) for path in paths for la, res in results.items()
+            for r in res.rows if r.get("path") == path]
+    first = next(iter(results.values()))
+    cfg = dict(first.config, launcher="+".join(results))
+    cfg.pop("spec", None)
+    notes = [f"{la}: {res.notes[0]}" for la, res in results.items() if res.notes]
+    return ExperimentResult("launchers", rows, first.source, first.provenance, notes, cfg,
+                            [run for res in results.values() for run in res.runs])
+
+
+def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
+    """{label: nccl-paths result} -> a text table, one row per path and one column per result:
+    images/s and the speedup over that result's own one-worker run. A missing or failed run
+    shows as "-"; the header says where each result comes from."""
+    if not results:
+        raise ValueError("no results to compare")
+    paths = paths_in_order(results)
+    cells = {}
+    for label, res in results.items():
+        for r in res.rows:
+            if r.get("error") or r.get("images_per_s") is None:
+                continue
+            sp = r.get("speedup")
+            mark = "!" if r.get("above_linear") else " "
+            cells[(r.get("path"), label)] = (f"{units.format_count(r['images_per_s']):>9} "
+                                             f"{(_speedup(sp) if sp is not None else '-'):>6}{mark}")
+    width = max(18, *(len(label) for label in results))
+    lines = [f"{'path':<10}" + "".join(f"  {label:>{width}}" for label in results),
+             f"{'':<10}" + "".join(f"  {'images/s speedup ':>{width}}" for _ in results)]
+    for path in paths:
+        lines.append(f"{path:<10}" + "".join(f"  {cells.get((path, label), '-'):>{width}}" for label in results))
+    lines.append("")
+    if any(r.get("above_linear") for res in results.values() for r in res.rows):
+        lines.append("!: above linear (more than N times one worker's images/s on N workers): flagged, not hidden")
+    lines += [f"{label}: {res.where()}" for label, res in results.items()]
+    return "\n".join(lines)
+
+
+def summary_table(done: Mapping) -> str:
+    """{name: ExperimentResult or error text} -> one line per row (what a recording session printed)."""
+    lines = ["", "summary", f"{'result':<34} {'row':<30} {'images/s':>12} {'speedup':>8}  transport / note"]
+    for name, res in done.items():
+        if not isinstance(res, ExperimentResult):
+            lines.append(f"{name:<34} {str(res).splitlines()[0][:120]}")
+            continue
+        for r in res.rows:
+            label = row_label(res.name, r)
+            if r.get("error"):
+                lines.append(f"{name:<34} {label:<30} {'failed':>12}           {r['error'][:80]}")
+                # a timed-out run: where its workers were stuck (innermost frames first)
+                lines += ["    " + ln for ln in (r.get("hang_traceback") or "").splitlines()[:24]]
+                continue
+            sp = r.get("speedup")
+            lines.append(f"{name:<34} {label:<30} {units.format_count(r['images_per_s']):>12} "
+                         f"{(_speedup(sp) if sp is not None else '-'):>8}  {r.get('transport', '')}")
+    return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""Starting training runs: one :class:`~ddlab.training.runspec.RunSpec` in, the script's result out.
+
+:func:`train` starts ``source_code/train/fmnist_torch.py`` or ``fmnist_keras.py`` under the
+spec's launcher (``python``, ``torchrun`` for DDP, ``horovodrun`` for Horovod) through
+:func:`ddlab.measure.launch.run`, always with a timeout, and returns the JSON result the script wrote
+(rank 0), which includes ``phase_s``: where the run's seconds went. What this machine can
+run (GPUs, frameworks, Horovod's build) is asked here too: :func:`gpu_count`,
+:func:`availability`, :func:`resolve_device`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from typing import Callable, Mapping, Optional
+
+from ddlab.measure import launch
+from ddlab.training.runspec import FRAMEWORK_LAUNCHERS, FRAMEWORKS, RunSpec, _check_choice, nccl_path_env
+
+
+class ExperimentError(RuntimeError):
+    """An experiment cannot run as asked (missing framework, no result)."""
+
+
+# ----------------------------------------------------------------------------- machine facts
+def gpu_count(framework: str = "torch") -> int:
+    """GPUs the framework can use here (TensorFlow is not imported to ask: NVML/nvidia-smi)."""
+    if framework == "torch":
+        try:
+            import torch
+        except ImportError:
+            return 0
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from ddlab.system import hardware
+    return hardware.inventory(software=False, dataset=False).gpu_count
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _horovod_extension(framework: str) -> bool:
+    """Whether Horovod was built for this framework, found without importing it (importing
+    horovod.tensorflow imports TensorFlow, seconds): :func:`ddlab.system.hardware.horovod_extensions`."""
+    from ddlab.system import hardware
+    return ("PyTorch" if framework == "torch" else "TensorFlow") in hardware.horovod_extensions()
+
+
+def availability(framework: str, launcher: str) -> tuple:
+    """(True, "") when this Python can run ``framework`` under ``launcher``, else (False, why)."""
+    _check_choice("framework", framework, FRAMEWORKS)
+    _check_choice("launcher", launcher, FRAMEWORK_LAUNCHERS[framework])
+    if framework == "torch" and not _has_module("torch"):
+        return False, "PyTorch is not installed"
+    if framework == "keras":
+        if not _has_module("tensorflow"):
+            return False, "TensorFlow is not installed"
+        if not _has_module("tf_keras"):
+            return False, "tf-keras is not installed (Horovod's Keras API needs it, not Keras 3)"
+    if launcher == "horovod":
+        if not _horovod_extension(framework):
+            return False, f"Horovod is not built for {'PyTorch' if framework == 'torch' else 'TensorFlow'} here"
+        if not os.path.exists(launch._bin("horovodrun", sys.executable)):
+            return False, "horovodrun is not on PATH"
+    return True, ""
+
+
+def resolve_device(framework: str, device: str, workers: int) -> str:
+    """"cuda" when asked, or with "auto" when there is one GPU per worker; else "cpu"."""
+    _check_choice("device", device, ("auto", "cpu", "cuda"))
+    if device != "auto":
+        return device
+    return "cuda" if gpu_count(framework) >= workers else "cpu"
+
+
+def spec_for(device: str = "auto", framework: str = "torch", model: str = "cnn", workers: int = 1,
+             **fields) -> RunSpec:
+    """:meth:`RunSpec.for_device` with "auto" resolved on this machine."""
+    dev = resolve_device(framework, device, workers)
+    return RunSpec.for_device(dev, model, framework=framework, workers=workers, **fields)
+
+
+# ----------------------------------------------------------------------------- one run
+# Lines fmnist_torch.py prints (rank 0) around its CUDA-graph capture (its CAPTURE_START and
+# CAPTURE_DONE): a failed run whose output has the first was attempting a graph.
+CAPTURE_START = "cuda-graph capture: start"
+
+
+def describe(spec: RunSpec, env: Optional[Mapping] = None) -> str:
+    nccl = " ".join(f"{k}={v}" for k, v in sorted((env or {}).items())
+                    if v is not None and k.startswith("NCCL_") and k != "NCCL_DEBUG")
+    opts = spec.option_args()
+    return (f"{spec.framework} {spec.launcher}, {spec.workers} worker(s), model {spec.model}, {spec.device}"
+            + (f", {nccl}" if nccl else "") + (f", {' '.join(opts)}" if opts else ""))
+
+
+def _phases_text(result: dict) -> str:
+    ph = result.get("phase_s") or {}
+    return ", ".join(f"{k} {v:.1f}" for k, v in ph.items())
+
+
+def _stamp() -> str:
+    return f"[ddlab {time.strftime('%H:%M:%S')}]"
+
+
+def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep_log: bool = False,
+          python: str = sys.executable, graph_fallback: bool = True,
+          progress: Optional[Callable[[str], None]] = None) -> dict:
+    """One training run of ``spec``; returns the script's JSON result.
+
+    The workers get the environment of the spec's NCCL path plus ``env`` (None: removes a
+    variable). ``keep_log`` adds the workers' combined output as ``"log"``. ``progress``
+    (e.g. ``print``) gets one line when the run starts and one when it ends, with its
+    seconds and the worker's phase times (``phase_s``).
+
+    ``graph_fallback``: a one-process GPU run that captured a CUDA graph because that is
+    the default (:attr:`RunSpec.graph_by_default`), and whose process then died or hung
+    after starting the capture, is run once more with ``cuda_graph="off"``; ``progress``
+    hears about the rerun at once, and the result's ``notes`` and ``cuda_graph_failure_log``
+    say why. (A capture that merely raises is handled inside the script, which then runs
+    eagerly.) Raises :class:`ddlab.measure.launch.LaunchError` (its message quotes the end of the
+    output, and for a timeout where each worker was stuck) when the run fails or times out."""
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"train() takes a RunSpec, got {type(spec).__name__}")
+    argv = spec.script_args()
+    run_env = nccl_path_env(spec.path, env) if spec.workers > 1 else dict(env or {})
+    # What the result's provenance shows as the command: the launch itself, reproducible.
+    run_env["DDLAB_COMMAND"] = shlex.join(launch.command_for(spec.process_launcher, spec.workers, argv,
+                                                             python=python))
+    say = progress or (lambda line: None)
+    what = describe(spec, env)
+    say(f"{_stamp()} start: {what} (timeout {spec.limit_s:.0f} s)")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ddlab-train-") as tmp:
+        out_path = os.path.join(tmp, "result.json")
+        try:
+            res = launch.run([*argv, "--json", out_path], launcher=spec.process_launcher, nproc=spec.workers,
+                             env=run_env, timeout=spec.limit_s, echo=echo, python=python)
+        except launch.LaunchError as exc:
+            kind = "timed out" if isinstance(exc, launch.LaunchTimeout) else "failed"
+            say(f"{_stamp()} {kind} after {time.monotonic() - t0:.1f} s: {what}")
+            output = exc.result.output if exc.result is not None else ""
+            if not (graph_fallback and spec.graph_by_default and CAPTURE_START in output):
+                raise
+            tail = exc.result.tail(30)
+            stuck = launch.hang_tracebacks(output)
+            errors = [ln.strip() for ln in tail.splitlines() if "rror" in ln]
+            why = f"{kind}: " + (errors[-1][:300] if errors else str(exc).splitlines()[0])
+            say(f"{_stamp()} note: the run {kind} after starting its CUDA-graph "
+                f"capture; running it once more with --cuda-graph off (a second launch)")
+            result = train(spec.with_(cuda_graph="off"), env, echo, keep_log, python, graph_fallback=False,
+                           progress=progress)
+            result.setdefault("notes", []).append(f"the run with a CUDA graph {why}; this is the rerun with "
+                                                  "--cuda-graph off")
+            result["cuda_graph_failure_log"] = (stuck + "\n" if stuck else "") + tail
+            return result
+        if not os.path.exists(out_path):
+            raise ExperimentError(f"{spec.framework} {spec.launcher} run of {spec.workers} worker(s) exited "
+                                  f"cleanly but wrote no result.\nlast output:\n{res.tail()}")
+        with open(out_path) as f:
+            result = json.load(f)
+    result["launch_s"] = res.duration_s
+    say(f"{_stamp()} done in {res.duration_s:.1f} s: {what}: "
+        f"{result['images_per_s']:,.0f} img/s; rank 0 took {result.get('wall_s', float('nan')):.1f} s "
+        f"({_phases_text(result)})")
+    if keep_log:
+        result["log"] = res.output
+    return result
+
+
+def slim(run: dict) -> dict:
+    """A run's result without its log (what results keep)."""
+    return {k: v for k, v in run.items() if k != "log"}
+
+
+def failure_row(exc: Exception, **fields) -> dict:
+    """The row of a run that failed: its error, and for a timeout where the workers were stuck."""
+    row = dict(fields, error=" ".join(str(exc).split())[:400])
+    if isinstance(exc, launch.LaunchTimeout) and exc.result is not None:
+        row["hang_traceback"] = launch.hang_tracebacks(exc.result.output)
+    return row
