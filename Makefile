@@ -105,7 +105,9 @@ lab-settings: $(LAB_SETTINGS)
 setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
 
 # tests/browser is the browser test: `make browser-test` runs it, on its own.
+# lint-imports checks the package's layers (contracts in pyproject.toml) before any test runs.
 test: setup
+	cd source_code && $(abspath $(VENV))/bin/lint-imports --config ../pyproject.toml --no-cache
 	$(VPY) -m pytest --timeout=$(PYTEST_TIMEOUT) --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
 
 lab: setup

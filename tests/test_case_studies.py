@@ -130,8 +130,8 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
     monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
     monkeypatch.setattr(collectives, "sweep", lambda **kw: Sweep())
     monkeypatch.setattr(cost_model, "fit_sweep", lambda s: cost_model.AlphaBeta(1e-3, 5e8))
-    from ddlab.course import mode
-    t = cs.second_gpu_live(Inventory(), batches=(16, 64), machine=mode.Machine(gpus=0))
+    from ddlab.system import policy
+    t = cs.second_gpu_live(Inventory(), batches=(16, 64), machine=policy.Machine(gpus=0))
     assert calls == [(16, 3, 1000, (1, 2), "cpu"), (64, 3, 1000, (1, 2), "cpu")]
     rows = t.to_dict()["rows"]
     assert [r["measured"] for r in rows] == pytest.approx([1.216, 1.264])
@@ -142,7 +142,7 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
     """The one-GPU branch: one configuration measured on the GPU (DDP, one worker, 3 repeats),
     the second GPU predicted over every path of the recorded machine, with no measured column."""
     from ddlab.training import experiments
-    from ddlab.course import mode
+    from ddlab.system import policy
     from ddlab.system.hardware import Inventory
     calls = []
 
@@ -153,7 +153,7 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
         return ExperimentResult("scaling", [row], "live", {}, [], {"model": spec.model, "launcher": "ddp",
                                                                     "device_name": "NVIDIA H100 80GB HBM3"})
     monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
-    one_gpu = mode.Machine(gpus=1, software=lambda framework, launcher: (True, ""))
+    one_gpu = policy.Machine(gpus=1, software=lambda framework, launcher: (True, ""))
     t = cs.second_gpu_live(Inventory(), machine=one_gpu)
     assert calls == [("mlp-small", "ddp", 1, 3, "cuda", (1,), "cuda")]
     rec = cost_model.recorded_points()
@@ -194,15 +194,16 @@ def test_recorded_tunings_name_what_is_missing(monkeypatch):
 
 
 def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
-    from ddlab.course import mode, tuning
+    from ddlab.course import tuning
+    from ddlab.system import policy
     calls = []
     monkeypatch.setattr(tuning, "tuning_comparison", lambda *a, **kw: calls.append((a, kw)) or "result")
-    assert cs.tuning_live(machine=mode.Machine(gpus=0)) == "result"
+    assert cs.tuning_live(machine=policy.Machine(gpus=0)) == "result"
     (args, kw), = calls
     assert kw["tunings"] == cs.CPU_TUNINGS and kw["base"].model == cs.CPU_MODEL and kw["base"].device == "cpu"
     assert kw["base"].workers == 2 and kw["base"].repeats == 3 and kw["base"].test_samples == 1000
     calls.clear()
-    cs.tuning_live(machine=mode.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
+    cs.tuning_live(machine=policy.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
     (args, kw), = calls
     assert args[:3] == ("wide", "ddp", "default") and kw["tunings"] == cs.GPU_LIVE_TUNINGS and kw["device"] == "cuda"
 

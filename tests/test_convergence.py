@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from ddlab.training import convergence, data
-from ddlab.course import convergence_sweep as cs, mode
+from ddlab.course import convergence_sweep as cs
+from ddlab.system import policy
 from ddlab.course.convergence_sweep import Point
 from ddlab.training.runspec import RunSpec, RunSpecError
 
@@ -210,7 +211,7 @@ def test_cpu_target_every_median_reaches():
 def test_gpu_sweep_is_not_recorded_yet_on_a_cpu_machine(monkeypatch):
     from ddlab.base import reference
     monkeypatch.setattr(reference, "path", lambda kind, name: "/nonexistent/" + name + ".json")
-    m = mode.Machine(gpus=0, software=lambda f, la: (True, ""))
+    m = policy.Machine(gpus=0, software=lambda f, la: (True, ""))
     res = cs.live_or_recorded(machine=m)
     assert res.source == "missing" and res.where() == "not recorded yet" and "2 GPU" in res.notes[0]
     with pytest.raises(RuntimeError, match="cannot run"):

@@ -11,14 +11,14 @@ matplotlib.use("Agg")
 from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches, fake_paths_result, script_result  # noqa: E402
 from ddlab.base.paths import SOURCE_DIR  # noqa: E402
 from ddlab import cli
-from ddlab.training import experiments as ex, results, runs, cli as training_cli
-from ddlab.course import mode
+from ddlab.training import experiments as ex, recording, results, runs, cli as training_cli
+from ddlab.system import frameworks, policy
 from ddlab.base import reference
 from ddlab.training.runspec import RunSpec  # noqa: E402
 
-NO_GPU = mode.Machine(gpus=0, software=lambda framework, launcher: (True, ""))
-ONE_GPU = mode.Machine(gpus=1, label="1x NVIDIA L4", software=lambda framework, launcher: (True, ""))
-TWO_GPUS = mode.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True,
+NO_GPU = policy.Machine(gpus=0, software=lambda framework, launcher: (True, ""))
+ONE_GPU = policy.Machine(gpus=1, label="1x NVIDIA L4", software=lambda framework, launcher: (True, ""))
+TWO_GPUS = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True,
                         software=lambda framework, launcher: (True, ""))
 
 
@@ -33,7 +33,7 @@ def test_scaling_taken_from_the_path_runs():
 def recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
     res = fake_paths_result()
-    res.save_reference(ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small"))
+    recording.save_reference(res, ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small"))
     return tmp_path
 
 
@@ -63,7 +63,7 @@ def test_live_refused_without_gpus_says_why():
 @pytest.mark.slow
 def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded):
     """With no GPU the experiment still runs for real (gloo, 2 processes)."""
-    if runs.gpu_count("torch") >= 2:
+    if frameworks.gpu_count("torch") >= 2:
         pytest.skip("this machine has GPUs: the experiment would run live on them")
     res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", batch=16, steps=5, warmup_steps=1)
     assert res.source == "recorded" and "cannot run it live" in res.notes[0]
@@ -140,7 +140,7 @@ def test_launchers_side_by_side(recorded):
     for r in hvd.rows:
         if "images_per_s" in r:
             r["images_per_s"] *= 0.9
-    hvd.save_reference(ex.reference_name("nccl-paths", "torch", "horovod", "mlp-small"))
+    recording.save_reference(hvd, ex.reference_name("nccl-paths", "torch", "horovod", "mlp-small"))
     both = ex.launchers_side_by_side("mlp-small")
     assert [(r["path"], r["launcher"]) for r in both.rows][:4] == [
         ("1 worker", "ddp"), ("1 worker", "horovod"), ("default", "ddp"), ("default", "horovod")]
@@ -157,7 +157,7 @@ def test_graph_variant_is_its_own_recording(recorded):
     for r in graphed.rows:
         if "images_per_s" in r:
             r["images_per_s"] *= 2
-    graphed.save_reference(ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small") + "-graph")
+    recording.save_reference(graphed, ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small") + "-graph")
     res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", cuda_graph=True, source="recorded")
     assert res.companion is None
     assert [r.get("images_per_s") for r in res.rows] == [2 * r["images_per_s"] if "images_per_s" in r else None
@@ -173,7 +173,7 @@ def test_graph_variant_is_its_own_recording(recorded):
 def test_cli_experiment_cuda_graph_reads_the_graph_recording(recorded, capsys):
     g = fake_paths_result()
     g.rows[1]["images_per_s"] = 777.0
-    g.save_reference(ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small") + "-graph")
+    recording.save_reference(g, ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small") + "-graph")
     assert training_cli.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded", "--cuda-graph"]) == 0
     assert "777" in capsys.readouterr().out
     assert training_cli.cli_experiment(["nccl-paths", "--model", "mlp-small", "--source", "recorded"]) == 0
@@ -218,7 +218,7 @@ def test_each_hardware_mode_decides_for_the_training_experiments(recorded, fake_
     res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS)
     assert res.source == "live" and fake_run == [("nccl-paths", "ddp", "cuda")]
     fake_run.clear()
-    missing_framework = mode.Machine(gpus=2, software=lambda framework, launcher: (False, "Horovod is not built"))
+    missing_framework = policy.Machine(gpus=2, software=lambda framework, launcher: (False, "Horovod is not built"))
     res = ex.live_or_recorded("nccl-paths", "torch", "horovod", "mlp-small", machine=missing_framework,
                               missing_ok=True)
     assert fake_run == [] and res.source == "missing" and "Horovod is not built" in res.notes[0]

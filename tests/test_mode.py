@@ -5,26 +5,27 @@ import pytest
 
 from ddlab.base.paths import REFERENCE_DIR
 from ddlab.course import mode
+from ddlab.system import policy
 
 OK = lambda framework, launcher: (True, "")  # noqa: E731
-NO_GPU = mode.Machine(gpus=0, software=OK)
-ONE_GPU = mode.Machine(gpus=1, label="1x NVIDIA L4", software=OK)
-TWO_GPUS = mode.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK)
-TWO_GPUS_NO_NVCC = mode.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=False, software=OK)
+NO_GPU = policy.Machine(gpus=0, software=OK)
+ONE_GPU = policy.Machine(gpus=1, label="1x NVIDIA L4", software=OK)
+TWO_GPUS = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK)
+TWO_GPUS_NO_NVCC = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=False, software=OK)
 
 
 @pytest.mark.parametrize("machine,needs,live,why", [
-    (NO_GPU, mode.Needs(gpus=1), False, "it needs 1 GPU(s) and this machine sees 0"),
-    (ONE_GPU, mode.Needs(gpus=1), True, ""),
-    (ONE_GPU, mode.Needs(gpus=2, framework="torch", launcher="ddp"), False, "it needs 2 GPU(s) and torch sees 1"),
-    (TWO_GPUS, mode.Needs(gpus=2, framework="torch", launcher="ddp"), True, ""),
-    (TWO_GPUS, mode.Needs(gpus=2, nvcc=True), True, ""),
-    (TWO_GPUS_NO_NVCC, mode.Needs(gpus=2, nvcc=True), False, "it needs nvcc"),
-    (mode.Machine(gpus=2, software=lambda f, la: (False, "PyTorch is not installed")),
-     mode.Needs(gpus=2, framework="torch", launcher="ddp"), False, "PyTorch is not installed"),
+    (NO_GPU, policy.Needs(gpus=1), False, "it needs 1 GPU(s) and this machine sees 0"),
+    (ONE_GPU, policy.Needs(gpus=1), True, ""),
+    (ONE_GPU, policy.Needs(gpus=2, framework="torch", launcher="ddp"), False, "it needs 2 GPU(s) and torch sees 1"),
+    (TWO_GPUS, policy.Needs(gpus=2, framework="torch", launcher="ddp"), True, ""),
+    (TWO_GPUS, policy.Needs(gpus=2, nvcc=True), True, ""),
+    (TWO_GPUS_NO_NVCC, policy.Needs(gpus=2, nvcc=True), False, "it needs nvcc"),
+    (policy.Machine(gpus=2, software=lambda f, la: (False, "PyTorch is not installed")),
+     policy.Needs(gpus=2, framework="torch", launcher="ddp"), False, "PyTorch is not installed"),
 ])
 def test_decide(machine, needs, live, why):
-    d = mode.decide(needs, machine)
+    d = policy.decide(needs, machine)
     assert d.live is live and d.why.startswith(why)
 
 

@@ -41,7 +41,7 @@ def test_notebook_has_objectives_time_sections_summary_and_quiz(n):
     assert "**Objectives.**" in md and re.search(r"\*\*Time\.\*\* About \d+ minutes\.", md)
     assert "\n## 1. " in md and "Summary" in md
     assert "Self-check quiz" in md and "Start_Here.ipynb" in md
-    assert f"course.live_here({n}, inv)" in code(n)             # what runs live here, computed
+    assert f"sequence.live_here({n}, inv)" in code(n)             # what runs live here, computed
     assert f"checks.quiz({n})" in code(n)
 
 
@@ -85,7 +85,7 @@ def test_notebook_4_runs_horovod_and_ddp_live_and_flags_superlinear_speedups():
     md, src = text(4), code(4)
     assert '"torch", "horovod", model, cpu_run=(model == "cnn")' in src
     # on two GPUs Horovod's wide model runs live and its CNN comparison is the recording
-    assert "hvd_live = mode.decide(mode.Needs(gpus=2, framework=\"torch\", launcher=\"horovod\")).live" in src
+    assert "hvd_live = policy.decide(policy.Needs(gpus=2, framework=\"torch\", launcher=\"horovod\")).live" in src
     assert 'source="recorded" if model == "cnn" and hvd_live else "auto"' in src
     assert '"keras", "horovod", "cnn"' in src
     assert '"torch", "ddp", model, cpu_run=(model == "cnn")' in src

@@ -3,7 +3,8 @@ with the live defaults and repeats, each result written as soon as it exists."""
 import pytest
 
 from _experiment_fakes import fake_paths_result
-from ddlab.training import experiments, recording, runs
+from ddlab.system import frameworks
+from ddlab.training import experiments, recording, recording_sets, runs
 from ddlab.base import reference
 from ddlab.training.runspec import RunSpec
 
@@ -19,27 +20,27 @@ def test_every_committed_recording_carries_a_run_description():
 def test_only_live_results_are_recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
     res = fake_paths_result()
-    path = res.save_reference(recording.reference_name("nccl-paths", "torch", "ddp", "mlp-small"))
+    path = recording.save_reference(res, recording.reference_name("nccl-paths", "torch", "ddp", "mlp-small"))
     assert path.endswith("experiments/nccl-paths-torch-ddp-mlp-small.json")
     back = recording.load_recorded("nccl-paths", "torch", "ddp", "mlp-small")
     assert back.source == "recorded" and back.rows == res.rows and back.provenance == res.provenance
     res.source = "recorded"
     with pytest.raises(runs.ExperimentError, match="only a live result"):
-        res.save_reference("y")
+        recording.save_reference(res, "y")
 
 
 def test_record_gpu_set_skips_what_this_machine_cannot_run(tmp_path, capsys):
-    if runs.gpu_count("torch"):
+    if frameworks.gpu_count("torch"):
         pytest.skip("this machine has a GPU")
-    done = recording.record_gpu_set(str(tmp_path), sections=("ddp",), models=("mlp-small",), steps=4,
+    done = recording_sets.record_gpu_set(str(tmp_path), sections=("ddp",), models=("mlp-small",), steps=4,
                                     warmup_steps=1, batch=16)
     assert done["nccl-paths-torch-ddp-mlp-small"] == "skipped: needs 2 GPUs, torch sees 0"
     assert "skipped: needs 2 GPUs" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
 
 def test_record_gpu_set_runs_the_two_gpu_comparisons_before_the_slow_perf_options(tmp_path, monkeypatch):
-    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 2)
-    monkeypatch.setattr(runs, "availability", lambda framework, launcher: (True, ""))
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(frameworks, "availability", lambda framework, launcher: (True, ""))
     calls = []
 
     def paths(base, **kw):
@@ -51,7 +52,7 @@ def test_record_gpu_set_runs_the_two_gpu_comparisons_before_the_slow_perf_option
         raise runs.ExperimentError("every option failed")
     monkeypatch.setattr(experiments, "nccl_path_comparison", paths)
     monkeypatch.setattr(experiments, "performance_options", perf)
-    done = recording.record_gpu_set(str(tmp_path), models=("cnn",), timeout=90, progress=print)
+    done = recording_sets.record_gpu_set(str(tmp_path), models=("cnn",), timeout=90, progress=print)
     assert [c[:3] for c in calls] == [("ddp", "cnn", 90), ("horovod", "cnn", 90), ("perf", "cnn", 90)]
     assert all(c[3] is print for c in calls)
     # the live defaults, repeated: a recording is the same experiment as a live run
@@ -61,19 +62,19 @@ def test_record_gpu_set_runs_the_two_gpu_comparisons_before_the_slow_perf_option
     assert calls[0][4].workers == 2
     assert done["perf-options-torch-none-cnn"] == "ExperimentError: every option failed"
     calls.clear()
-    recording.record_gpu_set(str(tmp_path), sections=("perf", "ddp"), models=("cnn",))
+    recording_sets.record_gpu_set(str(tmp_path), sections=("perf", "ddp"), models=("cnn",))
     assert [c[0] for c in calls] == ["perf", "ddp"]   # an explicit order is kept
     calls.clear()
-    recording.record_gpu_set(str(tmp_path), sections=("ddp",), models=("wide",), graph=True)
+    recording_sets.record_gpu_set(str(tmp_path), sections=("ddp",), models=("wide",), graph=True)
     assert [(c[0], c[4].cuda_graph) for c in calls] == [("ddp", None), ("ddp", "on")]
     assert (tmp_path / "nccl-paths-torch-ddp-wide-graph.json").exists()
     with pytest.raises(ValueError, match="unknown section"):
-        recording.record_gpu_set(str(tmp_path), sections=("nvlink",))
+        recording_sets.record_gpu_set(str(tmp_path), sections=("nvlink",))
 
 
 def test_record_gpu_set_reports_a_failure_and_goes_on(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 2)
-    monkeypatch.setattr(runs, "availability", lambda framework, launcher: (True, ""))
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(frameworks, "availability", lambda framework, launcher: (True, ""))
     calls = []
 
     def fake(base, **kw):
@@ -82,7 +83,7 @@ def test_record_gpu_set_reports_a_failure_and_goes_on(tmp_path, monkeypatch, cap
             raise runs.launch.LaunchError("torchrun launch of 2 process(es) failed with exit code 1.")
         return fake_paths_result()
     monkeypatch.setattr(experiments, "nccl_path_comparison", fake)
-    done = recording.record_gpu_set(str(tmp_path), sections=("ddp",), models=("cnn", "wide"))
+    done = recording_sets.record_gpu_set(str(tmp_path), sections=("ddp",), models=("cnn", "wide"))
     assert calls == ["cnn", "wide"]
     assert done["nccl-paths-torch-ddp-cnn"].startswith("LaunchError: torchrun launch")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nccl-paths-torch-ddp-wide.json", "scaling-torch-ddp-wide.json"]

@@ -82,13 +82,14 @@ def test_record_experiments_reads_tune_jobs():
 
 
 def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeypatch, capsys):
-    from ddlab.training import recording, runs
+    from ddlab.system import frameworks
+    from ddlab.training import recording, recording_sets, runs
     from ddlab.course import tuning
     from ddlab.training.results import ExperimentResult
     from ddlab.training.runspec import RunSpec
     mod = load("record_experiments.py")
-    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 2)
-    monkeypatch.setattr(runs, "availability", lambda framework, launcher: (True, ""))
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(frameworks, "availability", lambda framework, launcher: (True, ""))
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
     calls = []
 
@@ -107,12 +108,13 @@ def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeyp
 
 
 def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypatch):
-    from ddlab.training import recording, runs
+    from ddlab.system import frameworks
+    from ddlab.training import recording, recording_sets, runs
     mod = load("record_experiments.py")
-    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
     calls = []
-    monkeypatch.setattr(recording, "record_paths", lambda out, base, variant, echo, say: calls.append((base, variant))
+    monkeypatch.setattr(recording_sets, "record_paths", lambda out, base, variant, echo, say: calls.append((base, variant))
                         or {})
     assert mod.main([str(tmp_path), "ddp:mlp-small", "ddp:cnn:graph", "--batch", "128"]) == 0
     (eager, v1), (graph, v2) = calls
@@ -126,6 +128,7 @@ def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypa
 
 
 def test_a_step_job_records_one_gpu_with_a_cuda_graph_under_the_scaling_graph_name(tmp_path, monkeypatch, capsys):
+    from ddlab.system import frameworks
     from ddlab.training import experiments, recording, runs, step_profile
     from ddlab.training.results import ExperimentResult
     mod = load("record_experiments.py")
@@ -133,7 +136,7 @@ def test_a_step_job_records_one_gpu_with_a_cuda_graph_under_the_scaling_graph_na
     for bad in ("step", "step:huge", "step:cnn:graph"):
         with pytest.raises(Exception, match="expected step:model"):
             mod.parse_job(bad)
-    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 1)   # one GPU is enough
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 1)   # one GPU is enough
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "1x Test GPU")
     calls = []
 
@@ -156,7 +159,7 @@ def test_a_step_job_records_one_gpu_with_a_cuda_graph_under_the_scaling_graph_na
     assert calls[0][0].batch == recording.gpu_spec("mlp-small").batch
     assert (tmp_path / "scaling-torch-ddp-mlp-small-graph.json").exists()
     assert "step:mlp-small: done in" in capsys.readouterr().out
-    monkeypatch.setattr(runs, "gpu_count", lambda framework="torch": 0)
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 0)
     assert mod.main([str(tmp_path), "step:cnn"]) == 2
 
 

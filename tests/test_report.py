@@ -11,15 +11,15 @@ import pytest
 from ddlab.base.paths import SOURCE_DIR
 from ddlab import cli
 from ddlab.system import links, topology
-from ddlab.course import mode
-from ddlab.report import runner as report, html_page as report_html, plan as report_plan
+from ddlab.system import policy
+from ddlab.report import runner as report, html_page as report_html, plan as report_plan, steps as report_steps
 
 PNG = b"\x89PNG\r\n\x1a\n"
 OK = lambda framework, launcher: (True, "")  # noqa: E731
 
 
 def machine(gpus=0, nvcc=False):
-    return mode.Machine(gpus=gpus, label="test machine", nvcc=nvcc, software=OK)
+    return policy.Machine(gpus=gpus, label="test machine", nvcc=nvcc, software=OK)
 
 
 def _assert_self_contained(page: str):
@@ -67,7 +67,7 @@ def test_cpu_quick_report_end_to_end(tmp_path):
 def test_topology_from_a_file_without_gpus(tmp_path):
     topo_file = tmp_path / "topo.txt"
     topo_file.write_text(topology.recorded("dgx1-v100").text)
-    steps = [s for s in report.STEPS if s.name == "topology"]
+    steps = [s for s in report_steps.STEPS if s.name == "topology"]
     rc = report.main(out=str(tmp_path / "rep"), machine=machine(0), steps=steps, topo_file=str(topo_file))
     assert rc == 0
     rec = json.loads((tmp_path / "rep" / "topology.json").read_text())
@@ -87,7 +87,7 @@ def _recording_steps(calls, interrupt_at=None, fail_at=None):
             if name == fail_at:
                 raise RuntimeError("it broke")
             return {"value": name}
-        return report.Step(name, f"step {name}", run)
+        return report_steps.Step(name, f"step {name}", run)
     return [make(n) for n in ("one", "two", "three")]
 
 
@@ -153,7 +153,7 @@ def test_compare_with_the_recorded_h200_pair():
 
 
 def test_compare_a_cpu_report_with_h200_leaves_what_cpu_lacks_empty(tmp_path, capsys):
-    steps = [report.Step("one", "step one", lambda ctx: {})]
+    steps = [report_steps.Step("one", "step one", lambda ctx: {})]
     rc = report.main(out=str(tmp_path / "rep"), machine=machine(), steps=steps, compare="h200x2")
     assert rc == 0
     page = (tmp_path / "rep" / "report.html").read_text()
@@ -195,7 +195,7 @@ def test_full_report_on_8_gpus_fits_ten_minutes_by_design():
     assert 56 * report_plan.p2p_pair_seconds(1 << 30, 10, 2) > report_plan.FULL_BUDGET_S
     assert pl.p2p["size"] * pl.p2p["reps"] < 10 * (1 << 30)
     assert pl.p2p["seconds"] <= report_plan.P2P_BUDGET_S["full"]
-    assert set(pl.estimates) == {s.name for s in report.STEPS}
+    assert set(pl.estimates) == {s.name for s in report_steps.STEPS}
     assert all(v > 0 for v in pl.estimates.values())
     assert pl.total_s() <= report_plan.FULL_BUDGET_S
     assert pl.paths == ["default", "shm", "socket"] and pl.train_device == "cuda"
@@ -214,19 +214,19 @@ def test_plan_without_gpus_is_gloo_on_cpu():
     pl = report_plan.plan(machine(0), quick=False)
     assert (pl.sweep_backend, pl.paths, pl.train_device) == ("gloo", ["default"], "cpu")
     assert pl.estimates["p2p"] == 0
-    no_torch = mode.Machine(gpus=0, software=lambda f, la: (False, "PyTorch is not installed"))
+    no_torch = policy.Machine(gpus=0, software=lambda f, la: (False, "PyTorch is not installed"))
     assert report_plan.plan(no_torch).estimates["allreduce"] == 0
 
 
 def test_link_peaks_come_from_the_catalogue():
-    assert report.nvlink_generation(["NVIDIA H200"]) == 4
-    assert report.nvlink_generation(["Tesla V100-SXM2-16GB"]) == 2
-    assert report.nvlink_generation(["NVIDIA GeForce RTX 4090"]) is None
+    assert report_steps.nvlink_generation(["NVIDIA H200"]) == 4
+    assert report_steps.nvlink_generation(["Tesla V100-SXM2-16GB"]) == 2
+    assert report_steps.nvlink_generation(["NVIDIA GeForce RTX 4090"]) is None
     t = topology.recorded("h200x2")
-    peaks = report.link_peaks(t.to_dict(), ["NVIDIA H200"])
+    peaks = report_steps.link_peaks(t.to_dict(), ["NVIDIA H200"])
     assert peaks[0][0] is None and peaks[0][1] == links.nvlink(4, 18).bandwidth_gbs
-    assert report.slowest_peak(peaks) == links.nvlink(4, 18).bandwidth_gbs
-    assert report.link_peaks(t.to_dict(), ["unknown"]) is None     # NVLink of unknown generation
+    assert report_steps.slowest_peak(peaks) == links.nvlink(4, 18).bandwidth_gbs
+    assert report_steps.link_peaks(t.to_dict(), ["unknown"]) is None     # NVLink of unknown generation
 
 
 def test_cli_is_registered_and_rejects_a_missing_topo_file(capsys):
@@ -264,7 +264,7 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     monkeypatch.setattr(collectives, "sweep", fake_sweep)
     monkeypatch.setattr(experiments, "nccl_path_comparison",
                         lambda **kw: recording.load_recorded("nccl-paths", "torch", "ddp", "wide"))
-    m = mode.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK)
+    m = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK)
     assert report.main(out=str(tmp_path / "rep"), machine=m) == 0
     assert [(c["size"], c["reps"], c["copy"]) for c in calls["p2p"]] == [(1 << 30, 10, "both")]
     assert [(c["path"], c["backend"]) for c in calls["sweep"]] == [("default", "nccl"), ("shm", "nccl"),

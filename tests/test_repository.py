@@ -225,7 +225,7 @@ def test_every_notebook_links_to_its_neighbours_and_ends_with_a_quiz():
         text = "\n".join("".join(c["source"]) for c in cells)
         assert "**Objectives.**" in text and "## " in text and "Summary" in text, nb
         assert re.search(r"checks\.quiz\((\d|checks\.\w+)\)", text), f"{nb}: no self-check quiz"
-        assert "course.live_here(" in text or "inv.mode" in text, f"{nb}: does not say what runs live here"
+        assert "sequence.live_here(" in text or "inv.mode" in text, f"{nb}: does not say what runs live here"
         last = "".join(cells[-1]["source"])
         assert "**Next:**" in last and "Start_Here.ipynb" in last, nb
         if i + 1 < len(files):

@@ -5,6 +5,7 @@ import pytest
 
 from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches
 from ddlab import cli
+from ddlab.system import frameworks
 from ddlab.training import experiments, runs
 from ddlab.training.runspec import RunSpec
 
@@ -79,7 +80,7 @@ def test_cli_train_failure_is_one_message(capsys):
 @pytest.mark.gpu
 def test_gpu_graph_run_single():
     """On a GPU machine: one process captures its step by default (run with `pytest -m gpu`)."""
-    if runs.gpu_count("torch") < 1:
+    if frameworks.gpu_count("torch") < 1:
         pytest.skip("no GPU")
     r = runs.train(RunSpec.for_device("cuda", "cnn", steps=60, warmup_steps=10, timeout=90), graph_fallback=False)
     assert r["cuda_graph"] is True and r["ranks_agree"] and r["test_accuracy"] > 0.5
@@ -91,7 +92,7 @@ def test_gpu_ddp_is_eager_by_default_and_captures_when_asked():
     within its timeout, shutdown included (NCCL's destroy hangs while a graph that captured its
     all-reduce is alive, PyTorch issue 115388), or the LaunchTimeout message shows where each
     rank was stuck."""
-    if runs.gpu_count("torch") < 2:
+    if frameworks.gpu_count("torch") < 2:
         pytest.skip("needs 2 GPUs")
     spec = RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2, steps=60, warmup_steps=25, timeout=90)
     r = runs.train(spec)

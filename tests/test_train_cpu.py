@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from ddlab.system import frameworks
 from ddlab.training import data, runs, runspec
 from ddlab.measure import launch
 from ddlab.training.runspec import RunSpec
@@ -112,7 +113,7 @@ def test_ddp_training_closes_its_group_before_python_exits():
     assert left == {0: [], 1: []}, left
 
 def _need_horovod(framework):
-    ok, why = runs.availability(framework, "horovod")
+    ok, why = frameworks.availability(framework, "horovod")
     if not ok:
         pytest.skip(why)
 

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 from _experiment_fakes import FakeLaunches, script_result  # noqa: E402
 from ddlab.system import nccl  # noqa: E402
 from ddlab.base import reference
-from ddlab.training import results, runs, runspec
+from ddlab.training import recording, results, runs, runspec
 from ddlab.course import tuning
 from ddlab.training.runspec import RunSpec, RunSpecError  # noqa: E402
 
@@ -236,7 +236,7 @@ def test_the_recording_is_found_by_launcher_model_and_path(tmp_path, monkeypatch
                                    path="shm", tunings=["untuned"])
     name = tuning.reference_name("ddp", "wide", "shm")
     assert name == "tuning-torch-ddp-wide-shm"
-    res.save_reference(name)
+    recording.save_reference(res, name)
     back = tuning.recorded("ddp", "wide", "shm")
     assert back.source == "recorded" and back.rows == res.rows
     with pytest.raises(reference.ReferenceMissing):

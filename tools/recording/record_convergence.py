@@ -34,7 +34,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
 from ddlab.course import convergence_sweep as cs  # noqa: E402
-from ddlab.training import recording, runs
+from ddlab.system import frameworks
+from ddlab.training import recording
 
 RULES = {"none": ("none", 0.0), "linear": ("linear", 0.0), "warmup": ("linear", 2.0)}
 PARTS = ["batch", "workers"] + [f"batch:{r}" for r in RULES]
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
     if len(set(a.seeds)) < cs.MIN_SEEDS:
         p.error(f"give at least {cs.MIN_SEEDS} different seeds: a recording shows a median and a spread")
     machine = recording.use_hardware_label()
-    gpus = runs.gpu_count("torch")
+    gpus = frameworks.gpu_count("torch")
     parts = a.parts or ["batch", "workers"]
     print(f"record_convergence: parts {parts}, seeds {a.seeds}, on {machine}; torch sees {gpus} GPU(s)", flush=True)
     if gpus < 2:

@@ -43,8 +43,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab.training import experiments, recording, runs, step_profile  # noqa: E402
+from ddlab.training import experiments, recording, recording_sets, runs, step_profile  # noqa: E402
 from ddlab.course import tuning
+from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
 from ddlab.training.runspec import MODELS  # noqa: E402
 
@@ -84,7 +85,7 @@ def parse_job(job: str) -> tuple:
 def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: int, timeout, echo: bool) -> dict:
     """The tuning comparison with the live GPU defaults, written to OUT_DIR as soon as complete."""
     name = tuning.reference_name(launcher, model, path)
-    ok, why = runs.availability("torch", launcher)
+    ok, why = frameworks.availability("torch", launcher)
     if not ok:
         return {name: f"skipped: {why}"}
     base = recording.gpu_spec(model, repeats, launcher=launcher, workers=2, timeout=timeout)
@@ -96,7 +97,7 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
     except Exception as exc:  # reported in the summary; the next JOB still runs
         return {name: f"{type(exc).__name__}: {exc}"}
     os.makedirs(out_dir, exist_ok=True)
-    res.save(os.path.join(out_dir, name + ".json"))
+    recording.save(res, os.path.join(out_dir, name + ".json"))
     say("\n" + res.table() + "\n")
     return {name: res}
 
@@ -120,7 +121,7 @@ def main(argv=None) -> int:
     jobs = a.jobs or [parse_job(j) for j in DEFAULT_JOBS]
     start = time.monotonic()
     machine = recording.use_hardware_label()
-    gpus = runs.gpu_count("torch")
+    gpus = frameworks.gpu_count("torch")
     say(f"record_experiments: {len(jobs)} job(s), {a.repeats} repeats each, on {machine}; torch sees {gpus} GPU(s)")
     need = 1 if all(j[0] in ("perf", "step") for j in jobs) else 2
     if gpus < need:
@@ -137,13 +138,13 @@ def main(argv=None) -> int:
             base = recording.gpu_spec(model, a.repeats, launcher="ddp", workers=1, timeout=a.timeout, batch=a.batch)
             say(f"\n== {job}: one GPU, CUDA graph, {base.steps} steps ({base.warmup_steps} warm-up), "
                 f"batch {base.batch}/GPU, {base.precision}, {base.repeats} repeats")
-            done = recording.record_one_gpu_step(a.out, base, a.echo, say, suffix_batch=a.batch)
+            done = recording_sets.record_one_gpu_step(a.out, base, a.echo, say, suffix_batch=a.batch)
             try:   # and where that step's time goes (ddlab.training.step_profile), for the cost model
                 step_profile.record(a.out, [model], base.batch)
             except Exception as exc:  # reported; the next JOB still runs
                 done[step_profile.reference_name(model, base.batch)] = f"{type(exc).__name__}: {exc}"
         elif launcher == "perf":
-            done = recording.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
+            done = recording_sets.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
                                             echo=a.echo, progress=say)
         else:
             base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout,
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
             variant = "-".join(v for v in ("graph" if graph else "", f"b{a.batch}" if a.batch else "") if v) or None
             say(f"\n== {job}: {base.steps} steps ({base.warmup_steps} warm-up), batch {base.batch}/GPU, "
                 f"{base.precision}, {base.repeats} repeats")
-            done = recording.record_paths(a.out, base, variant, a.echo, say)
+            done = recording_sets.record_paths(a.out, base, variant, a.echo, say)
         bad = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
                or any(r.get("error") for r in v.rows)]
         failed += bool(bad)

@@ -6,9 +6,9 @@ returned on the machine that ran it; for cited data, ``{"cited": true, "source":
 """
 from __future__ import annotations
 
-import json
 import os
 
+from ddlab.base import files
 from ddlab.base.paths import REFERENCE_DIR
 
 
@@ -32,8 +32,7 @@ def load(kind: str, name: str) -> dict:
     if not os.path.exists(p):
         raise ReferenceMissing(f"no recorded result {kind}/{name} (looked for {p}); "
                                f"available: {', '.join(names(kind)) or 'none'}")
-    with open(p) as f:
-        obj = json.load(f)
+    obj = files.read_json(p, "recorded result")
     if "provenance" not in obj:
         raise ValueError(f"{p} has no provenance: recorded results must say where they came from")
     return obj
@@ -42,9 +41,4 @@ def load(kind: str, name: str) -> dict:
 def save(kind: str, name: str, obj: dict) -> str:
     if "provenance" not in obj:
         raise ValueError("a recorded result needs a provenance object")
-    p = path(kind, name)
-    os.makedirs(os.path.dirname(p), exist_ok=True)
-    with open(p, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=False)
-        f.write("\n")
-    return p
+    return files.write_json(path(kind, name), obj)

@@ -2,7 +2,7 @@
 
 * **When a second GPU pays** (:func:`second_gpu_table`): every recorded model x NCCL path of a
   2-GPU recording, with the one-GPU step, the all-reduce of the model's gradients on that path
-  (from the path's alpha-beta fit, :mod:`ddlab.cost.cost_model`), their ratio, the predicted split
+  (from the path's alpha-beta fit, :mod:`ddlab.cost.alpha_beta`), their ratio, the predicted split
   of the 2-GPU step and the predicted speedup beside the measured median and spread.
   :func:`predicted_vs_measured` does the same for a live scaling or NCCL-path result and a live
   all-reduce fit (CPU processes over gloo, or GPUs over NCCL); :func:`second_gpu_live` runs
@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ddlab.cost import cost_model
+from ddlab.cost import alpha_beta, recorded_runs, step_model, validation
 from ddlab.base import reference
 from ddlab.base.tables import Table
 
@@ -70,14 +70,14 @@ _LEGEND = (_LEGEND_TERMS + "; predicted and measured: speedup of 2 workers over 
 
 
 def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
-                     recorded: Optional[cost_model.RecordedSet] = None) -> Table:
+                     recorded: Optional[recorded_runs.RecordedSet] = None) -> Table:
     """Case 1 on the recorded 2-GPU machine: for every recorded model x path of ``launcher``
     ("ddp", "ddp-graph" or "horovod"), the one-GPU step, the all-reduce of the gradients on
     that path, the ratio of the two (the rule of thumb), the predicted 2-GPU step split and
     speedup, and the measured median with its min-max over the repeats. The wrapper's cost
-    per step is the one :func:`ddlab.cost.cost_model.fit_all_overheads` fits for the launcher."""
-    rec = recorded or cost_model.recorded_points()
-    over = cost_model.fit_all_overheads(rec)
+    per step is the one :func:`ddlab.cost.validation.fit_all_overheads` fits for the launcher."""
+    rec = recorded or recorded_runs.recorded_points()
+    over = validation.fit_all_overheads(rec)
     pts = [p for p in rec.points if p.launcher == launcher and (models is None or p.model in models)]
     if not pts:
         raise ValueError(f"no recorded 2-GPU runs for launcher {launcher!r}"
@@ -86,8 +86,8 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
     pts.sort(key=lambda p: (order.get(p.model, 99), p.path))
     rows = []
     for p in pts:
-        pred = cost_model.predict_point(p, rec.fits, over.get(p.launcher), profiles=rec.profiles,
-                                        channels=rec.channels)
+        pred = recorded_runs.predict_point(p, rec.fits, over.get(p.launcher), profiles=rec.profiles,
+                                           channels=rec.channels)
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
     notes = [_LEGEND, "Far above a ratio of 1, the all-reduce hides behind the step and a second GPU pays; near or "
@@ -97,13 +97,13 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
                  + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
 
 
-def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads] = None,
-                          recorded: Optional[cost_model.RecordedSet] = None) -> Table:
+def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads] = None,
+                          recorded: Optional[recorded_runs.RecordedSet] = None) -> Table:
     """The step model against a live (or recorded) scaling or NCCL-path result: for each row
     with 2 or more workers, the prediction from the one-worker row's step time and ``fit``
-    (an :class:`ddlab.cost.cost_model.AlphaBeta` of the all-reduce the run used, or a dict
+    (an :class:`ddlab.cost.alpha_beta.AlphaBeta` of the all-reduce the run used, or a dict
     {path: fit} for an NCCL-path comparison) beside the measured speedup. ``recorded`` (default:
-    :func:`ddlab.cost.cost_model.recorded_points`) supplies the step profiles of the GPU the result
+    :func:`ddlab.cost.recorded_runs.recorded_points`) supplies the step profiles of the GPU the result
     ran on, and the channels of its own recorded paths."""
     rows_in = [r for r in result.rows if not r.get("error")]
     base = [r for r in rows_in if r.get("workers") == 1]
@@ -111,7 +111,7 @@ def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads]
         raise ValueError("the result has no one-worker row to take the compute time from")
     model = result.config.get("model")
     compute_s = base[0]["global_batch"] / base[0]["images_per_s"]
-    rec = recorded or cost_model.recorded_points()
+    rec = recorded or recorded_runs.recorded_points()
     device = "cpu" if result.config.get("device") == "cpu" else result.config.get("device_name")
     rows = []
     for r in rows_in:
@@ -123,10 +123,10 @@ def predicted_vs_measured(result, fit, overheads: Optional[cost_model.Overheads]
             continue
         # the recorded machine's channels only go with its own recorded fits
         channels = rec.channels.get(path) if f is rec.fits.get(path) else None
-        pred = cost_model.predict_step(model, compute_s, f, r["workers"], batch=base[0]["global_batch"],
+        pred = step_model.predict_step(model, compute_s, f, r["workers"], batch=base[0]["global_batch"],
                                        overheads=overheads,
-                                       **cost_model.measured_inputs(model, base[0]["global_batch"], rec.profiles,
-                                                                    channels, device))
+                                       **recorded_runs.measured_inputs(model, base[0]["global_batch"],
+                                                                       rec.profiles, channels, device))
         lo, hi = r.get("speedup_min"), r.get("speedup_max")
         row = _row(model, path, compute_s, pred, r["speedup"], (lo, hi) if lo is not None else None,
                    r.get("repeats", 1))
@@ -170,16 +170,16 @@ CPU_BATCHES = (32, 512)
 
 
 def _gpus_live(launcher: str, machine=None, gpus: int = 2) -> bool:
-    """Whether the ``gpus``-GPU version runs live here: the course's one policy (:func:`ddlab.course.mode.decide`)."""
-    from ddlab.course import mode
-    return mode.decide(mode.Needs(gpus=gpus, framework="torch", launcher=launcher), machine).live
+    """Whether the ``gpus``-GPU version runs live here: the course's one policy (:func:`ddlab.system.policy.decide`)."""
+    from ddlab.system import policy
+    return policy.decide(policy.Needs(gpus=gpus, framework="torch", launcher=launcher), machine).live
 
 
 _PREDICTED_COLUMNS = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:-3]
 
 
 def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool = False,
-                         recorded: Optional[cost_model.RecordedSet] = None) -> Table:
+                         recorded: Optional[recorded_runs.RecordedSet] = None) -> Table:
     """Case 1 on a machine with one GPU: the one-GPU step of ``model`` measured now (DDP on
     this GPU, ``repeats`` times: the run behind the one-GPU row of a recorded comparison), and
     the step model's 2-GPU speedup over each path of the recorded machine (the alpha-beta fit
@@ -193,14 +193,14 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
     res = experiments.throughput_scaling(spec, workers=(1,), device="cuda", echo=echo)
     (one,) = res.rows
     compute_s = one["global_batch"] / one["images_per_s"]
-    rec = recorded or cost_model.recorded_points()
-    over = cost_model.fit_all_overheads(rec).get("ddp")
+    rec = recorded or recorded_runs.recorded_points()
+    over = validation.fit_all_overheads(rec).get("ddp")
     rows = []
     for path, fit in rec.fits.items():
-        pred = cost_model.predict_step(model, compute_s, fit, 2, batch=one["global_batch"], overheads=over,
-                                       **cost_model.measured_inputs(model, one["global_batch"], rec.profiles,
-                                                                    rec.channels.get(path),
-                                                                    res.config.get("device_name")))
+        pred = step_model.predict_step(model, compute_s, fit, 2, batch=one["global_batch"], overheads=over,
+                                       **recorded_runs.measured_inputs(model, one["global_batch"], rec.profiles,
+                                                                       rec.channels.get(path),
+                                                                       res.config.get("device_name")))
         rows.append(dict(_row(model, path, compute_s, pred, None), batch=one["global_batch"]))
     gpu = res.config.get("device_name") or hardware.this_machine()[0]
     spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")
@@ -232,9 +232,9 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     from ddlab.measure import collectives
     from ddlab.training import experiments
     from ddlab.system import hardware
-    from ddlab.course import mode
+    from ddlab.system import policy
     from ddlab.training.runspec import RunSpec
-    machine = machine or mode.Machine.detect()
+    machine = machine or policy.Machine.detect()
     two_gpus = _gpus_live("ddp", machine)
     if not two_gpus and _gpus_live("ddp", machine, gpus=1):
         return second_gpu_predicted(model, repeats=repeats, echo=echo)
@@ -242,17 +242,17 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     if two_gpus:
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
         res = experiments.nccl_path_comparison(spec, echo=echo)
-        fits = {p: cost_model.fit_sweep(s) for p, s in collectives.compare_paths(inventory=inv).items()}
-        rec = cost_model.recorded_points()
-        over = cost_model.fit_all_overheads(rec).get("ddp")
+        fits = {p: alpha_beta.fit_sweep(s) for p, s in collectives.compare_paths(inventory=inv).items()}
+        rec = recorded_runs.recorded_points()
+        over = validation.fit_all_overheads(rec).get("ddp")
         t = predicted_vs_measured(res, fits, over, rec)
         t.notes.append("Wrapper cost per step: the one fitted to the recorded DDP runs "
                        f"({over.describe() if over else 'none'}).")
         return t
     sweep = collectives.sweep(backend="gloo", max_bytes="16M", inventory=inv)
-    fit = cost_model.fit_sweep(sweep)
+    fit = alpha_beta.fit_sweep(sweep)
     rows, tables_ = [], []
-    rec = cost_model.recorded_points()
+    rec = recorded_runs.recorded_points()
     for b in (batches or CPU_BATCHES):
         spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
         res = experiments.throughput_scaling(spec, workers=(1, 2), device="cpu", echo=echo)
@@ -326,8 +326,8 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
             + ("" if len(batches) > 1 else " The batch sweep (record_experiments.py --batch N) is not recorded yet."))
     if len(batches) < 2:
         return None, line
-    rec = cost_model.recorded_points()
-    over = cost_model.fit_all_overheads(rec).get(launcher)
+    rec = recorded_runs.recorded_points()
+    over = validation.fit_all_overheads(rec).get(launcher)
     rows, cols = [], None
     for res in results:
         t = predicted_vs_measured(res, rec.fits, over, rec)

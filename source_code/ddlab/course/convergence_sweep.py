@@ -218,10 +218,7 @@ class ConvergenceResult:
     # ---- where it comes from
     def where(self) -> str:
         from ddlab.system import provenance as prov
-        if self.source == "missing":
-            return "not recorded yet"
-        label = prov.label(self.provenance) if self.provenance else "unknown machine"
-        return f"{'recorded on' if self.source == 'recorded' else 'measured now on'} {label}"
+        return prov.caption(self.provenance, source=self.source)
 
     def row(self, label: str) -> dict:
         for r in self.rows:
@@ -479,17 +476,25 @@ def load_recorded(name: str = RECORDED_NAME) -> ConvergenceResult:
 
 
 def live_or_recorded(source: str = "auto", machine=None) -> ConvergenceResult:
-    """The GPU sweep through :func:`ddlab.course.mode.live_or_recorded` (part "convergence"): live
+    """The GPU sweep, as the course's one policy (:func:`ddlab.system.policy.decide`) says: live
     (the :data:`LIVE_GPU` points) on a machine with 2 GPUs and DDP, else the recording, else
-    an empty result whose ``where()`` is "not recorded yet" and whose note says why."""
-    from ddlab.course import mode
-    m = machine or mode.Machine.detect()
-    shown = mode.live_or_recorded("convergence", source=source, machine=m)
-    if shown.value is None:
-        why = mode.decide(mode.Needs(gpus=2, framework="torch", launcher="ddp"), m).why
+    an empty result whose ``where()`` is "not recorded yet" and whose note says why.
+    ``source``: "auto", "live" or "recorded"."""
+    from ddlab.system import policy
+    if source not in ("auto", "live", "recorded"):
+        raise ValueError(f"unknown source {source!r}; choose one of auto, live, recorded")
+    m = machine or policy.Machine.detect()
+    needs = policy.Needs(gpus=2, framework="torch", launcher="ddp")
+    decision = policy.decide(needs, m) if source != "recorded" else policy.Decision(False, "as asked")
+    if source == "live" and not decision.live:
+        raise RuntimeError(f"cannot run convergence live here: {decision.why}")
+    if decision.live:
+        return run_sweep(points_for("cuda", live=True), "cuda")
+    try:
+        res = load_recorded()
+    except FileNotFoundError:
+        why = policy.decide(needs, m).why
         return ConvergenceResult([], [], "missing", notes=[f"no GPU sweep recorded yet, and this machine cannot "
                                                            f"run it live ({why})"])
-    res = shown.value
-    if not shown.live:
-        res.notes.insert(0, "recorded: " + ("as asked" if source == "recorded" else "this machine cannot run it live"))
+    res.notes.insert(0, "recorded: " + ("as asked" if source == "recorded" else "this machine cannot run it live"))
     return res

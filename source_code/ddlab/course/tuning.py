@@ -360,9 +360,10 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     still run."""
     from ddlab.measure import launch
     from ddlab.system import nccl
-    from ddlab.training.experiments import _config, _failure_row, _keep, _provenance, _repeat
+    from ddlab.system.provenance import run_provenance
+    from ddlab.training.experiment_kit import config_of, keep_runs, repeat
     from ddlab.training.results import ExperimentResult, add_speedup, median_run, row_of_repeats
-    from ddlab.training.runs import ExperimentError, spec_for
+    from ddlab.training.runs import ExperimentError, failure_row, spec_for
     from ddlab.training.runspec import RunSpecError, nccl_path_name
 
     if base is None:
@@ -399,15 +400,15 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     rows, all_runs = [], []
     base_ips = None
     try:
-        base_runs = _repeat(spec.with_(workers=1, path="default"), **common)
+        base_runs = repeat(spec.with_(workers=1, path="default"), **common)
     except (launch.LaunchError, ExperimentError) as exc:
         base_runs = []
-        rows.append(_failure_row(exc, tuning=BASELINE, flags="(none)", path="1 worker", workers=1))
+        rows.append(failure_row(exc, tuning=BASELINE, flags="(none)", path="1 worker", workers=1))
         notes.append(f"the one-worker baseline failed, so there are no speedups: {str(exc).splitlines()[0]}")
     else:
         row = row_of_repeats(base_runs)
         base_ips = row["images_per_s"]
-        idx = _keep(all_runs, base_runs)
+        idx = keep_runs(all_runs, base_runs)
         rows.append(dict(add_speedup(row, base_ips), tuning=BASELINE, flags="(none)", path="1 worker",
                          why="one worker, no all-reduce: the speedups are over this run",
                          run=idx[median_run(base_runs)], runs=idx))
@@ -422,13 +423,13 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
             not_run.setdefault(skip, []).append(name)
             continue
         try:
-            runs = _repeat(t.spec(spec), **common)
+            runs = repeat(t.spec(spec), **common)
         except (launch.LaunchError, ExperimentError) as exc:
-            rows.append(_failure_row(exc, tuning=name, flags=flags, path=path, workers=spec.workers))
+            rows.append(failure_row(exc, tuning=name, flags=flags, path=path, workers=spec.workers))
             notes.append(f"{name!r} failed: {str(exc).splitlines()[0]}")
             continue
         row = add_speedup(row_of_repeats(runs), base_ips)
-        idx = _keep(all_runs, runs)
+        idx = keep_runs(all_runs, runs)
         mid = median_run(runs)
         row.update(tuning=name, flags=flags, path=path, why=t.why, run=idx[mid], runs=idx,
                    tuning_config=runs[mid].get("tuning"))
@@ -442,8 +443,8 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
         notes.append(f"{', '.join(map(repr, bigger))} process more images per optimizer step than the one-worker "
                      "baseline (a larger global batch): their speedup adds the larger batch to the second worker, "
                      "and their test accuracy is that of a different training")
-    return ExperimentResult(EXPERIMENT, rows, "live", _provenance(
+    return ExperimentResult(EXPERIMENT, rows, "live", run_provenance(
         f"ddlab.course.tuning.tuning_comparison(model={spec.model!r}, launcher={launcher!r}, path={path!r}, "
         f"tunings={chosen})"), notes,
-        _config(spec, (base_runs or all_runs)[0], workers=spec.workers, path=path, tunings=chosen,
+        config_of(spec, (base_runs or all_runs)[0], workers=spec.workers, path=path, tunings=chosen,
                 baseline_images_per_s=base_ips), all_runs)

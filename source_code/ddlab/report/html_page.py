@@ -69,7 +69,7 @@ def load_other(spec: str) -> dict:
     from ddlab.training import recording
     from ddlab.base import reference
     from ddlab.system import topology
-    from ddlab.report.runner import link_peaks, p2p_data, topology_data
+    from ddlab.report.steps import link_peaks, p2p_data, topology_data
     if os.path.isdir(spec):
         steps = read_folder(spec)
         if not steps:
@@ -91,7 +91,7 @@ def load_other(spec: str) -> dict:
     if spec in reference.names("allreduce"):
         sweeps = list(collectives.load_recorded(spec).values())
         prov = prov or sweeps[0].provenance
-        from ddlab.report.runner import slowest_peak
+        from ddlab.report.steps import slowest_peak
         peaks = link_peaks(topo, [prov.get("gpu_model") or ""])
         steps["allreduce"] = {"status": "done", "provenance": sweeps[0].provenance,
                               "data": {"backend": sweeps[0].backend, "sweeps": collectives.results_to_json(sweeps),
@@ -101,7 +101,7 @@ def load_other(spec: str) -> dict:
         steps["training"] = {"status": "done", "data": {"result": res.to_dict(), "device": "cuda"},
                              "provenance": res.provenance}
     from ddlab.system.hardware import machine_label
-    from ddlab.report.runner import STEPS
+    from ddlab.report.steps import STEPS
     for step in STEPS:
         if step.name in steps:
             steps[step.name]["title"] = step.title

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ddlab.course import mode
+from ddlab.system import policy
 
 FULL_BUDGET_S = 600.0      # a full report on 8 GPUs
 QUICK_BUDGET_S = 120.0     # a --quick preflight on 2 GPUs
@@ -112,11 +112,11 @@ class Plan:
         return sum(self.estimates.values())
 
 
-def plan(machine: mode.Machine, quick: bool = False, p2p_built: bool = True) -> Plan:
+def plan(machine: policy.Machine, quick: bool = False, p2p_built: bool = True) -> Plan:
     """The report's plan for ``machine`` (GPU count and software), with an estimate per step."""
     from ddlab.system import nccl
     gpus = machine.gpus
-    multi = mode.decide(mode.Needs(gpus=2, framework="torch", launcher="ddp"), machine).live
+    multi = policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), machine).live
     torch_ok = machine.software("torch", "ddp")[0]
     backend = "nccl" if multi else "gloo"
     paths = list(nccl.COMPARED) if multi else ["default"]
@@ -127,7 +127,7 @@ def plan(machine: mode.Machine, quick: bool = False, p2p_built: bool = True) -> 
         train_device = None if quick or not torch_ok else "cpu"
     train_paths = list(nccl.COMPARED) if train_device == "cuda" else ["default"]
     p = Plan(gpus, quick, p2p_sizing(gpus, quick), backend, sizes, paths, train_device, train_paths)
-    p2p_live = mode.decide(mode.Needs(gpus=2, nvcc=True), machine).live
+    p2p_live = policy.decide(policy.Needs(gpus=2, nvcc=True), machine).live
     p.estimates = {
         "doctor": DOCTOR_S,
         "topology": TOPOLOGY_S,

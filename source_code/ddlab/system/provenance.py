@@ -92,13 +92,19 @@ def label(prov: dict) -> str:
     return f"{machine_label(prov)}, {str(prov.get('date', ''))[:10]}"
 
 
-def caption(prov: dict, live: bool = False) -> str:
-    """Where a figure or table comes from, as the course labels it everywhere: "measured now
-    on ...", "recorded on ...", or, for figures not measured, what they are instead."""
+def caption(prov: Optional[dict], live: bool = False, source: Optional[str] = None) -> str:
+    """Where a figure or table comes from, the one line the course labels it with everywhere:
+    "measured now on ...", "recorded on ...", "not recorded yet" (``source="missing"``), or,
+    for figures not measured, what they are instead. ``source`` ("live", "recorded",
+    "missing") is a result's own word for it and overrides ``live``."""
+    if source == "missing":
+        return "not recorded yet"
+    live = live if source is None else source == "live"
+    where = label(prov) if prov else "unknown machine"
     if live:
-        return "measured now on " + label(prov)
-    if prov.get("cited"):
+        return "measured now on " + where
+    if prov and prov.get("cited"):
         return "written from published facts, not measured"
-    if prov.get("illustrative"):
+    if prov and prov.get("illustrative"):
         return "illustrative example, not a measurement"
-    return "recorded on " + label(prov)
+    return "recorded on " + where

@@ -8,9 +8,11 @@ import sys
 
 from ddlab.measure import launch
 from ddlab.base import reference
+from ddlab.training import recording
 from ddlab.training.experiments import EXPERIMENTS, _run, live_or_recorded
 from ddlab.training.runs import ExperimentError, spec_for, train
-from ddlab.training.runspec import FRAMEWORKS, MODELS, RunSpecError
+from ddlab.system.frameworks import FRAMEWORKS
+from ddlab.training.runspec import MODELS, RunSpecError
 
 
 def cli_train(argv: list) -> int:
@@ -113,11 +115,11 @@ def cli_experiment(argv: list) -> int:
             res = live_or_recorded(a.name, a.framework, a.launcher, a.model, workers, a.source,
                                    cpu_run=not a.no_cpu_run, cuda_graph=a.cuda_graph, **kw)
         if a.save_reference:
-            print(f"recorded as {res.save_reference(a.save_reference)}", file=sys.stderr)
+            print(f"recorded as {recording.save_reference(res, a.save_reference)}", file=sys.stderr)
     except (RunSpecError, ExperimentError, launch.LaunchError, reference.ReferenceMissing) as exc:
         print(f"ddlab experiment: {exc}", file=sys.stderr)
         return 1
     if a.out:
-        res.save(a.out)
+        recording.save(res, a.out)
     print(json.dumps(res.to_dict(), indent=1) if a.json else res.table())
     return 0

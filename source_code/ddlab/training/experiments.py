@@ -12,7 +12,7 @@ returns an :class:`~ddlab.training.results.ExperimentResult` (median and min-max
 * :func:`performance_options` - one GPU, the same model with each speed option.
 
 :func:`live_or_recorded` runs one live when this machine can (the policy is
-:func:`ddlab.course.mode.decide`) and otherwise loads the recording (:mod:`ddlab.training.recording`); with no
+:func:`ddlab.system.policy.decide`) and otherwise loads the recording (:mod:`ddlab.training.recording`); with no
 GPU it also runs the experiment for real, small, on CPU processes with gloo, and puts it beside.
 """
 from __future__ import annotations
@@ -25,7 +25,10 @@ from ddlab.base import reference
 from ddlab.training import throughput
 from ddlab.training.results import (ExperimentResult, add_speedup, combine_launchers, compare_speedups,  # noqa: F401
                       median_run, row_of_repeats)
-from ddlab.training.runs import ExperimentError, availability, gpu_count, spec_for, train  # noqa: F401  (names the notebooks use)
+from ddlab.system.frameworks import availability, gpu_count  # noqa: F401  (names the notebooks use)
+from ddlab.system.provenance import run_provenance
+from ddlab.training.experiment_kit import base_spec, config_of, keep_runs, repeat
+from ddlab.training.runs import ExperimentError, failure_row, spec_for, train  # noqa: F401  (names the notebooks use)
 from ddlab.training.runspec import MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_name  # noqa: F401
 from ddlab.training.recording import load_recorded, reference_name  # noqa: F401
 
@@ -45,41 +48,6 @@ PERF_OPTIONS = {
 Progress = Optional[Callable[[str], None]]
 
 
-def _base(base: Optional[RunSpec], device: str, workers: int, fields: dict) -> RunSpec:
-    """The experiment's base run: ``base`` with ``fields`` changed, or the default for the device."""
-    if base is not None:
-        return base.with_(**{k: v for k, v in fields.items() if v is not None}) if fields else base
-    fields = {k: v for k, v in fields.items() if k != "workers"}
-    return spec_for(device, fields.pop("framework", "torch"), fields.pop("model", "cnn"), workers, **fields)
-
-
-def _repeat(spec: RunSpec, **kw) -> list:
-    return [train(spec, **kw) for _ in range(spec.repeats)]
-
-
-def _config(spec: RunSpec, run: dict, **more) -> dict:
-    c = {"framework": spec.framework, "launcher": spec.launcher, "model": spec.model, "params": run.get("params"),
-         "gradient_bytes_per_step": run.get("gradient_bytes_per_step"), "batch_size": run.get("batch_per_worker"),
-         "steps": run.get("steps"), "warmup_steps": run.get("warmup_steps"), "precision": run.get("precision"),
-         "device": run.get("device"), "device_name": run.get("device_name"), "repeats": spec.repeats,
-         "spec": spec.to_dict()}
-    c.update(more)
-    return c
-
-
-def _provenance(call: str) -> dict:
-    from ddlab.system.provenance import run_provenance
-    return run_provenance(call)
-
-
-def _keep(runs_out: list, runs: list) -> list:
-    """Appends the runs (without logs) and returns their indices in ``runs_out``."""
-    from ddlab.training.runs import slim
-    first = len(runs_out)
-    runs_out += [slim(r) for r in runs]
-    return list(range(first, len(runs_out)))
-
-
 # ----------------------------------------------------------------------------- experiments
 def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = (1, 2), device: str = "auto",
                        env: Optional[Mapping] = None, echo: bool = False, progress: Progress = None,
@@ -93,14 +61,14 @@ def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = 
         raise RunSpecError("workers must be positive integers, e.g. [1, 2]")
     if base is None:
         fields.setdefault("launcher", "ddp")
-    spec = _base(base, device, max(workers), dict(fields, workers=max(workers)))
+    spec = base_spec(base, device, max(workers), dict(fields, workers=max(workers)))
     if spec.launcher == "none" and workers != [1]:
         raise RunSpecError("launcher 'none' is one process; use 'ddp' or 'horovod' to scale")
     all_runs, rows = [], []
     for w in workers:
-        runs = _repeat(spec.with_(workers=w), env=env, echo=echo, progress=progress)
+        runs = repeat(spec.with_(workers=w), env=env, echo=echo, progress=progress)
         row = row_of_repeats(runs)
-        row["runs"] = _keep(all_runs, runs)
+        row["runs"] = keep_runs(all_runs, runs)
         rows.append(row)
     base_ips = rows[0]["images_per_s"]
     for row in rows:
@@ -110,9 +78,9 @@ def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = 
     if spec.device == "cpu":
         notes.append("CPU processes with gloo: the workers share this machine's cores, so scaling shows the "
                      "real code path, not what GPUs would do")
-    return ExperimentResult("scaling", rows, "live", _provenance(
+    return ExperimentResult("scaling", rows, "live", run_provenance(
         f"ddlab.training.experiments.throughput_scaling({spec.framework!r}, {spec.launcher!r}, workers={workers}, "
-        f"model={spec.model!r})"), notes, _config(spec, all_runs[0], workers=workers), all_runs)
+        f"model={spec.model!r})"), notes, config_of(spec, all_runs[0], workers=workers), all_runs)
 
 
 def _transport_of(log_text: str, dev: str, backend: str) -> dict:
@@ -158,7 +126,7 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
         raise RunSpecError("the NCCL paths need at least 2 workers")
     if (base.launcher if base is not None else fields["launcher"]) == "none":
         raise RunSpecError("the NCCL paths need several workers: use launcher 'ddp' or 'horovod'")
-    spec = _base(base, device, workers, dict(fields, workers=workers))
+    spec = base_spec(base, device, workers, dict(fields, workers=workers))
     notes = []
     if spec.device == "cpu":
         notes.append("CPU processes: gradients are all-reduced by gloo over TCP, not by NCCL, so the NCCL paths "
@@ -170,45 +138,40 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
     base_text = "(one worker: no all-reduce traffic)"
     base_ips = None
     try:
-        base_runs = _repeat(spec.with_(workers=1, path="default"), **common)
+        base_runs = repeat(spec.with_(workers=1, path="default"), **common)
     except (launch.LaunchError, ExperimentError) as exc:
         base_runs = []
-        rows.append(_failure_row(exc, path="1 worker", env={}, env_text=base_text, workers=1))
+        rows.append(failure_row(exc, path="1 worker", env={}, env_text=base_text, workers=1))
         notes.append(f"the one-worker baseline failed, so there are no speedups: {str(exc).splitlines()[0]}")
     else:
         row = row_of_repeats(base_runs)
         base_ips = row["images_per_s"]
-        idx = _keep(all_runs, base_runs)
+        idx = keep_runs(all_runs, base_runs)
         rows.append(dict(add_speedup(row, base_ips), path="1 worker", env={}, env_text=base_text, transport="-",
                          run=idx[median_run(base_runs)], runs=idx))
     for p in paths:
         shown = {k: v for k, v in nccl_path_env(p).items() if v is not None}
         env_text = " ".join(f"{k}={v}" for k, v in shown.items()) or "(NCCL defaults)"
         try:
-            runs = _repeat(spec.with_(path=p), env={"NCCL_DEBUG": "INFO"}, keep_log=True, **common)
+            runs = repeat(spec.with_(path=p), env={"NCCL_DEBUG": "INFO"}, keep_log=True, **common)
         except (launch.LaunchError, ExperimentError) as exc:
-            rows.append(_failure_row(exc, path=p, env=shown, env_text=env_text, workers=workers))
+            rows.append(failure_row(exc, path=p, env=shown, env_text=env_text, workers=workers))
             notes.append(f"path {p!r} failed: {str(exc).splitlines()[0]}")
             continue
         logs = [r.pop("log", "") for r in runs]
         row = add_speedup(row_of_repeats(runs), base_ips)
-        idx = _keep(all_runs, runs)
+        idx = keep_runs(all_runs, runs)
         mid = median_run(runs)
         row.update(path=p, env=shown, env_text=env_text, run=idx[mid], runs=idx)
         row.update(_transport_of(logs[mid], spec.device, runs[mid]["backend"]))
         rows.append(row)
     if not all_runs:
         raise ExperimentError("every run of the NCCL path comparison failed:\n" + "\n".join(notes))
-    return ExperimentResult("nccl-paths", rows, "live", _provenance(
+    return ExperimentResult("nccl-paths", rows, "live", run_provenance(
         f"ddlab.training.experiments.nccl_path_comparison({spec.framework!r}, {spec.launcher!r}, model={spec.model!r}, "
         f"paths={list(paths)}, workers={workers})"),
-        notes, _config(spec, (base_runs or all_runs)[0], workers=workers, paths=list(paths),
+        notes, config_of(spec, (base_runs or all_runs)[0], workers=workers, paths=list(paths),
                        baseline_images_per_s=base_ips), all_runs)
-
-
-def _failure_row(exc: Exception, **fields) -> dict:
-    from ddlab.training.runs import failure_row
-    return failure_row(exc, **fields)
 
 
 def scaling_from_paths(paths_result: ExperimentResult) -> ExperimentResult:
@@ -242,7 +205,7 @@ def performance_options(base: Optional[RunSpec] = None, options: Optional[Sequen
     options = list(options or PERF_OPTIONS)
     for o in options:
         _check_choice("option", o, tuple(PERF_OPTIONS))
-    spec = _base(base, device, 1, dict(fields, framework="torch", launcher="none", workers=1))
+    spec = base_spec(base, device, 1, dict(fields, framework="torch", launcher="none", workers=1))
     notes = []
     if spec.device == "cpu":
         notes.append("CPU: CUDA graphs and bf16 autocast are GPU techniques; only the options that run on a "
@@ -255,21 +218,21 @@ def performance_options(base: Optional[RunSpec] = None, options: Optional[Sequen
             runs = [train(spec.with_(**PERF_OPTIONS[o]), echo=echo, graph_fallback=False, progress=progress)
                     for _ in range(spec.repeats)]
         except (launch.LaunchError, ExperimentError) as exc:
-            rows.append(_failure_row(exc, option=o, workers=1))
+            rows.append(failure_row(exc, option=o, workers=1))
             notes.append(f"option {o!r} failed: {str(exc).splitlines()[0]}")
             continue
         row = row_of_repeats(runs)
         base_ips = base_ips or (row["images_per_s"] if o == options[0] else None)
         mid = median_run(runs)
-        idx = _keep(all_runs, runs)
+        idx = keep_runs(all_runs, runs)
         rows.append(dict(add_speedup(row, base_ips), option=o, compile=runs[mid].get("compile"),
                          cuda_graph_reason=runs[mid].get("cuda_graph_reason"),
                          channels_last=runs[mid].get("channels_last"), run=idx[mid], runs=idx))
     if not all_runs:
         raise ExperimentError("every option failed:\n" + "\n".join(notes))
-    return ExperimentResult("perf-options", rows, "live", _provenance(
+    return ExperimentResult("perf-options", rows, "live", run_provenance(
         f"ddlab.training.experiments.performance_options(model={spec.model!r}, options={options})"),
-        notes, _config(spec, all_runs[0], options=options), all_runs)
+        notes, config_of(spec, all_runs[0], options=options), all_runs)
 
 
 # ----------------------------------------------------------------------------- live or recorded
@@ -301,7 +264,7 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
                      workers=None, source: str = "auto", cpu_run: bool = True, missing_ok: bool = False,
                      cuda_graph: bool = False, machine=None, **fields) -> ExperimentResult:
     """Run ``experiment`` ("scaling", "nccl-paths" or "perf-options") live on GPUs when this
-    machine can (:func:`ddlab.course.mode.decide`), otherwise load the result recorded for it; the
+    machine can (:func:`ddlab.system.policy.decide`), otherwise load the result recorded for it; the
     result's notes say which.
 
     ``source``: "auto", "live" (run it; fail with the reason if this machine cannot) or
@@ -311,9 +274,9 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     ExperimentError, or with ``missing_ok`` return an empty result whose ``source`` is
     "missing" and whose notes say why. ``cuda_graph`` (PyTorch scaling and nccl-paths):
     capture each training step as a CUDA graph; the recorded result is then the "graph"
-    variant, and no CPU run is added. ``machine``: a :class:`ddlab.course.mode.Machine` (default:
+    variant, and no CPU run is added. ``machine``: a :class:`ddlab.system.policy.Machine` (default:
     this one). ``fields``: RunSpec fields for a live run (batch, steps, repeats, timeout, ...)."""
-    from ddlab.course import mode
+    from ddlab.system import policy
     from ddlab.system import provenance as prov
     _check_choice("experiment", experiment, EXPERIMENTS)
     _check_choice("source", source, ("auto", "live", "recorded"))
@@ -327,8 +290,8 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     if experiment == "perf-options":
         launcher = "none"
     need = _needed_gpus(experiment, workers)
-    m = machine or mode.Machine.detect()
-    decision = mode.decide(mode.Needs(gpus=need, framework=framework, launcher=launcher), m)
+    m = machine or policy.Machine.detect()
+    decision = policy.decide(policy.Needs(gpus=need, framework=framework, launcher=launcher), m)
     ok, why = decision.live, decision.why
     if source == "live" and not ok:
         raise ExperimentError(f"cannot run {experiment} live here: {why}")

@@ -13,7 +13,6 @@ several results all read the same rows; split, each half would need the other's 
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
@@ -167,10 +166,7 @@ class ExperimentResult:
 
     def where(self) -> str:
         from ddlab.system import provenance as prov
-        if self.source == "missing":
-            return "not recorded yet"
-        label = prov.label(self.provenance) if self.provenance else "unknown machine"
-        return f"{'recorded on' if self.source == 'recorded' else 'measured now on'} {label}"
+        return prov.caption(self.provenance, source=self.source)
 
     def table_notes(self) -> list:
         """The notes under the table: the result's own, then what it says about itself."""
@@ -288,18 +284,6 @@ class ExperimentResult:
         return cls(name=d["experiment"], rows=list(d["rows"]), source=source or d.get("source", "live"),
                    provenance=d["provenance"], notes=list(d.get("notes", [])), config=dict(d.get("config", {})),
                    runs=list(d.get("runs", [])), companion=comp)
-
-    def save(self, path: str) -> str:
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-            f.write("\n")
-        return path
-
-    def save_reference(self, name: Optional[str] = None) -> str:
-        """Record a live result under source_code/reference/experiments/<name>.json
-        (:func:`ddlab.training.recording.save_reference`)."""
-        from ddlab.training import recording
-        return recording.save_reference(self, name)
 
 
 def _base_workers(rows) -> int:

@@ -4,12 +4,11 @@
 spec's launcher (``python``, ``torchrun`` for DDP, ``horovodrun`` for Horovod) through
 :func:`ddlab.measure.launch.run`, always with a timeout, and returns the JSON result the script wrote
 (rank 0), which includes ``phase_s``: where the run's seconds went. What this machine can
-run (GPUs, frameworks, Horovod's build) is asked here too: :func:`gpu_count`,
-:func:`availability`, :func:`resolve_device`.
+run (GPUs, frameworks, Horovod's build) is asked of :mod:`ddlab.system.frameworks`;
+:func:`resolve_device` picks the device from it.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
@@ -19,7 +18,8 @@ import time
 from typing import Callable, Mapping, Optional
 
 from ddlab.measure import launch
-from ddlab.training.runspec import FRAMEWORK_LAUNCHERS, FRAMEWORKS, RunSpec, _check_choice, nccl_path_env
+from ddlab.system.frameworks import gpu_count
+from ddlab.training.runspec import RunSpec, _check_choice, nccl_path_env
 
 
 class ExperimentError(RuntimeError):
@@ -27,51 +27,6 @@ class ExperimentError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- machine facts
-def gpu_count(framework: str = "torch") -> int:
-    """GPUs the framework can use here (TensorFlow is not imported to ask: NVML/nvidia-smi)."""
-    if framework == "torch":
-        try:
-            import torch
-        except ImportError:
-            return 0
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    from ddlab.system import hardware
-    return hardware.inventory(software=False, dataset=False).gpu_count
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _horovod_extension(framework: str) -> bool:
-    """Whether Horovod was built for this framework, found without importing it (importing
-    horovod.tensorflow imports TensorFlow, seconds): :func:`ddlab.system.hardware.horovod_extensions`."""
-    from ddlab.system import hardware
-    return ("PyTorch" if framework == "torch" else "TensorFlow") in hardware.horovod_extensions()
-
-
-def availability(framework: str, launcher: str) -> tuple:
-    """(True, "") when this Python can run ``framework`` under ``launcher``, else (False, why)."""
-    _check_choice("framework", framework, FRAMEWORKS)
-    _check_choice("launcher", launcher, FRAMEWORK_LAUNCHERS[framework])
-    if framework == "torch" and not _has_module("torch"):
-        return False, "PyTorch is not installed"
-    if framework == "keras":
-        if not _has_module("tensorflow"):
-            return False, "TensorFlow is not installed"
-        if not _has_module("tf_keras"):
-            return False, "tf-keras is not installed (Horovod's Keras API needs it, not Keras 3)"
-    if launcher == "horovod":
-        if not _horovod_extension(framework):
-            return False, f"Horovod is not built for {'PyTorch' if framework == 'torch' else 'TensorFlow'} here"
-        if not os.path.exists(launch._bin("horovodrun", sys.executable)):
-            return False, "horovodrun is not on PATH"
-    return True, ""
-
-
 def resolve_device(framework: str, device: str, workers: int) -> str:
     """"cuda" when asked, or with "auto" when there is one GPU per worker; else "cpu"."""
     _check_choice("device", device, ("auto", "cpu", "cuda"))

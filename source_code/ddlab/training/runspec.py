@@ -16,14 +16,13 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Mapping, Optional
 
 from ddlab.base.paths import SOURCE_DIR
+from ddlab.system.frameworks import FRAMEWORK_LAUNCHERS, FRAMEWORKS, check_choice
 from ddlab.training.models import MODELS  # the one list of the course's models
 
 SCRIPTS = {"torch": os.path.join(SOURCE_DIR, "train", "fmnist_torch.py"),
            "keras": os.path.join(SOURCE_DIR, "train", "fmnist_keras.py")}
-FRAMEWORKS = tuple(SCRIPTS)
 # the script's --launcher -> the ddlab.measure.launch launcher that starts its workers
 LAUNCHERS = {"none": "python", "ddp": "torchrun", "horovod": "horovodrun"}
-FRAMEWORK_LAUNCHERS = {"torch": ("none", "ddp", "horovod"), "keras": ("none", "horovod")}
 DEVICES = ("cpu", "cuda")
 PRECISIONS = ("fp32", "bf16")
 CUDA_GRAPH = ("auto", "on", "off")
@@ -49,8 +48,7 @@ class RunSpecError(ValueError):
 
 
 def _check_choice(what: str, value, choices) -> None:
-    if value not in choices:
-        raise RunSpecError(f"unknown {what} {value!r}; choose one of {', '.join(map(str, choices))}")
+    check_choice(what, value, choices, RunSpecError)
 
 
 def _positive_int(what: str, value, minimum: int = 1) -> None:

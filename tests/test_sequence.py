@@ -1,7 +1,7 @@
 """ddlab.course.sequence: the sentence each notebook opens with, per hardware mode."""
 import pytest
 
-from ddlab.course import sequence as course
+from ddlab.course import sequence
 
 
 class Inv:
@@ -10,9 +10,9 @@ class Inv:
         self.mode = "cpu" if n == 0 else "single-gpu" if n == 1 else "multi-gpu"
 
 
-@pytest.mark.parametrize("notebook", sorted(course.NOTEBOOKS))
+@pytest.mark.parametrize("notebook", sorted(sequence.NOTEBOOKS))
 def test_every_notebook_says_what_runs_in_every_mode(notebook):
-    texts = {n: course.live_here(notebook, Inv(n)) for n in (0, 1, 4)}
+    texts = {n: sequence.live_here(notebook, Inv(n)) for n in (0, 1, 4)}
     assert texts[0].startswith("This machine has no GPU")
     assert texts[1].startswith("This machine has one GPU")
     assert texts[4].startswith("This machine has 4 GPUs")
@@ -21,8 +21,8 @@ def test_every_notebook_says_what_runs_in_every_mode(notebook):
 
 def test_unknown_notebook_or_mode_is_one_clear_message():
     with pytest.raises(ValueError, match="the course's notebooks are"):
-        course.live_here(9, Inv(0))
+        sequence.live_here(9, Inv(0))
     bad = Inv(0)
     bad.mode = "tpu"
     with pytest.raises(ValueError, match="unknown hardware mode"):
-        course.live_here(2, bad)
+        sequence.live_here(2, bad)

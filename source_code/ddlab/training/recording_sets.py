@@ -1,0 +1,135 @@
+"""The course's recorded training sets, run on a GPU machine by tools/recording/record_experiments.py.
+
+:func:`record_gpu_set` records the set on a 2-GPU machine with the live defaults
+(:func:`ddlab.training.recording.gpu_spec`) and at least
+:data:`ddlab.training.recording.MIN_REPEATS` repeats, so a recording and a live run are the same
+experiment; :func:`record_paths` one NCCL path comparison (and the scaling taken from it);
+:func:`record_one_gpu_step` one GPU's CUDA-graph step. Each result is written (by
+:func:`ddlab.training.recording.save`) as soon as it exists.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional, Sequence
+
+from ddlab.system import frameworks
+from ddlab.training import experiments
+from ddlab.training.recording import MIN_REPEATS, gpu_spec, reference_name, save
+from ddlab.training.results import ExperimentResult, combine_launchers, summary_table
+from ddlab.training.runspec import RunSpec, _check_choice
+
+GPU_SECTIONS = ("ddp", "horovod", "perf")
+
+
+def _write(out_dir: str, name: str, res: ExperimentResult, done: dict) -> None:
+    save(res, os.path.join(out_dir, name + ".json"))
+    done[name] = res
+    print("\n" + res.table() + "\n", flush=True)
+
+
+def _attempt(done: dict, name: str, make):
+    try:
+        return make()
+    except Exception as exc:  # reported in the summary; the other measurements still run
+        done[name] = f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def record_paths(out_dir: str, base: RunSpec, variant: Optional[str] = None, echo: bool = False,
+                 progress: Optional[Callable[[str], None]] = None, done: Optional[dict] = None) -> dict:
+    """Records the NCCL path comparison of ``base`` (2 workers) in ``out_dir``, and the 1 -> 2
+    scaling taken from it (not for a ``variant``, e.g. "graph"). Returns ``done`` with
+    {name: ExperimentResult or error text}."""
+    done = {} if done is None else done
+    os.makedirs(out_dir, exist_ok=True)
+    name = reference_name("nccl-paths", base.framework, base.launcher, base.model) + (f"-{variant}" if variant else "")
+    res = _attempt(done, name, lambda: experiments.nccl_path_comparison(base, echo=echo, progress=progress))
+    if res is None:
+        return done
+    _write(out_dir, name, res, done)
+    if variant is None:
+        sname = reference_name("scaling", base.framework, base.launcher, base.model)
+        scaling = _attempt(done, sname, lambda: experiments.scaling_from_paths(res))
+        if scaling is not None:
+            _write(out_dir, sname, scaling, done)
+    return done
+
+
+def record_one_gpu_step(out_dir: str, base: RunSpec, echo: bool = False,
+                        progress: Optional[Callable[[str], None]] = None, done: Optional[dict] = None,
+                        suffix_batch: Optional[int] = None) -> dict:
+    """Records ``base`` on one GPU with its whole step captured as a CUDA graph (DDP, one
+    worker): the GPU's busy time per step, with no host work in it, which the cost model
+    (:mod:`ddlab.cost.cost_model`) uses to tell a host-bound step from a device-bound one. Written
+    as the "graph" variant of the scaling result (``scaling-<framework>-ddp-<model>-graph``,
+    one row: 1 worker, with ``-b<suffix_batch>`` added for a batch other than the live
+    default); it needs one GPU, not two. Returns ``done`` as :func:`record_paths`."""
+    done = {} if done is None else done
+    spec = base.with_(launcher="ddp", workers=1, cuda_graph="on")
+    name = reference_name("scaling", spec.framework, "ddp", spec.model) + "-graph" + (f"-b{suffix_batch}"
+                                                                                    if suffix_batch else "")
+    res = _attempt(done, name, lambda: experiments.throughput_scaling(spec, workers=(1,), echo=echo,
+                                                                      progress=progress))
+    if res is not None:
+        _write(out_dir, name, res, done)
+    return done
+
+
+def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
+                   models: Sequence[str] = ("cnn", "wide"), echo: bool = False,
+                   progress: Optional[Callable[[str], None]] = None, repeats: int = MIN_REPEATS,
+                   timeout: Optional[float] = None, graph: bool = False, **sizes) -> dict:
+    """The course's recorded training set, for source_code/reference/experiments/: on 2
+    GPUs, for each model and each of DDP and Horovod (PyTorch), the NCCL path comparison
+    (which includes the 1-GPU baseline) and the 1 -> 2 scaling taken from it; on 1 GPU, the
+    speed options. Every run is the live default (:func:`gpu_spec`) with ``repeats``
+    repeats; ``sizes`` (RunSpec fields) change it, for tests only: a recording with other
+    sizes no longer matches the live default and says so. ``graph`` adds DDP with
+    ``cuda_graph="on"`` as the "-graph" variant.
+
+    ``sections`` ("ddp", "horovod", "perf") run in the order given; the default puts the
+    two-GPU comparisons first, because the single-GPU speed options take longest. Each
+    result is written to ``out_dir`` as soon as it exists; a failure is reported and the
+    rest goes on. Returns {name: ExperimentResult or error text}."""
+    for section in sections:
+        _check_choice("section", section, GPU_SECTIONS)
+    os.makedirs(out_dir, exist_ok=True)
+    done: dict = {}
+    gpus = frameworks.gpu_count("torch")
+
+    def perf():
+        name = reference_name("perf-options", "torch", "none", "cnn")
+        if gpus < 1:
+            done[name] = "skipped: no GPU visible to torch"
+            return
+        spec = gpu_spec("cnn", repeats, timeout=timeout, **sizes)
+        res = _attempt(done, name, lambda: experiments.performance_options(spec, echo=echo, progress=progress))
+        if res is not None:
+            _write(out_dir, name, res, done)
+
+    def paths(launcher: str):
+        ok, why = frameworks.availability("torch", launcher)
+        if ok and gpus < 2:
+            ok, why = False, f"needs 2 GPUs, torch sees {gpus}"
+        variants = [None, "graph"] if graph and launcher == "ddp" else [None]
+        for model in models:
+            for variant in variants:
+                if not ok:
+                    name = reference_name("nccl-paths", "torch", launcher, model) + (f"-{variant}" if variant else "")
+                    done[name] = f"skipped: {why}"
+                    continue
+                base = gpu_spec(model, repeats, launcher=launcher, workers=2, timeout=timeout,
+                                cuda_graph="on" if variant else None, **sizes)
+                record_paths(out_dir, base, variant, echo, progress, done)
+
+    for section in sections:
+        if section == "perf":
+            perf()
+        else:
+            paths(section)
+    for model in models:
+        pair = {la: done.get(reference_name("nccl-paths", "torch", la, model)) for la in ("ddp", "horovod")}
+        if all(isinstance(v, ExperimentResult) for v in pair.values()):
+            print("\n" + combine_launchers(pair).table(), flush=True)
+    print(summary_table(done), flush=True)
+    return done
