@@ -129,7 +129,7 @@ def test_each_configuration_runs_repeats_times_and_keeps_every_value(monkeypatch
     assert default["speedup"] == pytest.approx(2.05) and default["above_linear"] is True
     assert default["runs"] == [3, 4, 5] and res.runs[default["run"]]["images_per_s"] == 205.0
     assert res.config["repeats"] == 3 and RunSpec.from_dict(res.config["spec"]).repeats == 3
-    assert res.spec.repeats == 3 and res.matches_live_default is True
+    assert res.spec.repeats == 3 and res.live_default_differences() == {}
     text = res.table()
     assert "205 (190-210)" in text and "2.05x (!)" in text and "above linear" in text
 

@@ -148,12 +148,6 @@ def test_multicast_is_stated_in_words():
     assert nccl.get("default").env_text() == "NCCL defaults"
 
 
-def test_default_level_is_stated_as_nccl_documents_it():
-    text = nccl.default_level_text()
-    assert "optimally select a value based on the architecture and environment" in text
-    assert "NCCL User Guide" in text
-
-
 def test_consumers_ask_nccl():
     assert checks.PATHS is nccl.COMPARED
     assert checks.parse_ordering("p2p > host > tcp") == nccl.COMPARED

@@ -13,8 +13,7 @@ def test_every_committed_recording_carries_a_run_description():
     for name in reference.names(recording.REFERENCE_KIND):
         res = recording.ExperimentResult.from_dict(reference.load(recording.REFERENCE_KIND, name), "recorded")
         assert res.spec is not None and res.spec.device == "cuda", name
-        assert res.matches_live_default in (True, False)
-        assert (res.live_default_note() is None) == res.matches_live_default, name
+        assert (res.live_default_note() is None) == (res.live_default_differences() == {}), name
 
 
 def test_only_live_results_are_recorded(tmp_path, monkeypatch):

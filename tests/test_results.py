@@ -63,15 +63,15 @@ def test_a_recording_says_when_its_run_is_not_the_live_default():
     old = fake_paths_result()
     old.config.update(steps=80, warmup_steps=20, precision="bf16", workers=2)
     rec = ExperimentResult.from_dict(old.to_dict(), source="recorded")
-    assert rec.spec.steps == 80 and rec.matches_live_default is False
+    assert rec.spec.steps == 80 and rec.live_default_differences() != {}
     assert rec.live_default_differences() == {"steps": (80, 150), "warmup_steps": (20, 30)}
     assert ("note: recorded with steps 80 (live default 150), warmup steps 20 (live default 30): not the same run "
             "description as a live run today") in rec.table()
     same = fake_paths_result()
     same.config.update(steps=150, warmup_steps=30, precision="bf16")
     same = ExperimentResult.from_dict(same.to_dict(), source="recorded")
-    assert same.matches_live_default is True and "live default" not in same.table()
-    assert ExperimentResult("nccl-paths", [], source="missing").matches_live_default is None
+    assert same.live_default_differences() == {} and "live default" not in same.table()
+    assert ExperimentResult("nccl-paths", [], source="missing").live_default_differences() == {}
 
 
 def test_compare_speedups_lines_up_paths_and_marks_gaps():

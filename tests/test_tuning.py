@@ -164,7 +164,7 @@ def test_comparison_runs_the_one_gpu_baseline_then_each_tuning_on_two_workers(mo
     assert not any(fake.envs[0].get(k) == v for k, v in shm.items())
     assert res.config["path"] == "shm" and res.config["tunings"] == chosen and res.config["repeats"] == 2
     assert res.config["baseline_images_per_s"] == 100.0
-    assert res.spec == base.with_(path="shm") and res.matches_live_default is True
+    assert res.spec == base.with_(path="shm") and res.live_default_differences() == {}
     assert any("NCCL path 'shm'" in n for n in res.notes)
     assert any(n.startswith("'batch x2', 'accumulate 2' process more images") for n in res.notes)
     text = res.table()

@@ -105,7 +105,8 @@ class NcclPath:
     def allows_p2p(self, link) -> Optional[bool]:
         """May NCCL use its P2P transport over ``link`` (a topology Link, or a link kind such
         as ``"NVLINK"`` or ``"NODE"``) under this path? ``None`` for ``default``: NCCL picks
-        the level itself (:func:`default_level_text`), so the course cannot answer for it.
+        the level itself from the architecture and environment (NCCL User Guide, 'Environment
+        Variables', NCCL_P2P_LEVEL), so the course cannot answer for it.
 
         Allowed is not the same as used: the platform must also support peer access for the
         pair (often not across CPU sockets), which NCCL checks separately."""
@@ -225,12 +226,6 @@ def recorded_environment(env: Mapping[str, Optional[str]]) -> dict:
     path or inherited from the shell, and the multicast switches of :data:`MULTICAST_OFF`."""
     return {k: str(v) for k, v in sorted(env.items())
             if v is not None and (k.startswith("NCCL_") or k in MULTICAST_OFF)}
-
-
-def default_level_text() -> str:
-    """What NCCL does when NCCL_P2P_LEVEL is not set, in its User Guide's words."""
-    return ("NCCL_P2P_LEVEL not set: \"NCCL will attempt to optimally select a value based on the architecture "
-            "and environment it's run in\" (NVIDIA NCCL User Guide, 'Environment Variables', NCCL_P2P_LEVEL).")
 
 
 # --------------------------------------------------------------------------- levels over a topology

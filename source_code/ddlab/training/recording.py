@@ -30,7 +30,7 @@ def load_recorded(experiment: str, framework: str = "torch", launcher: str = "dd
     ``variant`` picks a recording made with a non-default option, saved as
     ``<name>-<variant>.json`` (e.g. "graph": DDP with cuda_graph="on"). The result's
     ``spec`` is its run description (derived from its config for older recordings) and
-    ``matches_live_default`` says whether a live run today would be the same experiment."""
+    ``live_default_differences()`` says where it differs from a live run today (empty: the same experiment)."""
     name = reference_name(experiment, framework, launcher, model) + (f"-{variant}" if variant else "")
     return ExperimentResult.from_dict(reference.load(REFERENCE_KIND, name), source="recorded")
 

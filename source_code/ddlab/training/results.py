@@ -6,7 +6,7 @@ views over several results (:func:`compare_speedups`, :func:`combine_launchers`,
 Two things a result says about itself, never hidden: a speedup above linear (2 workers more
 than 2.0x faster than one; field ``above_linear`` on the row and a note under the table),
 and, for a recording, whether its run description is today's live default
-(:attr:`ExperimentResult.matches_live_default` and a note).
+(:meth:`ExperimentResult.live_default_differences` and a note).
 
 A little over 400 lines, on purpose: the result, its table and plot, and the views over
 several results all read the same rows; split, each half would need the other's helpers.
@@ -139,13 +139,6 @@ class ExperimentResult:
         if self.name == "perf-options":     # the options set the precision row by row
             diff.pop("precision", None)
         return diff
-
-    @property
-    def matches_live_default(self) -> Optional[bool]:
-        """Whether this result ran today's live default sizes (batch, steps, warm-up,
-        precision): True for a recording that is the same experiment a live run would be.
-        None when there is no run description to compare."""
-        return None if self.spec is None else not self.live_default_differences()
 
     def live_default_note(self) -> Optional[str]:
         diff = self.live_default_differences()
