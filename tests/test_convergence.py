@@ -263,7 +263,7 @@ def test_recorder_parts_cover_the_gpu_points_and_merge_into_one_result(tmp_path,
     for part, seed_acc in (("batch-none", 0.7), ("workers", 0.8)):
         pts = rec.points_of(part.replace("-", ":") if part != "workers" else part)
         res = cs.run_sweep(pts, "cuda", seeds=[1, 2, 3], train=fake_train(lambda s, a=seed_acc: a))
-        res.save(str(tmp_path / f"convergence-part-{part}.json"))
+        cs.save(res, str(tmp_path / f"convergence-part-{part}.json"))
     path = rec.merge(str(tmp_path))
     merged = cs.ConvergenceResult.from_dict(__import__("json").load(open(path)), source="recorded")
     labels = [r["label"] for r in merged.rows]

@@ -74,10 +74,10 @@ def merge(out: str) -> str:
     parts = sorted(glob.glob(os.path.join(out, "convergence-part-*.json")))
     if not parts:
         raise SystemExit(f"record_convergence: error: no convergence-part-*.json in {out}")
-    results = [cs.ConvergenceResult.from_dict(json.load(open(p))) for p in parts]
+    results = [cs.load(p) for p in parts]
     merged = join(results, [f"joined from {len(parts)} recording calls: "
                             + ", ".join(os.path.basename(p) for p in parts)])
-    path = merged.save(os.path.join(out, cs.RECORDED_NAME + ".json"))
+    path = cs.save(merged, os.path.join(out, cs.RECORDED_NAME + ".json"))
     print(merged.table(), flush=True)
     return path
 
@@ -102,7 +102,7 @@ def run_part(out: str, part: str, seeds: list, train=None) -> tuple:
     for point in points:
         path = point_file(out, point)
         if os.path.exists(path):
-            res = cs.ConvergenceResult.from_dict(json.load(open(path)))
+            res = cs.load(path)
             scored = res.config.get("scored_steps") or [res.config.get("fixed_steps")]
             if sorted(res.config.get("seeds", [])) == sorted(seeds) and at in scored:
                 print(f"record_convergence: {point.label}: already recorded in {path}", flush=True)
@@ -113,13 +113,13 @@ def run_part(out: str, part: str, seeds: list, train=None) -> tuple:
         t0 = time.monotonic()
         res = cs.run_sweep([point], "cuda", seeds=seeds, progress=lambda s: print(s, flush=True), train=train,
                            fixed_at=at, score_at=steps_to_score(point))
-        res.save(path)
+        cs.save(res, path)
         print(f"record_convergence: {point.label}: {time.monotonic() - t0:.0f} s, wrote {path}", flush=True)
         done.append(res)
     joined = join(done, [f"part {part}: {len(done)} points, each recorded on its own"])
     joined.config["fixed_steps"] = at          # a shared point's own file may name another part's
     joined.config.pop("scored_steps", None)
-    return joined.save(os.path.join(out, f"convergence-part-{part.replace(':', '-')}.json")), joined
+    return cs.save(joined, os.path.join(out, f"convergence-part-{part.replace(':', '-')}.json")), joined
 
 
 def main(argv=None) -> int:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 from ddlab.training import convergence
-from ddlab.base import tables
+from ddlab.base import files, tables
 from ddlab.training.runspec import RunSpec, RunSpecError
 
 RECORDED_NAME = "convergence-torch-ddp-cnn"
@@ -407,11 +407,6 @@ class ConvergenceResult:
         return cls(list(d["rows"]), list(d.get("runs", [])), source or d.get("source", "live"),
                    dict(d.get("provenance") or {}), dict(d.get("config") or {}), list(d.get("notes") or []))
 
-    def save(self, path: str) -> str:
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=1, allow_nan=True)
-            f.write("\n")
-        return path
 
 
 def _finite(v):
@@ -467,6 +462,17 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
     call = (f"ddlab.course.convergence_sweep.run_sweep({[p.label for p in points]}, device={device!r}, "
             f"seeds={seeds})")
     return ConvergenceResult(rows, runs, "live", run_provenance(call), config)
+
+
+def save(result: ConvergenceResult, path: str) -> str:
+    """Write a sweep's result to ``path``, whole or not at all (a diverged run's loss is kept as
+    NaN, which Python's JSON reader takes back)."""
+    return files.write_text(path, json.dumps(result.to_dict(), indent=1, allow_nan=True) + "\n")
+
+
+def load(path: str) -> ConvergenceResult:
+    """A sweep's result saved at ``path`` (one clear message when it is missing or corrupt)."""
+    return ConvergenceResult.from_dict(files.read_json(path, "convergence result"))
 
 
 def load_recorded(name: str = RECORDED_NAME) -> ConvergenceResult:
