@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ddlab.cost import allreduce_algorithms as ar
-from ddlab.cost import cost_model
+from ddlab.cost import alpha_beta
 
 
 def _int_buffers(n, elements, seed=1):
@@ -110,7 +110,7 @@ def test_ring_time_matches_the_cost_model(n):
     elements = 1000 * n
     run = ar.ring_allreduce(ar.random_buffers(n, elements))
     alpha, beta = 5e-6, 20e9
-    assert run.time(alpha, beta) == pytest.approx(cost_model.ring_allreduce_time(elements * 4, n, alpha, beta))
+    assert run.time(alpha, beta) == pytest.approx(alpha_beta.ring_allreduce_time(elements * 4, n, alpha, beta))
 
 
 def test_naive_time_grows_with_n_and_ring_does_not():
@@ -169,7 +169,7 @@ def test_table_and_compare_show_the_traffic():
     assert four["factor"] == "3/2 = 1.5" and four["ok"] == "yes" and four["buffer"] == 4000
     timed = ar.compare(ranks=(2, 8), elements=1000, link=(5e-6, 20e9))
     eight = timed.rows[1]
-    assert eight["ring"] == pytest.approx(cost_model.ring_allreduce_time(4000, 8, 5e-6, 20e9))
+    assert eight["ring"] == pytest.approx(alpha_beta.ring_allreduce_time(4000, 8, 5e-6, 20e9))
     assert eight["naive"] > eight["ring"] and "alpha = 5 us" in timed.title
 
 

@@ -6,14 +6,14 @@ import pytest
 
 from ddlab.course import case_studies as cs
 from ddlab.course import checks
-from ddlab.cost import cost_model
+from ddlab.cost import alpha_beta, recorded_runs, step_model, validation
 from ddlab.measure import p2p
 from ddlab.base import reference
 from ddlab.training.results import ExperimentResult
 
 
 def test_second_gpu_table_puts_prediction_beside_the_recorded_median_and_spread():
-    rec = cost_model.recorded_points()
+    rec = recorded_runs.recorded_points()
     t = cs.second_gpu_table("ddp", recorded=rec)
     rows = t.to_dict()["rows"]
     ddp = [p for p in rec.points if p.launcher == "ddp"]
@@ -43,36 +43,36 @@ def _scaling_result(model="mlp-small", one=1000.0, two=1500.0):
 
 
 def test_predicted_vs_measured_uses_the_one_worker_step_and_the_fit():
-    fit = cost_model.AlphaBeta(1e-3, 1e9)
+    fit = alpha_beta.AlphaBeta(1e-3, 1e9)
     t = cs.predicted_vs_measured(_scaling_result(), fit)
     (row,) = t.to_dict()["rows"]
     compute = 32 / 1000.0
     # with what the recorded step profile of the model supplies: nothing at another batch than its
     # own, and a fit that is not the recorded machine's gets no channel count
-    measured = cost_model.measured_inputs("mlp-small", 32, cost_model.recorded_points().profiles)
+    measured = recorded_runs.measured_inputs("mlp-small", 32, recorded_runs.recorded_points().profiles)
     assert measured == {}
-    pred = cost_model.predict_step("mlp-small", compute, fit, 2, batch=32, **measured)
+    pred = step_model.predict_step("mlp-small", compute, fit, 2, batch=32, **measured)
     assert row["compute"] == pytest.approx(compute) and row["predicted"] == pytest.approx(pred.speedup)
     assert row["measured"] == pytest.approx(1.5) and row["spread"] == "1.40-1.60" and row["batch"] == 32
     # a slower link predicts a lower speedup for the same measurement
-    slow = cs.predicted_vs_measured(_scaling_result(), cost_model.AlphaBeta(1e-3, 1e7)).to_dict()["rows"][0]
+    slow = cs.predicted_vs_measured(_scaling_result(), alpha_beta.AlphaBeta(1e-3, 1e7)).to_dict()["rows"][0]
     assert slow["predicted"] < row["predicted"]
 
 
 def test_a_gpu_step_profile_is_not_applied_to_a_cpu_run():
     # at the profile's own batch, a run on CPU processes is predicted without the GPU's profile
-    rec = cost_model.recorded_points()
-    fit = cost_model.AlphaBeta(1e-3, 1e6)      # slow: when the first bucket is ready shows in the step
+    rec = recorded_runs.recorded_points()
+    fit = alpha_beta.AlphaBeta(1e-3, 1e6)      # slow: when the first bucket is ready shows in the step
     res = _scaling_result("mlp-large")
     for r in res.rows:
         r["global_batch"] *= 16                                   # 512 per worker, the profile's batch
     res.config["device"] = "cpu"
     (row,) = cs.predicted_vs_measured(res, fit, recorded=rec).to_dict()["rows"]
-    plain = cost_model.predict_step("mlp-large", 512 / 1000.0, fit, 2, batch=512)
+    plain = step_model.predict_step("mlp-large", 512 / 1000.0, fit, 2, batch=512)
     assert row["predicted"] == pytest.approx(plain.speedup)
     res.config.update(device="cuda", device_name=rec.profiles["mlp-large"].device)
     (gpu,) = cs.predicted_vs_measured(res, fit, recorded=rec).to_dict()["rows"]
-    profiled = cost_model.predict_step("mlp-large", 512 / 1000.0, fit, 2, batch=512,
+    profiled = step_model.predict_step("mlp-large", 512 / 1000.0, fit, 2, batch=512,
                                        profile=rec.profiles["mlp-large"])
     assert gpu["predicted"] == pytest.approx(profiled.speedup)
     assert abs(profiled.speedup - plain.speedup) > 1e-3
@@ -82,11 +82,11 @@ def test_predicted_vs_measured_needs_a_baseline_and_a_fit_per_path():
     res = _scaling_result()
     res.rows = res.rows[1:]
     with pytest.raises(ValueError, match="no one-worker row"):
-        cs.predicted_vs_measured(res, cost_model.AlphaBeta(1e-3, 1e9))
+        cs.predicted_vs_measured(res, alpha_beta.AlphaBeta(1e-3, 1e9))
     paths = _scaling_result()
     paths.rows[1]["path"] = "socket"
     with pytest.raises(ValueError, match="no row with 2 or more workers and a fit"):
-        cs.predicted_vs_measured(paths, {"default": cost_model.AlphaBeta(1e-3, 1e9)})
+        cs.predicted_vs_measured(paths, {"default": alpha_beta.AlphaBeta(1e-3, 1e9)})
 
 
 def test_exercise_matrix_has_one_slow_gpu_and_one_asymmetric_pair_and_the_check_agrees():
@@ -129,7 +129,7 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
         pass
     monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
     monkeypatch.setattr(collectives, "sweep", lambda **kw: Sweep())
-    monkeypatch.setattr(cost_model, "fit_sweep", lambda s: cost_model.AlphaBeta(1e-3, 5e8))
+    monkeypatch.setattr(alpha_beta, "fit_sweep", lambda s: alpha_beta.AlphaBeta(1e-3, 5e8))
     from ddlab.system import policy
     t = cs.second_gpu_live(Inventory(), batches=(16, 64), machine=policy.Machine(gpus=0))
     assert calls == [(16, 3, 1000, (1, 2), "cpu"), (64, 3, 1000, (1, 2), "cpu")]
@@ -156,13 +156,13 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
     one_gpu = policy.Machine(gpus=1, software=lambda framework, launcher: (True, ""))
     t = cs.second_gpu_live(Inventory(), machine=one_gpu)
     assert calls == [("mlp-small", "ddp", 1, 3, "cuda", (1,), "cuda")]
-    rec = cost_model.recorded_points()
-    over = cost_model.fit_all_overheads(rec)["ddp"]
+    rec = recorded_runs.recorded_points()
+    over = validation.fit_all_overheads(rec)["ddp"]
     rows = {r["path"]: r for r in t.to_dict()["rows"]}
     assert set(rows) == set(rec.fits) == {"default", "shm", "socket"}
     for path, fit in rec.fits.items():
-        pred = cost_model.predict_step("mlp-small", 512 / 250000.0, fit, 2, batch=512, overheads=over,
-                                       **cost_model.measured_inputs("mlp-small", 512, rec.profiles,
+        pred = step_model.predict_step("mlp-small", 512 / 250000.0, fit, 2, batch=512, overheads=over,
+                                       **recorded_runs.measured_inputs("mlp-small", 512, rec.profiles,
                                                                     rec.channels[path], "NVIDIA H100 80GB HBM3"))
         assert rows[path]["predicted"] == pytest.approx(pred.speedup)
         assert rows[path]["compute"] == pytest.approx(512 / 250000.0) and rows[path]["batch"] == 512

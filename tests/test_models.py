@@ -79,3 +79,11 @@ def test_keras_models_have_the_same_counts():
         assert model.output_shape == (None, 10)
     with pytest.raises(ValueError, match="unknown model"):
         models_keras.build("resnet")
+
+
+def test_model_layers_give_the_documented_parameter_counts():
+    from ddlab.training.models import model_layers
+    counts = {m: sum(x.params for x in model_layers(m)) for m in EXPECTED}
+    assert counts == EXPECTED
+    with pytest.raises(ValueError, match="unknown model"):
+        model_layers("resnet")

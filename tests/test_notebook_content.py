@@ -53,7 +53,7 @@ def test_notebook_2_teaches_the_model_and_fits_a_live_sweep():
     assert "UVA" in md and "bidirectional" in md and "per direction" in md
     assert 'collectives.sweep(backend="gloo", max_bytes="16M"' in src         # small sizes on CPU, past the latency-bound range
     assert 'collectives.sweep(backend="nccl"' in src
-    assert "cost_model.fit_sweep(mine)" in src and "fit.predict(" in src
+    assert "alpha_beta.fit_sweep(mine)" in src and "fit.predict(" in src
 
 
 def test_notebook_3_reads_topology_and_defines_node_and_sys_by_numa():
@@ -105,7 +105,7 @@ def test_notebook_5_compiles_runs_and_compares():
     assert "No nvcc on this machine" in src
     assert "p2p.run()" in src and 'p2p.load_recorded("h200x2")' in src
     assert "p2p.run_nvidia_sample()" in src
-    assert "collectives.compare_paths(" in src and "cost_model.fit_sweep(" in src
+    assert "collectives.compare_paths(" in src and "alpha_beta.fit_sweep(" in src
     assert "link_peak_gbps=peak" in src                    # the course's one peak, from ddlab.system.links
 
 

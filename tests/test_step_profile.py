@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ddlab.training import models, step_profile
-from ddlab.cost.cost_model import model_layers
+from ddlab.training.models import model_layers
 
 
 def test_measure_on_cpu_times_every_layer_in_backward_order():

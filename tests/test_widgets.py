@@ -97,12 +97,12 @@ def test_without_ipywidgets_it_prints_and_returns_the_result(monkeypatch, capsys
 
 
 def test_agrees_with_the_cost_model():
-    from ddlab.cost import cost_model
+    from ddlab.cost import alpha_beta
     for key in links.names():
         t = links.get(key)
         for n in (1, 4096, 2**20, 2**30):
             assert widgets.message_time(n, t).total_s == pytest.approx(
-                cost_model.transfer_time(n, t.latency_s, t.bandwidth_Bps))
+                alpha_beta.transfer_time(n, t.latency_s, t.bandwidth_Bps))
 
 
 def test_plot_message_times_marks_each_crossover():
@@ -198,7 +198,7 @@ def test_step_what_if_on_the_recorded_sweeps():
 
 # ----------------------------------------------------------------------------- the step calculator
 def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
-    from ddlab.cost import cost_model
+    from ddlab.cost import recorded_runs, validation
     rec = widgets.recorded_step_s("wide")
     assert rec is not None and rec[1] == 512
     p = widgets.predict_training_step("wide", 512, 2, "recorded:default")
@@ -211,8 +211,8 @@ def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
     assert q.compute_s == pytest.approx(2 * rec[0]) and q.n_gpus == 4
     # the wrapper's fitted cost adds overhead
     h = widgets.predict_training_step("cnn", 512, 2, "recorded:default", wrapper="horovod")
-    assert h.overhead_s == pytest.approx(cost_model.fit_all_overheads(cost_model.recorded_points())["horovod"].total_s(
-        len(h.buckets)))
+    over = validation.fit_all_overheads(recorded_runs.recorded_points())["horovod"]
+    assert h.overhead_s == pytest.approx(over.total_s(len(h.buckets)))
     assert widgets.predict_training_step("mlp-small", 64, 2, "pcie3_x16", step_ms=0.5).compute_s == pytest.approx(5e-4)
 
 
@@ -230,8 +230,8 @@ def test_predict_training_step_rejects_bad_input(kwargs, match):
 
 
 def test_predict_training_step_asks_for_a_step_time_when_the_model_has_no_recording(monkeypatch):
-    from ddlab.cost import cost_model
-    rec = cost_model.recorded_points()
+    from ddlab.cost import recorded_runs
+    rec = recorded_runs.recorded_points()
     rec.points = [p for p in rec.points if p.model != "mlp-large"]
     monkeypatch.setattr(widgets, "_recorded_set", lambda: rec)
     with pytest.raises(ValueError, match="no recorded one-GPU step"):

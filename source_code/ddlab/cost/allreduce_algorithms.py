@@ -22,9 +22,9 @@ plain sum and the traffic of every rank read off:
 
 Every function returns an :class:`AllReduceRun`: the buffers each rank ends with, and the
 steps with every transfer (source, destination, chunk, bytes). Its ``time(alpha, beta)``
-applies the alpha-beta model of :mod:`ddlab.cost.cost_model` step by step (a rank's link carries
+applies the alpha-beta model of :mod:`ddlab.cost.alpha_beta` step by step (a rank's link carries
 its messages one after another; all ranks work at once), and for the ring it equals
-:func:`ddlab.cost.cost_model.ring_allreduce_time`.
+:func:`ddlab.cost.alpha_beta.ring_allreduce_time`.
 
 :func:`gradient_averaging` shows why the all-reduce *averages*: the mean of the gradients of
 equal shards of a batch is the gradient of the whole batch.

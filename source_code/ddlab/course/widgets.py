@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ddlab.cost import cost_model
+from ddlab.cost import alpha_beta, recorded_runs, step_model, validation
 from ddlab.system import links as _links
 from ddlab.base.tables import Table
 # Sizes, times and rates are written by ddlab.base.units; widgets.format_bytes, format_time and
@@ -66,7 +66,7 @@ class MessageTime:
     @property
     def crossover_bytes(self) -> float:
         """n at which both terms are equal: alpha x beta. Smaller messages are latency-bound."""
-        return cost_model.crossover_bytes(self.latency_s, self.link.bandwidth_Bps)
+        return alpha_beta.crossover_bytes(self.latency_s, self.link.bandwidth_Bps)
 
     def explain(self) -> str:
         beta = self.link.bandwidth_Bps
@@ -106,7 +106,7 @@ def message_time(nbytes: float, link, latency_us: Optional[float] = None,
     if latency_us is not None or bandwidth_gbs is not None:
         tech = dataclasses.replace(tech, latency_us=alpha_us, bandwidth_gbs=beta_gbs,
                                    name=tech.name + " (what-if)")
-    latency_s, bandwidth_s = cost_model.transfer_terms(nbytes, alpha_us * 1e-6, beta_gbs * _links.GB)
+    latency_s, bandwidth_s = alpha_beta.transfer_terms(nbytes, alpha_us * 1e-6, beta_gbs * _links.GB)
     return MessageTime(nbytes=nbytes, link=tech, latency_s=latency_s, bandwidth_s=bandwidth_s)
 
 
@@ -185,10 +185,10 @@ def plot_message_times(keys=("pcie3_x16", "pcie5_x16", "nvlink2_x2", "nvlink4_x1
     sizes = np.logspace(0, math.log10(max_bytes), 200)
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
     for t in techs:
-        total = cost_model.transfer_time(sizes, t.latency_s, t.bandwidth_Bps)
+        total = alpha_beta.transfer_time(sizes, t.latency_s, t.bandwidth_Bps)
         line, = ax_t.loglog(sizes, total * 1e6, label=t.name)
         ax_b.loglog(sizes, sizes / total / 1e9, color=line.get_color(), label=t.name)
-        cross = cost_model.crossover_bytes(t.latency_s, t.bandwidth_Bps)
+        cross = alpha_beta.crossover_bytes(t.latency_s, t.bandwidth_Bps)
         ax_b.plot([cross], [t.bandwidth_gbs / 2], "o", color=line.get_color(), ms=5)
         ax_t.plot([cross], [2 * t.latency_us], "o", color=line.get_color(), ms=5)
     ax_t.set(xlabel="message size (bytes)", ylabel="transfer time T (us)",
@@ -335,7 +335,7 @@ def step_what_if(cases, sweeps, where: str = "") -> StepWhatIf:
                    "compute_s": c.compute_s, "share": None, "speedup": None, "verdict": None}
             if c.compute_s is not None:
                 t = c.compute_s
-                speedup = n * t / cost_model.step_time(t, comm, overlap=0.0)
+                speedup = n * t / step_model.step_time(t, comm, overlap=0.0)
                 row.update(share=comm / t, speedup=speedup, verdict=step_verdict(comm / t, n))
             rows.append(row)
     return StepWhatIf(rows, n, where)
@@ -349,7 +349,7 @@ WRAPPERS = ("none", "ddp", "horovod")
 @functools.lru_cache(maxsize=1)
 def _recorded_set():
     """The recorded runs and path fits (loaded once per session)."""
-    return cost_model.recorded_points()
+    return recorded_runs.recorded_points()
 
 
 def recorded_step_s(model: str):
@@ -370,8 +370,8 @@ def step_link_choices() -> list:
 
 
 def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2, link: str = "nvlink4_x18",
-                          step_ms: Optional[float] = None, wrapper: str = "none") -> cost_model.StepPrediction:
-    """:func:`ddlab.cost.cost_model.predict_step` with the choices of :func:`step_calculator`.
+                          step_ms: Optional[float] = None, wrapper: str = "none") -> step_model.StepPrediction:
+    """:func:`ddlab.cost.step_model.predict_step` with the choices of :func:`step_calculator`.
 
     ``link``: a key of :mod:`ddlab.system.links` (ring formula on the link's alpha and beta) or
     ``"recorded:<path>"`` (the alpha-beta fit of that path's recorded all-reduce sweep).
@@ -403,14 +403,14 @@ def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2
             raise ValueError(f"step_ms must be a positive number of milliseconds, got {step_ms!r}")
         compute_s = step_ms * 1e-3
     rec = _recorded_set()
-    over = cost_model.fit_all_overheads(rec).get(wrapper) if wrapper != "none" else None
+    over = validation.fit_all_overheads(rec).get(wrapper) if wrapper != "none" else None
     channels = (rec.channels.get(link[len(RECORDED_PATH_PREFIX):])
                 if isinstance(link, str) and link.startswith(RECORDED_PATH_PREFIX) else None)
-    measured = cost_model.measured_inputs(model, int(batch), rec.profiles, channels)
-    return cost_model.predict_step(model, compute_s, path_model, n_gpus, batch=int(batch), overheads=over, **measured)
+    measured = recorded_runs.measured_inputs(model, int(batch), rec.profiles, channels)
+    return step_model.predict_step(model, compute_s, path_model, n_gpus, batch=int(batch), overheads=over, **measured)
 
 
-def _step_bar(p: cost_model.StepPrediction) -> str:
+def _step_bar(p: step_model.StepPrediction) -> str:
     colours = (("compute", p.compute_s, "#1b9e77"), ("exposed communication", p.exposed_comm_s, "#d95f02"),
                ("overhead", p.overhead_s, "#7570b3"))
     cells = "".join(f"<div style='width:{100 * v / p.total_s:.1f}%;background:{c}'></div>" for _, v, c in colours)

@@ -28,8 +28,14 @@ of power-of-two widths from 32 to 4096 on 784, 1024 or 3072 inputs: none with th
 widths gives either stated figure, so the stated counts belong to some other network than
 the one the reports describe (or to a counting error). The course uses the counts that follow
 from the layers, and ``models_torch.count_parameters`` checks them.
+
+:func:`model_layers` gives each model's layers with parameters, their parameter counts and
+forward FLOPs per sample: the shapes the step model (:mod:`ddlab.cost.step_model`) buckets and
+the step profiles (:mod:`ddlab.training.step_profile`) name.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 MODELS = ("cnn", "wide", "mlp-small", "mlp-large")
 IMAGE_SHAPE = (1, 28, 28)
@@ -44,3 +50,33 @@ def check(name: str) -> None:
     """ValueError naming the models when ``name`` is not one of them."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer with parameters, as the step model sees it: its parameter count (its
+    gradient is that many values) and its forward FLOPs per sample (its share of the
+    backward pass is taken to be proportional to them)."""
+    name: str
+    params: int
+    flops: float
+
+
+def model_layers(name: str) -> tuple:
+    """The layers of one of the course's models, in forward order, with their parameter
+    counts and forward FLOPs per sample (a multiply-add counts 2). Layers without parameters
+    (ReLU, pooling, dropout) are left out: they produce no gradient, and their time is in the
+    measured step."""
+    check(name)
+    if name in CNN_DENSE:
+        # 28x28 -> conv 3x3 (32) -> 26x26 -> conv 3x3 (64) -> 24x24 -> maxpool -> 12x12x64 = 9216
+        h = CNN_DENSE[name]
+        return (Layer("conv1", 32 * 9 + 32, 26 * 26 * 32 * 9 * 2),
+                Layer("conv2", 64 * 32 * 9 + 64, 24 * 24 * 64 * 32 * 9 * 2),
+                Layer("dense1", 9216 * h + h, 9216 * h * 2),
+                Layer("dense2", h * NUM_CLASSES + NUM_CLASSES, h * NUM_CLASSES * 2))
+    out, width_in = [], 28 * 28
+    for i, width in enumerate(MLP_WIDTHS[name] + (NUM_CLASSES,)):
+        out.append(Layer(f"dense{i + 1}", width_in * width + width, width_in * width * 2))
+        width_in = width
+    return tuple(out)

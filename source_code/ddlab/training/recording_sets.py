@@ -60,7 +60,7 @@ def record_one_gpu_step(out_dir: str, base: RunSpec, echo: bool = False,
                         suffix_batch: Optional[int] = None) -> dict:
     """Records ``base`` on one GPU with its whole step captured as a CUDA graph (DDP, one
     worker): the GPU's busy time per step, with no host work in it, which the cost model
-    (:mod:`ddlab.cost.cost_model`) uses to tell a host-bound step from a device-bound one. Written
+    (:mod:`ddlab.cost.step_model`) uses to tell a host-bound step from a device-bound one. Written
     as the "graph" variant of the scaling result (``scaling-<framework>-ddp-<model>-graph``,
     one row: 1 worker, with ``-b<suffix_batch>`` added for a batch other than the live
     default); it needs one GPU, not two. Returns ``done`` as :func:`record_paths`."""

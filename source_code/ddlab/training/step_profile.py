@@ -1,7 +1,7 @@
 """Where one training step's time goes on one device: the forward pass, the backward pass
 with the moment each layer's gradient is ready, and the optimizer step.
 
-The cost model (:mod:`ddlab.cost.cost_model`) needs this to know how much of a bucket's
+The step model (:mod:`ddlab.cost.step_model`) needs this to know how much of a bucket's
 all-reduce can hide behind the rest of the backward pass. Counting FLOPs gets it wrong for
 a model whose layers run at very different speeds: in the wide model the 8192-wide dense
 layer holds 97% of the gradient and most of the FLOPs, but its large matrix products run
@@ -34,7 +34,7 @@ SLEEP_S = 0.05          # GPU: the sleep queued before each profiled step (longe
 @dataclass(frozen=True)
 class StepProfile:
     """Median times of one step of ``model`` at ``batch`` on ``device`` (seconds) and, per
-    layer with parameters (the names of :func:`ddlab.cost.cost_model.model_layers`), the share
+    layer with parameters (the names of :func:`ddlab.training.models.model_layers`), the share
     of the backward pass done when all its gradients are ready (0..1)."""
     model: str
     batch: int
@@ -102,8 +102,8 @@ class StepProfile:
 
 
 def _layer_of_parameter(model, name: str) -> dict:
-    """{parameter: layer name} with the layers named as :func:`ddlab.cost.cost_model.model_layers`."""
-    from ddlab.cost.cost_model import model_layers
+    """{parameter: layer name} with the layers named as :func:`ddlab.training.models.model_layers`."""
+    from ddlab.training.models import model_layers
     names = [layer.name for layer in model_layers(name)]
     holders = [m for m in model.modules() if not list(m.children()) and list(m.parameters(recurse=False))]
     if len(holders) != len(names):

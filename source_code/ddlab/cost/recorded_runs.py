@@ -1,0 +1,198 @@
+"""The recorded runs the step model is checked against, and the measured inputs it takes from
+the recordings.
+
+:func:`recorded_points` reads the recorded NCCL-path comparisons of every model
+(:mod:`ddlab.training.recording`), the recorded all-reduce sweeps fitted per path
+(:mod:`ddlab.measure.collectives`, :func:`ddlab.cost.alpha_beta.fit_sweep`), the one-GPU
+CUDA-graph runs that give the GPU's busy time per step, and the step profiles
+(:mod:`ddlab.training.step_profile`) measured on the same GPU, into a :class:`RecordedSet`.
+:func:`measured_inputs` turns a profile and a path's NCCL channels into arguments of
+:func:`ddlab.cost.step_model.predict_step`, and :func:`predict_point` predicts one recorded run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from ddlab.cost.alpha_beta import fit_sweep
+from ddlab.cost.step_model import Overheads, StepPrediction, predict_step
+
+
+# The recorded NCCL-path comparisons the model is checked against: (launcher label,
+# launcher, variant). "-graph" runs capture the whole DDP step in a CUDA graph, so the host
+# does no per-step work and their one-GPU step is the GPU's busy time.
+RECORDED_RUNS = (("ddp", "ddp", None), ("ddp-graph", "ddp", "graph"), ("horovod", "horovod", None))
+
+
+@dataclass(frozen=True)
+class RecordedPoint:
+    """One recorded 2-GPU run and what the model needs to predict it: the one-GPU step of
+    the same recording (``global batch / images/s``, the time behind its speedup column),
+    the GPU's busy time when a CUDA-graph recording of the model has it, and the measured
+    speedup (the recording's median over its repeats, with its min-max when recorded)."""
+    launcher: str
+    model: str
+    path: str
+    n_gpus: int
+    batch: int
+    compute_s: float
+    device_s: Optional[float]
+    host_work: bool          # False for a CUDA-graph run: no wrapper work on the host per step
+    measured: float
+    repeats: int = 1
+    measured_min: Optional[float] = None     # the spread of the measured speedup over the repeats
+    measured_max: Optional[float] = None
+
+
+@dataclass
+class RecordedSet:
+    """Recorded points, the alpha-beta fit of each path's recorded all-reduce sweep, the
+    (launcher, model) pairs with no recording, and the machine they came from.
+    ``device_elsewhere``: {model: machine} for models whose GPU busy time per step came from
+    a one-GPU CUDA-graph recording on another machine with the same GPU (the two-GPU
+    machine's own graph run of that model is not recorded); ``device_check``: {model:
+    ratio} of that machine's graph step to the two-GPU machine's, for the models recorded
+    on both, which shows how well the substitution holds."""
+    points: list
+    fits: dict
+    missing: list = field(default_factory=list)
+    machine: str = ""
+    device_elsewhere: dict = field(default_factory=dict)
+    device_check: dict = field(default_factory=dict)
+    profiles: dict = field(default_factory=dict)     # {model: StepProfile} recorded on a GPU
+    channels: dict = field(default_factory=dict)     # {path: NCCL channels of its recorded sweep}
+
+
+def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
+    """The recorded NCCL-path comparisons of every model (``ddlab.training.recording``) and the
+    recorded all-reduce sweeps ``reference/allreduce/<sweeps>.json``, fitted per path."""
+    from ddlab.measure import collectives
+    from ddlab.training import models as _models, recording, step_profile
+    from ddlab.base.reference import ReferenceMissing
+    names = tuple(models) if models is not None else _models.MODELS
+    for m in names:
+        _models.check(m)
+    sweeps_ = collectives.load_recorded(sweeps)
+    fits = {p: fit_sweep(s) for p, s in sweeps_.items()}
+    channels = {p: c for p, c in ((p, nccl_channels(s)) for p, s in sweeps_.items()) if c}
+    points, missing, machine, gpu_model = [], [], "", ""
+
+    loaded = {}   # each recording is read once: the CUDA-graph ones serve every launcher
+
+    def load(launcher, model, variant):
+        key = (launcher, model, variant)
+        if key not in loaded:
+            try:
+                loaded[key] = recording.load_recorded("nccl-paths", "torch", launcher, model, variant)
+            except ReferenceMissing:
+                loaded[key] = None
+        return loaded[key]
+
+    def one_gpu_row(res):
+        base = [r for r in (res.rows if res else []) if r.get("workers") == 1 and not r.get("error")]
+        return base[0] if base else None
+
+    def step_of(row):
+        return row["global_batch"] / row["images_per_s"] if row else None
+
+    graph_loaded = {}   # the one-GPU graph recordings, each read once
+
+    def one_gpu_graph(model):
+        """(one-GPU row, machine) of the one-GPU CUDA-graph recording of ``model`` (scaling, "graph")."""
+        if model not in graph_loaded:
+            try:
+                res = recording.load_recorded("scaling", "torch", "ddp", model, "graph")
+                graph_loaded[model] = (one_gpu_row(res), _machine_text(res.provenance))
+            except ReferenceMissing:
+                graph_loaded[model] = (None, "")
+        return graph_loaded[model]
+
+    device_elsewhere, device_check = {}, {}
+
+    def device_step(model, batch):
+        """The GPU's busy time per step of ``model`` at ``batch``: the two-GPU machine's own
+        one-GPU graph run, else a one-GPU graph recording of the same batch (same GPU model)."""
+        own = one_gpu_row(load("ddp", model, "graph"))
+        other, where = one_gpu_graph(model)
+        if own is not None:
+            if other is not None and where:
+                device_check[model] = step_of(other) / step_of(own)
+            return step_of(own)
+        if other is None or other.get("global_batch") != batch:
+            return None
+        device_elsewhere[model] = where
+        return step_of(other)
+
+    for label, launcher, variant in RECORDED_RUNS:
+        for model in names:
+            res = load(launcher, model, variant)
+            base = one_gpu_row(res)
+            if base is None:
+                missing.append((label, model))
+                continue
+            machine = machine or _machine_text(res.provenance)
+            gpu_model = gpu_model or (res.provenance or {}).get("gpu_model", "")
+            one = step_of(base)
+            device = one if variant == "graph" else device_step(model, base["global_batch"])
+            for r in res.rows:
+                if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or r.get("path") not in fits:
+                    continue
+                points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
+                                            device, variant != "graph", float(r["speedup"]),
+                                            int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max")))
+    profiles = {}
+    for model in names:
+        try:
+            prof = step_profile.load_recorded(model)
+        except ReferenceMissing:
+            continue
+        if prof.device != "cpu" and (not gpu_model or prof.device == gpu_model):   # profiled on that GPU
+            profiles[model] = prof
+    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles, channels)
+
+
+def nccl_channels(sweep) -> Optional[int]:
+    """The channels NCCL ran a sweep's collective on (its INFO log says so at start-up), or
+    None when the sweep kept no log or the log does not say."""
+    log = sweep.nccl_log()
+    return log.coll_channels if log is not None else None
+
+
+def _machine_text(prov: dict) -> str:
+    if not prov:
+        return ""
+    bits = [f"{prov.get('gpu_count', '?')}x {prov.get('gpu_model', '?')}"]
+    if prov.get("driver"):
+        bits.append(f"driver {prov['driver']}")
+    if prov.get("nccl"):
+        bits.append(f"NCCL {prov['nccl']}")
+    return ", ".join(bits)
+
+
+def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] = None, profiles=None,
+                  channels=None, **kwargs) -> StepPrediction:
+    """:func:`predict_step` for one recorded run, with the fit of its path and, when
+    ``profiles`` ({model: StepProfile}) has one for its model, that measured profile (with
+    ``channels``, {path: NCCL channels}, the all-reduce's share of the GPU)."""
+    if p.path not in fits:
+        raise ValueError(f"no all-reduce fit for path {p.path!r}; have {', '.join(fits) or 'none'}")
+    kwargs = dict(measured_inputs(p.model, p.batch, profiles or {}, (channels or {}).get(p.path)), **kwargs)
+    return predict_step(p.model, p.compute_s, fits[p.path], p.n_gpus, batch=p.batch, device_s=p.device_s,
+                        overheads=overheads if p.host_work else None, **kwargs)
+
+
+def measured_inputs(model: str, batch: int, profiles: dict, channels: Optional[int] = None,
+                    device: Optional[str] = None) -> dict:
+    """The :func:`predict_step` arguments that a recorded step profile of ``model``
+    (``profiles``: {model: StepProfile}) supplies: the profile itself when it was measured at
+    ``batch``, and with the number of NCCL ``channels`` of the path (one thread block each)
+    the share of the GPU's SMs the all-reduce holds. ``device``: what the predicted run runs
+    on ("cpu" or a GPU's name, None: the profile's own); a profile of another device gives
+    nothing."""
+    prof = profiles.get(model)
+    if prof is None or (device is not None and prof.device != device):
+        return {}
+    out = {"profile": prof} if prof.batch == batch else {}
+    if channels and prof.sm_count:
+        out["comm_sm_share"] = min(channels / prof.sm_count, 0.9)
+    return out

@@ -1,0 +1,314 @@
+"""What the alpha-beta model predicts for one data-parallel training step.
+
+:func:`step_time` is the simplest picture: compute plus communication, part of it hidden.
+:func:`predict_step` is the course's step model: the gradients all-reduced in DDP's buckets
+(:func:`gradient_buckets`), each bucket starting as soon as the backward pass has produced its
+gradients (so communication overlaps the rest of the backward pass), plus the data-parallel
+wrapper's own fixed cost per step and per bucket (:class:`Overheads`). The all-reduce of a
+bucket comes from an :class:`ddlab.cost.alpha_beta.AlphaBeta` fitted to a measured sweep or
+from a link of :mod:`ddlab.system.links` (:func:`bucket_allreduce_time`).
+
+The recorded runs and the measured inputs the model takes from them are in
+:mod:`ddlab.cost.recorded_runs`; the wrapper's cost fitted to them and the predictions set
+beside the recorded speedups in :mod:`ddlab.cost.validation`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from ddlab.base.units import format_time
+from ddlab.cost.alpha_beta import check_link, check_ranks, ring_allreduce_time
+from ddlab.training.models import Layer, model_layers
+
+
+def step_time(compute_s: float, comm_s: float, overlap: float = 0.0) -> float:
+    """One training step: compute plus communication, of which the fraction ``overlap`` (0..1)
+    of the shorter one is hidden behind the other (DDP overlaps gradient all-reduce with the
+    backward pass): ``compute + comm - overlap * min(compute, comm)``."""
+    if compute_s < 0 or comm_s < 0:
+        raise ValueError(f"times must not be negative, got compute {compute_s} and comm {comm_s}")
+    if not 0.0 <= overlap <= 1.0:
+        raise ValueError(f"overlap is a fraction between 0 and 1, got {overlap}")
+    return compute_s + comm_s - overlap * min(compute_s, comm_s)
+
+
+# DistributedDataParallel's defaults (torch.nn.parallel.DistributedDataParallel): gradients are
+# all-reduced in buckets of bucket_cap_mb=25 MiB, the first bucket closing at 1 MiB so that
+# communication starts early. After the first iteration DDP rebuilds its buckets in the order
+# the gradients became ready (the reverse of the layer order); a bucket closes as soon as it
+# holds at least its limit, and a tensor is never split, so one tensor larger than the cap is a
+# bucket of its own.
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+DDP_BUCKET_CAP_MB = 25
+# The backward pass does twice the arithmetic of the forward pass (a gradient for the inputs
+# and one for the weights): 2/3 of forward + backward. An assumption, not a measurement.
+BACKWARD_FRACTION = 2 / 3
+READINESS = ("flops", "params")
+
+
+def _as_layers(model) -> tuple:
+    if isinstance(model, str):
+        return model_layers(model)
+    if isinstance(model, (int, float)) and not isinstance(model, bool):
+        if not model > 0:
+            raise ValueError(f"a parameter count must be positive, got {model!r}")
+        return (Layer("all parameters", int(model), float(model)),)
+    layers = tuple(model)
+    if not layers or not all(isinstance(x, Layer) for x in layers):
+        raise ValueError("give a model name, a parameter count, or a non-empty sequence of models.Layer")
+    if any(x.params < 0 or x.flops < 0 for x in layers) or sum(x.params for x in layers) <= 0:
+        raise ValueError("layers need parameter counts and FLOPs >= 0, and some parameters in all")
+    return layers
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One all-reduce of DDP: the layers whose gradients it carries (in the order they
+    become ready), its size in bytes, and ``ready``: the share of the backward pass done
+    when its last gradient is ready (0..1)."""
+    layers: tuple
+    nbytes: int
+    ready: float
+
+
+def gradient_buckets(model, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
+                     first_bucket_bytes: Optional[int] = DDP_FIRST_BUCKET_BYTES,
+                     bytes_per_param: int = 4, readiness: str = "flops") -> tuple:
+    """DDP's buckets for ``model`` (a name, a parameter count or
+    :class:`ddlab.training.models.Layer` items), in
+    the order they are all-reduced: the gradients in reverse layer order, a bucket closing
+    once it holds at least its limit (the first ``first_bucket_bytes``, then
+    ``bucket_cap_mb`` MiB; None: every bucket gets the cap). ``readiness`` says how the
+    backward pass is shared among the layers: by forward FLOPs ("flops"), by parameter
+    count ("params"), or as measured: a mapping {layer name: share of the backward pass done
+    when its gradient is ready} (:attr:`ddlab.training.step_profile.StepProfile.ready`)."""
+    layers = _as_layers(model)
+    measured = None
+    if isinstance(readiness, Mapping):
+        missing = [x.name for x in layers if x.params and x.name not in readiness]
+        if missing:
+            raise ValueError(f"the measured readiness has no share for layer(s) {', '.join(missing)}")
+        measured = {k: float(v) for k, v in readiness.items()}
+    elif readiness not in READINESS:
+        raise ValueError(f"readiness must be one of {', '.join(READINESS)} or a mapping of layer to share, "
+                         f"got {readiness!r}")
+    if not bucket_cap_mb > 0:
+        raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
+    if int(bytes_per_param) != bytes_per_param or bytes_per_param < 1:
+        raise ValueError(f"bytes_per_param must be a whole number >= 1, got {bytes_per_param!r}")
+    cap = int(bucket_cap_mb * 1024 * 1024)
+    weight = [0.0 if measured else (x.flops if readiness == "flops" else x.params) for x in layers]
+    total_w = sum(weight) or 1.0
+    limit = cap if first_bucket_bytes is None else int(first_bucket_bytes)
+    out, names, size, done = [], [], 0, 0.0
+    for layer, w in zip(reversed(layers), reversed(weight)):
+        done = max(done, measured[layer.name]) if measured and layer.params else done + w / total_w
+        if layer.params == 0:
+            continue
+        names.append(layer.name)
+        size += layer.params * bytes_per_param
+        if size >= limit:
+            out.append(Bucket(tuple(names), size, min(done, 1.0)))
+            names, size, limit = [], 0, cap
+    if names:
+        out.append(Bucket(tuple(names), size, 1.0))
+    return tuple(out)
+
+
+def bucket_allreduce_time(nbytes: float, n_gpus: int, path, fit_ranks: int = 2) -> float:
+    """Seconds to all-reduce one bucket of ``nbytes`` on ``n_gpus`` over ``path``.
+
+    ``path`` is either an :class:`ddlab.cost.alpha_beta.AlphaBeta` fitted to a measured all-reduce
+    sweep on ``fit_ranks`` ranks (:func:`ddlab.cost.alpha_beta.fit_sweep`: ``alpha`` the whole
+    per-call cost, ``beta`` the algorithm bandwidth), or a link of :mod:`ddlab.system.links`
+    (``latency_s``, ``bandwidth_Bps``), for which the ring formula
+    :func:`ddlab.cost.alpha_beta.ring_allreduce_time` applies. A sweep's fit is carried
+    to ``n`` ranks by the ring's bandwidth term ``2(n-1)/n`` (its bus bandwidth stays the
+    same); its alpha is kept as measured."""
+    check_ranks(n_gpus)
+    if n_gpus == 1:
+        return 0.0
+    if hasattr(path, "bandwidth_Bps") and hasattr(path, "latency_s"):
+        return ring_allreduce_time(nbytes, n_gpus, path.latency_s, path.bandwidth_Bps)
+    alpha, beta = path
+    check_link(alpha, beta)
+    check_ranks(fit_ranks)
+    if fit_ranks < 2:
+        raise ValueError("a sweep's fit needs at least 2 ranks")
+    busbw = beta * 2 * (fit_ranks - 1) / fit_ranks
+    return alpha + nbytes * (2 * (n_gpus - 1) / n_gpus) / busbw
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """The data-parallel wrapper's own cost on the host, beside the all-reduce itself: a
+    fixed time per step and per bucket (hooks, bookkeeping, a background thread's cycle),
+    fitted to recorded runs by :func:`ddlab.cost.validation.fit_overheads`. ``points``: how many runs the fit
+    used; ``note``: what it could and could not tell apart."""
+    per_step_s: float = 0.0
+    per_bucket_s: float = 0.0
+    launcher: str = ""
+    points: int = 0
+    note: str = ""
+
+    def __post_init__(self):
+        for name in ("per_step_s", "per_bucket_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
+
+    def total_s(self, n_buckets: int) -> float:
+        return self.per_step_s + self.per_bucket_s * n_buckets
+
+    def describe(self) -> str:
+        who = f"{self.launcher}: " if self.launcher else ""
+        return (f"{who}{format_time(self.per_step_s)} per step + {format_time(self.per_bucket_s)} per bucket"
+                + (f" (fitted to {self.points} recorded runs)" if self.points else ""))
+
+
+NO_OVERHEADS = Overheads()
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One predicted data-parallel step (weak scaling: every GPU keeps the one-GPU batch).
+    ``total_s = compute_s + exposed_comm_s + overhead_s``; ``comm_s`` is all the
+    all-reduce time, of which ``hidden_comm_s`` runs during the backward pass."""
+    n_gpus: int
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    overhead_s: float
+    total_s: float
+    buckets: tuple
+    bound: str          # "serial", "device" or "host": what decides the step time
+    batch: Optional[int] = None
+
+    @property
+    def hidden_comm_s(self) -> float:
+        return max(0.0, self.comm_s - self.exposed_comm_s)
+
+    @property
+    def speedup(self) -> float:
+        return self.n_gpus * self.compute_s / self.total_s
+
+    @property
+    def efficiency(self) -> float:
+        return self.speedup / self.n_gpus
+
+    @property
+    def images_per_s(self) -> Optional[float]:
+        return self.n_gpus * self.batch / self.total_s if self.batch else None
+
+    def parts(self) -> dict:
+        return {"compute": self.compute_s, "exposed communication": self.exposed_comm_s,
+                "overhead": self.overhead_s}
+
+    def describe(self) -> str:
+        t = self.total_s
+        text = (f"{self.n_gpus} GPU(s): step {format_time(t)} = compute {format_time(self.compute_s)} "
+                f"+ exposed communication {format_time(self.exposed_comm_s)} "
+                f"+ overhead {format_time(self.overhead_s)}; all-reduce {format_time(self.comm_s)} in "
+                f"{len(self.buckets)} bucket(s), {format_time(self.hidden_comm_s)} of it hidden behind the "
+                f"backward pass; speedup {self.speedup:.2f}x over one GPU (efficiency {100 * self.efficiency:.0f}%)")
+        if self.images_per_s:
+            text += f", {self.images_per_s:,.0f} images/s"
+        return text + "."
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optional[int] = None,
+                 device_s: Optional[float] = None, overheads: Optional[Overheads] = None,
+                 backward_fraction: float = BACKWARD_FRACTION, optimizer_s: float = 0.0,
+                 bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
+                 first_bucket_bytes: Optional[int] = DDP_FIRST_BUCKET_BYTES,
+                 bytes_per_param: int = 4, readiness="flops", fit_ranks: int = 2,
+                 profile=None, comm_sm_share: float = 0.0) -> StepPrediction:
+    """Predict one data-parallel training step on ``n_gpus`` (weak scaling).
+
+    * ``model``: a course model's name, a parameter count, or :class:`ddlab.training.models.Layer`
+      items.
+    * ``compute_s``: the measured one-GPU step (forward, backward and optimizer) at the
+      per-GPU ``batch`` (the batch only turns the result into images/s).
+    * ``path``: the all-reduce path: an :class:`ddlab.cost.alpha_beta.AlphaBeta` fitted to a
+      measured sweep (on ``fit_ranks`` ranks) or a link of :mod:`ddlab.system.links` (see
+      :func:`bucket_allreduce_time`).
+    * ``device_s``: how long the GPU is busy in that step, when known (e.g. the step of a
+      CUDA-graph run, where the host does no work per step). Then a step is the longer of
+      the device's path (``device_s`` + exposed communication) and the host's path
+      (``compute_s`` + the wrapper's ``overheads``): a host-bound step can hide
+      communication in the GPU's idle time, and a device-bound one can hide the wrapper's
+      host work. Without it the parts simply add up.
+    * The gradients go out in :func:`gradient_buckets` (DDP's defaults); each bucket's
+      all-reduce starts when its gradients are ready and the previous all-reduce is done (one
+      communication stream); the optimizer waits for the last one. The backward pass is
+      ``backward_fraction`` of the device step without the optimizer's ``optimizer_s``.
+    * ``profile``: a :class:`ddlab.training.step_profile.StepProfile` measured for this model; its
+      readiness of each layer, backward fraction and optimizer share of the step replace
+      ``readiness``, ``backward_fraction`` and ``optimizer_s``.
+    * ``comm_sm_share``: the share of the GPU's multiprocessors (SMs) the all-reduce kernels
+      hold while they run (NCCL runs one thread block per channel, so channels / SMs). The
+      backward work that overlaps an all-reduce runs that much slower: overlap hides
+      communication, but not for free. 0: overlap costs nothing.
+    """
+    if not (math.isfinite(comm_sm_share) and 0 <= comm_sm_share < 1):
+        raise ValueError(f"comm_sm_share is a share of the GPU between 0 and 1, got {comm_sm_share!r}")
+    if profile is not None:
+        readiness, backward_fraction = profile.ready, profile.backward_fraction
+        optimizer_s = profile.optimizer_share * (compute_s if device_s is None else device_s)
+    if not (math.isfinite(compute_s) and compute_s > 0):
+        raise ValueError(f"the one-GPU step time must be a positive number of seconds, got {compute_s!r}")
+    check_ranks(n_gpus)
+    if device_s is not None and not (math.isfinite(device_s) and device_s > 0):
+        raise ValueError(f"device_s must be a positive number of seconds, got {device_s!r}")
+    if not 0 < backward_fraction <= 1:
+        raise ValueError(f"backward_fraction is a share between 0 and 1, got {backward_fraction!r}")
+    dev = compute_s if device_s is None else device_s
+    if not 0 <= optimizer_s < dev:
+        raise ValueError(f"optimizer_s must be >= 0 and shorter than the step, got {optimizer_s!r}")
+    if batch is not None and (int(batch) != batch or batch < 1):
+        raise ValueError(f"batch must be a whole number >= 1, got {batch!r}")
+    over = overheads or NO_OVERHEADS
+    buckets = gradient_buckets(model, bucket_cap_mb, first_bucket_bytes, bytes_per_param, readiness)
+    if n_gpus == 1:
+        return StepPrediction(1, compute_s, 0.0, 0.0, 0.0, compute_s, buckets, "serial", batch)
+    backward = backward_fraction * (dev - optimizer_s)
+    comm_total, comm_free, now = 0.0, 0.0, 0.0      # times from the start of the backward pass
+    done = [0.0]                                    # backward work done, in seconds of backward alone
+    slow = 1.0 / (1.0 - comm_sm_share)              # time per unit of backward work beside an all-reduce
+
+    def work_until(target: float) -> float:
+        """Run the backward pass until ``target`` seconds of its work are done; the time then."""
+        t = now
+        while done[0] < target:
+            if t < comm_free:                       # beside an all-reduce: slower
+                dt = min(comm_free - t, (target - done[0]) * slow)
+                t, done[0] = t + dt, done[0] + dt / slow
+            else:
+                t, done[0] = t + target - done[0], target
+        return t
+
+    for b in buckets:
+        now = work_until(b.ready * backward)
+        t = bucket_allreduce_time(b.nbytes, n_gpus, path, fit_ranks)
+        comm_total += t
+        comm_free = max(now, comm_free) + t
+    now = work_until(backward)
+    # what the step loses: the backward pass slowed beside the all-reduces, and the part of them after it
+    exposed = max(now, comm_free) - backward
+    overhead = over.total_s(len(buckets))
+    if device_s is None:
+        total, bound = compute_s + exposed + overhead, "serial"
+        shown_exposed, shown_over = exposed, overhead
+    else:
+        device_path, host_path = dev + exposed, compute_s + overhead
+        total = max(device_path, host_path, compute_s)
+        bound = "device" if device_path >= host_path else "host"
+        extra = total - compute_s
+        shown_exposed = min(extra, max(0.0, device_path - compute_s))
+        shown_over = extra - shown_exposed
+    return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch)

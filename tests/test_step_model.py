@@ -1,0 +1,141 @@
+"""The step model (ddlab.cost.step_model): DDP's buckets, overlap with the backward pass, the
+wrapper's costs, the host and device paths, and a measured step profile."""
+import pytest
+
+from ddlab.cost import step_model as sm
+from ddlab.cost.alpha_beta import AlphaBeta, ring_allreduce_time
+from ddlab.training.models import Layer
+
+
+def test_step_time():
+    assert sm.step_time(10, 4) == 14
+    assert sm.step_time(10, 4, overlap=1) == 10
+    assert sm.step_time(10, 4, overlap=0.5) == 12
+    assert sm.step_time(2, 8, overlap=1) == 8
+    for bad in (lambda: sm.step_time(1, 1, overlap=1.5), lambda: sm.step_time(-1, 1)):
+        with pytest.raises(ValueError):
+            bad()
+
+
+def test_buckets_follow_ddp_first_1MiB_then_25MiB_in_reverse_layer_order():
+    mb = 1024 * 1024
+    layers = [Layer("a", 10 * mb // 4, 1.0), Layer("b", 10 * mb // 4, 1.0),
+              Layer("c", 20 * mb // 4, 1.0), Layer("d", mb // 8, 1.0)]
+    b = sm.gradient_buckets(layers)
+    # d (0.5 MiB) is below 1 MiB, so c joins the first bucket; then b + a = 20 MiB < 25 MiB
+    assert [x.layers for x in b] == [("d", "c"), ("b", "a")]
+    assert [x.nbytes for x in b] == [mb // 2 + 20 * mb, 20 * mb]
+    assert [x.ready for x in b] == pytest.approx([0.5, 1.0])
+    # a smaller cap splits the second bucket; a tensor larger than the cap stays whole
+    assert [x.layers for x in sm.gradient_buckets(layers, bucket_cap_mb=5)] == [("d", "c"), ("b",), ("a",)]
+    # readiness by parameters: the big layer c holds most of them
+    assert sm.gradient_buckets(layers, readiness="params")[0].ready == pytest.approx((20 + 0.5) / 40.5)
+    with pytest.raises(ValueError, match="readiness"):
+        sm.gradient_buckets(layers, readiness="time")
+
+
+def test_overlap_hides_communication_behind_the_rest_of_the_backward_pass():
+    layers = [Layer("early", 1000, 3.0), Layer("late", 10_000_000, 1.0)]  # late's grads come first
+    link = AlphaBeta(0.0, 40e6 / 1e-3)            # 40 MB in 1 ms
+    p = sm.predict_step(layers, 3e-3, link, 2)       # backward 2 ms; "late" ready after 1/4 of it
+    first = p.buckets[0]
+    assert first.layers == ("late",) and first.ready == pytest.approx(0.25)
+    assert p.comm_s == pytest.approx(1e-3 + 4000 / 40e9)
+    assert p.exposed_comm_s == pytest.approx(4000 / 40e9)      # only the last (small) bucket shows
+    assert p.total_s == pytest.approx(3e-3 + p.exposed_comm_s)
+    # one single tensor: nothing to overlap with, everything is exposed
+    q = sm.predict_step(10_000_000, 3e-3, link, 2)
+    assert q.exposed_comm_s == pytest.approx(q.comm_s) and len(q.buckets) == 1
+    assert q.speedup == pytest.approx(2 * 3e-3 / (3e-3 + 1e-3))
+    assert q.efficiency == pytest.approx(q.speedup / 2)
+
+
+def test_serialised_buckets_queue_behind_each_other():
+    layers = [Layer("a", 10_000_000, 1.0), Layer("b", 10_000_000, 1.0)]
+    link = AlphaBeta(0.0, 40e6 / 1e-3)
+    p = sm.predict_step(layers, 3e-3, link, 2, bucket_cap_mb=1, first_bucket_bytes=None)
+    # b ready at 1 ms, its all-reduce ends at 2 ms (= end of backward); a's starts then: 1 ms exposed
+    assert p.exposed_comm_s == pytest.approx(1e-3)
+
+
+def test_overheads_and_the_host_device_paths():
+    link = AlphaBeta(10e-6, 100e9)
+    over = sm.Overheads(per_step_s=1e-3, per_bucket_s=0.5e-3)
+    serial = sm.predict_step("cnn", 2e-3, link, 2, overheads=over)
+    assert serial.bound == "serial"
+    assert serial.overhead_s == pytest.approx(1e-3 + 2 * 0.5e-3)
+    assert serial.total_s == pytest.approx(2e-3 + serial.exposed_comm_s + serial.overhead_s)
+    # host-bound (the GPU is busy 0.5 ms of a 2 ms step): the wrapper's host work shows in full
+    host = sm.predict_step("cnn", 2e-3, link, 2, overheads=over, device_s=0.5e-3)
+    assert host.bound == "host" and host.total_s == pytest.approx(2e-3 + 2e-3)
+    assert host.exposed_comm_s == 0
+    # device-bound with a slow link: the host's work hides behind the GPU's
+    slow = AlphaBeta(10e-6, 1e9)
+    dev = sm.predict_step("wide", 2.8e-3, slow, 2, overheads=sm.Overheads(1e-4), device_s=2.7e-3)
+    assert dev.bound == "device" and dev.overhead_s == pytest.approx(0.0)
+    assert dev.total_s == pytest.approx(2.8e-3 + dev.exposed_comm_s)
+    assert sm.predict_step("cnn", 2e-3, link, 1).speedup == 1.0
+
+
+def test_a_link_from_the_catalogue_uses_the_ring_formula():
+    from ddlab.system import links
+    nv = links.get("nvlink4_x18")
+    t = sm.bucket_allreduce_time(1e8, 4, nv)
+    assert t == pytest.approx(ring_allreduce_time(1e8, 4, nv.latency_s, nv.bandwidth_Bps))
+    # a sweep's fit is carried to more ranks by 2(n-1)/n at the same bus bandwidth
+    fit = AlphaBeta(20e-6, 100e9)
+    assert sm.bucket_allreduce_time(1e8, 2, fit) == pytest.approx(20e-6 + 1e-3)
+    assert sm.bucket_allreduce_time(1e8, 4, fit) == pytest.approx(20e-6 + 1.5e-3)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: sm.predict_step("cnn", 0, AlphaBeta(1e-6, 1e9)),
+    lambda: sm.predict_step("cnn", 1e-3, AlphaBeta(1e-6, 1e9), 0),
+    lambda: sm.predict_step("cnn", 1e-3, AlphaBeta(1e-6, 1e9), backward_fraction=1.5),
+    lambda: sm.predict_step("cnn", 1e-3, AlphaBeta(1e-6, 1e9), device_s=-1),
+    lambda: sm.predict_step("cnn", 1e-3, AlphaBeta(1e-6, 1e9), batch=0),
+    lambda: sm.predict_step([], 1e-3, AlphaBeta(1e-6, 1e9)),
+    lambda: sm.Overheads(per_step_s=-1.0),
+])
+def test_step_model_rejects_bad_input(bad):
+    with pytest.raises(ValueError):
+        bad()
+
+
+def test_measured_readiness_and_bucket_copies():
+    layers = (Layer("a", 10, 1.0), Layer("b", 1000, 100.0), Layer("c", 10, 1.0))
+    # measured: b's gradient is ready a fifth into the backward pass, though it has most of the FLOPs
+    b_ready = sm.gradient_buckets(layers, bucket_cap_mb=1e-6, first_bucket_bytes=None, readiness={"c": 0.1, "b": 0.2,
+                                                                                                   "a": 1.0})
+    assert [(b.layers, b.ready) for b in b_ready] == [(("c",), 0.1), (("b",), 0.2), (("a",), 1.0)]
+    assert sm.gradient_buckets(layers, bucket_cap_mb=1e-6, first_bucket_bytes=None)[1].ready > 0.9   # by FLOPs
+    with pytest.raises(ValueError, match="no share for layer"):
+        sm.gradient_buckets(layers, readiness={"a": 1.0})
+    link = AlphaBeta(0.0, 1e7)                      # 4 kB in 400 us
+    early = sm.predict_step(layers, 1e-3, link, readiness={"c": 0.1, "b": 0.2, "a": 1.0}, bucket_cap_mb=1e-6,
+                            first_bucket_bytes=None)
+    late = sm.predict_step(layers, 1e-3, link, readiness={"c": 0.1, "b": 0.99, "a": 1.0}, bucket_cap_mb=1e-6,
+                           first_bucket_bytes=None)
+    assert early.exposed_comm_s < late.exposed_comm_s
+    # an all-reduce holding a share of the SMs slows the backward work beside it: 400 us of the
+    # early bucket's all-reduce overlap the backward pass, which then runs at half speed
+    kw = dict(readiness={"c": 0.1, "b": 0.2, "a": 1.0}, bucket_cap_mb=1e-6, first_bucket_bytes=None)
+    half = sm.predict_step(layers, 1e-3, link, comm_sm_share=0.5, **kw)
+    assert early.exposed_comm_s == pytest.approx(4e-6)                # only the last, tiny bucket shows
+    # the 4 us and 400 us all-reduces of c and b each overlap the backward pass whole, and half of
+    # that time is lost; then a's 4 us all-reduce after the end
+    assert half.exposed_comm_s == pytest.approx(0.5 * (4e-6 + 400e-6) + 4e-6)
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="comm_sm_share"):
+            sm.predict_step(1000, 1e-3, link, comm_sm_share=bad)
+
+
+def test_a_step_profile_replaces_the_assumptions():
+    from ddlab.training.step_profile import StepProfile
+    prof = StepProfile("wide", 512, "GPU", "bf16", 1e-3, 3e-3, 1e-3, {"dense2": 0.0, "dense1": 0.3, "conv2": 0.9,
+                                                                     "conv1": 1.0}, 3, sm_count=132)
+    assert prof.backward_fraction == pytest.approx(0.75) and prof.optimizer_share == pytest.approx(0.2)
+    link = AlphaBeta(1e-5, 300e9)
+    with_prof = sm.predict_step("wide", 5e-3, link, profile=prof)
+    assert with_prof.buckets[0].ready == pytest.approx(0.3)          # dense1's gradient, from the profile
+    assert with_prof.exposed_comm_s < sm.predict_step("wide", 5e-3, link).exposed_comm_s
