@@ -1,7 +1,7 @@
 """Exercise checks: right and wrong answers, each with its reason."""
 import pytest
 
-from ddlab.course import checks
+from ddlab.course import checks, quiz_questions
 from ddlab.system.topology import parse_topo_matrix
 
 # A DGX-1 with V100 (hybrid cube-mesh), as `nvidia-smi topo -m` prints it (written for the test).
@@ -149,9 +149,9 @@ def test_path_ordering_reads_an_experiment_result():
         checks.check_path_ordering("default > shm > socket", measured=[1, 2, 3])
 
 
-@pytest.mark.parametrize("n", range(1, len(checks.QUIZ) + 1))
+@pytest.mark.parametrize("n", range(1, len(quiz_questions.QUIZ) + 1))
 def test_every_quiz_question_has_a_right_and_wrong_answer(n):
-    q = checks.QUIZ[n - 1]
+    q = quiz_questions.QUIZ[n - 1]
     right = checks.check_quiz_answer(n, q.answer)
     assert right.correct and right.message.startswith("Right")
     letter = "abc"[q.answer]
@@ -171,16 +171,16 @@ def test_quiz_content_is_consistent_with_the_model():
     assert r.bandwidth_s > r.latency_s and r.dominant == "bandwidth"
     share = (r.bandwidth_s - r.latency_s) / r.latency_s
     assert 0.01 < share < 0.05
-    q1 = checks.QUIZ[0]
+    q1 = quiz_questions.QUIZ[0]
     assert q1.choices[q1.answer] == "they are within a few percent of each other"
     assert f"{share:.1%} more than alpha" in q1.explanation and "the bandwidth term is the larger" in q1.explanation
     assert f"{r.bandwidth_s * 1e6:.1f} us" in q1.explanation
     # question 4: host staging crosses PCIe twice (once per copy); the text never says once
-    q4 = checks.QUIZ[3]
+    q4 = quiz_questions.QUIZ[3]
     assert q4.choices[q4.answer] == "twice" and q4.explanation.startswith("Twice")
     assert "crosses once" not in q4.explanation and "two copies, each across PCIe" in q4.why_not[0]
     # question 2: PIX still allows NVLink
-    assert checks.QUIZ[1].choices[checks.QUIZ[1].answer] == "still NVLink"
+    assert quiz_questions.QUIZ[1].choices[quiz_questions.QUIZ[1].answer] == "still NVLink"
 
 
 def test_quiz_bad_answers_get_a_message_with_the_choices():
@@ -206,7 +206,7 @@ def test_results_render_without_emoji_and_with_markdown_as_html():
 
 
 def test_quiz_text_renders_its_markdown_and_choices_are_plain():
-    for q in checks.QUIZ + checks.DATA_PARALLEL_QUIZ:   # radio labels cannot render markup: choices have none
+    for q in quiz_questions.QUIZ + quiz_questions.DATA_PARALLEL_QUIZ:   # radio labels cannot render markup: choices have none
         for c in q.choices:
             assert "`" not in c and "*" not in c
 
@@ -214,11 +214,11 @@ def test_quiz_text_renders_its_markdown_and_choices_are_plain():
 def test_quiz_widget_checks_answers():
     ipywidgets = pytest.importorskip("ipywidgets")
     box = checks.quiz()
-    assert isinstance(box, ipywidgets.VBox) and len(box.children) == len(checks.QUIZ)
+    assert isinstance(box, ipywidgets.VBox) and len(box.children) == len(quiz_questions.QUIZ)
     _, radio, button, out = box.children[1].children
     button.click()
     assert "pick an answer" in out.value
-    radio.value = checks.QUIZ[1].answer
+    radio.value = quiz_questions.QUIZ[1].answer
     button.click()
     assert "Right" in out.value
     radio.value = 0
@@ -255,12 +255,12 @@ def test_quiz_model_sizes_and_busbw_match_the_code():
     from ddlab.training import models_torch
     cnn = models_torch.count_parameters(models_torch.build("cnn"))
     wide = models_torch.count_parameters(models_torch.build("wide"))
-    sizes = next(q for q in checks.QUIZ if "small CNN" in q.prompt)
+    sizes = next(q for q in quiz_questions.QUIZ if "small CNN" in q.prompt)
     assert "about 1.2M" in sizes.prompt and abs(cnn - 1.2e6) / 1.2e6 < 0.05
     assert "about 76M" in sizes.prompt and abs(wide - 76e6) / 76e6 < 0.05
     assert "about 4.8 MB" in sizes.explanation and abs(4 * cnn - 4.8e6) / 4.8e6 < 0.05
     assert "tens of times larger" in sizes.explanation and 10 <= wide / cnn < 100
-    busbw = next(q for q in checks.QUIZ if "busbw" in q.prompt)
+    busbw = next(q for q in quiz_questions.QUIZ if "busbw" in q.prompt)
     assert busbw.choices[busbw.answer] == "the same as algbw"
     assert collectives.bus_factor("all_reduce", 2) == 1.0
     assert collectives.bus_factor("all_reduce", 8) == 1.75 and "1.75" in busbw.explanation
@@ -316,9 +316,9 @@ def test_p2p_diagnosis_typos_get_the_valid_choices_not_a_traceback(outlier, pair
     assert not r and expect in r.message
 
 
-@pytest.mark.parametrize("notebook", sorted(checks.QUIZZES))
+@pytest.mark.parametrize("notebook", sorted(quiz_questions.QUIZZES))
 def test_each_notebook_quiz_numbers_its_own_questions(notebook):
-    qs = checks.QUIZZES[notebook]
+    qs = quiz_questions.QUIZZES[notebook]
     assert 3 <= len(qs) <= 6 and checks.questions_of(notebook) == qs
     for n, q in enumerate(qs, 1):
         assert checks.check_quiz_answer(n, q.answer, notebook).correct
@@ -330,8 +330,8 @@ def test_each_notebook_quiz_numbers_its_own_questions(notebook):
 
 
 def test_every_quiz_question_is_asked_by_some_notebook():
-    asked = {id(q) for qs in checks.QUIZZES.values() for q in qs}
-    assert all(id(q) in asked for q in checks.QUIZ)
+    asked = {id(q) for qs in quiz_questions.QUIZZES.values() for q in qs}
+    assert all(id(q) in asked for q in quiz_questions.QUIZ)
     with pytest.raises(ValueError, match="there is a quiz for notebooks"):
         checks.quiz(9)
 
@@ -339,8 +339,8 @@ def test_every_quiz_question_is_asked_by_some_notebook():
 def test_notebook_quiz_widget_checks_with_the_notebooks_numbering():
     ipywidgets = pytest.importorskip("ipywidgets")
     box = checks.quiz(3)
-    assert isinstance(box, ipywidgets.VBox) and len(box.children) == len(checks.QUIZZES[3])
+    assert isinstance(box, ipywidgets.VBox) and len(box.children) == len(quiz_questions.QUIZZES[3])
     _, radio, button, out = box.children[0].children
-    radio.value = checks.QUIZZES[3][0].answer
+    radio.value = quiz_questions.QUIZZES[3][0].answer
     button.click()
     assert "Right:" in out.value and "NUMA" in out.value

@@ -316,9 +316,9 @@ def test_recorder_keeps_finished_points_of_a_cut_call_and_goes_on_from_them(tmp_
 
 
 def test_convergence_quiz_checks_answers():
-    from ddlab.course import checks
-    qs = checks.QUIZZES[7]
-    assert qs is checks.CONVERGENCE_QUIZ and all(0 <= q.answer < len(q.choices) for q in qs)
+    from ddlab.course import checks, quiz_questions
+    qs = quiz_questions.QUIZZES[7]
+    assert qs is quiz_questions.CONVERGENCE_QUIZ and all(0 <= q.answer < len(q.choices) for q in qs)
     assert all(set(q.why_not) == set(range(len(q.choices))) - {q.answer} for q in qs)   # every wrong choice explained
     assert checks.check_quiz_answer(1, "b", 7).correct
     wrong = checks.check_quiz_answer(1, "c", 7)

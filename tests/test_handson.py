@@ -180,12 +180,12 @@ def test_a_failed_launch_is_one_clear_error(monkeypatch):
 
 
 def test_the_notebook_6_quiz_checks_its_answers():
-    from ddlab.course import checks
-    assert len(checks.HANDSON_QUIZ) >= 3
-    for n, q in enumerate(checks.HANDSON_QUIZ, 1):
-        assert checks.check_quiz_answer(n, q.answer, checks.HANDSON_QUIZ).correct
+    from ddlab.course import checks, quiz_questions
+    assert len(quiz_questions.HANDSON_QUIZ) >= 3
+    for n, q in enumerate(quiz_questions.HANDSON_QUIZ, 1):
+        assert checks.check_quiz_answer(n, q.answer, quiz_questions.HANDSON_QUIZ).correct
         wrong = next(i for i in range(len(q.choices)) if i != q.answer)
-        assert not checks.check_quiz_answer(n, wrong, checks.HANDSON_QUIZ).correct
+        assert not checks.check_quiz_answer(n, wrong, quiz_questions.HANDSON_QUIZ).correct
         assert set(q.why_not) == set(range(len(q.choices))) - {q.answer}   # every wrong choice explained
 
 

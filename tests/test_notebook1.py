@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from ddlab.cost import allreduce_algorithms as ar
-from ddlab.course import checks
+from ddlab.course import checks, quiz_questions
 from ddlab.training import throughput
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,7 +58,7 @@ def test_ends_with_summary_quiz_and_links():
     cells = _nb().cells
     md = _text("markdown")
     assert "## 7. Summary" in md and "## Self-check quiz" in md
-    assert "checks.quiz(checks.DATA_PARALLEL_QUIZ)" in _text("code")
+    assert "checks.quiz(1)" in _text("code")
     last = cells[-1].source
     assert "[Start Here](../Start_Here.ipynb)" in last
     assert "(2.Latency-and-Bandwidth.ipynb)" in last
@@ -81,7 +81,7 @@ def test_no_measured_throughput_typed_into_the_text():
 
 
 # ---- the quiz
-QUIZ = checks.DATA_PARALLEL_QUIZ
+QUIZ = quiz_questions.DATA_PARALLEL_QUIZ
 
 
 @pytest.mark.parametrize("n", range(1, len(QUIZ) + 1))
@@ -111,7 +111,7 @@ def test_quiz_covers_averaging_and_the_ring_factor_and_agrees_with_the_code():
 
 
 def test_quiz_of_notebook_1_is_separate_from_notebook_2s():
-    assert not {q.prompt for q in QUIZ} & {q.prompt for q in checks.QUIZ}
+    assert not {q.prompt for q in QUIZ} & {q.prompt for q in quiz_questions.QUIZ}
     beyond = checks.check_quiz_answer(len(QUIZ) + 1, "a", QUIZ)      # a typo gets a message, not a traceback
     assert not beyond and f"questions 1 to {len(QUIZ)}" in beyond.message
     assert checks.quiz_text(QUIZ).startswith("1. " + QUIZ[0].prompt)
