@@ -48,7 +48,7 @@ def test_the_browser_test_starts_the_server_make_lab_starts():
     lab_recipe = re.search(r"^lab: .*?\n((?:\t.*\n)+)", mk, re.M).group(1)
     assert "\t$(LAB_CMD)\n" in lab_recipe
     assert re.search(r"^lab-command:\n\t@echo '\$\(LAB_CMD\)'$", mk, re.M)
-    assert re.search(r"^test: .*\n\t.*--ignore=tests/browser", mk, re.M), "make test must leave the browser test to make browser-test"
+    assert re.search(r"^test: .*\n(?:\t.*\n)*?\t.*--ignore=tests/browser", mk, re.M), "make test must leave the browser test to make browser-test"
 
 
 def test_notebooks_open_in_jupyterlab_unmodified():
@@ -232,3 +232,15 @@ def test_every_notebook_links_to_its_neighbours_and_ends_with_a_quiz():
             assert f"]({files[i + 1]})" in last, f"{nb}: next should link to {files[i + 1]}"
         if i > 0:
             assert f"]({files[i - 1]})" in last, f"{nb}: previous should link to {files[i - 1]}"
+
+
+def test_the_bootcamp_is_credited_and_the_licences_are_stated():
+    notice = open(os.path.join(ROOT, "NOTICE")).read()
+    assert "openhackathons-org/gpubootcamp" in notice and "CC BY 4.0" in notice and "MIT" in notice
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert "[NOTICE](NOTICE)" in readme and "CC BY 4.0" in readme and "MIT" in readme
+    for nb in ["Start_Here.ipynb", "notebooks/1.Data-Parallel-Training.ipynb", "notebooks/3.System-Topology.ipynb",
+               "notebooks/4.NCCL-P2P-Level-with-Horovod.ipynb", "notebooks/6.Hands-On-Horovod-and-DDP.ipynb",
+               "notebooks/7.Convergence-at-Scale.ipynb"]:
+        text = "\n".join("".join(c["source"]) for c in json.load(open(os.path.join(ROOT, nb)))["cells"])
+        assert "github.com/openhackathons-org/gpubootcamp" in text and "CC BY 4.0" in text, nb
