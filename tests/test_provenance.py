@@ -5,6 +5,7 @@ import subprocess
 import pytest
 
 from ddlab.system import provenance
+from ddlab.system.machine_name import machine_label
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -32,3 +33,15 @@ def test_run_provenance_is_collect_without_the_slow_checks(monkeypatch):
                         seen.update(command=command, inventory=inventory) or {"command": command})
     assert provenance.run_provenance("python x.py", torch_facts=False) == {"command": "python x.py"}
     assert seen["inventory"] is not None and seen["inventory"].horovod_build == {}
+
+
+def test_provenance_carries_what_a_recorded_result_needs():
+    prov = provenance.collect(["ddlab", "p2p", "--json"], machine="test box")
+    for key in ("machine", "gpu_model", "gpu_count", "driver", "cuda_runtime", "nccl", "torch", "tensorflow",
+                "horovod", "command", "date"):
+        assert key in prov, key
+    assert prov["machine"] == "test box" and prov["command"] == "ddlab p2p --json"
+    assert prov["date"][:2] == "20" and "T" in prov["date"]
+    # the caption names the machine from its hardware fields, not from the free-text label
+    assert provenance.label(prov).startswith(machine_label(prov) + ", 20")
+    assert "test box" not in provenance.label(prov)

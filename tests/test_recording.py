@@ -91,8 +91,8 @@ def test_record_gpu_set_reports_a_failure_and_goes_on(tmp_path, monkeypatch, cap
 
 
 def test_use_hardware_label_names_the_machine_by_its_hardware(monkeypatch):
-    from ddlab.system import hardware
-    monkeypatch.setattr(hardware, "this_machine", lambda: ("2x NVIDIA H200, NV18", "2xh200-nv18"))
+    from ddlab.system import machine_name
+    monkeypatch.setattr(machine_name, "this_machine", lambda: ("2x NVIDIA H200, NV18", "2xh200-nv18"))
     monkeypatch.delenv("DDLAB_MACHINE", raising=False)
     assert recording.use_hardware_label() == "2x NVIDIA H200, NV18"
     import os

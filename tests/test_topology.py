@@ -1,22 +1,17 @@
-"""ddlab.system.topology: parsing every shape of `nvidia-smi topo -m`, analysis, drawing, recorded
-machines, the live path and the `ddlab topo` command."""
+"""ddlab.system.topology and ddlab.system.topology_parse: parsing every shape of `nvidia-smi topo -m`,
+the Topology model, recorded machines and the live path."""
 import glob
-import itertools
 import json
 import os
 import stat
 import warnings
 
-import matplotlib
+import pytest
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-
-from ddlab import cli as ddlab_cli  # noqa: E402
-from ddlab.base import reference  # noqa: E402
-from ddlab.system import topology  # noqa: E402
-from ddlab.system.topology import NoGPUError, Topology, TopologyParseError, parse_topo_matrix  # noqa: E402
+from ddlab.base import reference
+from ddlab.system import links, topology, topology_ranking
+from ddlab.system.topology import NoGPUError, Topology, TopologyParseError, parse_topo_matrix
+from ddlab.system.topology_parse import parse_link
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOPO_DIR = os.path.join(HERE, "fixtures", "topo")
@@ -75,13 +70,13 @@ def test_every_topo_fixture_is_consistent(path):
     assert bool(said) == ("_cut_" in os.path.basename(path)), said
     assert t.warnings == [m.split("cut off: ", 1)[1] for m in said]
     assert t.gpus, "a topology has at least one GPU"
-    pairs = [p for g in t.ranked_pairs() for p in g.pairs]
+    pairs = [p for g in topology_ranking.ranked_pairs(t) for p in g.pairs]
     assert sorted(pairs) == t.pairs()  # every pair ranked exactly once
-    ranks = [g.rank for g in t.ranked_pairs()]
+    ranks = [g.rank for g in topology_ranking.ranked_pairs(t)]
     assert ranks == sorted(ranks, reverse=True) and len(set(ranks)) == len(ranks)
     for col in t.nic_columns:
         for g in t.gpus:
-            assert t.nic_link(g, col).kind in topology.LINK_KINDS
+            assert t.nic_link(g, col).kind in links.LINK_KINDS
 
 
 def test_h200x2_capture_shows_nv18():
@@ -176,17 +171,17 @@ def test_text_is_kept_verbatim():
 # ------------------------------------------------------------------------ links and ranks
 def test_link_kinds_and_rank_order():
     labels = ["NV18", "NV12", "NV2", "NV1", "PIX", "PXB", "PHB", "NODE", "SYS"]
-    ranks = [topology.parse_link(x).rank for x in labels]
+    ranks = [parse_link(x).rank for x in labels]
     assert ranks == sorted(ranks, reverse=True) and len(set(ranks)) == len(ranks)
-    assert topology.parse_link("SOC").rank == topology.parse_link("SYS").rank
-    assert topology.parse_link("SOC").kind == "SYS" and topology.parse_link("SOC").label == "SOC"
-    nv = topology.parse_link("NV12")
+    assert parse_link("SOC").rank == parse_link("SYS").rank
+    assert parse_link("SOC").kind == "SYS" and parse_link("SOC").label == "SOC"
+    nv = parse_link("NV12")
     assert (nv.kind, nv.nvlinks) == ("NVLINK", 12)
-    assert topology.parse_link("PXB").nvlinks == 0
+    assert parse_link("PXB").nvlinks == 0
     with pytest.raises(ValueError, match="unknown link label"):
-        topology.parse_link("QPI")
+        parse_link("QPI")
     with pytest.raises(ValueError):
-        topology.parse_link("NV0")
+        parse_link("NV0")
 
 
 def test_link_errors():
@@ -295,182 +290,6 @@ def test_parse_error_is_a_value_error_and_needs_text():
     assert issubclass(TopologyParseError, ValueError)
     with pytest.raises(TypeError):
         parse_topo_matrix(None)
-
-
-# ------------------------------------------------------------------------ analysis
-def rings(members):
-    """Every ring over ``members`` once per direction: fix the first GPU, permute the rest."""
-    if len(members) == 2:
-        yield tuple(members), [tuple(members)]
-        return
-    for rest in itertools.permutations(members[1:]):
-        order = (members[0],) + rest
-        yield order, list(zip(order, order[1:] + order[:1]))
-
-
-def brute_force(t, k):
-    """(key, gpus) of the best k-subset by exhaustive search: every subset, every ring."""
-    rank = {(a, b): t.link(a, b).rank for a in t.gpus for b in t.gpus if a != b}
-    best = None
-    for combo in itertools.combinations(t.gpus, k):
-        ranks = [rank[p] for p in itertools.combinations(combo, 2)]
-        ring = max((min(rank[h] for h in hops), sum(rank[h] for h in hops)) for _, hops in rings(combo))
-        key = ring + (min(ranks), sum(ranks))
-        if best is None or key > best[0]:
-            best = (key, combo)
-    return best
-
-
-def assert_is_ring(t, s):
-    """``s.ring`` visits each of ``s.gpus`` once and ``s.ring_links`` are the links between stops."""
-    assert sorted(s.ring) == sorted(s.gpus)
-    hops = list(zip(s.ring, s.ring[1:] + s.ring[:1])) if len(s.ring) > 2 else [tuple(s.ring)]
-    assert [ln.label for ln in s.ring_links] == [t.link(a, b).label for a, b in hops]
-
-
-@pytest.mark.parametrize("name", ["p100x8_dgx1_mlx5_soc.txt", "pcie8x_two_switch_levels.txt",
-                                  "k80x4_spaces_mlx4_oldest_legend.txt", "v100x4_glued_header.txt",
-                                  "pcie3x_no_affinity_crlf.txt", "a100x8_nic_legend_tabs.txt"])
-def test_best_subset_matches_brute_force_over_every_ring(name):
-    t = fixture(name)
-    for k in range(2, len(t.gpus) + 1):
-        s = t.best_subset(k)
-        (bottleneck, ring_total, weakest, total), combo = brute_force(t, k)
-        assert (s.ring_bottleneck.rank, s.ring_total, s.weakest.rank, s.total_rank) == \
-            (bottleneck, ring_total, weakest, total), (name, k)
-        assert s.gpus == combo  # ties go to the lowest GPU numbers, like the brute force
-        assert_is_ring(t, s)
-
-
-def test_best_subset_matches_brute_force_on_the_recorded_dgx1():
-    t = topology.recorded("dgx1-v100")
-    for k in range(2, 9):
-        s = t.best_subset(k)
-        (bottleneck, ring_total, weakest, total), combo = brute_force(t, k)
-        assert (s.ring_bottleneck.rank, s.ring_total, s.gpus) == (bottleneck, ring_total, combo), k
-        assert_is_ring(t, s)
-
-
-def test_dgx1_rings_use_nvlink_where_the_weakest_pair_is_sys():
-    # The DGX-1 V100 hybrid cube-mesh: two fully NVLinked quads {0,1,2,3} and {4,5,6,7} joined
-    # by 0-4, 1-5, 2-6, 3-7; every GPU has two NV2 and two NV1 neighbours, the rest are SYS.
-    t = topology.recorded("dgx1-v100")
-    s = t.subset([0, 1, 2, 4, 5])
-    assert s.weakest.kind == "SYS"                          # e.g. 0-5 ...
-    assert s.ring == (0, 2, 1, 5, 4)                        # ... but this ring is all NVLink
-    assert [ln.label for ln in s.ring_links] == ["NV1", "NV2", "NV2", "NV1", "NV2"]
-    assert s.ring_bottleneck.label == "NV1"
-    assert s.ring_text() == "0 -NV1- 2 -NV2- 1 -NV2- 5 -NV1- 4 -NV2- 0"
-    s = t.subset([5, 4, 1, 0])
-    assert s.weakest.kind == "SYS" and s.ring == (0, 1, 5, 4) and s.ring_bottleneck.label == "NV1"
-    assert t.subset([0, 1, 2, 3]).ring_bottleneck.label == "NV1"
-
-
-def test_dgx1_best_subsets_by_reasoning_on_the_cube_mesh():
-    t = topology.recorded("dgx1-v100")
-    # The NV2 links form one 8-cycle, 0-3-2-1-5-6-7-4-0: all 8 GPUs have an all-NV2 ring, and
-    # no smaller set has one (a cycle has no shorter cycle inside it).
-    s8 = t.best_subset(8)
-    assert s8.ring == (0, 3, 2, 1, 5, 6, 7, 4) and {ln.label for ln in s8.ring_links} == {"NV2"}
-    assert s8.weakest.kind == "SYS"
-    # k = 7: drop one GPU from the NV2 cycle and close the gap with the NVLink between its two
-    # neighbours: six NV2 links and one NV1, bottleneck NV1. Dropping 2, 3, 6 or 7 works (their
-    # cycle neighbours share an NV1), and every GPU has the same links, so the tie goes to the
-    # lowest numbers: GPUs 0-6, gap 6-4 closed by NV1.
-    s7 = t.best_subset(7)
-    assert s7.gpus == (0, 1, 2, 3, 4, 5, 6)
-    assert s7.ring_bottleneck.label == "NV1"
-    assert sorted(ln.label for ln in s7.ring_links) == ["NV1"] + ["NV2"] * 6
-    assert s7.ring == (0, 3, 2, 1, 5, 6, 4)
-    # k = 6: six GPUs along the NV2 cycle (five NV2 links) whose ends share an NV1: the ends
-    # 3 apart on the cycle the other way, (0,1), (2,6), (4,5) or (3,7). Each set has the same
-    # pairs, so the lowest wins: 4-0-3-2-1-5, closed by 5-4 (NV1).
-    s6 = t.best_subset(6)
-    assert s6.gpus == (0, 1, 2, 3, 4, 5)
-    assert s6.ring_bottleneck.label == "NV1"
-    assert sorted(ln.label for ln in s6.ring_links) == ["NV1"] + ["NV2"] * 5
-    assert s6.ring_text() == "0 -NV2- 3 -NV2- 2 -NV2- 1 -NV2- 5 -NV1- 4 -NV2- 0"
-    # k = 5 needs both quads, so a SYS pair, yet its ring is all NVLink (three NV2, two NV1:
-    # four NV2 would need two GPUs opposite on the NV2 cycle joined by NVLink, and none are).
-    s5 = t.best_subset(5)
-    assert s5.weakest.kind == "SYS" and s5.ring_bottleneck.label == "NV1"
-    assert sorted(ln.label for ln in s5.ring_links) == ["NV1", "NV1", "NV2", "NV2", "NV2"]
-    # k = 4: a fully NVLinked quad; its ring has three NV2 links and one NV1.
-    s4 = t.best_subset(4)
-    assert s4.gpus == (0, 1, 2, 3) and s4.weakest.kind == "NVLINK" and s4.ring_total == 3 * 102 + 101
-    assert t.best_subset(2).ring_bottleneck.label == "NV2"
-    assert t.best_subset(2).ring_text() == "0 -NV2- 3"
-    d = s6.to_dict()
-    assert d["ring"] == [0, 3, 2, 1, 5, 4] and d["ring_bottleneck"] == "NV1" and d["weakest"] == "SYS"
-    assert d["ring_links"] == ["NV2", "NV2", "NV2", "NV2", "NV1", "NV2"]
-
-
-def test_subset_rejects_gpus_not_on_the_machine():
-    t = topology.recorded("dgx1-v100")
-    with pytest.raises(ValueError, match="GPU9 is not on this machine"):
-        t.subset([0, 9])
-    with pytest.raises(ValueError, match="give GPU numbers"):
-        t.subset("zero")
-    assert t.subset([3]).ring == (3,) and t.subset([3]).ring_bottleneck is None
-
-
-def test_best_subset_search_is_bounded_on_16_gpus_and_checks_k():
-    # Work counted, not timed: on 16 equal GPUs the first subset and ring found are perfect
-    # and the bounds prune the rest: each level of the search tries each GPU about once, so
-    # the nodes grow linearly with k (against C(16, k) x (k-1)! rings without pruning).
-    t = fixture("v100x16_nv6_all_pairs.txt")
-    gpus = t.gpus
-    rank = {(i, j): t.link(i, j).rank for i in gpus for j in gpus if i != j}
-    for k in range(2, 17):
-        stats = {}
-        members, key, order = topology._search_best_subset(gpus, rank, k, stats)
-        assert members == list(range(k)) and key[0] == rank[(0, 1)]
-        assert stats["subset_nodes"] <= 16 * (k + 1) and stats.get("ring_nodes", 0) <= 48 * k, (k, stats)
-    for k in range(1, 17):
-        s = t.best_subset(k)
-        assert len(s.gpus) == k
-    assert t.best_subset(8).gpus == tuple(range(8))
-    assert t.best_subset(1).weakest is None and t.best_subset(1).ring == (0,)
-    for bad in (0, 17, 2.5, "2"):
-        with pytest.raises(ValueError, match="k must be"):
-            t.best_subset(bad)
-
-
-def test_best_subset_search_on_an_8_gpu_machine_stays_within_the_exhaustive_bound():
-    # Without pruning an 8-GPU machine costs sum over k of C(8, k) x (k-1)! ring nodes at most;
-    # the pruned search must stay well inside that.
-    t = topology.recorded("dgx1-v100")
-    gpus = t.gpus
-    rank = {(i, j): t.link(i, j).rank for i in gpus for j in gpus if i != j}
-    for k in range(3, 9):
-        stats = {}
-        topology._search_best_subset(gpus, rank, k, stats)
-        exhaustive = len(list(itertools.combinations(gpus, k))) * sum(
-            len(list(itertools.permutations(range(k - 1), d))) for d in range(k))
-        assert stats["ring_nodes"] < exhaustive, (k, stats, exhaustive)
-
-
-def test_ranked_pairs_groups_ties_best_first():
-    t = fixture("pcie8x_two_switch_levels.txt")
-    groups = t.ranked_pairs()
-    assert [(g.place, g.label, len(g.pairs)) for g in groups] == [(1, "PIX", 4), (2, "PXB", 8), (3, "SYS", 16)]
-    assert groups[0].pairs == [(0, 1), (2, 3), (4, 5), (6, 7)]
-    assert groups[0].to_dict()["pairs"][0] == [0, 1]
-    assert fixture("gh200x1_gpu_numa_id.txt").ranked_pairs() == []
-
-
-def test_summary_in_plain_language():
-    a100 = fixture("a100x8_nic_legend_tabs.txt").summary()
-    assert a100.startswith("8 GPUs")
-    assert "All 28 pairs NV12" in a100 and "NVSwitch" in a100
-    assert "GPU0-1 sit below the same PCIe switches as mlx5_0 (PXB)" in a100
-    assert "GPU0-3 on NUMA 0 (CPUs 0-31,64-95)" in a100
-    dgx1 = topology.recorded("dgx1-v100").summary()
-    assert "8 pairs NV2, 8 pairs NV1, 12 pairs SYS" in dgx1
-    assert "GPU0-1 share a PCIe switch with mlx5_0 (PIX)" in dgx1
-    assert "12 of 28 pairs have no NVLink" in dgx1
-    two = fixture("vm2x_na_affinity.txt").summary()
-    assert "GPU0-GPU1 is PHB: no NVLink" in two
 
 
 def test_matrix_table_realigns_and_names_nics():
@@ -586,109 +405,3 @@ def test_from_system_with_no_gpu_listed(tmp_path, monkeypatch):
     fake_smi(tmp_path, monkeypatch, "echo 'No devices were found'\n")
     with pytest.raises(NoGPUError, match="lists no GPU"):
         Topology.from_system()
-
-
-# ------------------------------------------------------------------------ drawing
-def gids(ax, prefix):
-    return sorted(a.get_gid() for a in ax.patches + ax.lines if (a.get_gid() or "").startswith(prefix))
-
-
-@pytest.mark.parametrize("name,n", [("h100x2_forum_paste_double_spaced.txt", 2), ("v100x4_glued_header.txt", 4),
-                                    ("p100x8_dgx1_mlx5_soc.txt", 8), ("gh200x1_gpu_numa_id.txt", 1)])
-def test_draw_has_one_box_per_gpu_and_nic(name, n):
-    t = fixture(name)
-    ax = t.draw()
-    try:
-        assert gids(ax, "gpu:") == sorted(f"gpu:{g}" for g in t.gpus)
-        assert len(gids(ax, "nic:")) == len(t.nics)
-        texts = {x.get_text().split("\n")[0] for x in ax.texts}
-        assert {f"GPU{g}" for g in t.gpus} <= texts
-        assert len(gids(ax, "link:")) == n * (n - 1) // 2
-    finally:
-        plt.close(ax.figure)
-
-
-def test_draw_styles_links_by_kind_and_labels_them():
-    t = topology.recorded("dgx1-v100")
-    fig, ax = plt.subplots()
-    try:
-        assert t.draw(ax=ax) is ax
-        lines = {ln.get_gid(): ln for ln in ax.lines if ln.get_gid()}
-        assert lines["link:0-3"].get_linewidth() > lines["link:0-1"].get_linewidth()  # NV2 thicker than NV1
-        assert lines["link:0-1"].get_color() != lines["link:0-5"].get_color()  # NVLink vs SYS
-        assert lines["link:0-5"].get_linestyle() == ":"
-        labels = [x.get_text() for x in ax.texts]
-        assert labels.count("NV2") == 8 and labels.count("NV1") == 8
-        assert len(gids(ax, "numa:")) == 2  # two CPU groups drawn
-        legend = [x.get_text() for x in ax.get_legend().get_texts()]
-        assert "NV# (NVLink)" in legend and "SYS/SOC" in legend
-    finally:
-        plt.close(fig)
-
-
-def test_draw_all_to_all_nvlink_as_a_hub():
-    t = fixture("a100x8_nic_legend_tabs.txt")
-    ax = t.draw()
-    try:
-        assert gids(ax, "nvlink-hub") == ["nvlink-hub"]
-        assert len([g for g in gids(ax, "link:") if g.endswith("-hub")]) == 8
-        assert any("every pair NV12" in x.get_text() for x in ax.texts)
-        assert len(gids(ax, "niclink:")) > 0
-    finally:
-        plt.close(ax.figure)
-
-
-# ------------------------------------------------------------------------ ddlab topo
-def test_cli_file_prints_matrix_pairs_subsets_and_summary(capsys):
-    assert topology.cli(["--file", os.path.join(TOPO_DIR, "pcie8x_two_switch_levels.txt")]) == 0
-    out = capsys.readouterr().out
-    assert "GPU0    X     PIX   PXB" in out
-    assert "1  PIX   GPU0-GPU1, GPU2-GPU3, GPU4-GPU5, GPU6-GPU7" in out
-    topo = Topology.from_file(os.path.join(TOPO_DIR, "pcie8x_two_switch_levels.txt"))
-    assert topology.ranked_pairs_table(topo).rows[0] == {
-        "place": 1, "label": "PIX", "pairs": "GPU0-GPU1, GPU2-GPU3, GPU4-GPU5, GPU6-GPU7"}
-    subsets = topology.best_subsets_table(topo)
-    assert subsets.column("k") == list(range(2, 9))                 # k = 2 .. 8 (8: the whole machine)
-    assert subsets.rows[0] == {"k": 2, "gpus": "0,1", "ring": "0 -PIX- 1", "slowest": "PIX", "weakest": "PIX"}
-    # All 8 GPUs: both PCIe switches' pairs, then across the sockets twice: the slowest link is SYS.
-    assert subsets.rows[-1]["gpus"] == "0,1,2,3,4,5,6,7" and subsets.rows[-1]["slowest"] == "SYS"
-    assert "k=" not in out and "best ring" in out and "0 -PIX- 1" in out
-    assert "GPU0-1 share a PCIe switch with mlx5_0 (PIX)" in out
-
-
-def test_cli_json(capsys):
-    assert topology.cli(["--recorded", "dgx1-v100", "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
-    assert d["links"]["0-3"] == "NV2" and d["best_subsets"]["4"]["weakest"] == "NV1"
-    assert d["best_subsets"]["5"]["weakest"] == "SYS" and d["best_subsets"]["5"]["ring_bottleneck"] == "NV1"
-    assert d["best_subsets"]["8"]["ring_links"] == ["NV2"] * 8
-    assert d["ranked_pairs"][0]["label"] == "NV2" and d["provenance"]["cited"] is True
-    assert d["summary"].startswith("8 GPUs")
-
-
-def test_cli_without_gpu_says_so_and_lists_recorded_machines(capsys, monkeypatch):
-    monkeypatch.setattr(topology.shutil, "which", lambda name: None)
-    assert topology.cli([]) == 1
-    out = capsys.readouterr().out
-    assert "nvidia-smi was not found" in out
-    assert "Recorded machines:" in out and "dgx1-v100" in out and "pcie-4gpu" in out
-    assert "Traceback" not in out
-
-
-def test_cli_errors_are_one_line_not_tracebacks(capsys, tmp_path):
-    bad = tmp_path / "bad.txt"
-    bad.write_text("\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tPIX\t X \n")
-    assert topology.cli(["--file", str(bad)]) == 1
-    assert "expected a symmetric matrix" in capsys.readouterr().out
-    assert topology.cli(["--file", str(tmp_path / "missing.txt")]) == 1
-    assert "missing.txt" in capsys.readouterr().out
-    assert topology.cli(["--recorded", "nope"]) == 1
-    assert "available: " in capsys.readouterr().out
-    assert topology.cli(["--file", str(bad), "--save", "x"]) == 2
-
-
-def test_cli_list_and_dispatch_through_ddlab(capsys):
-    assert topology.cli(["--list"]) == 0
-    assert "dgx-a100" in capsys.readouterr().out
-    assert ddlab_cli.main(["topo", "--recorded", "pcie-4gpu"]) == 0
-    assert "illustrative example, not a measurement" in capsys.readouterr().out

@@ -5,7 +5,7 @@
   between two GPUs with and without peer access (ddlab.course.diagrams);
 * images/ring_allreduce.png - a ring all-reduce of 4 ranks step by step (ddlab.course.diagrams);
 * images/topology_<name>.png - each recorded machine's `nvidia-smi topo -m` drawn as a graph
-  (ddlab.system.topology), once that module is present.
+  (ddlab.views.topology_drawing).
 
 The output is deterministic: fixed sizes and DPI, no timestamps or software version in the
 PNG metadata, so regenerating an unchanged image leaves git with nothing to commit.
@@ -48,11 +48,12 @@ def diagram_images() -> dict:
 def topology_images() -> dict:
     """topology_<name> -> function returning a Figure, for each recorded machine."""
     from ddlab.system import provenance, topology
+    from ddlab.views import topology_drawing
 
     def drawer(name):
         def draw():
             topo = topology.recorded(name)
-            ax = topo.draw(title=f"{name}: {len(topo.gpus)} GPUs\n({provenance.caption(topo.provenance or {})})")
+            ax = topology_drawing.draw(topo, title=f"{name}: {len(topo.gpus)} GPUs\n({provenance.caption(topo.provenance or {})})")
             return ax.figure
         return draw
 

@@ -8,9 +8,9 @@ import sys
 # command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS = {
     "report": ("ddlab.report.runner", "cli", "measure this machine in one command and write an HTML report"),
-    "doctor": ("ddlab.system.hardware", "cli", "what this machine has (GPUs, driver, CUDA, NCCL, frameworks, data)"),
+    "doctor": ("ddlab.report.doctor", "cli", "what this machine has (GPUs, driver, CUDA, NCCL, frameworks, data)"),
     "data": ("ddlab.training.data", "cli", "make Fashion-MNIST available offline and verify it"),
-    "topo": ("ddlab.system.topology", "cli", "read nvidia-smi topo -m (this machine or --file), rank pairs, best subsets"),
+    "topo": ("ddlab.system.topology_report", "cli", "read nvidia-smi topo -m (this machine or --file), rank pairs, best subsets"),
     "nccl-log": ("ddlab.system.nccl_log", "cli", "parse an NCCL_DEBUG=INFO log into a transport table"),
     "p2p": ("ddlab.measure.p2p", "cli", "build and run the course's CUDA p2p bandwidth/latency test"),
     "allreduce": ("ddlab.measure.collectives", "cli", "all-reduce bandwidth sweep under NCCL paths (or gloo on CPU)"),

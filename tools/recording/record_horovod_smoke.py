@@ -16,7 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab.system import hardware, nccl, nccl_log, topology  # noqa: E402
+from ddlab.system import nccl, nccl_log, software, topology  # noqa: E402
+from ddlab.system.machine_name import machine_label, machine_slug  # noqa: E402
 from ddlab.base import reference
 
 
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
         }
     names = sorted({g["name"] for g in doc["gpus"]})
     prov = {
-        "machine": os.environ.get("DDLAB_MACHINE") or hardware.machine_label(doc, topo),
+        "machine": os.environ.get("DDLAB_MACHINE") or machine_label(doc, topo),
         "gpu_model": ", ".join(names), "gpu_count": doc["gpu_count"], "driver": doc["driver"],
         "cuda_driver": doc["cuda_driver"], "cuda_runtime": doc["cuda_runtime"], "nccl": doc["nccl"],
         "torch": doc["torch"], "tensorflow": doc["tensorflow"], "horovod": "0.28.1", "python": doc["python"],
@@ -63,9 +64,9 @@ def main(argv=None) -> int:
                    "python3 -m ddlab.measure.smoke hvd-torch (default, and with " + nccl.get("shm").env_text() + ")",
         "date": smoke["default"]["date"], "source_files": "tools/recording/gpu_record_benchmarks.sh work folder",
     }
-    obj = {"provenance": prov, "check_build": hardware.parse_check_build(build_txt),
+    obj = {"provenance": prov, "check_build": software.parse_check_build(build_txt),
            "build_rc": int(re.search(r"build rc=(\d+)", build_txt).group(1)), "smoke": smoke}
-    print(reference.save("horovod", a.name or hardware.machine_slug(doc, topo), obj))
+    print(reference.save("horovod", a.name or machine_slug(doc, topo), obj))
     print(json.dumps({k: obj[k] for k in ("check_build", "build_rc")}, indent=1))
     for k, v in smoke.items():
         print(k, v["transport_counts"], v["lines"])

@@ -187,7 +187,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
     Nothing here can measure a second GPU, so the table has predictions and no measured
     column; the recorded table above has the measurements of the recorded machine."""
     from ddlab.training import experiments
-    from ddlab.system import hardware
+    from ddlab.system.machine_name import this_machine
     from ddlab.training.runspec import RunSpec
     spec = RunSpec.for_device("cuda", model, launcher="ddp", workers=1, repeats=repeats)
     res = experiments.throughput_scaling(spec, workers=(1,), device="cuda", echo=echo)
@@ -202,7 +202,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
                                                                        rec.channels.get(path),
                                                                        res.config.get("device_name")))
         rows.append(dict(_row(model, path, compute_s, pred, None), batch=one["global_batch"]))
-    gpu = res.config.get("device_name") or hardware.this_machine()[0]
+    gpu = res.config.get("device_name") or this_machine()[0]
     spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")
     notes = [_LEGEND_TERMS + "; predicted: speedup of 2 GPUs over 1; batch: per GPU.",
              f"step (1) measured now on this GPU ({gpu}): DDP on one GPU, median of {one.get('repeats', 1)} runs "

@@ -380,7 +380,7 @@ def _tf_sees_gpu() -> bool:
     except md.PackageNotFoundError:
         pass
     from ddlab.system import hardware
-    return hardware.inventory(software=False, dataset=False).gpu_count > 0
+    return hardware.inventory(software=False).gpu_count > 0
 
 
 def table(runs: Sequence[Run], title: str = "Hands-on runs"):

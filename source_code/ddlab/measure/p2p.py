@@ -945,7 +945,7 @@ def gpu_visible() -> bool:
     except OSError:
         pass
     from ddlab.system.hardware import inventory
-    return inventory(software=False, dataset=False).gpu_count > 0
+    return inventory(software=False).gpu_count > 0
 
 
 def program_args(*, copy=None, direction=None, size=None, reps=None, latency_size=None, latency_reps=None,

@@ -50,7 +50,7 @@ def _done(rec: Optional[dict]) -> Optional[dict]:
 
 def machine_of(steps: dict) -> str:
     """The machine named by its hardware, from the doctor's inventory (or a provenance) and the topology."""
-    from ddlab.system.hardware import machine_label
+    from ddlab.system.machine_name import machine_label
     topo = (_done(steps.get("topology")) or {}).get("topology")
     doctor = _done(steps.get("doctor"))
     if doctor:
@@ -100,7 +100,7 @@ def load_other(spec: str) -> dict:
         res = recording.load_recorded("nccl-paths", "torch", "ddp", "wide")
         steps["training"] = {"status": "done", "data": {"result": res.to_dict(), "device": "cuda"},
                              "provenance": res.provenance}
-    from ddlab.system.hardware import machine_label
+    from ddlab.system.machine_name import machine_label
     from ddlab.report.steps import STEPS
     for step in STEPS:
         if step.name in steps:
@@ -240,24 +240,26 @@ def compare_table(steps: dict, other: dict, this_label: str = "this machine") ->
 def step_tables(name: str, data: dict) -> list:
     """The tables one step shows (the same in the page and in the terminal)."""
     from ddlab.measure import collectives
-    from ddlab.system import hardware, topology
+    from ddlab.report import doctor
+    from ddlab.system import hardware, topology, topology_report
     if name == "doctor":
         inv = dict(data["inventory"])
         gpus = [hardware.GPU(**g) for g in inv.pop("gpus")]
         inv.pop("gpu_count", None)
         inv.pop("mode", None)
+        dataset = inv.pop("dataset", None)
         i = hardware.Inventory(gpus=gpus, **inv)
-        return ([hardware.gpu_table(i)] if gpus else []) + [hardware.software_table(i)]
+        return ([doctor.gpu_table(i)] if gpus else []) + [doctor.software_table(i, dataset)]
     if name == "topology":
         t = topology.Topology.from_dict(data["topology"])
         out = [t.matrix_table()]
         if len(t.gpus) >= 2:
-            out.append(topology.ranked_pairs_table(t))
+            out.append(topology_report.ranked_pairs_table(t))
         rows = [[int(k), ",".join(map(str, s.get("gpus", []))), s.get("weakest")]
                 for k, s in data["best_subsets"].items()]
         if rows:
             out.append(Table([("k", "int"), ("gpus", "text", "GPUs"), ("weakest", "text", "weakest link")], rows,
-                             title="Best subset of k GPUs (topology.best_subset)"))
+                             title="Best subset of k GPUs (topology_ranking.best_subset)"))
         return out
     if name == "p2p":
         from ddlab.measure.p2p import P2PResult

@@ -1,6 +1,6 @@
 """``ddlab report``: one command that measures what this machine supports and writes a report.
 
-The steps, in order: doctor (:mod:`ddlab.system.hardware`), topology (:mod:`ddlab.system.topology`), our p2p
+The steps, in order: doctor (:mod:`ddlab.report.doctor`), topology (:mod:`ddlab.system.topology`), our p2p
 test (:mod:`ddlab.measure.p2p`), the all-reduce sweep under each NCCL path (:mod:`ddlab.measure.collectives`)
 and the Fashion-MNIST NCCL-path experiment (:mod:`ddlab.training.experiments`). What runs here is
 decided by :func:`ddlab.system.policy.decide`; a step this machine cannot run is skipped, and its JSON
@@ -158,8 +158,8 @@ def run_steps(ctx: Context, steps, resume: bool = False, progress: Optional[Prog
 
 
 def default_out(machine: policy.Machine) -> str:
-    from ddlab.system import hardware
-    slug = hardware.this_machine()[1] if machine.gpus else "cpu"
+    from ddlab.system.machine_name import this_machine
+    slug = this_machine()[1] if machine.gpus else "cpu"
     return os.path.join("results", f"report-{slug}-{_dt.date.today().isoformat()}")
 
 

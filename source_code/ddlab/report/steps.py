@@ -38,7 +38,7 @@ class Context:
     def inventory(self):
         if self._inventory is None:
             from ddlab.system import hardware
-            self._inventory = hardware.inventory(dataset=False, horovod_check=False)
+            self._inventory = hardware.inventory(horovod_check=False)
         return self._inventory
 
     def provenance(self, command: str) -> dict:
@@ -57,7 +57,9 @@ class Context:
 
 
 def _doctor(ctx: Context) -> dict:
+    from ddlab.report import doctor
     from ddlab.system import hardware
+    from ddlab.training import data
     # `horovodrun --check-build` imports every framework (seconds to minutes on a busy machine):
     # a preflight leaves it out and says so.
     inv = hardware.inventory(horovod_check=not ctx.plan.quick)
@@ -66,13 +68,14 @@ def _doctor(ctx: Context) -> dict:
     if ctx.plan.quick and inv.horovod:
         warnings.append("Horovod's build was not checked (--quick leaves out `horovodrun --check-build`; "
                         "ddlab doctor runs it)")
-    if inv.dataset and not inv.dataset.startswith("ok"):
-        warnings.append(f"Fashion-MNIST: {inv.dataset} (get it with: ddlab data)")
+    dataset = data.dataset_status()
+    if not dataset.startswith("ok"):
+        warnings.append(f"Fashion-MNIST: {dataset} (get it with: ddlab data)")
     if inv.gpus and not inv.nvcc:
         warnings.append("nvcc (the CUDA compiler) was not found: the p2p test cannot be built")
     if inv.gpus and not inv.torch:
         warnings.append("PyTorch is not installed: the all-reduce sweep and the training cannot run")
-    return {"inventory": inv.to_dict(), "warnings": warnings}
+    return {"inventory": doctor.doctor_dict(inv, dataset), "warnings": warnings}
 
 
 def _topology(ctx: Context) -> dict:
@@ -93,18 +96,19 @@ def _topology(ctx: Context) -> dict:
     d = topology_data(topo)
     d["source"] = source
     if len(topo.gpus) >= 1:
-        d["plots"] = [ctx.save_plot(topo.draw().figure, "topology.png")]
+        from ddlab.views import topology_drawing
+        d["plots"] = [ctx.save_plot(topology_drawing.draw(topo).figure, "topology.png")]
     return d
 
 
 def topology_data(topo) -> dict:
     """A topology's facts as the report keeps them: the parsed matrix, ranked pairs and the best
-    subset for every k (whatever :meth:`Topology.best_subset` ranks by)."""
-    from ddlab.system import topology
+    subset for every k (whatever :func:`ddlab.system.topology_ranking.best_subset` ranks by)."""
+    from ddlab.system import topology_ranking, topology_report
     n = len(topo.gpus)
-    d = {"topology": topo.to_dict(), "summary": topo.summary(), "text": topology.report(topo)}
-    d["ranked_pairs"] = [g.to_dict() for g in topo.ranked_pairs()] if n >= 2 else []
-    d["best_subsets"] = {str(k): topo.best_subset(k).to_dict() for k in range(2, n + 1)}
+    d = {"topology": topo.to_dict(), "summary": topology_report.summary(topo), "text": topology_report.report(topo)}
+    d["ranked_pairs"] = [g.to_dict() for g in topology_ranking.ranked_pairs(topo)] if n >= 2 else []
+    d["best_subsets"] = {str(k): topology_ranking.best_subset(topo, k).to_dict() for k in range(2, n + 1)}
     return d
 
 

@@ -61,9 +61,9 @@ def gpu_count(framework: str = "torch") -> int:
 
 def horovod_extension(framework: str) -> bool:
     """Whether Horovod was built for this framework, found without importing it (importing
-    horovod.tensorflow imports TensorFlow, seconds): :func:`ddlab.system.hardware.horovod_extensions`."""
-    from ddlab.system import hardware
-    return ("PyTorch" if framework == "torch" else "TensorFlow") in hardware.horovod_extensions()
+    horovod.tensorflow imports TensorFlow, seconds): :func:`ddlab.system.software.horovod_extensions`."""
+    from ddlab.system import software
+    return ("PyTorch" if framework == "torch" else "TensorFlow") in software.horovod_extensions()
 
 
 def availability(framework: str, launcher: str, error=ValueError) -> tuple:

@@ -244,7 +244,7 @@ def capture_allreduce_log(env: Optional[dict] = None, nproc: int = 2, timeout: f
     ddlab.measure.launch.LaunchError when the run fails or hangs."""
     from ddlab.system import hardware
     from ddlab.measure import launch
-    have = hardware.inventory(software=False, dataset=False).gpu_count
+    have = hardware.inventory(software=False).gpu_count
     if have < nproc:
         raise RuntimeError(f"capturing an NCCL log needs {nproc} GPUs; this machine has {have}. "
                            f"Parse a recorded log instead: ddlab nccl-log FILE")

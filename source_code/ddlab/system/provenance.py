@@ -7,7 +7,6 @@ into the one line a figure or table shows.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata
 import os
 import shlex
 import subprocess
@@ -35,14 +34,15 @@ def _git_commit() -> Optional[str]:
 def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[str] = None,
             inventory=None) -> dict:
     """Describe this machine and run. ``machine`` labels it (default: $DDLAB_MACHINE, else
-    :func:`ddlab.system.hardware.machine_label` of this machine's GPUs, e.g. "2x NVIDIA H200")."""
+    :func:`ddlab.system.machine_name.machine_label` of this machine's GPUs, e.g. "2x NVIDIA H200")."""
     from ddlab.system import hardware
-    inv = inventory or hardware.inventory(dataset=False, horovod_check=False)
+    from ddlab.system.machine_name import machine_label
+    inv = inventory or hardware.inventory(horovod_check=False)
     names = sorted({g.name for g in inv.gpus})
     if command is not None and not isinstance(command, str):
         command = shlex.join(str(c) for c in command)
     return {
-        "machine": machine or os.environ.get("DDLAB_MACHINE") or hardware.machine_label(inv),
+        "machine": machine or os.environ.get("DDLAB_MACHINE") or machine_label(inv),
         "gpu_model": ", ".join(names) if names else None,
         "gpu_count": inv.gpu_count,
         "driver": inv.driver,
@@ -65,22 +65,16 @@ def run_provenance(command, torch_facts: bool = True) -> dict:
     """:func:`collect` for one training run, without the slow part of the full inventory
     (``horovodrun --check-build`` imports every framework: seconds per run).
     ``torch_facts=False`` reads torch's version without importing it (the Keras script)."""
-    from ddlab.system import hardware
+    from ddlab.system import hardware, software
 
-    def version(dist):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    inv = hardware.inventory(software=False, dataset=False)
+    inv = hardware.inventory(software=False)
     if torch_facts:
-        facts = hardware.torch_facts(inv.notes)
+        facts = software.torch_facts(inv.notes)
         inv.torch, inv.cuda_runtime, inv.nccl = facts["torch"], facts["cuda_runtime"], facts["nccl"]
     else:
-        inv.torch = version("torch")
-    inv.tensorflow = hardware.tensorflow_version()
-    inv.horovod = version("horovod")
+        inv.torch = software.package_version("torch")
+    inv.tensorflow = software.tensorflow_version()
+    inv.horovod = software.package_version("horovod")
     return collect(command=command, inventory=inv)
 
 
@@ -88,7 +82,7 @@ def label(prov: dict) -> str:
     """The machine and date for a caption: '2x NVIDIA H200, 2026-11-22'. The machine is named
     from the recorded hardware fields (gpu_count, gpu_model), never from the free-text
     ``machine`` field, which older records filled with how the machine was obtained."""
-    from ddlab.system.hardware import machine_label
+    from ddlab.system.machine_name import machine_label
     return f"{machine_label(prov)}, {str(prov.get('date', ''))[:10]}"
 
 

@@ -1,0 +1,98 @@
+"""``ddlab doctor``: what this machine has, for the course. The GPUs, the mode, the software
+(:mod:`ddlab.system.hardware` and :mod:`ddlab.system.software`), whether the Fashion-MNIST data set
+is present and verified (:func:`ddlab.training.data.dataset_status`), and each GPU's PCIe link
+(:mod:`ddlab.system.pcie`).
+
+    from ddlab.report import doctor
+    from ddlab.system import hardware
+    print(doctor.format_inventory(hardware.inventory()))
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from ddlab.base.tables import Table
+from ddlab.system import hardware, pcie
+from ddlab.system.hardware import Inventory
+from ddlab.training import data
+
+
+def gpu_table(inv: Inventory) -> Table:
+    """The GPUs: index, name, memory, compute capability, PCI bus id, NUMA node."""
+    return Table([("index", "int", "#"), ("name", "text"), ("memory_mib", "bytes:MiB", "memory"),
+                  ("compute_capability", "text", "CC"), ("pci_bus_id", "text", "PCI bus id"),
+                  ("numa_node", "int", "NUMA")],
+                 [dataclasses.asdict(g) for g in inv.gpus], missing="?")
+
+
+def software_table(inv: Inventory, dataset: Optional[str]) -> Table:
+    """Driver, CUDA, NCCL, frameworks, Horovod's build, host and the data set's status
+    (``dataset``, as :func:`ddlab.training.data.dataset_status` says it), one per line."""
+    rows = [("driver", inv.driver), ("CUDA (driver supports)", inv.cuda_driver),
+            ("CUDA (torch built with)", inv.cuda_runtime), ("NCCL (torch's)", inv.nccl),
+            ("torch", inv.torch), ("tensorflow", inv.tensorflow), ("horovod", inv.horovod)]
+    if inv.horovod_build:
+        hb = inv.horovod_build
+        rows.append(("horovod built for", ", ".join(hb.get("frameworks", [])) or "-"))
+        rows.append(("horovod controllers", ", ".join(hb.get("controllers", [])) or "-"))
+        rows.append(("horovod tensor ops", ", ".join(hb.get("tensor_operations", [])) or "-"))
+    rows += [("nvcc", inv.nvcc), ("python", inv.python), ("host", inv.hostname),
+             ("CUDA_VISIBLE_DEVICES", inv.cuda_visible_devices), ("Fashion-MNIST", dataset)]
+    return Table([("item", "text"), ("value", "text")], rows, header=False, missing="not found")
+
+
+def format_inventory(inv: Inventory, dataset: Optional[str] = None) -> str:
+    """What ``ddlab doctor`` prints: the GPUs (:func:`gpu_table`), the mode, the software and
+    the data set (:func:`software_table`; ``dataset`` is checked now when not given) and any notes."""
+    lines = []
+    if inv.gpus:
+        lines.append(f"GPUs: {inv.gpu_count} (read with {inv.source})")
+        lines.append(str(gpu_table(inv)))
+    else:
+        lines.append("GPUs: none found. The course runs in CPU mode: real gloo runs on CPU "
+                     "processes, and recorded GPU results shown as recorded.")
+    lines.append(f"mode: {inv.mode}")
+    lines.append(str(software_table(inv, data.dataset_status() if dataset is None else dataset)))
+    for n in inv.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+def doctor_dict(inv: Inventory, dataset: Optional[str]) -> dict:
+    """What ``ddlab doctor --json`` prints (and the report's doctor step records as its
+    inventory): ``inv.to_dict()`` with the data set's status under "dataset"."""
+    out = {}
+    for key, value in inv.to_dict().items():
+        if key == "notes":
+            out["dataset"] = dataset   # where ddlab doctor --json has always printed it
+        out[key] = value
+    return out
+
+
+def cli(argv: list) -> int:
+    import argparse
+    import json
+    p = argparse.ArgumentParser(prog="ddlab doctor", description="What this machine has, for the course.")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--check-build", action="store_true",
+                   help="ask `horovodrun --check-build` what Horovod was built with (imports every framework: "
+                        "seconds) instead of reading it from Horovod's files")
+    p.add_argument("--label", action="store_true",
+                   help='print only the name of this machine from its hardware, e.g. "2x NVIDIA H200, NV18"')
+    p.add_argument("--slug", action="store_true", help='print only that name as a file name, e.g. "2xh200-nv18"')
+    a = p.parse_args(argv)
+    if a.label or a.slug:
+        from ddlab.system.machine_name import this_machine
+        label, slug = this_machine()
+        if a.label:
+            print(label)
+        if a.slug:
+            print(slug)
+        return 0
+    inv = hardware.inventory(check_build=a.check_build)
+    dataset = data.dataset_status()
+    print(json.dumps(doctor_dict(inv, dataset), indent=2) if a.json else format_inventory(inv, dataset))
+    if not a.json and inv.gpus:
+        print(pcie.pcie_report(inv))
+    return 0

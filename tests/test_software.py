@@ -1,0 +1,94 @@
+"""ddlab.system.software: torch, CUDA and NCCL versions read from files, Horovod's build."""
+import pytest
+
+from ddlab.system import software
+
+
+def test_parse_check_build():
+    text = """Horovod v0.28.1:
+
+Available Frameworks:
+    [X] TensorFlow
+    [X] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [ ] MPI
+    [X] Gloo
+
+Available Tensor Operations:
+    [X] NCCL
+    [ ] DDL
+    [ ] CCL
+    [ ] MPI
+    [X] Gloo
+"""
+    assert software.parse_check_build(text) == {
+        "frameworks": ["TensorFlow", "PyTorch"], "controllers": ["Gloo"], "tensor_operations": ["NCCL", "Gloo"]}
+
+
+def test_torch_facts_from_files_match_torch():
+    import subprocess
+    import sys
+    notes = []
+    facts = software.torch_facts(notes)
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
+                         capture_output=True, text=True, timeout=300)
+    version, cuda = out.stdout.split()
+    assert facts["torch"] == version and str(facts["cuda_runtime"]) == cuda and not notes
+
+
+def test_torch_cuda_version_is_read_from_version_py(tmp_path, monkeypatch):
+    (tmp_path / "version.py").write_text("from typing import Optional\n__version__ = '2.11.0+cu130'\n"
+                                         "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n")
+    monkeypatch.setattr(software, "_torch_dir", lambda: str(tmp_path))
+    assert software.torch_cuda_from_file() == "13.0"
+    (tmp_path / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
+    assert software.torch_cuda_from_file() is None
+
+
+@pytest.mark.parametrize("code,version", [(22809, "2.28.9"), (21803, "2.18.3"), (2708, "2.7.8")])
+def test_nccl_version_code(code, version):
+    assert software.nccl_version_from_code(code) == version
+
+
+def test_nccl_library_version_of_a_missing_or_foreign_library(tmp_path):
+    assert software.nccl_library_version(str(tmp_path / "libnccl.so.2")) is None
+    import ctypes.util
+    libm = ctypes.util.find_library("m")
+    assert libm and software.nccl_library_version(libm) is None   # loads, but has no ncclGetVersion
+
+
+def _fake_horovod(tmp_path, monkeypatch, libs):
+    pkg = tmp_path / "horovod"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for sub, body in libs.items():
+        (pkg / sub).mkdir()
+        (pkg / sub / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_bytes(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import sys
+    for m in [m for m in sys.modules if m == "horovod" or m.startswith("horovod.")]:
+        monkeypatch.delitem(sys.modules, m)
+
+
+def test_horovod_build_from_files_reads_frameworks_and_rtti_names(tmp_path, monkeypatch):
+    body = b"\0junk N7horovod6common14GlooControllerE\0N7horovod6common13GlooAllreduceE\0" \
+           b"N7horovod6common13NCCLAllreduceE\0N7horovod6common25NCCLHierarchicalAllreduceE\0"
+    _fake_horovod(tmp_path, monkeypatch, {"torch": body, "tensorflow": body})
+    assert software.horovod_build_from_files([]) == {
+        "frameworks": ["TensorFlow", "PyTorch"], "controllers": ["Gloo"], "tensor_operations": ["NCCL", "Gloo"]}
+
+
+def test_horovod_build_from_files_without_horovod(tmp_path, monkeypatch):
+    _fake_horovod(tmp_path, monkeypatch, {})
+    assert software.horovod_build_from_files([]) == {} and software.horovod_extensions() == {}
+
+
+@pytest.mark.slow
+def test_horovod_build_from_files_matches_check_build():
+    # The files say what `horovodrun --check-build` says (which imports every framework: seconds).
+    notes = []
+    checked = software.horovod_build(notes, timeout=900)
+    assert checked, f"horovodrun --check-build gave nothing: {notes}"
+    assert software.horovod_build_from_files([]) == checked
