@@ -419,7 +419,7 @@ def compare_paths(paths: Sequence[str] = nccl.COMPARED, op: str = "all_reduce",
     if isinstance(paths, str):
         paths = [p.strip() for p in paths.split(",") if p.strip()]
     paths = [nccl.get(p).name for p in paths]
-    kwargs.setdefault("inventory", hardware.inventory(dataset=False))
+    kwargs.setdefault("inventory", hardware.inventory())
     return {p: sweep(op=op, path=p, **kwargs) for p in paths}
 
 
@@ -744,7 +744,7 @@ def cli(argv: list) -> int:
         os.makedirs(a.log_dir, exist_ok=True)
 
     from ddlab.system import hardware
-    inv = hardware.inventory(dataset=False)
+    inv = hardware.inventory()
     results, failed = [], []
     for path in paths:
         where = f"NCCL path {nccl.get(path).describe(a.multicast_off)}" if backend == "nccl" else "gloo"
