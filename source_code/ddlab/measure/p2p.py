@@ -684,11 +684,14 @@ MAX_RING_ORDERS = 2_000_000
 def best_ring_subset(m, k: int, labels=None) -> tuple:
     """(GPU labels in ring order, slowest hop) of the ``k`` GPUs whose best ring has the
     fastest slowest hop; ties go to the larger sum of hops, then the lower GPU numbers.
-    Exhaustive: every subset and every ring order (rings are unidirectional, so i -> j and
-    j -> i are different hops). This searches a measured bandwidth matrix;
-    :meth:`ddlab.system.topology.Topology.best_subset` ranks the link *kinds* of ``nvidia-smi
+    Exact: every subset, each with its best ring from :func:`ddlab.base.rings.best_ring`
+    (rings are unidirectional, so i -> j and j -> i are different hops; an unmeasured hop
+    counts 0). This searches a measured bandwidth matrix;
+    :func:`ddlab.system.topology_ranking.best_subset` ranks the link *kinds* of ``nvidia-smi
     topo -m`` instead."""
     import itertools
+
+    from ddlab.base import rings
     m, labels = _matrix(m, labels)
     n = m.shape[0]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 2 <= k <= n:
@@ -696,17 +699,18 @@ def best_ring_subset(m, k: int, labels=None) -> tuple:
     work = math.comb(n, k) * math.factorial(k - 1)
     if work > MAX_RING_ORDERS:
         raise ValueError(f"{work:,} rings to try for k={k} of {n} GPUs: too many for an exhaustive search")
-    best_key, best = None, None
+
+    def hop(a, b) -> float:
+        x = float(m[a, b])
+        return x if math.isfinite(x) else 0.0
+
+    best, key = None, None                # the best ring so far and its (slowest hop, sum of hops)
     for subset in itertools.combinations(range(n), k):
-        first, rest = subset[0], subset[1:]
-        for perm in itertools.permutations(rest):
-            order = (first,) + perm
-            b = ring_bottleneck(m, order)
-            total = sum(m[a, c] for a, c in zip(order, order[1:] + order[:1]) if np.isfinite(m[a, c]))
-            key = (b, total, [-x for x in subset])
-            if best_key is None or key > best_key:
-                best_key, best = key, order
-    return tuple(labels[i] for i in best), float(best_key[0])
+        # a later subset wins only with a better ring: the floor skips the rings that cannot
+        ring = rings.best_ring(subset, hop, floor=key)
+        if ring is not None and (key is None or (ring.bottleneck, ring.total) > key):
+            best, key = ring, (ring.bottleneck, ring.total)
+    return tuple(labels[i] for i in best.order), float(best.bottleneck)
 
 
 def diagnose(matrix, labels=None, k: Optional[int] = None, asymmetry: float = ASYMMETRY,
