@@ -167,7 +167,7 @@ def test_json_round_trip(ar, tmp_path, monkeypatch):
     assert "[recorded]" in rec["default"].table().splitlines()[0]
     with pytest.raises(ValueError, match="no all_gather"):
         coll.load_recorded("cpu_test", op="all_gather")
-    with pytest.raises(ValueError, match="not a ddlab.measure.collectives"):
+    with pytest.raises(ValueError, match="not an all-reduce sweep result file"):
         coll.results_from_json({"rows": []})
     with pytest.raises(ValueError, match="missing"):
         coll.SweepResult.from_dict({"op": "all_reduce"})

@@ -240,13 +240,13 @@ def results_to_json(results: Iterable[SweepResult]) -> dict:
     results = list(results)
     if not results:
         raise ValueError("no sweep results to write")
-    return {"kind": "ddlab.measure.collectives", "format": RESULT_FORMAT,
+    return {"kind": "ddlab.collectives", "format": RESULT_FORMAT,
             "provenance": results[0].provenance, "sweeps": [r.to_dict() for r in results]}
 
 
 def results_from_json(obj: Mapping, source: str = "live") -> list:
-    if obj.get("kind") != "ddlab.measure.collectives" or "sweeps" not in obj:
-        raise ValueError("not a ddlab.measure.collectives result file (expected kind 'ddlab.measure.collectives' and 'sweeps')")
+    if obj.get("kind") != "ddlab.collectives" or "sweeps" not in obj:
+        raise ValueError("not an all-reduce sweep result file (expected kind 'ddlab.collectives' and 'sweeps')")
     return [SweepResult.from_dict(s, source=source) for s in obj["sweeps"]]
 
 
