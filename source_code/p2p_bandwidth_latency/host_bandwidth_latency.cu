@@ -573,7 +573,7 @@ int main(int argc, char** argv) {
             return kExitUsage;
         }
         fprintf(f, "{\"format\": \"ddlab-hostlink/1\",\n \"device\": {\"index\": %d, \"name\": \"%s\", \"pci_bus_id\": \"%s\", "
-                   "\"numa_node\": %s, \"driver\": %d, \"runtime\": %d},\n",
+                   "\"numa_node\": %s, \"cuda_driver\": %d, \"cuda_runtime\": %d},\n",
                 o.device, json_escape(prop.name).c_str(), bus, gpu_node >= 0 ? std::to_string(gpu_node).c_str() : "null",
                 driver, runtime);
         fprintf(f, " \"method\": \"copy engine: cudaMemcpyAsync between host and device memory, timed with CUDA events\",\n");
