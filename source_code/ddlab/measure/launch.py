@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from ddlab.system import nccl
+from ddlab.system.frameworks import executable
 
 LAUNCHERS = ("python", "torchrun", "horovodrun", "mpirun")
 TAIL_LINES = 40
@@ -85,12 +86,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bin(name: str, python: str) -> str:
-    """A console script next to ``python`` (the venv's), else on PATH."""
-    here = os.path.join(os.path.dirname(python), name)
-    return here if os.path.exists(here) else (shutil.which(name) or name)
-
-
 def command_for(launcher: str, nproc: int, argv: Sequence[str], *, python: str = sys.executable,
                 controller: str = "gloo", env_keys: Sequence[str] = ()) -> list:
     """The command line that starts ``nproc`` copies of ``python argv...`` under ``launcher``."""
@@ -109,9 +104,9 @@ def command_for(launcher: str, nproc: int, argv: Sequence[str], *, python: str =
     if launcher == "horovodrun":
         if controller not in ("gloo", "mpi"):
             raise ValueError(f"horovod controller must be gloo or mpi, got {controller!r}")
-        return [_bin("horovodrun", python), "-np", str(nproc), "-H", f"localhost:{nproc}",
+        return [executable("horovodrun", python), "-np", str(nproc), "-H", f"localhost:{nproc}",
                 f"--{controller}", python, *argv]
-    cmd = [_bin("mpirun", python), "-np", str(nproc), "--bind-to", "none", "--oversubscribe"]
+    cmd = [executable("mpirun", python), "-np", str(nproc), "--bind-to", "none", "--oversubscribe"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     for k in env_keys:
