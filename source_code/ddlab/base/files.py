@@ -12,8 +12,10 @@ import json
 import os
 import tempfile
 
+from ddlab.base.errors import CourseError
 
-class ResultFileError(ValueError):
+
+class ResultFileError(CourseError, ValueError):
     """A result file that cannot be read: the message names it and says what to do."""
 
 

@@ -10,9 +10,10 @@ import os
 
 from ddlab.base import files
 from ddlab.base.paths import REFERENCE_DIR
+from ddlab.base.errors import CourseError
 
 
-class ReferenceMissing(FileNotFoundError):
+class ReferenceMissing(CourseError, FileNotFoundError):
     pass
 
 

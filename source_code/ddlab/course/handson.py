@@ -24,11 +24,12 @@ from typing import Optional, Sequence
 
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.measure import launch
+from ddlab.base.errors import CourseError
 
 HANDSON_DIR = os.path.join(SOURCE_DIR, "handson")
 
 
-class HandsOnError(RuntimeError):
+class HandsOnError(CourseError, RuntimeError):
     """A hands-on script could not run or printed no result; the message says why."""
 
 

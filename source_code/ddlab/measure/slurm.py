@@ -30,8 +30,10 @@ import sys
 import time
 from typing import Mapping, Optional
 
+from ddlab.base.errors import CourseError
 
-class SlurmSetupError(RuntimeError):
+
+class SlurmSetupError(CourseError, RuntimeError):
     """The job's layout or environment cannot run this launch; the message says why."""
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 from ddlab.base.tables import Table
+from ddlab.base.errors import CourseError
 # parse_topo_matrix raises and warns with these, and Topology.link gives Links: importable from here too.
 from ddlab.system.topology_parse import (GPU_COLUMN, Link, TopologyParseError, TopologyWarning,  # noqa: F401
                                          has_header, read_matrix)
@@ -33,7 +34,7 @@ from ddlab.system.topology_parse import (GPU_COLUMN, Link, TopologyParseError, T
 REFERENCE_KIND = "topologies"  # source_code/reference/topologies/<name>.json
 
 
-class NoGPUError(RuntimeError):
+class NoGPUError(CourseError, RuntimeError):
     """This machine has no usable NVIDIA GPU or no ``nvidia-smi``."""
 
 

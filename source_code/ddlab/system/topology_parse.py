@@ -31,9 +31,10 @@ from typing import Optional
 
 # What each `nvidia-smi topo -m` link kind means, and the link catalogue: ddlab.system.links (below this module).
 from ddlab.system.links import LINK_KINDS
+from ddlab.base.errors import CourseError
 
 
-class TopologyParseError(ValueError):
+class TopologyParseError(CourseError, ValueError):
     """The text is not a ``nvidia-smi topo -m`` matrix; the message names the line and what
     was expected there."""
 

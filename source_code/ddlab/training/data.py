@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 
 from ddlab.base.paths import REPO_ROOT
+from ddlab.base.errors import CourseError
 
 FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -52,7 +53,7 @@ HOW_TO_GET = ("How to get it: run `make data` in the course folder (it installs 
               "and set DDLAB_DATA_DIR to it.")
 
 
-class DatasetError(RuntimeError):
+class DatasetError(CourseError, RuntimeError):
     """Fashion-MNIST is missing or corrupt; the message says what, where, and how to fix it."""
 
 

@@ -20,9 +20,10 @@ from typing import Callable, Mapping, Optional
 from ddlab.measure import launch
 from ddlab.system.frameworks import gpu_count
 from ddlab.training.runspec import RunSpec, _check_choice, nccl_path_env
+from ddlab.base.errors import CourseError
 
 
-class ExperimentError(RuntimeError):
+class ExperimentError(CourseError, RuntimeError):
     """An experiment cannot run as asked (missing framework, no result)."""
 
 

@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.system.frameworks import FRAMEWORK_LAUNCHERS, FRAMEWORKS, check_choice
 from ddlab.training.models import MODELS  # the one list of the course's models
+from ddlab.base.errors import CourseError
 
 SCRIPTS = {"torch": os.path.join(SOURCE_DIR, "train", "fmnist_torch.py"),
            "keras": os.path.join(SOURCE_DIR, "train", "fmnist_keras.py")}
@@ -43,7 +44,7 @@ DEFAULT_TIMEOUT = {"cuda": 240.0, "cpu": 600.0}
 SIZE_FIELDS = ("batch", "steps", "warmup_steps", "precision")
 
 
-class RunSpecError(ValueError):
+class RunSpecError(CourseError, ValueError):
     """A run description that cannot be run (one message, naming the bad value)."""
 
 
