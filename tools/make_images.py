@@ -2,8 +2,8 @@
 """Write the course's generated images to images/ (``make images`` runs this).
 
 * images/data_paths.png, images/host_staging.png, images/peer_to_peer.png - the data path
-  between two GPUs with and without peer access (ddlab.course.diagrams);
-* images/ring_allreduce.png - a ring all-reduce of 4 ranks step by step (ddlab.course.diagrams);
+  between two GPUs with and without peer access (ddlab.views.diagrams);
+* images/ring_allreduce.png - a ring all-reduce of 4 ranks step by step (ddlab.views.diagrams);
 * images/topology_<name>.png - each recorded machine's `nvidia-smi topo -m` drawn as a graph
   (ddlab.views.topology_drawing).
 
@@ -40,7 +40,7 @@ def _save(fig, path: str) -> str:
 
 def diagram_images() -> dict:
     """name -> function returning a Figure."""
-    from ddlab.course import diagrams
+    from ddlab.views import diagrams
     return {"data_paths": diagrams.data_paths, "host_staging": diagrams.host_staging,
             "peer_to_peer": diagrams.peer_to_peer, "ring_allreduce": diagrams.ring_allreduce}
 

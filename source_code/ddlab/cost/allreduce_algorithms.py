@@ -255,7 +255,7 @@ def all_to_all_allreduce(buffers, keep_states: bool = False) -> AllReduceRun:
 def ring_allreduce(buffers, keep_states: bool = False) -> AllReduceRun:
     """Ring all-reduce: ``n-1`` reduce-scatter steps, then ``n-1`` all-gather steps; in each,
     rank ``r`` sends one chunk to rank ``(r+1) mod n``. ``keep_states`` stores each rank's
-    buffer at the start of every step (``Step.before``), for :func:`ddlab.course.diagrams.ring_allreduce`."""
+    buffer at the start of every step (``Step.before``), for :func:`ddlab.views.diagrams.ring_allreduce`."""
     bufs = _check_buffers(buffers)
     n, size = len(bufs), bufs[0].nbytes
     item = bufs[0].itemsize
