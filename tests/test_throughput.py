@@ -79,3 +79,56 @@ def test_step_clock_without_timed_steps_says_so():
         clock.end_step(step)
     with pytest.raises(RuntimeError, match="warm-up step 5"):
         clock.finish()
+
+
+class FakeEvent:
+    """A device timing event on a fake device clock: record() reads the clock, elapsed_time
+    gives ms to another event (as torch.cuda.Event does)."""
+    clock = [0.0]
+    made = []
+
+    def __init__(self):
+        self.t = None
+        FakeEvent.made.append(self)
+
+    def record(self):
+        self.t = FakeEvent.clock[0]
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+
+def test_step_clock_with_device_events_reads_them_at_the_end_and_leaves_pauses_out():
+    FakeEvent.made.clear()
+    ticks = iter([100.0, 104.0, 110.0])   # host: start, after the pause, stop
+    clock = tp.StepClock(warmup_steps=1, now=lambda: next(ticks), device_event=FakeEvent, timed_steps=3)
+    assert len(FakeEvent.made) == 4      # one per step boundary, made up front
+    FakeEvent.clock[0] = 1.0
+    clock.start()
+    for step, device_s in ((1, 1.5), (2, 2.5)):
+        FakeEvent.clock[0] = device_s
+        clock.end_step(step)
+    assert clock.step_times_ms == [] and clock.timed_steps == 2   # nothing read yet
+    FakeEvent.clock[0] = 4.0
+    clock.exclude(3.0)                   # an evaluation of 3 s between steps 2 and 3
+    assert len(FakeEvent.made) == 5
+    FakeEvent.clock[0] = 4.25
+    clock.end_step(3)
+    clock.finish()
+    assert clock.step_times_ms == pytest.approx([500.0, 1000.0, 250.0])   # the pause is in no step
+    assert clock.elapsed_s == pytest.approx(10.0 - 3.0)
+
+
+def test_step_clock_on_the_host_leaves_pauses_out_too():
+    ticks = iter([0.0, 1.0, 5.0, 5.5, 6.0])
+    syncs = []
+    clock = tp.StepClock(warmup_steps=0, sync=lambda: syncs.append(1), now=lambda: next(ticks))
+    clock.start(synced=True)             # the caller has just synchronised: no second sync
+    clock.end_step(0)                    # 1 s
+    clock.exclude(4.0)                   # 1 .. 5: an evaluation
+    clock.end_step(1)                    # 0.5 s
+    clock.finish()
+    assert clock.step_times_ms == pytest.approx([1000.0, 500.0])
+    assert clock.elapsed_s == pytest.approx(2.0) and len(syncs) == 1
+    with pytest.raises(ValueError, match="timed_steps"):
+        tp.StepClock(warmup_steps=0, device_event=FakeEvent)

@@ -113,9 +113,17 @@ def overcount_percent(claimed: float, honest: float) -> float:
 
 
 class StepClock:
-    """Host wall-clock timing of steps after a warm-up, for code that cannot use CUDA events
-    (CPU runs, the Keras callback). ``sync`` is called where the clock starts and stops (and
-    only there): pass the device synchronisation plus a barrier.
+    """Timing of the steps after a warm-up: the synchronised interval (host wall clock) and
+    every timed step's time. ``sync`` is called where the clock starts and stops (and only
+    there): pass the device synchronisation plus a barrier.
+
+    Step times come from the host clock (CPU runs, the Keras callback), or, given
+    ``device_event`` (a factory of timing events with ``record()`` and ``elapsed_time(other)``
+    in ms, e.g. ``lambda: torch.cuda.Event(enable_timing=True)``), from device events: one
+    per step boundary, made up front (``timed_steps`` of them and one more), recorded after
+    every step and read only in :meth:`finish`, so timing adds no host synchronisation.
+    :meth:`exclude` leaves a pause (an evaluation between two timed steps) out of the
+    interval and out of the next step's time.
 
     >>> clock = StepClock(warmup_steps=2, sync=lambda: None)
     >>> for step in range(5):
@@ -124,40 +132,72 @@ class StepClock:
     3
     """
 
-    def __init__(self, warmup_steps: int, sync=None, now=time.perf_counter):
+    def __init__(self, warmup_steps: int, sync=None, now=time.perf_counter, device_event=None,
+                 timed_steps: Optional[int] = None):
         if warmup_steps < 0:
             raise ValueError("warm-up steps cannot be negative")
+        if device_event is not None and timed_steps is None:
+            raise ValueError("device events are made up front: give timed_steps too")
         self.warmup_steps = int(warmup_steps)
         self.sync = sync or (lambda: None)
         self.now = now
         self.t_start: Optional[float] = None
         self.t_stop: Optional[float] = None
+        self.excluded_s = 0.0
         self.step_times_ms: list = []
         self._last: Optional[float] = None
+        self._steps = 0
+        self._device_event = device_event
+        self._events = [device_event() for _ in range(timed_steps + 1)] if device_event is not None else []
+        self._resumed: dict = {}   # step boundary -> the event recorded after a pause there
+
+    def start(self, synced: bool = False) -> None:
+        """Starts the clock (after ``sync``, unless the caller has just synchronised)."""
+        if not synced:
+            self.sync()
+        self.t_start = self._last = self.now()
+        if self._events:
+            self._events[0].record()
 
     def begin_step(self, step: int) -> None:
         if step == self.warmup_steps:
-            self.sync()
-            self.t_start = self._last = self.now()
+            self.start()
 
     def end_step(self, step: int) -> None:
         if self.t_start is not None and step >= self.warmup_steps and self.t_stop is None:
-            t = self.now()
-            self.step_times_ms.append((t - self._last) * 1e3)
-            self._last = t
+            self._steps += 1
+            if self._events:
+                self._events[self._steps].record()
+            else:
+                t = self.now()
+                self.step_times_ms.append((t - self._last) * 1e3)
+                self._last = t
+
+    def exclude(self, seconds: float) -> None:
+        """Leaves the ``seconds`` just spent between timed steps (not training) out of the
+        interval; the next step's time starts now."""
+        self.excluded_s += seconds
+        if self._events:
+            self._resumed[self._steps] = self._device_event()
+            self._resumed[self._steps].record()
+        self._last = self.now()
 
     def finish(self) -> None:
         if self.t_start is None:
             raise RuntimeError(f"no timed steps: training ended before warm-up step {self.warmup_steps}")
         self.sync()
         self.t_stop = self.now()
+        if self._events:   # the device has finished: every event can be read
+            self.step_times_ms = [self._resumed.get(i, self._events[i]).elapsed_time(self._events[i + 1])
+                                  for i in range(self._steps)]
 
     @property
     def timed_steps(self) -> int:
-        return len(self.step_times_ms)
+        return self._steps
 
     @property
     def elapsed_s(self) -> float:
+        """Seconds between the synchronised start and stop, pauses left out."""
         if self.t_stop is None:
             raise RuntimeError("call finish() first")
-        return self.t_stop - self.t_start
+        return self.t_stop - self.t_start - self.excluded_s
