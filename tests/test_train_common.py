@@ -2,6 +2,7 @@
 fmnist_torch.py and fmnist_keras.py share."""
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -186,6 +187,22 @@ def test_step_line():
     assert line == "step     20/100 | loss 0.5123 |    50.00 ms/step |       5,120 img/s (all workers, warm-up)"
     assert train_common.step_line(21, 100, 0.5, 0.5, 1, 256, warmup=20).endswith("(all workers, timed)")
     assert "nan img/s" in train_common.step_line(5, 10, 1.0, 0.0, 1, 8, warmup=2)
+
+
+def test_progress_log_prints_one_line_per_interval_over_the_steps_since_the_last():
+    ticks = iter([0.0, 1.0, 3.0, 10.0, 10.5])
+    lines = []
+    log = train_common.ProgressLog(total=10, warmup=4, global_batch=32, say=lambda s, **k: lines.append(s),
+                                   now=lambda: next(ticks))
+    assert log.every == 1 and math.isnan(log.last_loss)   # ten steps: a line each (about ten lines a run)
+    log = train_common.ProgressLog(total=10, warmup=4, global_batch=32, log_every=4,
+                                   say=lambda s, **k: lines.append(s), now=lambda: next(ticks))
+    assert [s for s in range(1, 11) if log.due(s)] == [4, 8, 10]   # every 4 steps and the last
+    log.line(4, loss_sum=2.0)   # 4 steps since the start, 2 s
+    assert lines[-1] == train_common.step_line(4, 10, 0.5, 2.0, 4, 32, 4) and log.last_loss == 0.5
+    log.restart(6)              # e.g. after a CUDA-graph capture: the next line counts from step 6, from now
+    log.line(8, loss_sum=1.0)   # 2 steps, 0.5 s
+    assert lines[-1] == train_common.step_line(8, 10, 0.5, 0.5, 2, 32, 4) and "timed" in lines[-1]
 
 
 def fake_run(world=2, total=10, warmup=2, batch=16):

@@ -1,10 +1,13 @@
 """What the two training scripts share: their common flags, their checks, the step plan,
-the per-rank seed, the printed lines and the result JSON.
+the per-rank seed, the printed lines (:class:`ProgressLog` paces the step lines) and the
+result JSON.
 
 ``source_code/train/fmnist_torch.py`` and ``fmnist_keras.py`` run the same experiment in two
 frameworks, so everything here is framework-free: no torch, no TensorFlow (each script must
 import only its own framework). What differs between the frameworks (the launcher, the device,
-the model, the step itself) stays in the scripts.
+the model, the step itself) stays in the scripts; PyTorch's machinery behind its script is in
+the ``ddlab.training.*_torch`` modules (workers_torch, data_torch, models_torch,
+cuda_graph_torch, speed_options_torch, evaluations_torch).
 
 The result of a run (``--json PATH``) is the dict :func:`build_result` makes: the fields and
 their meaning are listed there, once for both scripts.
@@ -16,6 +19,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence, Type
 
@@ -222,6 +226,36 @@ def step_line(step: int, total: int, loss: float, seconds: float, steps: int, gl
     phase = "warm-up" if step <= warmup else "timed"
     return (f"step {step:>6}/{total} | loss {loss:.4f} | {1e3 * seconds / steps:8.2f} ms/step | "
             f"{rate:>11,.0f} img/s (all workers, {phase})")
+
+
+class ProgressLog:
+    """Rank 0's progress lines: one :func:`step_line` every ``log_every`` optimizer steps
+    (default: about ten lines a run) and at the last step, each over the steps since the
+    line before. ``last_loss`` is the loss of the latest line (the result's ``final_loss``)."""
+
+    def __init__(self, total: int, warmup: int, global_batch: int, log_every: Optional[int] = None,
+                 say: Callable = print, now: Callable[[], float] = time.perf_counter):
+        self.total, self.warmup, self.global_batch = total, warmup, global_batch
+        self.every = log_every or max(1, total // 10)
+        self.say, self.now = say, now
+        self.t_log, self.step_log, self.last_loss = now(), 0, float("nan")
+
+    def due(self, step: int) -> bool:
+        """Is a line due after optimizer step ``step``?"""
+        return step % self.every == 0 or step == self.total
+
+    def line(self, step: int, loss_sum: float) -> None:
+        """Prints the line of the steps since the previous one, which ended at ``step``;
+        ``loss_sum``: their training losses summed."""
+        loss = loss_sum / max(1, step - self.step_log)
+        t = self.now()
+        self.say(step_line(step, self.total, loss, t - self.t_log, step - self.step_log, self.global_batch,
+                           self.warmup), flush=True)
+        self.t_log, self.step_log, self.last_loss = t, step, loss
+
+    def restart(self, step: int) -> None:
+        """The next line counts the steps after ``step``, from now (after a pause that is no step's)."""
+        self.t_log, self.step_log = self.now(), step
 
 
 def summary_line(result: Mapping) -> str:
