@@ -87,3 +87,32 @@ def test_model_layers_give_the_documented_parameter_counts():
     assert counts == EXPECTED
     with pytest.raises(ValueError, match="unknown model"):
         model_layers("resnet")
+
+
+def test_weights_checksum_is_the_float64_sum_and_sum_of_squares():
+    torch.manual_seed(2)
+    model = models_torch.build("mlp-small")
+    ck = models_torch.weights_checksum(model)
+    flat = torch.cat([p.detach().double().flatten() for p in model.parameters()])
+    assert ck["sum"] == pytest.approx(float(flat.sum()), rel=1e-12)
+    assert ck["sumsq"] == pytest.approx(float((flat ** 2).sum()), rel=1e-12)
+    with torch.no_grad():
+        next(model.parameters())[0, 0] += 1.0   # one weight drifts: the checksum sees it
+    assert models_torch.weights_checksum(model) != ck
+
+
+def test_evaluate_counts_correct_predictions_and_sums_the_loss_in_eval_mode():
+    import contextlib
+
+    import torch.nn.functional as F
+    torch.manual_seed(3)
+    model = models_torch.build("mlp-large")   # has dropout: evaluate must switch it off
+    x, y = torch.randn(25, 1, 28, 28), torch.randint(0, 10, (25,))
+    with torch.no_grad():
+        model.eval()
+        logits = model(x)
+        model.train()
+    correct, loss = models_torch.evaluate(model, x, y, 10, contextlib.nullcontext)   # batches of 10, 10, 5
+    assert correct == int((logits.argmax(1) == y).sum())
+    assert loss == pytest.approx(float(F.cross_entropy(logits, y, reduction="sum")), rel=1e-5)
+    assert model.training   # left in training mode

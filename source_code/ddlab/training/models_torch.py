@@ -1,6 +1,8 @@
 """The four Fashion-MNIST models of the course in PyTorch, built from the names and widths in
 :mod:`ddlab.training.models` (which has the table of layers and parameter counts; the Keras twins are
-in :mod:`ddlab.training.models_keras`).
+in :mod:`ddlab.training.models_keras`), with what a training run asks of a built model: its
+parameters and gradient bytes, a checksum of its weights (do the ranks agree?) and its score
+on test images.
 """
 from __future__ import annotations
 
@@ -42,3 +44,32 @@ def gradient_bytes(model) -> int:
     have the parameters' dtype (float32 here, also under bf16 autocast, which only changes
     the arithmetic of the forward and backward passes)."""
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def weights_checksum(model) -> dict:
+    """float64 sum and sum of squares of all parameters: equal on every rank when the ranks
+    agree (they take identical steps), different as soon as one rank drifts."""
+    import torch
+    with torch.no_grad():
+        s = sum(p.detach().sum(dtype=torch.float64) for p in model.parameters())
+        q = sum(torch.linalg.vector_norm(p.detach(), dtype=torch.float64) ** 2 for p in model.parameters())
+    return {"sum": float(s), "sumsq": float(q)}
+
+
+def evaluate(model, x, y, batch: int, autocast) -> tuple:
+    """(correct predictions, summed cross-entropy) of ``model`` over the images ``x`` with
+    labels ``y`` (all of the test set, or this rank's part of it), ``batch`` images at a time
+    under the context ``autocast()``; the model is left in training mode."""
+    import torch
+    import torch.nn.functional as F
+    model.eval()
+    with torch.no_grad():
+        correct = torch.zeros((), dtype=torch.int64, device=x.device)
+        loss = torch.zeros((), dtype=torch.float64, device=x.device)
+        for i in range(0, x.shape[0], batch):
+            with autocast():
+                logits = model(x[i:i + batch]).float()
+            correct += (logits.argmax(dim=1) == y[i:i + batch]).sum()
+            loss += F.cross_entropy(logits, y[i:i + batch], reduction="sum").double()
+    model.train()
+    return int(correct.item()), float(loss.item())
