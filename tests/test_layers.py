@@ -69,3 +69,10 @@ def test_importing_the_package_imports_no_layer():
                          env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "source_code")))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_package_readme_names_every_module():
+    readme = open(os.path.join(PKG, "README.md")).read()
+    missing = sorted(os.path.splitext(os.path.basename(p))[0] for p in _modules()
+                     if not p.endswith(("__init__.py", "__main__.py")) and f"`{os.path.splitext(os.path.basename(p))[0]}`" not in readme)
+    assert not missing, f"source_code/ddlab/README.md does not say where these live: {missing}"
