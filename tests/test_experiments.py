@@ -188,7 +188,7 @@ def fake_run(monkeypatch):
     def run(experiment, framework, launcher, model, workers, device, **kw):
         calls.append((experiment, launcher, device))
         return ex.ExperimentResult(experiment, [], source="live", config={"device": device})
-    monkeypatch.setattr(ex, "_run", run)
+    monkeypatch.setattr(ex, "run_experiment", run)
     return calls
 
 

@@ -9,7 +9,7 @@ import sys
 from ddlab.measure import launch
 from ddlab.base import reference
 from ddlab.training import recording
-from ddlab.training.experiments import EXPERIMENTS, _run, live_or_recorded
+from ddlab.training.experiments import EXPERIMENTS, live_or_recorded, run_experiment
 from ddlab.training.runs import ExperimentError, spec_for, train
 from ddlab.system.frameworks import FRAMEWORKS
 from ddlab.training.runspec import MODELS, RunSpecError
@@ -109,7 +109,7 @@ def cli_experiment(argv: list) -> int:
         if a.source == "live" and a.device != "auto":
             if a.cuda_graph:
                 kw["cuda_graph"] = "on"
-            res = _run(a.name, a.framework, "none" if a.name == "perf-options" else a.launcher, a.model, workers,
+            res = run_experiment(a.name, a.framework, "none" if a.name == "perf-options" else a.launcher, a.model, workers,
                        a.device, **kw)
         else:
             res = live_or_recorded(a.name, a.framework, a.launcher, a.model, workers, a.source,

@@ -236,7 +236,8 @@ def performance_options(base: Optional[RunSpec] = None, options: Optional[Sequen
 
 
 # ----------------------------------------------------------------------------- live or recorded
-def _run(experiment: str, framework: str, launcher: str, model: str, workers, device: str, **kw) -> ExperimentResult:
+def run_experiment(experiment: str, framework: str, launcher: str, model: str, workers, device: str, **kw) -> ExperimentResult:
+    """Run the named experiment live (``ddlab experiment`` and :func:`live_or_recorded` call it)."""
     if experiment == "scaling":
         return throughput_scaling(workers=workers or (1, 2), device=device, framework=framework, launcher=launcher,
                                   model=model, **kw)
@@ -296,7 +297,7 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     if source == "live" and not ok:
         raise ExperimentError(f"cannot run {experiment} live here: {why}")
     if source != "recorded" and ok:
-        res = _run(experiment, framework, launcher, model, workers, "cuda", **fields)
+        res = run_experiment(experiment, framework, launcher, model, workers, "cuda", **fields)
         res.notes.insert(0, f"live: run just now on this machine's {need} GPU(s)")
         return res
     recorded = None
@@ -309,7 +310,7 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
         recorded.notes.insert(0, f"recorded: {reason}; showing the run recorded on {prov.label(recorded.provenance)}")
     can_cpu = cpu_run and m.software(framework, launcher)[0]
     if cpu_run and source != "recorded" and can_cpu and m.gpus < need:
-        cpu = _run(experiment, framework, launcher, model, workers, "cpu", **fields)
+        cpu = run_experiment(experiment, framework, launcher, model, workers, "cpu", **fields)
         if recorded is None:
             cpu.notes.insert(0, f"live on CPU, small: this machine cannot run it on GPUs ({why})")
             note = f"no recorded GPU result: {missing}"
