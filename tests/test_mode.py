@@ -33,9 +33,10 @@ def test_decide(machine, needs, live, why):
 def live_parts(monkeypatch):
     """The live measurements, replaced by markers (no GPU here): which one ran."""
     from ddlab.measure import collectives, p2p
-    from ddlab.system import nccl_log, topology
+    from ddlab.measure import nccl_capture
+    from ddlab.system import topology
     monkeypatch.setattr(topology.Topology, "from_system", classmethod(lambda cls, timeout=30.0: "live topology"))
-    monkeypatch.setattr(nccl_log, "capture_allreduce_log", lambda env=None, **k: "")
+    monkeypatch.setattr(nccl_capture, "capture_allreduce_log", lambda env=None, **k: "")
     monkeypatch.setattr(p2p, "run", lambda *a, **k: "live p2p")
     monkeypatch.setattr(collectives, "compare_paths", lambda *a, **k: "live sweeps")
 

@@ -1,13 +1,11 @@
 """ddlab.system.nccl_log: NCCL_DEBUG=INFO logs from every launcher and NCCL generation, the transport
 table and the `ddlab nccl-log` command."""
 import glob
-import io
 import json
 import os
 
 import pytest
 
-from ddlab import cli as ddlab_cli
 from ddlab.system import nccl_log
 from ddlab.system.nccl_log import parse, transport_kind
 
@@ -183,61 +181,3 @@ def test_to_dict_is_json():
     d = json.loads(json.dumps(nccl_log.parse_file(path("torchrun_p2p_cumem_interleaved.log")).to_dict()))
     assert d["transport_counts"] == {"P2P": 12} and d["version"] == "2.28.9" and d["empty"] is False
     assert d["connections"][0]["transport"] == "P2P/CUMEM" and d["connections"][0]["kind"] == "P2P"
-
-
-# ------------------------------------------------------------------------ ddlab nccl-log
-def test_cli_table_and_json(capsys):
-    assert nccl_log.cli([path("horovod_gloo_socket_disabled_p2p_shm.log")]) == 0
-    out = capsys.readouterr().out
-    assert "all 8 connections NET/Socket" in out and "NET/Socket/0 (8)" in out
-    assert nccl_log.cli([path("old_ring_nccl23_single_process.log"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["transport_counts"] == {"P2P": 4, "SHM": 4}
-
-
-def test_cli_no_nccl_lines(capsys):
-    assert nccl_log.cli([path("no_nccl_training_output.log")]) == 1
-    assert capsys.readouterr().out.strip() == "ddlab nccl-log: no NCCL INFO lines found; run with NCCL_DEBUG=INFO"
-
-
-def test_cli_errors(capsys, tmp_path, monkeypatch):
-    assert nccl_log.cli([str(tmp_path / "missing.log")]) == 1
-    assert "cannot read" in capsys.readouterr().out
-    assert nccl_log.cli([]) == 2
-    assert nccl_log.cli(["--capture", str(tmp_path / "x.log"), "--env", "P2P_LEVEL=LOC"]) == 2
-    assert "NCCL_NAME=VALUE" in capsys.readouterr().out
-    monkeypatch.setattr("sys.stdin", io.StringIO("h:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n"))
-    assert nccl_log.cli(["-"]) == 0
-    assert "SHM/direct/direct" in capsys.readouterr().out
-
-
-def test_capture_needs_gpus_and_says_so(capsys, tmp_path, monkeypatch):
-    from ddlab.system import hardware
-    monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory())
-    with pytest.raises(RuntimeError, match="needs 2 GPUs; this machine has 0"):
-        nccl_log.capture_allreduce_log()
-    out = tmp_path / "cap.log"
-    assert nccl_log.cli(["--capture", str(out), "--env", "NCCL_P2P_LEVEL=LOC"]) == 1
-    assert "needs 2 GPUs" in capsys.readouterr().out and not out.exists()
-
-
-def test_capture_runs_the_smoke_all_reduce_under_torchrun(monkeypatch):
-    from ddlab.system import hardware
-    from ddlab.measure import launch
-    monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory(gpus=[hardware.GPU(0, "g"),
-                                                                                   hardware.GPU(1, "g")]))
-    calls = []
-
-    def fake_run(argv, **kw):
-        calls.append((argv, kw))
-        return launch.LaunchResult(command=argv, returncode=0, output="the log", duration_s=0.1)
-    monkeypatch.setattr(launch, "run", fake_run)
-    assert nccl_log.capture_allreduce_log({"NCCL_P2P_LEVEL": "LOC"}) == "the log"
-    [(argv, kw)] = calls
-    assert argv == ["-m", "ddlab.measure.smoke", "nccl-allreduce", "--elements", str(nccl_log.CAPTURE_ELEMENTS)]
-    assert kw["launcher"] == "torchrun" and kw["nproc"] == 2 and kw["timeout"] > 0
-    assert kw["env"]["NCCL_DEBUG"] == "INFO" and kw["env"]["NCCL_P2P_LEVEL"] == "LOC"
-
-
-def test_dispatch_through_ddlab(capsys):
-    assert ddlab_cli.main(["nccl-log", path("torchrun_p2p_cumem_interleaved.log")]) == 0
-    assert "P2P/CUMEM (8), P2P/CUMEM/read (4)" in capsys.readouterr().out

@@ -11,7 +11,7 @@ COMMANDS = {
     "doctor": ("ddlab.report.doctor", "cli", "what this machine has (GPUs, driver, CUDA, NCCL, frameworks, data)"),
     "data": ("ddlab.training.data", "cli", "make Fashion-MNIST available offline and verify it"),
     "topo": ("ddlab.system.topology_report", "cli", "read nvidia-smi topo -m (this machine or --file), rank pairs, best subsets"),
-    "nccl-log": ("ddlab.system.nccl_log", "cli", "parse an NCCL_DEBUG=INFO log into a transport table"),
+    "nccl-log": ("ddlab.measure.nccl_capture", "cli", "parse an NCCL_DEBUG=INFO log into a transport table"),
     "p2p": ("ddlab.measure.p2p", "cli", "build and run the course's CUDA p2p bandwidth/latency test"),
     "allreduce": ("ddlab.measure.collectives", "cli", "all-reduce bandwidth sweep under NCCL paths (or gloo on CPU)"),
     "train": ("ddlab.training.cli", "cli_train", "one Fashion-MNIST training run"),

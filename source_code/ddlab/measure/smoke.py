@@ -51,7 +51,7 @@ def hvd_torch(n_elems: int = 1 << 20) -> bool:
 
 
 def hvd_tf(n_elems: int = 1 << 16) -> bool:
-    from ddlab.training.models_keras import use_tf_keras
+    from ddlab.system.frameworks import use_tf_keras
     use_tf_keras()                      # before TensorFlow is imported
     import tensorflow as tf
     import horovod.tensorflow as hvd

@@ -3,10 +3,11 @@
 Asked without importing the frameworks where possible (importing TensorFlow or
 ``horovod.tensorflow`` takes seconds): :func:`availability` says whether a framework can run
 under a launcher here and, if not, why in one line; :func:`gpu_count` how many GPUs a framework
-sees; :func:`nvcc_path` where the CUDA compiler is.
+can use (TensorFlow is asked in a child Python); :func:`nvcc_path` where the CUDA compiler is.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -16,6 +17,8 @@ from typing import Optional
 # The course's frameworks and the launchers each runs under ("none": one plain process).
 FRAMEWORK_LAUNCHERS = {"torch": ("none", "ddp", "horovod"), "keras": ("none", "horovod")}
 FRAMEWORKS = tuple(FRAMEWORK_LAUNCHERS)
+# What a learner reads: the framework that runs each one's code.
+FRAMEWORK_NAMES = {"torch": "PyTorch", "keras": "TensorFlow"}
 
 
 def check_choice(what: str, value, choices, error=ValueError) -> None:
@@ -48,15 +51,44 @@ def nvcc_path() -> Optional[str]:
 
 
 def gpu_count(framework: str = "torch") -> int:
-    """GPUs the framework can use here (TensorFlow is not imported to ask: NVML/nvidia-smi)."""
+    """GPUs the framework can use here (CUDA_VISIBLE_DEVICES applied): PyTorch's own count;
+    TensorFlow's from :func:`tensorflow_gpu_count`."""
     if framework == "torch":
         try:
             import torch
         except ImportError:
             return 0
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    from ddlab.system import hardware
-    return hardware.inventory(software=False).gpu_count
+    return tensorflow_gpu_count()
+
+
+# Asked in a child Python: importing TensorFlow takes seconds and it would stay in this process.
+_TF_GPUS = ("import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3'); import tensorflow as tf; "
+            "print('GPUS', len(tf.config.list_physical_devices('GPU')))")
+
+
+def tensorflow_gpu_count(timeout: float = 180.0) -> int:
+    """GPUs TensorFlow can use here: 0 without TensorFlow, with ``tensorflow-cpu``, or on a
+    machine with no NVIDIA GPU (nothing imported to know); else TensorFlow is asked in a child
+    Python, once per CUDA_VISIBLE_DEVICES (a TensorFlow wheel without its CUDA libraries, e.g.
+    ``pip install tensorflow`` without ``[and-cuda]``, sees none and runs on the CPU)."""
+    if not has_module("tensorflow"):
+        return 0
+    from ddlab.system import hardware, software
+    if software.package_version("tensorflow-cpu") or not hardware.inventory(software=False).gpu_count:
+        return 0
+    return _ask_tensorflow(os.environ.get("CUDA_VISIBLE_DEVICES"), sys.executable, timeout)
+
+
+@functools.lru_cache(maxsize=8)
+def _ask_tensorflow(visible: Optional[str], python: str, timeout: float) -> int:
+    import subprocess
+    try:
+        out = subprocess.run([python, "-c", _TF_GPUS], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    counts = [int(ln.split()[1]) for ln in out.stdout.splitlines() if ln.startswith("GPUS ")]
+    return counts[-1] if out.returncode == 0 and counts else 0
 
 
 def horovod_extension(framework: str) -> bool:
@@ -79,8 +111,23 @@ def availability(framework: str, launcher: str, error=ValueError) -> tuple:
         if not has_module("tf_keras"):
             return False, "tf-keras is not installed (Horovod's Keras API needs it, not Keras 3)"
     if launcher == "horovod":
+        if not has_module("horovod"):
+            return False, "Horovod is not installed (`make horovod` builds it)"
         if not horovod_extension(framework):
-            return False, f"Horovod is not built for {'PyTorch' if framework == 'torch' else 'TensorFlow'} here"
+            return False, (f"Horovod is installed but not built for {FRAMEWORK_NAMES[framework]} "
+                           f"(`make horovod` rebuilds it against this Python's frameworks)")
         if not os.path.exists(executable("horovodrun")):
             return False, "horovodrun is not on PATH"
     return True, ""
+
+
+# TensorFlow reads these when it is imported: Horovod's Keras API needs tf.keras from the tf-keras
+# package (Keras 2), not Keras 3, and the course wants no INFO lines from TensorFlow's C++ side.
+TF_ENVIRONMENT = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def use_tf_keras() -> None:
+    """Set :data:`TF_ENVIRONMENT` in this process, keeping values the caller already set.
+    Call it before TensorFlow is imported; afterwards it changes nothing TensorFlow reads."""
+    for k, v in TF_ENVIRONMENT.items():
+        os.environ.setdefault(k, v)

@@ -21,9 +21,7 @@ NCCL line at all gives an empty log (``log.empty``).
 from __future__ import annotations
 
 import html
-import json
 import re
-import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Optional
@@ -228,85 +226,3 @@ def parse(text: str) -> NcclLog:
 def parse_file(path: str) -> NcclLog:
     with open(path, encoding="utf-8", errors="replace") as f:
         return parse(f.read())
-
-
-# ----------------------------------------------------------------------------- capture on GPUs
-# The all-reduce that makes NCCL set up (and print) its connections is the smoke check
-# ddlab.measure.smoke nccl-allreduce, at 4 MiB per rank.
-CAPTURE_ELEMENTS = 1 << 20
-
-
-def capture_allreduce_log(env: Optional[dict] = None, nproc: int = 2, timeout: float = 300.0) -> str:
-    """Run a small NCCL all-reduce on ``nproc`` local GPUs with NCCL_DEBUG=INFO (plus ``env``,
-    e.g. ``{"NCCL_P2P_LEVEL": "LOC"}``) through torchrun and return the whole log text.
-
-    Raises RuntimeError (before launching anything) when this machine has fewer GPUs, and
-    ddlab.measure.launch.LaunchError when the run fails or hangs."""
-    from ddlab.system import hardware
-    from ddlab.measure import launch
-    have = hardware.inventory(software=False).gpu_count
-    if have < nproc:
-        raise RuntimeError(f"capturing an NCCL log needs {nproc} GPUs; this machine has {have}. "
-                           f"Parse a recorded log instead: ddlab nccl-log FILE")
-    run_env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": None}
-    run_env.update(env or {})
-    result = launch.run(["-m", "ddlab.measure.smoke", "nccl-allreduce", "--elements", str(CAPTURE_ELEMENTS)],
-                        launcher="torchrun", nproc=nproc,
-                        env=run_env, timeout=timeout)
-    return result.output
-
-
-# ----------------------------------------------------------------------------- CLI
-def cli(argv: list) -> int:
-    import argparse
-    p = argparse.ArgumentParser(prog="ddlab nccl-log", description="Parse an NCCL_DEBUG=INFO log into a "
-                                "transport table (which path NCCL used between which ranks).")
-    p.add_argument("file", nargs="?", help="the log file ('-' reads standard input)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--capture", metavar="OUT", help="on a GPU machine: run a 2-GPU NCCL all-reduce with "
-                   "NCCL_DEBUG=INFO, save its log to OUT, then parse it")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="with --capture: an NCCL setting for the run (repeatable), e.g. NCCL_P2P_LEVEL=LOC")
-    p.add_argument("--nproc", type=int, default=2, help="with --capture: number of GPUs (default 2)")
-    a = p.parse_args(argv)
-    if bool(a.file) == bool(a.capture):
-        p.print_usage()
-        print("ddlab nccl-log: give a log FILE, or --capture OUT on a GPU machine")
-        return 2
-    if a.capture:
-        env = {}
-        for item in a.env:
-            name, sep, value = item.partition("=")
-            if not sep or not re.fullmatch(r"NCCL_[A-Z0-9_]+", name):
-                print(f"ddlab nccl-log: --env expects NCCL_NAME=VALUE, got {item!r}")
-                return 2
-            env[name] = value
-        from ddlab.measure import launch
-        try:
-            text = capture_allreduce_log(env, nproc=a.nproc)
-        except RuntimeError as exc:  # includes launch.LaunchError
-            print(f"ddlab nccl-log: {exc}")
-            if isinstance(exc, launch.LaunchError) and exc.result is not None:
-                with open(a.capture, "w") as f:
-                    f.write(exc.result.output)
-                print(f"(the failed run's output is in {a.capture})")
-            return 1
-        with open(a.capture, "w") as f:
-            f.write(text)
-        print(f"saved {a.capture}", file=sys.stderr)
-        log = parse(text)
-    else:
-        try:
-            log = parse(sys.stdin.read()) if a.file == "-" else parse_file(a.file)
-        except OSError as exc:
-            print(f"ddlab nccl-log: cannot read {a.file}: {exc.strerror or exc}")
-            return 1
-    if log.empty:
-        print(json.dumps(log.to_dict(), indent=1) if a.json else f"ddlab nccl-log: {NO_NCCL_LINES}")
-        return 1
-    print(json.dumps(log.to_dict(), indent=1) if a.json else log.table())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))

@@ -5,29 +5,16 @@ for the table and for why the case-study reports' MLP counts differ from ours).
 tf.keras here means the ``tf-keras`` package selected by ``TF_USE_LEGACY_KERAS=1``, which
 must be set before TensorFlow is first imported: Horovod's Keras API does not work with
 Keras 3 (its DistributedOptimizer silently stops averaging gradients). :func:`keras` sets
-:data:`TF_ENVIRONMENT` (unless the caller set those variables) just before it imports
+:data:`ddlab.system.frameworks.TF_ENVIRONMENT` (unless the caller set those variables) just before it imports
 TensorFlow, never at import time: importing ddlab changes no environment variable. It
 refuses to build a model if Keras 3 got loaded anyway. A launch of Keras workers passes
-:data:`TF_ENVIRONMENT` in the workers' environment too, so they choose tf-keras before any
+:data:`ddlab.system.frameworks.TF_ENVIRONMENT` in the workers' environment too, so they choose tf-keras before any
 TensorFlow import of theirs.
 """
 from __future__ import annotations
 
-import os
-
+from ddlab.system.frameworks import use_tf_keras
 from ddlab.training.models import CNN_DENSE, MLP_DROPOUT, MLP_WIDTHS, MODELS, NUM_CLASSES, check  # noqa: F401
-
-# What TensorFlow must see before it is first imported: tf.keras = tf-keras (Horovod's Keras
-# API needs it, not Keras 3), and no start-up INFO lines (oneDNN, CPU features) drowning the
-# course's own output.
-TF_ENVIRONMENT = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def use_tf_keras() -> None:
-    """Set :data:`TF_ENVIRONMENT` in this process, keeping values the caller already set.
-    Call it before TensorFlow is imported; afterwards it changes nothing TensorFlow reads."""
-    for k, v in TF_ENVIRONMENT.items():
-        os.environ.setdefault(k, v)
 
 
 def keras():
