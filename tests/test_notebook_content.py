@@ -58,7 +58,7 @@ def test_notebook_2_teaches_the_model_and_fits_a_live_sweep():
 
 def test_notebook_3_reads_topology_and_defines_node_and_sys_by_numa():
     md, src = text(3), code(3)
-    assert "topology.Topology.from_system()" in src and "topology.recorded_names()" in src
+    assert 'mode.live_or_recorded("topology")' in src and "topology.recorded_names()" in src
     assert "links.legend_markdown(" in src
     assert "within one NUMA node" in md and "between NUMA nodes" in md and "not by CPU sockets" in md
     assert "best ring" in md
@@ -103,7 +103,7 @@ def test_notebook_5_compiles_runs_and_compares():
     md, src = text(5), code(5)
     assert "make --no-print-directory -n -B" in src and "p2p.build(force=True)" in src
     assert "No nvcc on this machine" in src
-    assert "p2p.run()" in src and 'p2p.load_recorded("h200x2")' in src
+    assert 'mode.live_or_recorded("p2p")' in src              # p2p.run() with 2 GPUs and nvcc, else the recording
     assert "p2p.run_nvidia_sample()" in src
     assert "collectives.compare_paths(" in src and "alpha_beta.fit_sweep(" in src
     assert "link_peak_gbps=peak" in src                    # the course's one peak, from ddlab.system.links
@@ -136,3 +136,20 @@ def test_no_notebook_refers_to_sections_of_the_old_single_notebook():
         assert not re.search(r"\bsection [5-8]\b", text(n)), n
     assert sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb"))) == sorted(
         p for p in glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")) if re.match(r"\d\.", os.path.basename(p)))
+
+
+ALL_NOTEBOOKS = [os.path.join(REPO, "Start_Here.ipynb")] + sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")))
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=os.path.basename)
+def test_live_or_recorded_is_decided_by_the_one_policy(path):
+    """No notebook decides what runs live from NVML's GPU count (``inv.gpu_count``, ``inv.mode``,
+    ``hardware.inventory(...).gpu_count``): that count ignores CUDA_VISIBLE_DEVICES and a CPU-only
+    PyTorch. Decisions go through ddlab.system.policy (or a function that asks it)."""
+    for c in nbformat.read(path, as_version=4).cells:
+        if c.cell_type != "code":
+            continue
+        for line in c.source.splitlines():
+            decides = re.match(r"\s*(if|elif|while)\b", line) or re.search(r"\bif\b.*\belse\b", line)
+            assert not (decides and re.search(r"\bgpu_count\b|\binv\.mode\b|\binv\.gpus\b", line)), \
+                f"{os.path.basename(path)} decides from NVML's count: {line.strip()}"

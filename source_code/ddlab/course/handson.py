@@ -10,6 +10,8 @@ per rank, whether the ranks ended with the same weights, test accuracy, images/s
 
 :func:`plan` decides how the scripts run on this machine from its GPU count: two processes
 with one GPU each over NCCL where there are two GPUs or more, else two CPU processes over Gloo.
+:func:`run_or_skip` asks the course's policy first: a script whose framework or Horovod build is
+missing here is a :class:`Skipped` (one line: which, and that the notebook goes on), not an error.
 """
 from __future__ import annotations
 
@@ -337,17 +339,58 @@ def launcher_for(name: str) -> tuple:
     return conv.framework, conv.launcher
 
 
+@dataclass
+class Skipped:
+    """A hands-on script this machine cannot run (:func:`run_or_skip`): which, and why, in one line."""
+    script: str
+    why: str
+
+    @property
+    def line(self) -> str:
+        return (f"{self.script} is not run here: {self.why}. The steps above show its code; "
+                "the notebook goes on without its run.")
+
+    def __str__(self) -> str:
+        return self.line
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(self.line)}</p>"
+
+
+def can_run(name: str, machine=None):
+    """The course's policy (:func:`ddlab.system.policy.decide`) on whether script ``name`` can run
+    here: its framework under its launcher (no GPU needed: the plan runs it on CPU processes
+    where there are too few GPUs). ``machine``: a :class:`ddlab.system.policy.Machine` (tests)."""
+    from ddlab.system import policy
+    from ddlab.training import experiments
+    framework, launcher = launcher_for(name)
+    m = machine or policy.Machine(gpus=0, software=lambda f, la: experiments.availability(f, la))
+    return policy.decide(policy.Needs(framework=framework, launcher=launcher), m)
+
+
+def run_or_skip(name: str, plan_: Optional[Plan] = None, machine=None, **kw):
+    """:func:`run` where the policy says the script can run here, else a :class:`Skipped` that says
+    which framework or build is missing (Horovod not installed, or built without PyTorch or
+    TensorFlow), so the notebook goes on. ``kw`` go to :func:`run`."""
+    decision = can_run(name, machine)
+    if not decision.live:
+        return Skipped(os.path.basename(path(name)), decision.why)
+    return run(name, plan_, **kw)
+
+
 def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeout: Optional[float] = None) -> Run:
     """Run a hands-on script the way this machine's :func:`plan` says; returns its :class:`Run`.
     Raises :class:`HandsOnError` (with the tail of the output) when it fails, hangs, lacks a
-    framework here, or prints no RESULT line for every rank."""
-    from ddlab.training import experiments
-    from ddlab.training.models_keras import TF_ENVIRONMENT
+    framework here, or prints no RESULT line for every rank, and
+    :class:`ddlab.training.data.DatasetError` before launching when Fashion-MNIST is missing."""
+    from ddlab.training import data, experiments
+    from ddlab.system.frameworks import TF_ENVIRONMENT
     p = plan_ or plan()
     framework, launcher = launcher_for(name)
-    ok, why = experiments.availability(framework, launcher)
-    if not ok:
-        raise HandsOnError(f"{name} cannot run here: {why}.")
+    decision = can_run(name)
+    if not decision.live:
+        raise HandsOnError(f"{name} cannot run here: {decision.why}.")
+    data.require()      # missing data: its one message (make data, DDLAB_DATA_DIR), not each rank's traceback
     file = path(name)
     nproc = 1 if launcher == "none" else p.nproc
     env = dict(p.env)
@@ -355,8 +398,8 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     if framework == "keras" or launcher == "horovod":
         env.update(TF_ENVIRONMENT)       # horovodrun imports TensorFlow too: tf-keras, no INFO lines
     device = p.device if launcher != "none" else ("cuda" if p.gpu_count >= 1 else "cpu")
-    if framework == "keras" and device == "cuda" and not _tf_sees_gpu():
-        device = "cpu"
+    if framework == "keras" and device == "cuda" and experiments.gpu_count("keras") < 1:
+        device = "cpu"          # a TensorFlow without GPU support runs the Keras scripts on the CPU
     if launcher == "none" and p.gpu_count == 1:
         env.pop("CUDA_VISIBLE_DEVICES", None)     # one process: it may use the one GPU
     launch_name = {"none": "python", "ddp": "torchrun", "horovod": "horovodrun"}[launcher]
@@ -372,21 +415,12 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     return Run(os.path.basename(file), launch_name, nproc, device, ranks, res.output, res.duration_s)
 
 
-def _tf_sees_gpu() -> bool:
-    """Whether the installed TensorFlow is a GPU build (without importing it)."""
-    import importlib.metadata as md
-    try:
-        md.version("tensorflow-cpu")
-        return False
-    except md.PackageNotFoundError:
-        pass
-    from ddlab.system import hardware
-    return hardware.inventory(software=False).gpu_count > 0
-
-
-def table(runs: Sequence[Run], title: str = "Hands-on runs"):
-    """The runs side by side as a :class:`ddlab.base.tables.Table`."""
+def table(runs: Sequence, title: str = "Hands-on runs"):
+    """The runs side by side as a :class:`ddlab.base.tables.Table`; a :class:`Skipped` among them
+    is a note saying why it did not run."""
     from ddlab.base.tables import Table
+    skipped = [r for r in runs if isinstance(r, Skipped)]
+    runs = [r for r in runs if not isinstance(r, Skipped)]
     cols = [("script", "text"), ("processes", "text", "processes"),
             ("samples", "text", "images trained on, per rank"),
             ("same", "text", "same weights on all ranks?"),
@@ -397,4 +431,5 @@ def table(runs: Sequence[Run], title: str = "Hands-on runs"):
              "images/s: images trained on over the training loop's wall time, summed over ranks; the loop's "
              "first steps (graph tracing in TensorFlow) included, so it is indicative only.",
              "launch, wall: the whole launch, start-up and imports included."]
+    notes = [s.line for s in skipped] + notes
     return Table(cols, [r.row() for r in runs], title=title, notes=notes)

@@ -1,9 +1,11 @@
 """Live or recorded, per notebook part: :func:`live_or_recorded` asks the course's one policy
 (:func:`ddlab.system.policy.decide`) whether a part runs live here, then runs it or loads what was
-recorded on the course's GPU machine, and says which in ONE line: "measured now on 2x NVIDIA H200, NV18", "recorded on 2x NVIDIA H200,
-NV18, 2026-11-22" or "not recorded yet". It covers the topology (``nvidia-smi topo -m``), the
-NCCL logs, our CUDA p2p test, the all-reduce sweeps, the training experiments and the
-convergence sweep. Recorded data lives under ``source_code/reference/`` with its provenance.
+recorded on the course's GPU machine, and says which in ONE line: "measured now on 2x NVIDIA
+H200, NV18", "recorded on 2x NVIDIA H200, NV18, 2026-11-22 (not live here: it needs nvcc (the
+CUDA compiler) to build the p2p test)" or "not recorded yet". It covers the topology
+(``nvidia-smi topo -m``), the NCCL logs, our CUDA p2p test, the all-reduce sweeps, the training
+experiments and the convergence sweep. Recorded data lives under ``source_code/reference/`` with
+its provenance.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Optional
 
 from ddlab.base.paths import REFERENCE_DIR
 from ddlab.system.policy import Decision, Machine, Needs, Shown, decide, measured_line, recorded_line
+from ddlab.system.topology import NoGPUError
 
 # The recording of the course's GPU machine each part loads when it cannot run live.
 RECORDED = "h200x2"
@@ -39,9 +42,10 @@ def _topology(live: bool, machine: Machine):
 
 
 def _nccl_logs(live: bool, machine: Machine):
+    from ddlab.measure import nccl_capture
     from ddlab.system import nccl, nccl_log
     if live:
-        return {p: nccl_log.parse(nccl_log.capture_allreduce_log(env=nccl.get(p).environment()))
+        return {p: nccl_log.parse(nccl_capture.capture_allreduce_log(env=nccl.get(p).environment()))
                 for p in nccl.COMPARED}, None
     rec = recorded_nccl_logs()
     return rec["logs"], rec["provenance"]
@@ -96,7 +100,18 @@ def live_or_recorded(part: str, source: str = "auto", machine: Optional[Machine]
     if source == "live" and not decision.live:
         raise RuntimeError(f"cannot run {part} live here: {decision.why}")
     try:
-        value, prov = load(decision.live, m)
+        try:
+            value, prov = load(decision.live, m)
+        except NoGPUError as exc:        # PyTorch sees a GPU, nvidia-smi cannot read it: the recording stands in
+            decision = Decision(False, str(exc).splitlines()[0])
+            value, prov = load(False, m)
     except FileNotFoundError:
-        return Shown(None, False, "not recorded yet")
-    return Shown(value, decision.live, measured_line(m) if decision.live else recorded_line(prov))
+        return Shown(None, False, "not recorded yet" + _because(decision), decision.why)
+    if decision.live:
+        return Shown(value, True, measured_line(m))
+    return Shown(value, False, recorded_line(prov) + _because(decision), decision.why)
+
+
+def _because(decision: Decision) -> str:
+    """Why a part is not live, appended to its one line ("": live, or recorded as asked)."""
+    return "" if decision.live or decision.why == "as asked" else f" (not live here: {decision.why})"

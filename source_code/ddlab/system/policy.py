@@ -32,6 +32,8 @@ class Machine:
     label: str = "CPU only"
     nvcc: bool = False
     software: Callable[[str, str], tuple] = field(default=frameworks.availability, compare=False)
+    # framework -> the GPUs it can use, for a framework other than PyTorch (None: ``gpus``).
+    framework_gpus: Optional[Callable[[str], int]] = field(default=None, compare=False)
 
     @classmethod
     def detect(cls) -> "Machine":
@@ -39,7 +41,15 @@ class Machine:
         n = frameworks.gpu_count("torch") if frameworks.has_module("torch") else \
             hardware.inventory(software=False).gpu_count
         label = this_machine()[0] if n else "CPU only"
-        return cls(gpus=n, label=label, nvcc=frameworks.nvcc_path() is not None)
+        return cls(gpus=n, label=label, nvcc=frameworks.nvcc_path() is not None,
+                   framework_gpus=frameworks.gpu_count)
+
+    def gpus_for(self, framework: Optional[str]) -> int:
+        """The GPUs ``framework`` can use here: ``gpus`` (PyTorch's count), or TensorFlow's own
+        count for "keras" where the machine knows it (a CPU-only TensorFlow sees none)."""
+        if framework in (None, "torch") or self.framework_gpus is None:
+            return self.gpus
+        return self.framework_gpus(framework)
 
 
 @dataclass(frozen=True)
@@ -55,9 +65,14 @@ def decide(needs: Needs, machine: Optional[Machine] = None) -> Decision:
         ok, why = m.software(needs.framework, needs.launcher or "none")
         if not ok:
             return Decision(False, why)
-    if m.gpus < needs.gpus:
-        who = needs.framework or "this machine"
-        return Decision(False, f"it needs {needs.gpus} GPU(s) and {who} sees {m.gpus}")
+    seen = m.gpus_for(needs.framework) if needs.gpus else m.gpus
+    if seen < needs.gpus:
+        who = {"keras": "TensorFlow"}.get(needs.framework, needs.framework or "this machine")
+        why = f"it needs {needs.gpus} GPU(s) and {who} sees {seen}"
+        if seen < m.gpus:
+            why += (f" of the {m.gpus} PyTorch sees: this TensorFlow has no GPU support (tensorflow-cpu, or no "
+                    f"CUDA libraries: `pip install tensorflow[and-cuda]` adds them)")
+        return Decision(False, why)
     if needs.nvcc and not m.nvcc:
         return Decision(False, "it needs nvcc (the CUDA compiler) to build the p2p test")
     return Decision(True)
@@ -66,10 +81,11 @@ def decide(needs: Needs, machine: Optional[Machine] = None) -> Decision:
 @dataclass
 class Shown:
     """What a notebook part shows: the ``value`` (a result), whether it ran ``live``, and
-    ``line``, the one line that says where it comes from."""
+    ``line``, the one line that says where it comes from (and, recorded, why not live)."""
     value: Any
     live: bool
     line: str
+    why: str = ""          # when not live: what is missing here (the policy's Decision.why)
 
     def __str__(self) -> str:
         return self.line

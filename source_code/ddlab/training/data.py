@@ -168,12 +168,38 @@ def load_fashion_mnist(path: Optional[str] = None, verify: bool = True) -> tuple
     IDX files)."""
     if path is not None:
         return _load_dir(_check_explicit_path(path), verify)
+    return _load_dir(require(), verify)
+
+
+def require() -> str:
+    """The folder Fashion-MNIST is in (the search order, nothing read); else :class:`DatasetError`
+    naming the folders looked in and how to get it. A launcher calls it before starting workers."""
     d = find_dataset()
     if d is None:
-        looked = "\n  ".join(search_dirs(path))
+        looked = "\n  ".join(search_dirs())
         raise DatasetError(f"Fashion-MNIST not found. Looked for the four files "
                            f"({', '.join(FILES.values())}, .gz or plain) in:\n  {looked}\n{HOW_TO_GET}")
-    return _load_dir(d, verify)
+    return d
+
+
+MISSING = ("Fashion-MNIST is not on this machine (run `make data`, or put the four IDX files in a folder "
+           "and set DDLAB_DATA_DIR to it)")
+
+
+def missing() -> Optional[str]:
+    """None when Fashion-MNIST is found, else :data:`MISSING`: one line, what to do."""
+    return None if find_dataset() is not None else MISSING
+
+
+def where() -> str:
+    """One line: the folder the data is read from, and when DDLAB_DATA_DIR names another folder
+    that lacks it, that this one stands in (the checksums make every copy the same data)."""
+    d = require()
+    line = f"Fashion-MNIST from {d}"
+    named = os.environ.get("DDLAB_DATA_DIR")
+    if named and os.path.abspath(named) != os.path.abspath(d):
+        line += f" (DDLAB_DATA_DIR={named} does not hold the four files, so this copy is used)"
+    return line
 
 
 def _check_explicit_path(path) -> str:

@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from ddlab.measure import launch
 from ddlab.system import nccl
 from ddlab.base import reference
-from ddlab.training import throughput
+from ddlab.training import data, throughput
 from ddlab.training.results import (ExperimentResult, add_speedup, combine_launchers, compare_speedups,  # noqa: F401
                       median_run, row_of_repeats)
 from ddlab.system.frameworks import availability, gpu_count  # noqa: F401  (names the notebooks use)
@@ -294,6 +294,9 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     m = machine or policy.Machine.detect()
     decision = policy.decide(policy.Needs(gpus=need, framework=framework, launcher=launcher), m)
     ok, why = decision.live, decision.why
+    no_data = data.missing() if source != "recorded" else None
+    if no_data:      # nothing runs without the data set: the recording stands in, and the line says why
+        ok, why, cpu_run = False, no_data, False
     if source == "live" and not ok:
         raise ExperimentError(f"cannot run {experiment} live here: {why}")
     if source != "recorded" and ok:
@@ -309,7 +312,7 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
         reason = "as asked" if source == "recorded" else f"this machine cannot run it live ({why})"
         recorded.notes.insert(0, f"recorded: {reason}; showing the run recorded on {prov.label(recorded.provenance)}")
     can_cpu = cpu_run and m.software(framework, launcher)[0]
-    if cpu_run and source != "recorded" and can_cpu and m.gpus < need:
+    if cpu_run and source != "recorded" and can_cpu and m.gpus_for(framework) < need:
         cpu = run_experiment(experiment, framework, launcher, model, workers, "cpu", **fields)
         if recorded is None:
             cpu.notes.insert(0, f"live on CPU, small: this machine cannot run it on GPUs ({why})")

@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Optional
 
 from ddlab.measure import launch
 from ddlab.system.frameworks import gpu_count
+from ddlab.training import data
 from ddlab.training.runspec import RunSpec, _check_choice, nccl_path_env
 from ddlab.base.errors import CourseError
 
@@ -82,9 +83,12 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
     hears about the rerun at once, and the result's ``notes`` and ``cuda_graph_failure_log``
     say why. (A capture that merely raises is handled inside the script, which then runs
     eagerly.) Raises :class:`ddlab.measure.launch.LaunchError` (its message quotes the end of the
-    output, and for a timeout where each worker was stuck) when the run fails or times out."""
+    output, and for a timeout where each worker was stuck) when the run fails or times out, and
+    :class:`ddlab.training.data.DatasetError` before launching when Fashion-MNIST is missing."""
     if not isinstance(spec, RunSpec):
         raise TypeError(f"train() takes a RunSpec, got {type(spec).__name__}")
+    if "--data-dir" not in spec.extra_args:
+        data.require()       # missing data: its one message here, not a traceback from every worker
     argv = spec.script_args()
     run_env = nccl_path_env(spec.path, env) if spec.workers > 1 else dict(env or {})
     # What the result's provenance shows as the command: the launch itself, reproducible.

@@ -1,0 +1,327 @@
+"""What a learner meets when the machine lacks something: each case is forced here (a mocked
+machine, framework, Horovod build or data folder), the notebook's own cell or helper runs, and the
+cell ends with one line saying what is missing and how the course goes on, or one course error
+(rendered as its message alone, tests/test_errors.py), never a traceback or an undefined name."""
+import json
+import os
+import re
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from ddlab.base.errors import CourseError  # noqa: E402
+from ddlab.base.paths import REPO_ROOT  # noqa: E402
+from ddlab.course import handson, mode  # noqa: E402
+from ddlab.system import frameworks, hardware, policy, software, topology  # noqa: E402
+from ddlab.training import data, experiments, runs  # noqa: E402
+from ddlab.training.runspec import RunSpec  # noqa: E402
+
+OK = lambda framework, launcher: (True, "")  # noqa: E731
+NO_GPU = policy.Machine(gpus=0, software=OK)
+TWO_GPUS = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK)
+TWO_GPUS_NO_NVCC = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=False, software=OK)
+# Two GPUs for PyTorch, none for a TensorFlow without GPU support.
+TWO_GPUS_CPU_TF = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK,
+                                 framework_gpus=lambda framework: 0)
+
+
+# ----------------------------------------------------------------------------- running notebook cells
+def cell_source(notebook: str, cell_id: str) -> str:
+    """A code cell's source with IPython's % and ! lines left out (they need a kernel)."""
+    with open(os.path.join(REPO_ROOT, notebook), encoding="utf-8") as f:
+        nb = json.load(f)
+    (cell,) = [c for c in nb["cells"] if c.get("id") == cell_id]
+    return "\n".join(ln for ln in "".join(cell["source"]).splitlines() if not ln.lstrip().startswith(("%", "!")))
+
+
+def run_cells(notebook: str, cell_ids, ns: dict) -> dict:
+    for cid in cell_ids:
+        exec(compile(cell_source(notebook, cid), f"{notebook}:{cid}", "exec"), ns)
+    return ns
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Makes policy.Machine.detect() answer the machine a test sets (``machine(NO_GPU)``); NVML's
+    inventory is an empty one, so nothing asks the real hardware."""
+    monkeypatch.setattr(hardware, "inventory", lambda *a, **k: hardware.Inventory())
+
+    def use(m):
+        monkeypatch.setattr(policy.Machine, "detect", classmethod(lambda cls: m))
+        return m
+    return use
+
+
+@pytest.fixture
+def no_data(monkeypatch, tmp_path):
+    """Fashion-MNIST nowhere: DDLAB_DATA_DIR an empty folder, the cache and Debian's folder absent."""
+    (tmp_path / "offline").mkdir()
+    monkeypatch.setenv("DDLAB_DATA_DIR", str(tmp_path / "offline"))
+    monkeypatch.setenv("DDLAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(data, "DEBIAN_DIR", str(tmp_path / "debian"))
+    return tmp_path
+
+
+def one_message(exc: CourseError) -> str:
+    """What the notebook shows for a course error: its message (and the %tb hint), no frames."""
+    lines = exc._render_traceback_()
+    assert len(lines) == 2 and "Traceback" not in lines[0]
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- Fashion-MNIST missing
+def test_start_here_without_the_data_ends_with_make_data_and_ddlab_data_dir(no_data):
+    with pytest.raises(data.DatasetError) as ei:
+        run_cells("Start_Here.ipynb", ["1a60d166"], {})
+    shown = one_message(ei.value)
+    assert "make data" in shown and "DDLAB_DATA_DIR" in shown and str(no_data / "offline") in shown
+
+
+def test_an_empty_ddlab_data_dir_is_named_when_another_copy_stands_in(monkeypatch, tmp_path):
+    """DDLAB_DATA_DIR pointing at an empty folder: the search goes on to the next folder (every copy
+    is checked against the same checksums) and the data cell's first line says so."""
+    real = data.find_dataset()
+    assert real is not None, "the tests need Fashion-MNIST: run `make data`"
+    monkeypatch.setenv("DDLAB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("DDLAB_CACHE_DIR", real)
+    line = data.where()
+    assert line == f"Fashion-MNIST from {real} (DDLAB_DATA_DIR={tmp_path} does not hold the four files, so this copy is used)"
+    monkeypatch.setenv("DDLAB_DATA_DIR", real)
+    assert data.where() == f"Fashion-MNIST from {real}"
+
+
+def test_a_training_run_without_the_data_stops_before_launching(no_data, monkeypatch):
+    monkeypatch.setattr(runs.launch, "run", lambda *a, **k: pytest.fail("launched without the data"))
+    with pytest.raises(data.DatasetError, match="make data"):
+        runs.train(RunSpec())
+    with pytest.raises(data.DatasetError, match="DDLAB_DATA_DIR"):
+        handson.run("ddp_7_rank0", handson.plan(gpu_count=0), )
+
+
+def test_an_experiment_without_the_data_shows_its_recording_and_says_why(no_data, monkeypatch):
+    monkeypatch.setattr(experiments, "run_experiment", lambda *a, **k: pytest.fail("ran without the data"))
+    res = experiments.live_or_recorded("nccl-paths", "torch", "ddp", "cnn", machine=TWO_GPUS)
+    assert res.source == "recorded" and res.companion is None
+    assert "Fashion-MNIST is not on this machine (run `make data`" in res.notes[0]
+    from ddlab.base import reference
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(no_data / "nothing-recorded"))
+    res = experiments.live_or_recorded("scaling", "torch", "ddp", "cnn", machine=NO_GPU, missing_ok=True)
+    assert res.source == "missing" and "make data" in res.notes[0]       # nothing recorded: the empty result says why
+
+
+# ----------------------------------------------------------------------------- notebook 4: TensorFlow without GPUs
+def test_tensorflow_without_gpu_support_is_not_live_on_a_two_gpu_machine():
+    d = policy.decide(policy.Needs(gpus=2, framework="keras", launcher="horovod"), TWO_GPUS_CPU_TF)
+    assert not d.live
+    assert d.why.startswith("it needs 2 GPU(s) and TensorFlow sees 0 of the 2 PyTorch sees: this TensorFlow has "
+                            "no GPU support")
+    assert "tensorflow[and-cuda]" in d.why
+    assert policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), TWO_GPUS_CPU_TF).live
+
+
+def test_notebook_4_runs_keras_on_cpu_processes_and_says_why(machine, monkeypatch):
+    machine(TWO_GPUS_CPU_TF)
+    runs_asked = []
+
+    def run(experiment, framework, launcher, model, workers, device, **kw):
+        runs_asked.append((framework, device, kw))
+        return experiments.ExperimentResult(experiment, [{"path": "default", "images_per_s": 1.0}], source="live",
+                                            config={"device": device})
+    monkeypatch.setattr(experiments, "run_experiment", run)
+    shown = []
+    ns = run_cells("notebooks/4.NCCL-P2P-Level-with-Horovod.ipynb", ["a6537ccd"],
+                   {"experiments": experiments, "policy": policy, "display": shown.append})
+    assert runs_asked == [("keras", "cpu", {"test_samples": 1000})]          # TensorFlow on CPU, small
+    (res,) = shown
+    assert res is ns["keras"] and res.config["device"] == "cpu"
+    assert res.notes[0].startswith("live on CPU, small: this machine cannot run it on GPUs (it needs 2 GPU(s) and "
+                                   "TensorFlow sees 0 of the 2 PyTorch sees")
+
+
+def test_tensorflow_gpu_count_asks_tensorflow_only_where_it_can_matter(monkeypatch, tmp_path):
+    monkeypatch.setattr(frameworks, "has_module", lambda name: False)
+    assert frameworks.gpu_count("keras") == 0                              # no TensorFlow
+    monkeypatch.setattr(frameworks, "has_module", lambda name: True)
+    monkeypatch.setattr(software, "package_version", lambda dist: "2.21.0" if dist == "tensorflow-cpu" else None)
+    assert frameworks.gpu_count("keras") == 0                              # tensorflow-cpu
+    monkeypatch.setattr(software, "package_version", lambda dist: None)
+    monkeypatch.setattr(hardware, "inventory", lambda *a, **k: hardware.Inventory())
+    assert frameworks.gpu_count("keras") == 0                              # no NVIDIA GPU at all
+    # A GPU machine: TensorFlow itself is asked, in a child Python (here a fake one).
+    monkeypatch.setattr(hardware, "inventory", lambda *a, **k: hardware.Inventory(gpus=[{}, {}]))
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'some TensorFlow warning'\necho 'GPUS 0'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(frameworks.sys, "executable", str(fake))
+    frameworks._ask_tensorflow.cache_clear()
+    assert frameworks.gpu_count("keras") == 0
+    fake.write_text("#!/bin/sh\necho 'GPUS 2'\n")
+    frameworks._ask_tensorflow.cache_clear()
+    assert frameworks.gpu_count("keras") == 2
+    fake.write_text("#!/bin/sh\necho 'ImportError: libcudnn' >&2\nexit 1\n")
+    frameworks._ask_tensorflow.cache_clear()
+    assert frameworks.gpu_count("keras") == 0
+    frameworks._ask_tensorflow.cache_clear()
+
+
+def test_the_detected_machine_counts_each_frameworks_gpus(monkeypatch):
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": {"torch": 2, "keras": 0}[framework])
+    monkeypatch.setattr(frameworks, "has_module", lambda name: True)
+    monkeypatch.setattr(policy, "this_machine", lambda: ("2x NVIDIA H200, NV18", "h200x2"))
+    m = policy.Machine.detect()
+    assert (m.gpus, m.gpus_for("torch"), m.gpus_for("keras"), m.gpus_for(None)) == (2, 2, 0, 2)
+
+
+# ----------------------------------------------------------------------------- notebook 3: no GPU
+def _notebook_3(monkeypatch):
+    from ddlab.base import tables
+    from ddlab.system import provenance, topology_ranking, topology_report
+    from ddlab.views import topology_drawing
+    printed = []
+    ns = {"topology": topology, "topology_report": topology_report, "topology_ranking": topology_ranking,
+          "topology_drawing": topology_drawing, "tables": tables, "caption": provenance.caption,
+          "NOW": provenance.collect(inventory=hardware.Inventory()), "display": printed.append,
+          "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
+    return ns, printed
+
+
+def test_notebook_3_without_a_gpu_skips_the_pair_experiment_in_one_line(machine, monkeypatch):
+    machine(NO_GPU)
+    monkeypatch.setattr(topology.Topology, "from_system", classmethod(lambda cls, timeout=30.0: pytest.fail("read")))
+    ns, printed = _notebook_3(monkeypatch)
+    run_cells("notebooks/3.System-Topology.ipynb", ["e95c5e66", "245beeae", "6470f158"], ns)
+    assert ns["here"] is None and ns["PAIR_LIVE"] is False
+    assert printed == [
+        "No live matrix to read here (it needs 1 GPU(s) and this machine sees 0): the recorded machines below "
+        "stand in for it.",
+        "No live pair experiment here: it needs 2 GPU(s) and torch sees 0.",
+        "Live pair experiment skipped (the reason is above); the prediction above stands in for it."]
+
+
+def test_notebook_3_where_nvidia_smi_cannot_read_the_gpus_goes_on_recorded(machine, monkeypatch):
+    """PyTorch sees two GPUs but `nvidia-smi topo -m` fails (NoGPUError): the topology part falls back
+    to the recording and says why; the pair experiment is skipped in one line."""
+    machine(TWO_GPUS)
+
+    def fails(cls, timeout=30.0):
+        raise topology.NoGPUError("nvidia-smi was not found, so this machine has no NVIDIA driver\nmore")
+    monkeypatch.setattr(topology.Topology, "from_system", classmethod(fails))
+    ns, printed = _notebook_3(monkeypatch)
+    run_cells("notebooks/3.System-Topology.ipynb", ["e95c5e66", "245beeae", "6470f158"], ns)
+    assert ns["here"] is None and ns["PAIR_LIVE"] is False
+    assert printed[0] == ("No live matrix to read here (nvidia-smi was not found, so this machine has no NVIDIA "
+                          "driver): the recorded machines below stand in for it.")
+    assert printed[1] == "No live pair experiment here: nvidia-smi was not found, so this machine has no NVIDIA driver."
+
+
+# ----------------------------------------------------------------------------- notebook 5: no nvcc, hidden GPUs
+def _notebook_5(monkeypatch):
+    from ddlab.base import tables
+    from ddlab.measure import collectives, p2p
+    from ddlab.system import links, provenance
+    printed = []
+    ns = {"topology": topology, "links": links, "p2p": p2p, "collectives": collectives, "tables": tables,
+          "policy": policy,                                   # imported by the p2p cell
+          "inv": hardware.Inventory(), "caption": provenance.caption,
+          "NOW": provenance.collect(inventory=hardware.Inventory()),
+          "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
+    return ns, printed
+
+
+def test_notebook_5_on_two_gpus_without_nvcc_shows_the_recorded_run_in_one_line(machine, monkeypatch):
+    from ddlab.measure import p2p
+    machine(TWO_GPUS_NO_NVCC)
+    monkeypatch.setattr(p2p, "run", lambda *a, **k: pytest.fail("tried to build and run without nvcc"))
+    monkeypatch.setattr(p2p, "nvidia_sample", lambda: None)
+    ns, printed = _notebook_5(monkeypatch)
+    run_cells("notebooks/5.P2P-Bandwidth-Latency-Test.ipynb", ["f25d05d7"], ns)
+    line = printed[0].strip()
+    assert re.fullmatch(r"recorded on 2x NVIDIA H200[^()]*, 20\d\d-\d\d-\d\d \(not live here: it needs nvcc \(the "
+                        r"CUDA compiler\) to build the p2p test\)", line), line
+    assert ns["p2p_result"].provenance and ns["peak"] > 0
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
+def test_notebook_5_decides_from_the_gpus_pytorch_can_use_not_nvml(machine, monkeypatch):
+    """NVML sees two GPUs, CUDA_VISIBLE_DEVICES leaves PyTorch one: the all-reduce sweep is the CPU
+    (gloo) one, said in one line, not an NCCL sweep that would fall back and fail."""
+    from ddlab.measure import collectives
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 1)
+    monkeypatch.setattr(frameworks, "has_module", lambda name: True)
+    monkeypatch.setattr(frameworks, "nvcc_path", lambda: "/usr/bin/nvcc")
+    monkeypatch.setattr(policy, "this_machine", lambda: ("1x NVIDIA H200", "h200x1"))
+    monkeypatch.setattr(hardware, "inventory", lambda *a, **k: hardware.Inventory(gpus=[{}, {}]))   # NVML: 2
+    monkeypatch.setattr(collectives, "compare_paths", lambda *a, **k: pytest.fail("NCCL sweep on one visible GPU"))
+    monkeypatch.setattr(collectives, "sweep", lambda **k: ("gloo sweep", k["backend"]))
+    monkeypatch.setattr(collectives, "summary", lambda sweeps: list(sweeps))
+    ns, printed = _notebook_5(monkeypatch)
+    ns["tables"] = type("T", (), {"show": staticmethod(lambda t: None)})
+    run_cells("notebooks/5.P2P-Bandwidth-Latency-Test.ipynb", ["043f6ea8"], ns)
+    assert ns["sweeps"] == {"gloo, 2 CPU processes": ("gloo sweep", "gloo")}
+    assert printed[0] == "No NCCL sweep here (it needs 2 GPU(s) and torch sees 1): 2 CPU processes over gloo instead."
+
+
+def test_nvidia_sample_and_p2p_parts_follow_the_same_policy():
+    assert mode.live_or_recorded("p2p", machine=TWO_GPUS_NO_NVCC).why == \
+        "it needs nvcc (the CUDA compiler) to build the p2p test"
+    shown = mode.live_or_recorded("p2p", source="recorded", machine=TWO_GPUS_NO_NVCC)
+    assert "not live here" not in shown.line                  # recorded as asked: no reason to give
+
+
+# ----------------------------------------------------------------------------- notebook 6: Horovod missing
+class _Run:
+    script = "ddp_7_rank0.py"
+
+    def row(self):
+        return {"script": self.script, "processes": "2 x cpu", "samples": "1 / 1", "same": "yes", "spread": 0.0,
+                "acc": 0.5, "img_s": 1.0, "seconds": 1.0}
+
+
+NOT_INSTALLED = "Horovod is not installed (`make horovod` builds it)"
+NOT_FOR = "Horovod is installed but not built for {} (`make horovod` rebuilds it against this Python's frameworks)"
+
+
+@pytest.mark.parametrize("installed,built,hvd_why,keras_why", [
+    (False, {}, NOT_INSTALLED, NOT_INSTALLED),
+    (True, {"TensorFlow": "x.so"}, NOT_FOR.format("PyTorch"), None),
+    (True, {"PyTorch": "x.so"}, None, NOT_FOR.format("TensorFlow")),
+], ids=["not-installed", "without-pytorch", "without-tensorflow"])
+def test_notebook_6_without_horovod_says_which_and_goes_on(monkeypatch, installed, built, hvd_why, keras_why):
+    """Horovod missing or built without a framework: the Horovod cell and the Keras cell after it
+    run what this build can, and each script it cannot is one line (no error, no undefined name)."""
+    from test_handson import _FakeLaunch
+    real_has = frameworks.has_module
+    monkeypatch.setattr(frameworks, "has_module", lambda name: installed if name == "horovod" else real_has(name))
+    monkeypatch.setattr(frameworks, "executable", lambda name, python=None: __file__)      # horovodrun "found"
+    monkeypatch.setattr(software, "horovod_extensions", lambda: built)
+    monkeypatch.setattr(handson.launch, "run", _FakeLaunch())
+    ns = {"handson": handson, "PLAN": handson.plan(gpu_count=0), "ddp_runs": [_Run()], "display": print}
+    run_cells("notebooks/6.Hands-On-Horovod-and-DDP.ipynb", ["nb6-020", "nb6-024"], ns)
+    for name, why in (("hvd_run", hvd_why), ("keras_run", keras_why)):
+        if why is None:
+            assert isinstance(ns[name], handson.Run), name
+            continue
+        script = "hvd_8_rank0.py" if name == "hvd_run" else "keras_hvd_8_rank0.py"
+        line = f"{script} is not run here: {why}. The steps above show its code; the notebook goes on without its run."
+        assert isinstance(ns[name], handson.Skipped) and str(ns[name]) == line
+    if hvd_why:
+        table = handson.table([ns["ddp_runs"][-1], ns["hvd_run"]])
+        assert len(table.rows) == 1 and table.notes[0].startswith("hvd_8_rank0.py is not run here")
+        with pytest.raises(handson.HandsOnError, match=re.escape(hvd_why)):
+            handson.run("hvd_8_rank0", ns["PLAN"])
+
+
+def test_run_or_skip_runs_what_the_policy_allows(monkeypatch):
+    from test_handson import _FakeLaunch
+    fake = _FakeLaunch()
+    monkeypatch.setattr(handson.launch, "run", fake)
+    monkeypatch.setattr(experiments, "availability", OK)
+    run = handson.run_or_skip("hvd_8_rank0", handson.plan(gpu_count=0))
+    assert isinstance(run, handson.Run) and fake.calls[0]["launcher"] == "horovodrun"
+    no_tf = policy.Machine(gpus=0, software=lambda f, la: (False, "TensorFlow is not installed") if f == "keras"
+                           else (True, ""))
+    skipped = handson.run_or_skip("keras_hvd_8_rank0", machine=no_tf)
+    assert skipped.why == "TensorFlow is not installed" and len(fake.calls) == 1
