@@ -58,6 +58,93 @@ def test_the_capture_markers_are_the_ones_runs_reads():
     assert cuda_graph_torch.CAPTURE_START == runs.CAPTURE_START
 
 
+class _FakeCuda:
+    """torch.cuda's streams and graphs for the CPU twins below: what CapturedStep asks of them is
+    recorded; a captured "graph" replays the step function it captured."""
+
+    def __init__(self, capture_fails=None):
+        self.calls, self.capture_fails = [], capture_fails
+        fake = self
+
+        class Stream:
+            def wait_stream(self, other):
+                fake.calls.append("wait_stream")
+
+        class CUDAGraph:
+            def replay(self):
+                fake.calls.append("replay")
+                self.fn(*self.args)
+
+            def reset(self):
+                fake.calls.append("reset")
+
+        class graph:
+            def __init__(self, g, stream=None):
+                self.g = g
+
+            def __enter__(self):
+                if fake.capture_fails:
+                    raise fake.capture_fails
+                fake.calls.append("capture")
+
+            def __exit__(self, *exc):
+                return False
+
+        self.Stream, self.CUDAGraph, self.graph = Stream, CUDAGraph, graph
+
+    def current_stream(self):
+        return self.Stream()
+
+    def stream(self, s):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def synchronize(self):
+        self.calls.append("synchronize")
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    def use(capture_fails=None):
+        fake = _FakeCuda(capture_fails)
+        for name in ("Stream", "CUDAGraph", "graph", "current_stream", "stream", "synchronize"):
+            monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+        return fake
+    return use
+
+
+def test_captured_step_warm_up_capture_replay_release_on_cpu(fake_cuda):
+    """CPU twin of the GPU capture test below: the eager steps before the capture, its markers, the
+    static inputs a replay copies the batch into, and a release that is harmless twice."""
+    fake = fake_cuda()
+    step = cuda_graph_torch.CapturedStep("none")
+    eager = []
+    assert step.warm_up(eager.append) == 3 and eager == [0, 1, 2] and not step.captured
+    lines, seen = [], []
+    assert step.capture(lambda x, y: seen.append((x.shape, y.dtype)), (8, 4), torch.device("cpu"),
+                        torch.contiguous_format, say=lambda s, **k: lines.append(s)) is None
+    assert step.captured and lines == ["cuda-graph capture: start after 3 eager steps", "cuda-graph capture: done"]
+    step.graph.fn, step.graph.args = (lambda x, y: seen.append(float(x.sum()))), (step.static_x, step.static_y)
+    step.replay(torch.ones(8, 4), torch.zeros(8, dtype=torch.int64))
+    assert seen[-1] == 32.0 and "replay" in fake.calls                # the batch was copied in, then replayed
+    step.release()
+    step.release()
+    assert fake.calls.count("reset") == 1 and not step.captured
+    assert cuda_graph_torch.CapturedStep("ddp").warm_up(lambda i: None) == 20
+
+
+def test_a_failed_capture_on_cpu_says_why_and_ddp_stops(fake_cuda):
+    """CPU twin of the GPU test below: one process goes on eagerly with the reason; DDP stops."""
+    fake_cuda(capture_fails=RuntimeError("operation not permitted when stream is capturing\nmore"))
+    quiet = dict(say=lambda *a, **k: None)
+    why = cuda_graph_torch.CapturedStep("none").capture(lambda x, y: None, (2, 4), torch.device("cpu"),
+                                                        torch.contiguous_format, **quiet)
+    assert why == "capture failed (RuntimeError: operation not permitted when stream is capturing)"
+    with pytest.raises(SystemExit, match="(?s)CUDA-graph capture of the DDP step failed .*rerun with --cuda-graph off"):
+        cuda_graph_torch.CapturedStep("ddp", ScriptFailure).capture(lambda x, y: None, (2, 4), torch.device("cpu"),
+                                                                     torch.contiguous_format, **quiet)
+
+
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

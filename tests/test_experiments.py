@@ -12,7 +12,7 @@ from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches, fake_paths_result,
 from ddlab.base.paths import SOURCE_DIR  # noqa: E402
 from ddlab import cli
 from ddlab.training import experiments as ex, recording, results, runs, cli as training_cli
-from ddlab.system import frameworks, policy
+from ddlab.system import policy
 from ddlab.base import reference
 from ddlab.training.runspec import RunSpec  # noqa: E402
 
@@ -61,11 +61,12 @@ def test_live_refused_without_gpus_says_why():
 
 
 @pytest.mark.slow
-def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded):
-    """With no GPU the experiment still runs for real (gloo, 2 processes)."""
-    if frameworks.gpu_count("torch") >= 2:
-        pytest.skip("this machine has GPUs: the experiment would run live on them")
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", batch=16, steps=5, warmup_steps=1)
+def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded, monkeypatch):
+    """With no GPU the experiment still runs for real (gloo, 2 processes). Forced on any machine:
+    the policy is told there is no GPU, and the workers see none."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", batch=16, steps=5, warmup_steps=1,
+                              machine=NO_GPU)
     assert res.source == "recorded" and "cannot run it live" in res.notes[0]
     cpu = res.companion
     assert cpu.source == "live" and cpu.config["device"] == "cpu"

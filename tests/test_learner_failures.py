@@ -294,7 +294,9 @@ def test_notebook_6_without_horovod_says_which_and_goes_on(monkeypatch, installe
     run what this build can, and each script it cannot is one line (no error, no undefined name)."""
     from test_handson import _FakeLaunch
     real_has = frameworks.has_module
-    monkeypatch.setattr(frameworks, "has_module", lambda name: installed if name == "horovod" else real_has(name))
+    monkeypatch.setattr(frameworks, "has_module",          # TensorFlow and tf-keras there: Horovod is what is missing
+                        lambda name: installed if name == "horovod" else name in ("tensorflow", "tf_keras") or
+                        real_has(name))
     monkeypatch.setattr(frameworks, "executable", lambda name, python=None: __file__)      # horovodrun "found"
     monkeypatch.setattr(software, "horovod_extensions", lambda: built)
     monkeypatch.setattr(handson.launch, "run", _FakeLaunch())

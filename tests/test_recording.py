@@ -28,12 +28,13 @@ def test_only_live_results_are_recorded(tmp_path, monkeypatch):
         recording.save_reference(res, "y")
 
 
-def test_record_gpu_set_skips_what_this_machine_cannot_run(tmp_path, capsys):
-    if frameworks.gpu_count("torch"):
-        pytest.skip("this machine has a GPU")
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_record_gpu_set_skips_what_this_machine_cannot_run(tmp_path, capsys, monkeypatch, gpus):
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": gpus)      # on any machine
+    monkeypatch.setattr(frameworks, "availability", lambda framework, launcher: (True, ""))
     done = recording_sets.record_gpu_set(str(tmp_path), sections=("ddp",), models=("mlp-small",), steps=4,
                                     warmup_steps=1, batch=16)
-    assert done["nccl-paths-torch-ddp-mlp-small"] == "skipped: needs 2 GPUs, torch sees 0"
+    assert done["nccl-paths-torch-ddp-mlp-small"] == f"skipped: needs 2 GPUs, torch sees {gpus}"
     assert "skipped: needs 2 GPUs" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
 

@@ -79,7 +79,10 @@ def test_cli_train_failure_is_one_message(capsys):
 
 @pytest.mark.gpu
 def test_gpu_graph_run_single():
-    """On a GPU machine: one process captures its step by default (run with `pytest -m gpu`)."""
+    """On a GPU machine: one process captures its step by default (run with `pytest -m gpu`). CPU
+    twins: the decision (test_cuda_graph_torch.py::test_auto_captures_one_process_on_a_gpu_only), the
+    capture's logic (::test_captured_step_warm_up_capture_replay_release_on_cpu) and the rerun
+    without it (test_a_run_stuck_in_its_default_capture_is_rerun_once_without_it_and_says_so)."""
     if frameworks.gpu_count("torch") < 1:
         pytest.skip("no GPU")
     r = runs.train(RunSpec.for_device("cuda", "cnn", steps=60, warmup_steps=10, timeout=90), graph_fallback=False)
@@ -91,7 +94,8 @@ def test_gpu_ddp_is_eager_by_default_and_captures_when_asked():
     """On 2 GPUs: DDP runs eagerly unless cuda_graph="on"; the opt-in capture must finish well
     within its timeout, shutdown included (NCCL's destroy hangs while a graph that captured its
     all-reduce is alive, PyTorch issue 115388), or the LaunchTimeout message shows where each
-    rank was stuck."""
+    rank was stuck. CPU twins: test_cuda_graph_torch.py::test_ddp_capture_is_opt_in_and_horovod_cannot_be_captured
+    and test_other_failures_are_not_rerun (a DDP capture is never rerun)."""
     if frameworks.gpu_count("torch") < 2:
         pytest.skip("needs 2 GPUs")
     spec = RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2, steps=60, warmup_steps=25, timeout=90)

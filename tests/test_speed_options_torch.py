@@ -62,6 +62,7 @@ def test_device_fields_on_cpu():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_device_fields_and_set_up_on_a_gpu():
+    """CPU twin: test_device_fields_on_cpu."""
     dev = speed_options_torch.set_up(args(cudnn_benchmark="off"), torch.device("cuda"))
     assert dev == torch.device("cuda", torch.cuda.current_device()) and torch.backends.cudnn.benchmark is False
     fields = speed_options_torch.device_fields(args(), dev, True, "on")

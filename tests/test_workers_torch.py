@@ -26,10 +26,12 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-def test_resolve_device():
+@pytest.mark.parametrize("cuda", [False, True], ids=["no-gpu", "gpu"])
+def test_resolve_device(monkeypatch, cuda):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)       # both paths, on any machine
     assert workers_torch.resolve_device("cpu") == torch.device("cpu")
-    if torch.cuda.is_available():
-        assert workers_torch.resolve_device("auto").type == "cuda"
+    if cuda:
+        assert workers_torch.resolve_device("auto") == workers_torch.resolve_device("cuda") == torch.device("cuda")
     else:
         assert workers_torch.resolve_device("auto") == torch.device("cpu")
         with pytest.raises(SystemExit, match="^some_script.py: error: --device cuda, but torch sees no CUDA GPU"):
