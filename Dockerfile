@@ -14,7 +14,8 @@
 # NVIDIA tests them together; the course keeps that torch instead of its own pinned wheel
 # (requirements.txt). 25.10 is a release with Python 3.12 (the newest the course supports)
 # and CUDA 13; another NGC PyTorch release works the same way: pass
-# --build-arg BASE_IMAGE=nvcr.io/nvidia/pytorch:YY.MM-py3.
+# --build-arg BASE_IMAGE=nvcr.io/nvidia/pytorch:YY.MM-py3. The build stops at once if the
+# image's Python is outside the course's one range (pyproject.toml's requires-python).
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.10-py3
 FROM ${BASE_IMAGE}
 
@@ -35,7 +36,10 @@ RUN apt-get update \
 
 WORKDIR /workspace/ddlab
 COPY requirements.txt requirements-lock.txt pyproject.toml README.md ./
-# The course's pinned packages, without the torch (and triton) the image provides.
+COPY tools/check_python.py tools/
+RUN python tools/check_python.py
+# The course's pinned packages, without the torch (and triton) the image provides. (The lock is a
+# CPU-only resolution, so it pins no CUDA package the image's torch needs.)
 RUN grep -v -E '^(torch|triton)==' requirements.txt > /tmp/requirements-image.txt \
  && grep -v -E '^(torch|triton)==' requirements-lock.txt > /tmp/constraints-image.txt \
  && python -m pip install --no-cache-dir -r /tmp/requirements-image.txt -c /tmp/constraints-image.txt
@@ -46,8 +50,10 @@ RUN PYTHON=python HOROVOD_BUILD_CUDA_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST} bash 
  && rm -rf .cache/horovod/build.log
 
 COPY . .
+# The course's kernel "Python (ddlab)", as `make kernel` installs it (ddlab/course/kernel.py: the
+# notebooks then open unmodified).
 RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation -e . \
- && python -m ipykernel install --sys-prefix --name ddlab --display-name "Python (ddlab)" \
+ && python -m ddlab.course.kernel \
  && bash tools/get_data.sh python
 
 EXPOSE 8888

@@ -42,6 +42,10 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/ddlab.json
 CHROMIUM ?= /usr/bin/chromium
 CHROMIUM_PACKAGES := chromium fonts-noto-color-emoji fonts-dejavu-core
 BROWSER_TEST_TIMEOUT ?= 3600
+# Horovod's version, named once: source_code/patches/HOROVOD_VERSION (build_horovod.sh, wheelhouse.sh
+# and the recording scripts read it too); its patch is named after it.
+HOROVOD_VERSION := $(shell cat source_code/patches/HOROVOD_VERSION)
+HOROVOD_PATCH := source_code/patches/horovod-$(HOROVOD_VERSION)-ddlab.patch
 
 .PHONY: help setup deps horovod data kernel lab-settings lab lab-command test browser-test chromium images p2p clean
 .PHONY: wheelhouse wheelhouse-test slurm-test bench-doctor
@@ -53,9 +57,9 @@ help:
 	@echo "make setup | deps | horovod [PYTHON=...] | data | kernel | lab-settings | chromium | images | p2p | clean"
 	@echo "make wheelhouse [WHEELHOUSE=dir] | setup WHEELHOUSE=dir | wheelhouse-test | slurm-test | bench-doctor"
 
+# The supported Pythons: pyproject.toml's requires-python, the one range (tools/check_python.py reads it).
 $(VPY):
-	@$(BOOTSTRAP_PYTHON) -c 'import sys; v = sys.version_info[:2]; ok = (3, 10) <= v <= (3, 12); \
-	print(f"Python {v[0]}.{v[1]}: " + ("ok" if ok else "the course supports Python 3.10-3.12; pass BOOTSTRAP_PYTHON=python3.11")); sys.exit(0 if ok else 1)'
+	@$(BOOTSTRAP_PYTHON) tools/check_python.py
 	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade $(PIP_FROM) pip
 
@@ -65,11 +69,11 @@ $(STAMPS)/deps: requirements.txt requirements-lock.txt | $(VPY)
 
 deps: $(STAMPS)/deps
 
-$(STAMPS)/horovod: $(STAMPS)/deps tools/build_horovod.sh source_code/patches/horovod-0.28.1-ddlab.patch
+$(STAMPS)/horovod: $(STAMPS)/deps tools/build_horovod.sh source_code/patches/HOROVOD_VERSION $(HOROVOD_PATCH)
 ifeq ($(WHEELHOUSE),)
 	PYTHON=$(abspath $(VPY)) bash tools/build_horovod.sh
 else
-	$(VPY) -m pip install --quiet --no-deps --only-binary=horovod $(PIP_FROM) horovod==0.28.1
+	$(VPY) -m pip install --quiet --no-deps --only-binary=horovod $(PIP_FROM) horovod==$(HOROVOD_VERSION)
 	$(VENV)/bin/horovodrun --check-build
 endif
 	@mkdir -p $(STAMPS) && touch $@

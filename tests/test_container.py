@@ -3,9 +3,9 @@ copies or runs exists, its base image is pinned, and it keeps the course's packa
 import re
 from pathlib import Path
 
-import ddlab
+from ddlab.base.paths import REPO_ROOT
 
-REPO = Path(ddlab.REPO_ROOT)
+REPO = Path(REPO_ROOT)
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 
 

@@ -244,3 +244,107 @@ def test_the_bootcamp_is_credited_and_the_licences_are_stated():
                "notebooks/7.Convergence-at-Scale.ipynb"]:
         text = "\n".join("".join(c["source"]) for c in json.load(open(os.path.join(ROOT, nb)))["cells"])
         assert "github.com/openhackathons-org/gpubootcamp" in text and "CC BY 4.0" in text, nb
+
+
+# ----------------------------------------------------------------------------- installs that agree
+def _read(*parts):
+    with open(os.path.join(ROOT, *parts), encoding="utf-8") as f:
+        return f.read()
+
+
+INSTALLS = ("Makefile", "Dockerfile", "environment.yml")
+
+
+def test_every_install_installs_the_course_kernel():
+    """make, the Dockerfile and environment.yml install the same kernel, "Python (ddlab)" from
+    ddlab.course.kernel, never ipykernel's plain one (with it the notebooks open as modified)."""
+    assert re.search(r"^\t\$\(VPY\) -m ddlab\.course\.kernel\b", _read("Makefile"), re.M)
+    assert re.search(r"^\s*&& python -m ddlab\.course\.kernel \\$", _read("Dockerfile"), re.M)
+    assert re.search(r"^#\s+python -m ddlab\.course\.kernel\b", _read("environment.yml"), re.M)
+    for path in INSTALLS + ("README.md",) + tuple(os.path.relpath(p, ROOT) for p in glob.glob(
+            os.path.join(ROOT, "tools", "**", "*.sh"), recursive=True)):
+        assert "ipykernel install" not in _read(path), f"{path} installs ipykernel's plain kernel"
+
+
+def test_one_python_range_everywhere():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        import check_python
+    finally:
+        sys.path.pop(0)
+    spec, low, high = check_python.supported_range()
+    assert re.search(rf'^requires-python = "{re.escape(spec)}"$', _read("pyproject.toml"), re.M)
+    assert re.search(rf"^  - python{re.escape(spec)}$", _read("environment.yml"), re.M), \
+        f"environment.yml must ask for python{spec}, pyproject.toml's range"
+    # make's bootstrap check, the image build and the GPU machines' set-up ask the one script
+    assert re.search(r"^\$\(VPY\):\n\t@\$\(BOOTSTRAP_PYTHON\) tools/check_python\.py$", _read("Makefile"), re.M)
+    docker = _read("Dockerfile")
+    assert "COPY tools/check_python.py tools/" in docker and "RUN python tools/check_python.py" in docker
+    assert "python3 tools/check_python.py" in _read("tools", "recording", "gpu_setup.sh")
+    default = re.search(r"^PYV=\$\{1:-(\d+)\.(\d+)\}$", _read("tools", "recording", "prepare_carry.sh"), re.M)
+    assert default and low <= (int(default.group(1)), int(default.group(2))) < high
+    newest = f"{high[0]}.{high[1] - 1}"
+    assert f"Python {low[0]}.{low[1]}-{newest}," in _read("README.md")
+    assert f"Python {newest} (the newest the course supports)" in docker
+    for path in glob.glob(os.path.join(ROOT, "tools", "recording", "*.sh")) + [os.path.join(ROOT, "Makefile")]:
+        text = open(path).read()
+        assert not re.search(r"\(3, 1\d\)|python3\.1\d\b|version_info", text), f"{path} names its own Python range"
+    assert check_python.main([]) == 0          # this test's Python is one the course supports
+
+
+def test_the_lock_file_says_what_it_locks():
+    lock = _read("requirements-lock.txt")
+    header = "".join(line for line in lock.splitlines(keepends=True) if line.startswith("#"))
+    assert "A CPU-only resolution" in header and "nvidia-*" in header
+    pins = [line.split("==")[0].lower() for line in lock.splitlines() if line and not line.startswith("#")]
+    assert not [p for p in pins if p.startswith("nvidia-") and p != "nvidia-ml-py" or p == "triton"], \
+        "the lock pins CUDA packages: say so in its header (it is described as a CPU-only resolution)"
+    setup = next(par for par in _read("README.md").split("\n\n") if par.startswith("That is the whole set-up"))
+    assert "`requirements-lock.txt`, a CPU-only resolution" in setup.replace("\n", " ")
+
+
+HOROVOD_VERSION = _read("source_code", "patches", "HOROVOD_VERSION").strip()
+
+
+def test_horovod_version_is_named_once():
+    v = HOROVOD_VERSION
+    assert re.fullmatch(r"\d+\.\d+\.\d+", v)
+    patches = [os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "source_code", "patches", "*.patch"))]
+    assert patches == [f"horovod-{v}-ddlab.patch"]
+    # what builds or installs Horovod reads the version from the file, never writes it out
+    readers = ["Makefile", "tools/build_horovod.sh", "tools/wheelhouse.sh", "tools/recording/gpu_setup.sh",
+               "tools/recording/prepare_carry.sh", "tools/recording/record_horovod_smoke.py"]
+    for path in readers + ["Dockerfile", "tools/recording/gpu_probe.sh", "tools/recording/gpu_record_benchmarks.sh"]:
+        text = _read(path)
+        assert v not in text, f"{path} names Horovod {v}; read source_code/patches/HOROVOD_VERSION"
+    for path in readers:
+        assert "HOROVOD_VERSION" in _read(path), f"{path} does not read source_code/patches/HOROVOD_VERSION"
+    assert "COPY source_code/patches source_code/patches" in _read("Dockerfile")   # build_horovod.sh reads it there
+    # every document that mentions a Horovod version mentions this one
+    docs = ["README.md", "source_code/patches/README.md", "tools/recording/README.md"] + \
+        [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "instructor", "*.md")) + notebooks()]
+    mention = re.compile(r"horovod(?:[- ]|==| v|'s last release \()(\d+\.\d+\.\d+)", re.I)
+    seen = 0
+    for path in docs:
+        for found in mention.findall(_read(path)):
+            seen += 1
+            assert found == v, f"{path} mentions Horovod {found}, but source_code/patches/HOROVOD_VERSION says {v}"
+    assert seen >= 5
+
+
+def test_the_scripts_import_what_the_package_has():
+    """The shell scripts' inline Python (`python -c 'from ddlab.x import y'`) names modules and
+    names that exist: a moved module otherwise breaks only the offline install or the recording."""
+    import importlib
+    paths = glob.glob(os.path.join(ROOT, "tools", "**", "*.sh"), recursive=True) + \
+        [os.path.join(ROOT, p) for p in INSTALLS]
+    seen = 0
+    for path in paths:
+        for module, names in re.findall(r"from (ddlab[\w.]*) import ([\w, ]+)", open(path).read()):
+            mod = importlib.import_module(module)
+            for name in (n.split(" as ")[0].strip() for n in names.split(",")):
+                seen += 1
+                assert hasattr(mod, name) or importlib.util.find_spec(f"{module}.{name}"), \
+                    f"{os.path.relpath(path, ROOT)}: from {module} import {name}: no such name"
+    assert seen >= 3

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Build and install Horovod 0.28.1 from its source distribution, with the course's patch,
-# against the torch (and TensorFlow, if present) of $PYTHON.
+# Build and install Horovod from its source distribution, with the course's patch, against
+# the torch (and TensorFlow, if present) of $PYTHON. The version is named once, in
+# source_code/patches/HOROVOD_VERSION (Horovod's last release); the patch is named after it.
 #
 #   tools/build_horovod.sh                      # uses $PYTHON (default: python3)
 #   PYTHON=/opt/conda/bin/python tools/build_horovod.sh
-#   HOROVOD_SDIST=/path/horovod-0.28.1.tar.gz   # offline: a copy of the sdist
+#   HOROVOD_SDIST=/path/horovod-VERSION.tar.gz  # offline: a copy of the sdist
 #
 # Gloo is always built. NCCL GPU operations are built when a CUDA compiler and a GPU are
 # present (HOROVOD_FORCE_CPU=1 skips them). Why each patch hunk exists: see
@@ -13,8 +14,10 @@ set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-PATCH=$HERE/source_code/patches/horovod-0.28.1-ddlab.patch
+VERSION=$(cat "$HERE/source_code/patches/HOROVOD_VERSION")
+PATCH=$HERE/source_code/patches/horovod-$VERSION-ddlab.patch
 CACHE=${HOROVOD_CACHE:-$HERE/.cache/horovod}
+# The SHA-256 of the published horovod-$VERSION.tar.gz (a new version needs its own).
 SDIST_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
@@ -26,19 +29,19 @@ die() { echo "[build_horovod] ERROR: $*" >&2; exit 1; }
 mkdir -p "$CACHE/wheels"
 
 # 1. The source distribution, verified.
-SDIST=${HOROVOD_SDIST:-$CACHE/horovod-0.28.1.tar.gz}
+SDIST=${HOROVOD_SDIST:-$CACHE/horovod-$VERSION.tar.gz}
 if [ ! -f "$SDIST" ]; then
-  say "downloading the horovod 0.28.1 source distribution"
-  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: horovod==0.28.1 -d "$CACHE" \
-    || die "could not download horovod==0.28.1; offline, pass HOROVOD_SDIST=/path/to/horovod-0.28.1.tar.gz"
+  say "downloading the horovod $VERSION source distribution"
+  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "horovod==$VERSION" -d "$CACHE" \
+    || die "could not download horovod==$VERSION; offline, pass HOROVOD_SDIST=/path/to/horovod-$VERSION.tar.gz"
 fi
-echo "$SDIST_SHA256  $SDIST" | sha256sum -c --quiet - || die "$SDIST is not the published horovod 0.28.1 sdist (SHA-256 mismatch)"
+echo "$SDIST_SHA256  $SDIST" | sha256sum -c --quiet - || die "$SDIST is not the published horovod $VERSION sdist (SHA-256 mismatch)"
 
 # 2. Unpack and patch in a scratch folder.
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 tar -xzf "$SDIST" -C "$WORK"
-SRC=$WORK/horovod-0.28.1
+SRC=$WORK/horovod-$VERSION
 patch -p1 --quiet -d "$SRC" < "$PATCH" || die "the patch did not apply"
 
 # 3. What to build.

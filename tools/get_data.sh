@@ -8,7 +8,7 @@ set -uo pipefail
 PY=${1:-python3}
 FROM=${2:-}
 if [ -n "$FROM" ]; then
-  CACHE=$("$PY" -c 'from ddlab import data; print(data.cache_dir())') || exit 1
+  CACHE=$("$PY" -c 'from ddlab.training import data; print(data.cache_dir())') || exit 1
   mkdir -p "$CACHE" && cp "$FROM"/*-ubyte* "$CACHE"/ || { echo "[data] cannot copy Fashion-MNIST from $FROM" >&2; exit 1; }
   exec "$PY" -m ddlab data --no-download
 fi

@@ -7,7 +7,8 @@
 #                                          # (make wheelhouse-test)
 #
 # DIR holds: the wheels of requirements.txt under requirements-lock.txt, pip's own wheel,
-# horovod-0.28.1-*.whl (from tools/build_horovod.sh, which keeps it in .cache/horovod/wheels),
+# horovod-VERSION-*.whl (VERSION: source_code/patches/HOROVOD_VERSION; from tools/build_horovod.sh,
+# which keeps it in .cache/horovod/wheels),
 # the Horovod source distribution (to rebuild it offline on another kind of machine),
 # fashion-mnist/ (the four IDX files) and SHA256SUMS.
 # Horovod's wheel fits the Python, torch and TensorFlow it was built against, and has NCCL
@@ -15,6 +16,7 @@
 # wheelhouse on a machine like the seats it is for.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
+HOROVOD_VERSION=$(cat "$HERE/source_code/patches/HOROVOD_VERSION")
 say() { echo "[wheelhouse] $*"; }
 die() { echo "[wheelhouse] ERROR: $*" >&2; exit 1; }
 
@@ -28,13 +30,14 @@ build() {
   "$py" -m pip wheel --quiet -w "$dir" -r "$HERE/requirements.txt" -c "$HERE/requirements-lock.txt"
   "$py" -m pip download --quiet --no-deps -d "$dir" "pip==$("$py" -m pip --version | awk '{print $2}')"
   local hvd
-  hvd=$(ls "$HERE"/.cache/horovod/wheels/horovod-*.whl 2>/dev/null | head -n 1 || true)
-  [ -n "$hvd" ] || die "no Horovod wheel in .cache/horovod/wheels: run make horovod first"
+  hvd=$(ls "$HERE"/.cache/horovod/wheels/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
+  [ -n "$hvd" ] || die "no Horovod $HOROVOD_VERSION wheel in .cache/horovod/wheels: run make horovod first"
   rm -f "$dir"/horovod-*.whl
   cp "$hvd" "$dir"/
-  [ -f "$HERE/.cache/horovod/horovod-0.28.1.tar.gz" ] && cp "$HERE/.cache/horovod/horovod-0.28.1.tar.gz" "$dir"/
+  local sdist=$HERE/.cache/horovod/horovod-$HOROVOD_VERSION.tar.gz
+  if [ -f "$sdist" ]; then cp "$sdist" "$dir"/; fi
   local data
-  data=$("$py" -c 'from ddlab import data; d = data.find_dataset(); data.load_fashion_mnist(d); print(d)') \
+  data=$("$py" -c 'from ddlab.training import data; d = data.find_dataset(); data.load_fashion_mnist(d); print(d)') \
     || die "Fashion-MNIST is not here or not valid: run make data first"
   mkdir -p "$dir/fashion-mnist"
   for stem in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do

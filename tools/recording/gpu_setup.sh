@@ -6,13 +6,18 @@
 #
 # installs the carried wheels (.whl/) and Horovod (a carried wheel in .carry/, else a build
 # from the carried sdist), and keeps NVLink multicast off. What to carry (all git-ignored):
-#   .carry/horovod-0.28.1.tar.gz   (pip download --no-deps --no-binary :all: horovod==0.28.1)
+#   .carry/horovod-VERSION.tar.gz  (VERSION: source_code/patches/HOROVOD_VERSION; prepare_carry.sh
+#                                   downloads it with pip download --no-deps --no-binary :all:)
 #   .whl/   cffi and pycparser for Python 3.12 (the build needs cffi), plus nbval and its
 #           Jupyter dependencies to run the notebooks there (tools/recording/README.md lists them)
 #   .cache/fashion-mnist/          (the four .gz files) for the training experiments
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
+# The machine's Python against the course's one range (pyproject.toml's requires-python).
+python3 tools/check_python.py | sed 's/^/[gpu_setup] /'
+# Horovod's version, named once; the recording scripts build from this carried sdist.
+export HOROVOD_SDIST_CARRIED=.carry/horovod-$(cat source_code/patches/HOROVOD_VERSION).tar.gz
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
@@ -23,10 +28,10 @@ elif ls .carry/horovod-*.whl >/dev/null 2>&1; then
 elif ls .carry/horovod-*.whl.part* >/dev/null 2>&1; then
   w=$(ls .carry/horovod-*.whl.part* | head -1); w=${w%.part*}
   cat "$w".part* > "/tmp/$(basename "$w")" && python3 -m pip install -q --no-deps --no-index "/tmp/$(basename "$w")" && HVD_OK=1
-elif [ -f .carry/horovod-0.28.1.tar.gz ]; then
+elif [ -f "$HOROVOD_SDIST_CARRIED" ]; then
   # No wheel carried: build one from the carried sdist (about 90 s on 2x NVIDIA H200, NV18).
-  echo "[gpu_setup] building Horovod from .carry/horovod-0.28.1.tar.gz"
-  PYTHON=python3 HOROVOD_SDIST=.carry/horovod-0.28.1.tar.gz HOROVOD_CACHE=/tmp/hvdcache \
+  echo "[gpu_setup] building Horovod from $HOROVOD_SDIST_CARRIED"
+  PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_CARRIED HOROVOD_CACHE=/tmp/hvdcache \
     bash tools/build_horovod.sh > /tmp/hvd_build.txt 2>&1 && HVD_OK=1 || tail -20 /tmp/hvd_build.txt
 fi
 export HVD_OK

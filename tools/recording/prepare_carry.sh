@@ -2,10 +2,12 @@
 # Fill the git-ignored folders that travel with the repository to a GPU machine without a
 # package registry (run here, where PyPI can be reached; from any folder):
 #
-#   bash tools/recording/prepare_carry.sh [PYTHON_VERSION]     (default 3.12, the GPU machine's)
+#   bash tools/recording/prepare_carry.sh [PYTHON_VERSION]     (default 3.12, the GPU machine's;
+#                                                               within pyproject.toml's requires-python)
 #
 # writes
-#   .carry/horovod-0.28.1.tar.gz   Horovod's source distribution (gpu_setup.sh builds it there)
+#   .carry/horovod-VERSION.tar.gz  Horovod's source distribution, VERSION from
+#                                  source_code/patches/HOROVOD_VERSION (gpu_setup.sh builds it there)
 #   .whl/                          cffi and pycparser (the Horovod build needs cffi), nbval,
 #                                  ipykernel, ipywidgets and their dependencies (gpu_nbval.sh), as
 #                                  binary wheels for that Python on x86-64 Linux, minus the packages
@@ -18,10 +20,20 @@ cd "$(dirname "$0")/../.."
 PYV=${1:-3.12}
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
+"$PY" - "$PYV" <<'PYCHECK' || exit 1
+import sys
+sys.path.insert(0, "tools")
+from check_python import supported_range
+spec, low, high = supported_range()
+v = tuple(int(x) for x in sys.argv[1].split(".")[:2])
+if not low <= v < high:
+    sys.exit(f"[carry] Python {sys.argv[1]} is outside the course's range {spec} (pyproject.toml)")
+PYCHECK
+HOROVOD_VERSION=$(cat source_code/patches/HOROVOD_VERSION)
 mkdir -p .carry .whl .cache/fashion-mnist
 
-if [ ! -f .carry/horovod-0.28.1.tar.gz ]; then
-  "$PY" -m pip download --quiet --no-deps --no-binary :all: horovod==0.28.1 -d .carry
+if [ ! -f ".carry/horovod-$HOROVOD_VERSION.tar.gz" ]; then
+  "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d .carry
 fi
 
 # Wheels with their dependencies, resolved for the GPU machine's Python, not this one's.
@@ -55,7 +67,7 @@ dups=$(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sor
 # copied into the course cache, which is what travels.
 export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
 bash tools/get_data.sh "$PY" >/dev/null
-dir=$("$PY" -c 'from ddlab import data; print(data.find_dataset())')
+dir=$("$PY" -c 'from ddlab.training import data; print(data.find_dataset())')
 if [ "$(realpath "$dir")" != "$(realpath .cache/fashion-mnist)" ]; then
   cp -n "$dir"/*-ubyte* .cache/fashion-mnist/
 fi

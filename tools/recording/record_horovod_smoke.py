@@ -14,7 +14,8 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(REPO, "source_code"))
 
 from ddlab.system import nccl, nccl_log, software, topology  # noqa: E402
 from ddlab.system.machine_name import machine_label, machine_slug  # noqa: E402
@@ -54,11 +55,15 @@ def main(argv=None) -> int:
             "date": dt.datetime.fromtimestamp(os.path.getmtime(log_path), dt.timezone.utc).isoformat(timespec="seconds"),
         }
     names = sorted({g["name"] for g in doc["gpus"]})
+    # The version horovodrun --check-build reported ("Horovod vX.Y.Z:"), else the one the course builds.
+    built = re.search(r"Horovod v(\S+):", build_txt)
+    with open(os.path.join(REPO, "source_code", "patches", "HOROVOD_VERSION")) as f:
+        horovod_version = built.group(1) if built else f.read().strip()
     prov = {
         "machine": os.environ.get("DDLAB_MACHINE") or machine_label(doc, topo),
         "gpu_model": ", ".join(names), "gpu_count": doc["gpu_count"], "driver": doc["driver"],
         "cuda_driver": doc["cuda_driver"], "cuda_runtime": doc["cuda_runtime"], "nccl": doc["nccl"],
-        "torch": doc["torch"], "tensorflow": doc["tensorflow"], "horovod": "0.28.1", "python": doc["python"],
+        "torch": doc["torch"], "tensorflow": doc["tensorflow"], "horovod": horovod_version, "python": doc["python"],
         "hostname": doc["hostname"],
         "command": "PYTHON=python3 tools/build_horovod.sh; NCCL_DEBUG=INFO horovodrun -np 2 -H localhost:2 --gloo "
                    "python3 -m ddlab.measure.smoke hvd-torch (default, and with " + nccl.get("shm").env_text() + ")",
