@@ -108,10 +108,6 @@ class NcclLog:
         """Number of connections per transport exactly as printed."""
         return dict(Counter(x.transport for x in self.connections).most_common())
 
-    @property
-    def kinds(self) -> list:
-        return list(self.transport_counts())
-
     def summary(self) -> str:
         if self.empty:
             return NO_NCCL_LINES
