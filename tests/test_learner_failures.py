@@ -327,3 +327,19 @@ def test_run_or_skip_runs_what_the_policy_allows(monkeypatch):
                            else (True, ""))
     skipped = handson.run_or_skip("keras_hvd_8_rank0", machine=no_tf)
     assert skipped.why == "TensorFlow is not installed" and len(fake.calls) == 1
+
+
+def test_notebook_4_without_two_gpus_shows_the_recorded_level_sweep_and_why(machine, monkeypatch):
+    from ddlab.measure import collectives
+    from ddlab.system import provenance
+    machine(NO_GPU)
+    monkeypatch.setattr(collectives, "compare_levels", lambda *a, **k: pytest.fail("level sweep without 2 GPUs"))
+    printed, shown = [], []
+    ns = {"policy": policy, "collectives": collectives, "inv": hardware.Inventory(), "caption": provenance.caption,
+          "NOW": provenance.collect(inventory=hardware.Inventory()),
+          "tables": type("T", (), {"show": staticmethod(shown.append)}),
+          "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
+    run_cells("notebooks/4.NCCL-P2P-Level-with-Horovod.ipynb", ["a551901b"], ns)
+    assert printed[0].startswith("recorded on 2x NVIDIA H200") and \
+        printed[0].endswith("(not live here: it needs 2 GPU(s) and torch sees 0)")
+    assert len(shown) == 1 and ns["NCCL_LIVE"].live is False
