@@ -13,7 +13,7 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOME = os.path.join("source_code", "ddlab", "nccl.py")
+HOME = os.path.join("source_code", "ddlab", "system", "nccl.py")
 SCANNED = ("source_code", "tools", "notebooks")
 SUFFIXES = (".py", ".sh", ".ipynb", "Makefile")
 
