@@ -48,7 +48,8 @@ def test_gpu_table_lists_each_gpu():
                                    hardware.GPU(1, "NVIDIA H200", None, None, None, None)], source="nvml")
     t = doctor.gpu_table(inv)
     assert t.cells() == [["0", "NVIDIA H200", "140 GiB", "9.0", "00000000:1B:00.0", "0"],
-                         ["1", "NVIDIA H200", "?", "?", "?", "?"]]
+                         ["1", "NVIDIA H200", "?", "?", "?", "none reported (VM?)"]]
+    assert "?" not in t.column("numa") and t.columns[-1].label == "NUMA node"
     text = doctor.format_inventory(inv, "MISSING or CORRUPT: a test")
     assert text.startswith("GPUs: 2 (read with nvml)\n#  name") and "mode: multi-gpu" in text
     assert "driver                   not found" in text

@@ -30,7 +30,7 @@ def test_parse_smi_query():
 
 
 @pytest.mark.parametrize("text,match", [
-    ("0, NVIDIA H200, 143771\n", "expected 6"),
+    ("0, NVIDIA H200, 143771\n", "expected 7"),
     ("zero, NVIDIA H200, 1, 9.0, 00000000:00:06.0, 580\n", "not a number"),
 ])
 def test_parse_smi_query_rejects_malformed_text(text, match):
@@ -87,3 +87,86 @@ def test_bus_id_normalisation():
     assert hardware.normalise_bus_id("0000:1b:00.0") == "00000000:1B:00.0"
     assert hardware.normalise_bus_id("00000000:1B:00.0") == "00000000:1B:00.0"
     assert hardware.normalise_bus_id("weird") == "weird"
+
+
+# --------------------------------------------------------------------------- CUDA index -> NVML GPU
+U0, U1, U2 = ("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "GPU-8932aaaa-0000-4106-c12f-20bd9faed9f7",
+              "GPU-1c2d3e4f-0000-4106-c12f-20bd9faed9f8")
+INV3 = [hardware.GPU(0, "H100", pci_bus_id="00000000:19:00.0", uuid=U0),
+        hardware.GPU(1, "H100", pci_bus_id="00000000:3B:00.0", uuid=U1,
+                     mig_uuids=["MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"]),
+        hardware.GPU(2, "H100", pci_bus_id="00000000:4C:00.0", uuid=U2)]
+
+
+@pytest.mark.parametrize("value,buses", [
+    (None, ["19", "3B", "4C"]),
+    ("2,0", ["4C", "19"]),
+    ("GPU-1c2d", ["4C"]),                                   # the first digits of a UUID name one GPU
+    (f"{U1},0", ["3B", "19"]),
+    ("MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", ["3B"]),   # a MIG device: its parent GPU
+    (f"MIG-{U2}/1/0", ["4C"]),                              # the older MIG-GPU-<uuid>/<gi>/<ci> form
+    ("1,7,0", ["3B"]),                                      # CUDA stops at the first bad entry
+])
+def test_cuda_indices_map_to_nvml_gpus(value, buses):
+    seen = hardware.visible_gpus(value, INV3)
+    assert [g.pci_bus_id.split(":")[1] for g in seen.gpus] == buses
+    for i, b in enumerate(buses):
+        assert hardware.nvml_gpu_for_cuda(i, INV3, value).pci_bus_id.split(":")[1] == b
+
+
+@pytest.mark.parametrize("value,expect", [("GPU-8932", "start of 2 GPUs"), ("GPU-ffff", "no GPU has a UUID"),
+                                          ("", "empty"), ("1,GPU-8932a", "listed twice")])
+def test_uuid_entries_that_cuda_cannot_use_are_warned(value, expect):
+    assert expect in hardware.visible_gpus(value, INV3).warning
+    assert expect in hardware.check_visible_devices(value, INV3)
+
+
+def test_cuda_device_beyond_the_visible_ones_is_one_clear_error():
+    with pytest.raises(ValueError, match="CUDA device 1 does not exist: CUDA sees 1 GPU"):
+        hardware.nvml_gpu_for_cuda(1, INV3, "2")
+    # a MIG UUID the inventory cannot place (no MIG list from NVML): said, not guessed
+    plain = [hardware.GPU(0, "H100", uuid=U0)]
+    seen = hardware.visible_gpus("MIG-0000aaaa-1111", plain)
+    assert seen.gpus == [None] and seen.warning is None and "cannot tell" in seen.notes[0]
+    with pytest.raises(ValueError, match="cannot place"):
+        hardware.nvml_gpu_for_cuda(0, plain, "MIG-0000aaaa-1111")
+
+
+def test_mixed_models_without_pci_bus_order_are_noted():
+    mixed = [hardware.GPU(0, "NVIDIA A100"), hardware.GPU(1, "NVIDIA T4")]
+    assert "CUDA_DEVICE_ORDER" in hardware.visible_gpus("0,1", mixed).notes[0]
+    assert hardware.visible_gpus("0,1", mixed, "PCI_BUS_ID").notes == []
+
+
+def test_nvml_inventory_reads_uuids_and_mig_devices(monkeypatch):
+    class NV:
+        NVML_DEVICE_MIG_ENABLE = 1
+
+        def nvmlInit(self): pass
+        def nvmlShutdown(self): pass
+        def nvmlSystemGetDriverVersion(self): return "580.1"
+        def nvmlSystemGetCudaDriverVersion_v2(self): return 13000
+        def nvmlDeviceGetCount(self): return 2
+        def nvmlDeviceGetHandleByIndex(self, i): return i
+        def nvmlDeviceGetPciInfo(self, h): return type("P", (), {"busId": b"00000000:19:00.0" if h == 0 else b"00000000:3B:00.0"})
+        def nvmlDeviceGetCudaComputeCapability(self, h): return (9, 0)
+        def nvmlDeviceGetName(self, h): return b"NVIDIA H100"
+        def nvmlDeviceGetMemoryInfo(self, h): return type("M", (), {"total": 80 << 30})
+        def nvmlDeviceGetUUID(self, h): return (U0, U1)[h] if isinstance(h, int) else "MIG-" + h
+
+        def nvmlDeviceGetMigMode(self, h):
+            if h == 0:
+                raise RuntimeError("Not Supported")
+            return (1, 1)
+
+        def nvmlDeviceGetMaxMigDeviceCount(self, h): return 2
+
+        def nvmlDeviceGetMigDeviceHandleByIndex(self, h, j):
+            if j == 1:
+                raise RuntimeError("Not Found")
+            return "c6d4"
+    import sys
+    monkeypatch.setitem(sys.modules, "pynvml", NV())
+    gpus, driver, cuda = hardware._nvml_gpus([])
+    assert [g.uuid for g in gpus] == [U0, U1] and [g.mig_uuids for g in gpus] == [[], ["MIG-c6d4"]]
+    assert driver == "580.1" and cuda == "13.0"

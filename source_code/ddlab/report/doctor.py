@@ -19,11 +19,12 @@ from ddlab.training import data
 
 
 def gpu_table(inv: Inventory) -> Table:
-    """The GPUs: index, name, memory, compute capability, PCI bus id, NUMA node."""
+    """The GPUs: index, name, memory, compute capability, PCI bus id, NUMA node (the node, or
+    why there is none: "none reported (VM?)", see :mod:`ddlab.system.numa`)."""
     return Table([("index", "int", "#"), ("name", "text"), ("memory_mib", "bytes:MiB", "memory"),
                   ("compute_capability", "text", "CC"), ("pci_bus_id", "text", "PCI bus id"),
-                  ("numa_node", "int", "NUMA")],
-                 [dataclasses.asdict(g) for g in inv.gpus], missing="?")
+                  ("numa", "text", "NUMA node")],
+                 [dict(dataclasses.asdict(g), numa=g.numa_text) for g in inv.gpus], missing="?")
 
 
 def software_table(inv: Inventory, dataset: Optional[str]) -> Table:
