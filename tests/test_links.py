@@ -11,6 +11,9 @@ def test_pcie_rates_follow_from_lanes_rate_and_encoding():
     assert links.pcie_x16_gbs(5) == pytest.approx(63.015, abs=1e-3)
     assert links.get("pcie4_x16").bandwidth_gbs == pytest.approx(31.508, abs=1e-3)
     assert links.pcie_x16_gbs(4, lanes=8) == pytest.approx(31.508 / 2, abs=1e-3)
+    # 8b/10b up to Gen2; Gen6 in FLIT mode, 242 of every 256 bytes
+    assert links.pcie_x16_gbs(1) == pytest.approx(4.0) and links.pcie_x16_gbs(2, lanes=4) == pytest.approx(2.0)
+    assert links.pcie_x16_gbs(6) == pytest.approx(16 * 64 * 242 / 256 / 8)
 
 
 def test_nvlink_bonded_counts():
@@ -56,8 +59,8 @@ def test_get_by_name_and_object_and_bad_names():
         links.nvlink(2, 7)
     with pytest.raises(ValueError, match="generation"):
         links.nvlink(9, 1)
-    with pytest.raises(ValueError, match="choose 3, 4 or 5"):
-        links.pcie_x16_gbs(2)
+    with pytest.raises(ValueError, match="choose 1 to 6"):
+        links.pcie_x16_gbs(7)
 
 
 def test_for_label_maps_topology_labels():

@@ -118,12 +118,25 @@ LAT_TCP = ("order of magnitude, an assumption: a small message through the Linux
 
 
 # --------------------------------------------------------------------------- derivations
+# PCIe generation -> (GT/s per lane, the share of the line rate that carries data), from the
+# PCI-SIG base specifications: Gen1 and Gen2 use 8b/10b encoding, Gen3 to Gen5 128b/130b. Gen6
+# (64 GT/s, PAM4) drops the line code and always runs in FLIT mode: 256-byte FLITs of 236 bytes
+# of TLPs, 6 of DLLP, 8 of CRC and 6 of FEC. We take 242/256 (TLP and DLLP bytes per FLIT),
+# counting as data what the older generations count as data after their encoding; the same
+# factor tools/bench_host_link.py uses.
+PCIE_GENERATIONS = {1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130),
+                    5: (32.0, 128 / 130), 6: (64.0, 242 / 256)}
+
+
 def pcie_x16_gbs(generation: int, lanes: int = 16) -> float:
-    """Per-direction data rate of a PCIe link: lanes x GT/s x 128/130 (encoding) / 8 bits."""
-    rates = {3: 8.0, 4: 16.0, 5: 32.0}
-    if generation not in rates:
-        raise ValueError(f"PCIe generation {generation!r} is not in the catalogue; choose 3, 4 or 5")
-    return lanes * rates[generation] * 128 / 130 / 8
+    """Per-direction raw data rate of a PCIe link in GB/s: lanes x GT/s x line-code
+    efficiency (:data:`PCIE_GENERATIONS`) / 8 bits. Gen5 x16: 63.0 GB/s."""
+    if generation not in PCIE_GENERATIONS:
+        raise ValueError(f"PCIe generation {generation!r} is not in the catalogue; choose 1 to 6")
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+        raise ValueError(f"a PCIe link has a whole number of lanes (x1 to x32), got {lanes!r}")
+    gts, efficiency = PCIE_GENERATIONS[generation]
+    return lanes * gts * efficiency / 8
 
 
 NVLINK_PER_LINK_GBS = 25.0          # data rate per direction, every generation from 2 to 4
