@@ -116,7 +116,7 @@ def test_cited_tables_name_their_source_and_refuse_uncited_files(tmp_path, monke
 
 def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatch):
     """The CPU branch, with the multi-process runs replaced by recorded-shaped results."""
-    from ddlab.measure import collectives
+    from ddlab.measure import collectives_run
     from ddlab.training import experiments
     from ddlab.system.hardware import Inventory
     calls = []
@@ -128,7 +128,7 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
     class Sweep:
         pass
     monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
-    monkeypatch.setattr(collectives, "sweep", lambda **kw: Sweep())
+    monkeypatch.setattr(collectives_run, "sweep", lambda **kw: Sweep())
     monkeypatch.setattr(alpha_beta, "fit_sweep", lambda s: alpha_beta.AlphaBeta(1e-3, 5e8))
     from ddlab.system import policy
     t = cs.second_gpu_live(Inventory(), batches=(16, 64), machine=policy.Machine(gpus=0))
@@ -233,3 +233,48 @@ def test_recorded_batch_sweep_joins_the_batch_variants(monkeypatch):
     small = [r for r in rows if r["batch"] == 128 and r["path"] == "default"][0]
     big = [r for r in rows if r["batch"] == 512 and r["path"] == "default"][0]
     assert small["compute"] < big["compute"] and small["ratio"] < big["ratio"]
+
+
+# ----------------------------------------------------------------------------- case 1 as the reports ran it
+def test_strong_scaling_prediction_is_ddlab_predict_with_a_global_batch():
+    from ddlab.cost import predict
+    t = cs.strong_scaling_predicted()
+    rows = t.to_dict()["rows"]
+    assert {(r["model"], r["path"]) for r in rows} == {(m, p) for m in cs.REPORT_MLPS for p in cs.REPORT_PATHS}
+    one = next(p for p in recorded_runs.recorded_points().points if p.model == "mlp-small" and p.launcher == "ddp")
+    same = predict.predict("mlp-small", step_ms=one.compute_s * 1e3, global_batch=32, path="shm")
+    row = next(r for r in rows if (r["model"], r["path"]) == ("mlp-small", "shm"))
+    assert row["speedup"] == pytest.approx(same.speedup) and row["global"] == "4-128 (each)"
+    assert row["speedup"] < 1 and row["bound"] == "compute"
+    text = str(t)
+    assert "not reproduced yet" in text and "python -m ddlab predict --model mlp-small" in text
+    assert "--global-batch" in text and "busy" in text
+
+
+def test_strong_scaling_live_runs_the_two_mlps_on_two_cpu_processes(monkeypatch):
+    from ddlab.system import policy
+    from ddlab.training import experiments
+    calls = []
+
+    def fake(spec, global_batches, device, path, echo=False):
+        calls.append((spec.model, spec.repeats, spec.steps, tuple(global_batches), device, path, spec.limit_s))
+        g = global_batches[0]
+        rows = [{"workers": w, "global_batch": g, "batch_per_worker": g // w, "images_per_s": ips,
+                 "images_per_s_min": ips * 0.9, "images_per_s_max": ips * 1.1, "speedup": ips / 1000.0,
+                 "speedup_min": ips * 0.9 / 1000.0, "speedup_max": ips * 1.1 / 1000.0, "step_ms_median": 1.0}
+                for w, ips in ((1, 1000.0), (2, 700.0))]
+        return ExperimentResult("strong-scaling", rows, "live", {}, [], {})
+    monkeypatch.setattr(experiments, "strong_scaling", fake)
+    t = cs.strong_scaling_live(machine=policy.Machine(gpus=0))
+    assert [c[:6] for c in calls] == [(m, 3, 20, (32,), "cpu", "default") for m in cs.REPORT_MLPS]
+    assert all(c[6] == 120 for c in calls)                       # each launch keeps its timeout
+    rows = t.to_dict()["rows"]
+    assert [(r["model"], r["workers"], r["per_worker"]) for r in rows] == [
+        ("mlp-small", 1, 32), ("mlp-small", 2, 16), ("mlp-large", 1, 32), ("mlp-large", 2, 16)]
+    assert rows[1]["speedup"] == pytest.approx(0.7) and rows[1]["spread"] == "0.63-0.77"
+    assert "gloo" in str(t) and "MirroredStrategy" in str(t)
+
+
+def test_the_ratio_note_states_overlap_and_the_ring_factor():
+    t = cs.second_gpu_table("ddp")
+    assert cs.RATIO_NOTE in t.notes and "2(n-1)/n" in cs.RATIO_NOTE and "(n-1) steps" in cs.RATIO_NOTE

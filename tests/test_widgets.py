@@ -189,8 +189,8 @@ def test_step_verdicts_follow_the_speedup_formula():
 
 
 def test_step_what_if_on_the_recorded_sweeps():
-    from ddlab.measure import collectives
-    sweeps = collectives.load_recorded("h200x2")
+    from ddlab.measure import collectives_recorded
+    sweeps = collectives_recorded.load_recorded("h200x2")
     res = widgets.step_what_if([("cnn", 4 * 1_199_882, 2e-3)], sweeps)
     t = {p: res.row("cnn", p)["comm_s"] for p in sweeps}
     assert t["default"] < t["shm"] < t["socket"]                # the order the bandwidths give
@@ -203,16 +203,21 @@ def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
     assert rec is not None and rec[1] == 512
     p = widgets.predict_training_step("wide", 512, 2, "recorded:default")
     assert p.compute_s == pytest.approx(rec[0])
-    assert p.total_s == pytest.approx(p.compute_s + p.exposed_comm_s + p.overhead_s)
+    assert p.step_s == pytest.approx(p.compute_s + p.exposed_comm_s + p.wrapper_s)
+    # the calculator is `ddlab predict` with the same inputs
+    from ddlab.cost import predict
+    same = predict.predict("wide", step_ms=rec[0] * 1e3, batch=512, path="default", fits="h200x2",
+                           wrapper=predict.Overheads())
+    assert same.to_dict() == p.to_dict()
     slow = widgets.predict_training_step("wide", 512, 2, "recorded:socket")
     assert slow.exposed_comm_s > 10 * p.exposed_comm_s and slow.speedup < p.speedup
     # a catalogue link goes through the ring formula; batch scales the step in proportion
     q = widgets.predict_training_step("wide", 1024, 4, "pcie4_x16")
-    assert q.compute_s == pytest.approx(2 * rec[0]) and q.n_gpus == 4
+    assert q.compute_s == pytest.approx(2 * rec[0]) and q.gpus == 4
     # the wrapper's fitted cost adds overhead
     h = widgets.predict_training_step("cnn", 512, 2, "recorded:default", wrapper="horovod")
     over = validation.fit_all_overheads(recorded_runs.recorded_points())["horovod"]
-    assert h.overhead_s == pytest.approx(over.total_s(len(h.buckets)))
+    assert h.wrapper_s == pytest.approx(over.total_s(len(h.step.buckets)))
     assert widgets.predict_training_step("mlp-small", 64, 2, "pcie3_x16", step_ms=0.5).compute_s == pytest.approx(5e-4)
 
 
@@ -223,6 +228,7 @@ def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
     (dict(link="recorded:ib"), "no recorded all-reduce"),
     (dict(wrapper="deepspeed"), "wrapper"),
     (dict(step_ms=-1.0), "step_ms"),
+    (dict(n_gpus=1), "2 or more"),
 ])
 def test_predict_training_step_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -249,14 +255,15 @@ def test_step_calculator_updates_when_a_value_changes():
     link_w.value = "recorded:socket"
     assert out.value != first and "speedup 0.0" in out.value
     before = out.value
-    gpus_w.value = 1
-    assert out.value != before and "speedup 1.00x" in out.value
+    gpus_w.value = 4
+    assert out.value != before and "4 GPUs" in out.value
+    assert gpus_w.min == 2                 # one GPU has nothing to predict
     step_ms = step_w.value
     batch_w.value = 1024
     assert step_w.value == pytest.approx(2 * step_ms, rel=1e-3)     # the step follows the batch
     wrapper_w.value = "horovod"
     gpus_w.value = 2
-    assert "overhead 0 s" not in out.value
+    assert "fitted to the recorded horovod runs" in out.value
     model_w.value = "mlp-small"            # not recorded: keeps the typed step time, still predicts
     assert "speedup" in out.value
 
@@ -272,5 +279,5 @@ def test_step_calculator_without_ipywidgets_prints_the_prediction(monkeypatch, c
     monkeypatch.delitem(sys.modules, "ipywidgets", raising=False)
     monkeypatch.setattr(builtins, "__import__", no_ipywidgets)
     p = widgets.step_calculator("cnn", 512, 2, "recorded:shm")
-    assert p.n_gpus == 2 and p.speedup > 1
+    assert p.gpus == 2 and p.speedup > 1
     assert "ipywidgets is not installed" in capsys.readouterr().out

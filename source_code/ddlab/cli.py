@@ -16,6 +16,7 @@ COMMANDS = {
     "allreduce": ("ddlab.measure.collectives", "cli", "all-reduce bandwidth sweep under NCCL paths (or gloo on CPU)"),
     "train": ("ddlab.training.cli", "cli_train", "one Fashion-MNIST training run"),
     "experiment": ("ddlab.training.cli", "cli_experiment", "named experiments: scaling, nccl-paths"),
+    "predict": ("ddlab.cost.predict", "cli", "predict a data-parallel step on N GPUs from the one-GPU step"),
 }
 
 

@@ -3,7 +3,7 @@ the recordings.
 
 :func:`recorded_points` reads the recorded NCCL-path comparisons of every model
 (:mod:`ddlab.training.recording`), the recorded all-reduce sweeps fitted per path
-(:mod:`ddlab.measure.collectives`, :func:`ddlab.cost.alpha_beta.fit_sweep`), the one-GPU
+(:mod:`ddlab.measure.collectives_recorded`, :func:`ddlab.cost.alpha_beta.fit_sweep`), the one-GPU
 CUDA-graph runs that give the GPU's busy time per step, and the step profiles
 (:mod:`ddlab.training.step_profile`) measured on the same GPU, into a :class:`RecordedSet`.
 :func:`measured_inputs` turns a profile and a path's NCCL channels into arguments of
@@ -66,13 +66,13 @@ class RecordedSet:
 def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
     """The recorded NCCL-path comparisons of every model (``ddlab.training.recording``) and the
     recorded all-reduce sweeps ``reference/allreduce/<sweeps>.json``, fitted per path."""
-    from ddlab.measure import collectives
+    from ddlab.measure import collectives_recorded
     from ddlab.training import models as _models, recording, step_profile
     from ddlab.base.reference import ReferenceMissing
     names = tuple(models) if models is not None else _models.MODELS
     for m in names:
         _models.check(m)
-    sweeps_ = collectives.load_recorded(sweeps)
+    sweeps_ = collectives_recorded.load_recorded(sweeps)
     fits = {p: fit_sweep(s) for p, s in sweeps_.items()}
     channels = {p: c for p, c in ((p, nccl_channels(s)) for p, s in sweeps_.items()) if c}
     points, missing, machine, gpu_model = [], [], "", ""

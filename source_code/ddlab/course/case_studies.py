@@ -9,7 +9,7 @@
   it now; :func:`recorded_batch_sweep` joins the recordings at several batches per GPU.
 * **Diagnosing a machine from its p2p matrix**: :func:`exercise_matrix` is a matrix built for
   the exercise (not a measurement) in the shape field reports describe: four PCIe GPUs, one of
-  them slow with every partner, one pair slower in one direction. :func:`ddlab.measure.p2p.diagnose`
+  them slow with every partner, one pair slower in one direction. :func:`ddlab.measure.p2p_diagnosis.diagnose`
   reads it, and :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
 * **Tuning when communication dominates**: :func:`recorded_tunings` (the recorded
   :mod:`ddlab.course.tuning` comparisons, and a line naming those missing) and :func:`tuning_live`.
@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ddlab.cost import alpha_beta, recorded_runs, step_model, validation
+from ddlab.cost import predict as _predict
 from ddlab.base import reference
 from ddlab.base.tables import Table
 
@@ -67,6 +68,10 @@ _LEGEND_TERMS = ("grads: gradient bytes per step; step (1): the one-worker (one-
                  "wrapper's own cost per step")
 _LEGEND = (_LEGEND_TERMS + "; predicted and measured: speedup of 2 workers over 1 (measured: the median, min-max "
            "over the repeats).")
+# What the ratio can and cannot say (weak scaling: n GPUs, each with the one-GPU batch).
+RATIO_NOTE = ("The ratio is a first look, not the verdict: part of the all-reduce hides behind the backward pass, and on "
+              "n GPUs each carries 2(n-1)/n of the gradients (1 for two GPUs). The speedup is n x step / (step + "
+              "exposed + wrapper), so n GPUs are slower than one only when exposed + wrapper exceed (n-1) steps.")
 
 
 def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
@@ -90,9 +95,7 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
                                            channels=rec.channels)
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
-    notes = [_LEGEND, "Far above a ratio of 1, the all-reduce hides behind the step and a second GPU pays; near or "
-             "below 1, it does not.",
-             f"Wrapper cost: {over[launcher].describe() if launcher in over else 'none fitted'}."]
+    notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {over[launcher].describe() if launcher in over else 'none fitted'}."]
     return Table(_COLUMNS, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                  + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
 
@@ -123,12 +126,12 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
             continue
         # the recorded machine's channels only go with its own recorded fits
         channels = rec.channels.get(path) if f is rec.fits.get(path) else None
-        pred = step_model.predict_step(model, compute_s, f, r["workers"], batch=base[0]["global_batch"],
-                                       overheads=overheads,
-                                       **recorded_runs.measured_inputs(model, base[0]["global_batch"],
-                                                                       rec.profiles, channels, device))
+        fits = _predict.Fits("the fits given", {path: f}, channels={path: channels} if channels else {})
+        pred = _predict.predict(model, step_ms=compute_s * 1e3, batch=base[0]["global_batch"], gpus=r["workers"],
+                                path=path, fits=fits, wrapper=overheads or step_model.NO_OVERHEADS,
+                                step_device=device)
         lo, hi = r.get("speedup_min"), r.get("speedup_max")
-        row = _row(model, path, compute_s, pred, r["speedup"], (lo, hi) if lo is not None else None,
+        row = _row(model, path, compute_s, pred.step, r["speedup"], (lo, hi) if lo is not None else None,
                    r.get("repeats", 1))
         row["batch"] = base[0]["global_batch"]
         rows.append(row)
@@ -137,6 +140,103 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
     cols = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:]
     return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
                  notes=[_LEGEND + " batch: per worker."])
+
+
+# ----------------------------------------------------------------------------- case 1, as the reports ran it
+REPORT_MLPS = ("mlp-small", "mlp-large")          # the course's models with the reports' MLP widths
+REPORT_GLOBAL_BATCHES = (4, 8, 16, 32, 64, 128)  # the global batches the reports split over two GPUs
+REPORT_PATHS = ("shm", "default")                # P2P off (the reports' case), then NCCL's default here
+CPU_GLOBAL_BATCH = 32
+_STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
+                   ("per_gpu", "text", "per GPU"), ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"),
+                   ("exposed", "time", "exposed"), ("wrapper", "time", "wrapper"), ("step", "time", "step (2 GPUs)"),
+                   ("speedup", "ratio", "predicted"), ("bound", "text", "bound by")]
+
+
+def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int] = REPORT_GLOBAL_BATCHES,
+                             paths: Sequence[str] = REPORT_PATHS, gpus: int = 2) -> Table:
+    """The field reports' experiment predicted for the recorded machine: each global batch
+    split over ``gpus`` GPUs (strong scaling), with :func:`ddlab.cost.predict.predict` (``ddlab
+    predict --global-batch``). The one-GPU step is the recorded DDP one-GPU step of each model
+    at its recorded batch, taken as the step at every one of these smaller global batches: the
+    recording shows how little of it is the GPU's own work (the notes print the share). Global
+    batches with the same prediction share a row."""
+    rec = _predict.recorded_set()
+    rows, notes, commands = [], [], []
+    for m in models:
+        pts = [p for p in rec.points if p.model == m and p.launcher == "ddp"]
+        if not pts:
+            notes.append(f"{m}: no recorded one-GPU step, so no prediction.")
+            continue
+        one = pts[0]
+        if one.device_s:
+            notes.append(f"{m}: the recorded one-GPU step is {one.compute_s * 1e3:.3f} ms at {one.batch} images; the "
+                         f"GPU is busy {one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%, "
+                         "from a CUDA-graph recording), the rest is the host launching kernels, which does not shrink "
+                         "with the batch: so the step is taken to be the same at these smaller global batches.")
+        for path in paths:
+            preds = [(g, _predict.predict(m, step_ms=one.compute_s * 1e3, global_batch=g, gpus=gpus, path=path,
+                                          fits=_predict.RECORDED, framework="ddp")) for g in global_batches]
+            commands.append(f"python -m ddlab predict --model {m} --step-ms {one.compute_s * 1e3:.3f} --global-batch "
+                            f"{preds[0][0]} --gpus {gpus} --path {path} --fits {_predict.RECORDED}")
+            groups: list = []
+            for g, p in preds:
+                if groups and abs(groups[-1][1].speedup - p.speedup) < 1e-9:
+                    groups[-1][0].append(g)
+                else:
+                    groups.append(([g], p))
+            for gs, p in groups:
+                span = str(gs[0]) if len(gs) == 1 else f"{gs[0]}-{gs[-1]} (each)"
+                per = str(gs[0] // gpus) if len(gs) == 1 else f"{gs[0] // gpus}-{gs[-1] // gpus}"
+                rows.append({"model": m, "path": path, "global": span, "per_gpu": per, "one": p.one_gpu_step_s,
+                             "compute": p.compute_s, "exposed": p.exposed_comm_s, "wrapper": p.wrapper_s,
+                             "step": p.step_s, "speedup": p.speedup, "bound": p.bound})
+    if not rows:
+        raise ValueError("none of the models has a recorded one-GPU step to predict from")
+    notes += ["Predicted, not measured: the two-GPU strong-scaling runs are not recorded yet, so the reports' "
+              "experiment is not reproduced yet. Paths: shm = peer-to-peer off, through host memory (the reports' "
+              "case); default = NCCL's choice on the recorded machine (NVLink).",
+              f"Wrapper: DDP's cost fitted to the recorded runs of {rec.machine or _predict.RECORDED}. The same "
+              "prediction from the command line: " + "; ".join(commands[:1]) + "."]
+    return Table(_STRONG_COLUMNS, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
+                                              f"GPUs ({rec.machine or _predict.RECORDED})", notes=notes)
+
+
+def strong_scaling_live(models: Sequence[str] = REPORT_MLPS, global_batch: int = CPU_GLOBAL_BATCH, repeats: int = 3,
+                        echo: bool = False, machine=None) -> Table:
+    """The reports' experiment run now: ``global_batch`` images per step on one worker, then
+    split over two (:func:`ddlab.training.experiments.strong_scaling`), for each of ``models``,
+    ``repeats`` times. With two GPUs: on the GPUs with peer-to-peer off (NCCL path shm), as in
+    the reports. Otherwise: two CPU processes over gloo, with small step counts."""
+    from ddlab.training import experiments
+    from ddlab.training.runspec import RunSpec
+    gpus = _gpus_live("ddp", machine)
+    rows, device = [], "cuda" if gpus else "cpu"
+    for m in models:
+        if gpus:
+            spec = RunSpec.for_device("cuda", m, launcher="ddp", repeats=repeats)
+        else:
+            spec = RunSpec.for_device("cpu", m, launcher="ddp", steps=20, warmup_steps=5, repeats=repeats,
+                                      test_samples=500, timeout=120)
+        res = experiments.strong_scaling(spec, global_batches=(global_batch,), device=device,
+                                         path="shm" if gpus else "default", echo=echo)
+        for r in res.rows:
+            rows.append({"model": m, "global": r["global_batch"], "workers": r["workers"],
+                         "per_worker": r["batch_per_worker"], "ips": r["images_per_s"],
+                         "ips_spread": f"{r['images_per_s_min']:,.0f}-{r['images_per_s_max']:,.0f}",
+                         "speedup": r["speedup"],
+                         "spread": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-",
+                         "step_ms": r["step_ms_median"]})
+    cols = [("model", "text"), ("global", "int", "global batch"), ("workers", "int"),
+            ("per_worker", "int", "per worker"), ("ips", lambda v: f"{v:,.0f}", "images/s"),
+            ("ips_spread", "text", "min-max"), ("speedup", "ratio", "speedup vs 1"), ("spread", "text", "min-max"),
+            ("step_ms", lambda v: f"{v:.3f}", "step ms")]
+    where = ("two GPUs, NCCL path shm (peer-to-peer off)" if gpus else
+             "two CPU processes over gloo (they share this machine's cores)")
+    notes = [f"Measured now: {where}; DDP, median of {repeats} runs (min-max beside it). The reports used TensorFlow's "
+             "MirroredStrategy; this is the same experiment with PyTorch DDP."]
+    return Table(cols, rows, title=f"The reports' experiment run now: a global batch of {global_batch} on one worker, "
+                                   "then split over two", notes=notes)
 
 
 # ----------------------------------------------------------------------------- case 2
@@ -193,15 +293,13 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
     res = experiments.throughput_scaling(spec, workers=(1,), device="cuda", echo=echo)
     (one,) = res.rows
     compute_s = one["global_batch"] / one["images_per_s"]
-    rec = recorded or recorded_runs.recorded_points()
-    over = validation.fit_all_overheads(rec).get("ddp")
+    rec = recorded or _predict.recorded_set()
+    over = _predict.fitted_wrappers().get("ddp")
     rows = []
-    for path, fit in rec.fits.items():
-        pred = step_model.predict_step(model, compute_s, fit, 2, batch=one["global_batch"], overheads=over,
-                                       **recorded_runs.measured_inputs(model, one["global_batch"], rec.profiles,
-                                                                       rec.channels.get(path),
-                                                                       res.config.get("device_name")))
-        rows.append(dict(_row(model, path, compute_s, pred, None), batch=one["global_batch"]))
+    for path in rec.fits:
+        pred = _predict.predict(model, step_ms=compute_s * 1e3, batch=one["global_batch"], gpus=2, path=path,
+                                fits=_predict.RECORDED, framework="ddp", step_device=res.config.get("device_name"))
+        rows.append(dict(_row(model, path, compute_s, pred.step, None), batch=one["global_batch"]))
     gpu = res.config.get("device_name") or this_machine()[0]
     spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")
     notes = [_LEGEND_TERMS + "; predicted: speedup of 2 GPUs over 1; batch: per GPU.",
@@ -229,7 +327,7 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
     (default :data:`CPU_BATCHES`, the test pass cut to 1,000 images), predicted from a gloo
     sweep; no wrapper cost is fitted for CPU processes, so the prediction leaves it out."""
-    from ddlab.measure import collectives
+    from ddlab.measure import collectives_run
     from ddlab.training import experiments
     from ddlab.system import hardware
     from ddlab.system import policy
@@ -242,14 +340,14 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     if two_gpus:
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
         res = experiments.nccl_path_comparison(spec, echo=echo)
-        fits = {p: alpha_beta.fit_sweep(s) for p, s in collectives.compare_paths(inventory=inv).items()}
+        fits = {p: alpha_beta.fit_sweep(s) for p, s in collectives_run.compare_paths(inventory=inv).items()}
         rec = recorded_runs.recorded_points()
         over = validation.fit_all_overheads(rec).get("ddp")
         t = predicted_vs_measured(res, fits, over, rec)
         t.notes.append("Wrapper cost per step: the one fitted to the recorded DDP runs "
                        f"({over.describe() if over else 'none'}).")
         return t
-    sweep = collectives.sweep(backend="gloo", max_bytes="16M", inventory=inv)
+    sweep = collectives_run.sweep(backend="gloo", max_bytes="16M", inventory=inv)
     fit = alpha_beta.fit_sweep(sweep)
     rows, tables_ = [], []
     rec = recorded_runs.recorded_points()

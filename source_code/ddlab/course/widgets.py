@@ -23,12 +23,13 @@ learner reading one finds both.
 from __future__ import annotations
 
 import dataclasses
-import functools
+import html
 import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ddlab.cost import alpha_beta, recorded_runs, step_model, validation
+from ddlab.cost import alpha_beta, step_model
+from ddlab.cost import predict as _predict
 from ddlab.system import links as _links
 from ddlab.base.tables import Table
 # Sizes, times and rates are written by ddlab.base.units; widgets.format_bytes, format_time and
@@ -346,10 +347,9 @@ RECORDED_PATH_PREFIX = "recorded:"
 WRAPPERS = ("none", "ddp", "horovod")
 
 
-@functools.lru_cache(maxsize=1)
 def _recorded_set():
-    """The recorded runs and path fits (loaded once per session)."""
-    return recorded_runs.recorded_points()
+    """The recorded runs and path fits (:func:`ddlab.cost.predict.recorded_set`, loaded once per session)."""
+    return _predict.recorded_set()
 
 
 def recorded_step_s(model: str):
@@ -370,8 +370,9 @@ def step_link_choices() -> list:
 
 
 def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2, link: str = "nvlink4_x18",
-                          step_ms: Optional[float] = None, wrapper: str = "none") -> step_model.StepPrediction:
-    """:func:`ddlab.cost.step_model.predict_step` with the choices of :func:`step_calculator`.
+                          step_ms: Optional[float] = None, wrapper: str = "none") -> "_predict.Prediction":
+    """:func:`ddlab.cost.predict.predict` (what ``ddlab predict`` runs) with the choices of
+    :func:`step_calculator`: weak scaling, ``batch`` per GPU on ``n_gpus`` (2 or more).
 
     ``link``: a key of :mod:`ddlab.system.links` (ring formula on the link's alpha and beta) or
     ``"recorded:<path>"`` (the alpha-beta fit of that path's recorded all-reduce sweep).
@@ -386,34 +387,27 @@ def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2
     if wrapper not in WRAPPERS:
         raise ValueError(f"wrapper must be one of {', '.join(WRAPPERS)}, got {wrapper!r}")
     if isinstance(link, str) and link.startswith(RECORDED_PATH_PREFIX):
-        fits = _recorded_set().fits
-        path = link[len(RECORDED_PATH_PREFIX):]
-        if path not in fits:
-            raise ValueError(f"no recorded all-reduce for path {path!r}; have {', '.join(fits)}")
-        path_model = fits[path]
+        path, fits = link[len(RECORDED_PATH_PREFIX):], _predict.RECORDED
+        if path not in _recorded_set().fits:
+            raise ValueError(f"no recorded all-reduce for path {path!r}; have {', '.join(_recorded_set().fits)}")
     else:
-        path_model = _links.get(link)
+        path, fits = link, {link: _links.get(link)}
     if step_ms is None:
         rec = recorded_step_s(model)
         if rec is None:
             raise ValueError(f"{model} has no recorded one-GPU step: give step_ms (measure it with one GPU)")
-        compute_s = rec[0] * batch / rec[1]
-    else:
-        if not (isinstance(step_ms, (int, float)) and math.isfinite(step_ms) and step_ms > 0):
-            raise ValueError(f"step_ms must be a positive number of milliseconds, got {step_ms!r}")
-        compute_s = step_ms * 1e-3
-    rec = _recorded_set()
-    over = validation.fit_all_overheads(rec).get(wrapper) if wrapper != "none" else None
-    channels = (rec.channels.get(link[len(RECORDED_PATH_PREFIX):])
-                if isinstance(link, str) and link.startswith(RECORDED_PATH_PREFIX) else None)
-    measured = recorded_runs.measured_inputs(model, int(batch), rec.profiles, channels)
-    return step_model.predict_step(model, compute_s, path_model, n_gpus, batch=int(batch), overheads=over, **measured)
+        step_ms = rec[0] * batch / rec[1] * 1e3
+    elif not (isinstance(step_ms, (int, float)) and math.isfinite(step_ms) and step_ms > 0):
+        raise ValueError(f"step_ms must be a positive number of milliseconds, got {step_ms!r}")
+    return _predict.predict(model, step_ms=step_ms, batch=int(batch), gpus=n_gpus, path=path, fits=fits,
+                            framework="ddp" if wrapper == "none" else wrapper,
+                            wrapper=step_model.NO_OVERHEADS if wrapper == "none" else None)
 
 
-def _step_bar(p: step_model.StepPrediction) -> str:
+def _step_bar(p: "_predict.Prediction") -> str:
     colours = (("compute", p.compute_s, "#1b9e77"), ("exposed communication", p.exposed_comm_s, "#d95f02"),
-               ("overhead", p.overhead_s, "#7570b3"))
-    cells = "".join(f"<div style='width:{100 * v / p.total_s:.1f}%;background:{c}'></div>" for _, v, c in colours)
+               ("wrapper", p.wrapper_s, "#7570b3"))
+    cells = "".join(f"<div style='width:{100 * v / p.step_s:.1f}%;background:{c}'></div>" for _, v, c in colours)
     keys = " &nbsp; ".join(f"<span style='color:{c}'>&#9632; {name} {format_time(v)}</span>" for name, v, c in colours)
     return (f"<div style='display:flex;width:480px;height:14px;border:1px solid #888'>{cells}</div>"
             f"<small>{keys}</small>")
@@ -421,9 +415,9 @@ def _step_bar(p: step_model.StepPrediction) -> str:
 
 def step_calculator(model: str = "wide", batch: int = 512, n_gpus: int = 2, link: str = "nvlink4_x18",
                     wrapper: str = "none"):
-    """Model, per-GPU batch, GPUs, link and wrapper -> the predicted step split into compute,
-    exposed communication and overhead, and the speedup over one GPU
-    (:func:`predict_training_step`). The step-time box starts at the recorded one-GPU step
+    """Model, per-GPU batch, GPUs (2 or more), link and wrapper -> the predicted step split into
+    compute, exposed communication and the wrapper's cost, where each number came from, and the
+    speedup over one GPU (:func:`predict_training_step`, which is ``ddlab predict``). The step-time box starts at the recorded one-GPU step
     (scaled to the batch) and can be overwritten. Without ipywidgets, prints the prediction
     for the starting values and returns it."""
     from ddlab.training import models as _models
@@ -438,7 +432,7 @@ def step_calculator(model: str = "wide", batch: int = 512, n_gpus: int = 2, link
     model_w = w.Dropdown(options=list(_models.MODELS), value=model, description="model", layout=wide)
     batch_w = w.SelectionSlider(options=[2 ** k for k in range(4, 14)], value=batch, description="batch/GPU",
                                 layout=wide)
-    gpus_w = w.IntSlider(value=n_gpus, min=1, max=16, description="GPUs", layout=wide)
+    gpus_w = w.IntSlider(value=n_gpus, min=2, max=16, description="GPUs", layout=wide)
     link_w = w.Dropdown(options=step_link_choices(), value=link, description="link", layout=wide)
     wrapper_w = w.Dropdown(options=list(WRAPPERS), value=wrapper, description="wrapper", layout=wide)
     step_w = w.BoundedFloatText(value=round(start.compute_s * 1e3, 4), min=1e-4, max=1e5, step=0.1,
@@ -455,9 +449,9 @@ def step_calculator(model: str = "wide", batch: int = 512, n_gpus: int = 2, link
             p = predict_training_step(model_w.value, batch_w.value, gpus_w.value, link_w.value, step_w.value,
                                       wrapper_w.value)
         except ValueError as exc:
-            out.value = f"<pre>{exc}</pre>"
+            out.value = f"<pre>{html.escape(str(exc))}</pre>"
             return
-        out.value = f"<pre>{p.describe()}</pre>{_step_bar(p)}"
+        out.value = f"<pre>{html.escape(p.describe())}</pre>{_step_bar(p)}"
 
     model_w.observe(default_step, names="value")
     batch_w.observe(default_step, names="value")

@@ -5,6 +5,8 @@ varies, runs every configuration ``spec.repeats`` times through :func:`ddlab.tra
 returns an :class:`~ddlab.training.results.ExperimentResult` (median and min-max over the repeats):
 
 * :func:`throughput_scaling` - images/s over 1, 2, ... workers, speedup and efficiency;
+* :func:`strong_scaling` - a global batch on one worker and split over several, as the field
+  reports ran it;
 * :func:`nccl_path_comparison` - the course's central experiment: the same training over
   NCCL's default path, over shared host memory and over sockets, each under
   ``NCCL_DEBUG=INFO`` so the transport NCCL really chose is read from its log;
@@ -81,6 +83,54 @@ def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = 
     return ExperimentResult("scaling", rows, "live", run_provenance(
         f"ddlab.training.experiments.throughput_scaling({spec.framework!r}, {spec.launcher!r}, workers={workers}, "
         f"model={spec.model!r})"), notes, config_of(spec, all_runs[0], workers=workers), all_runs)
+
+
+def strong_scaling(base: Optional[RunSpec] = None, global_batches: Sequence[int] = (32,), workers: int = 2,
+                   device: str = "auto", path: str = "default", echo: bool = False, progress: Progress = None,
+                   **fields) -> ExperimentResult:
+    """Strong scaling, as the field reports ran it: each global batch once on one worker and
+    once split evenly over ``workers`` (``global / workers`` images each), ``spec.repeats``
+    times; the speedup is images/s on ``workers`` over images/s on one at the same global
+    batch. ``path``: the NCCL path of the multi-worker runs (e.g. "shm": peer-to-peer off, as
+    in the reports). ``fields``: RunSpec fields (framework, launcher="ddp", model, steps, ...)
+    when no ``base`` is given. (Weak scaling, a fixed batch per worker, is
+    :func:`throughput_scaling`.)"""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
+        raise RunSpecError(f"strong scaling splits the batch over 2 or more workers, got {workers!r}")
+    batches = sorted({int(g) for g in global_batches})
+    bad = [g for g in batches if g < workers or g % workers]
+    if not batches or bad:
+        raise RunSpecError(f"each global batch must split evenly over {workers} workers; got {bad or batches}")
+    if base is None:
+        fields.setdefault("launcher", "ddp")
+    spec = base_spec(base, device, workers, dict(fields, workers=workers))
+    if spec.launcher == "none":
+        raise RunSpecError("launcher 'none' is one process; use 'ddp' or 'horovod' to split a batch")
+    if spec.device == "cpu" and nccl_path_name(path) != "default":
+        raise RunSpecError(f"path {path!r} is an NCCL setting: CPU processes all-reduce with gloo")
+    all_runs, rows = [], []
+    for g in batches:
+        base_ips = None
+        for w in (1, workers):
+            runs = repeat(spec.with_(workers=w, batch=g // w, path="default" if w == 1 else path),
+                          env=None, echo=echo, progress=progress)
+            row = row_of_repeats(runs)
+            row.update(runs=keep_runs(all_runs, runs), batch_per_worker=g // w, global_batch=g)
+            base_ips = base_ips or row["images_per_s"]
+            rows.append(add_speedup(row, base_ips))
+    notes = [f"strong scaling: each global batch on 1 worker, then split over {workers}; speedup over 1 worker at "
+             "the same global batch"]
+    if spec.device == "cpu":
+        notes.append("CPU processes with gloo: the workers share this machine's cores, so scaling shows the real "
+                     "code path, not what GPUs would do")
+    elif path != "default":
+        notes.append(f"the {workers}-worker runs use NCCL path {path!r}")
+    return ExperimentResult("strong-scaling", rows, "live", run_provenance(
+        f"ddlab.training.experiments.strong_scaling({spec.framework!r}, {spec.launcher!r}, model={spec.model!r}, "
+        f"global_batches={batches}, workers={workers}, path={path!r})"), notes,
+        config_of(spec, all_runs[0], workers=[1, workers], global_batches=batches, batch_size=None,
+                  path=None if spec.device == "cpu" else path),
+        all_runs)
 
 
 def _transport_of(log_text: str, dev: str, backend: str) -> dict:

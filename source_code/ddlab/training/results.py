@@ -23,9 +23,10 @@ from ddlab.training import throughput
 from ddlab.training.runspec import RunSpec, RunSpecError
 
 TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
-          "perf-options": "single-GPU speed options", "tuning": "communication tuning"}
+          "perf-options": "single-GPU speed options", "tuning": "communication tuning",
+          "strong-scaling": "strong scaling"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
-_SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning")
+_SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning", "strong-scaling")
 _BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.system.nccl's
 
 
@@ -92,6 +93,8 @@ def row_label(name: str, r: dict) -> str:
         return r.get("tuning", "?")
     if name == "launchers":
         return f"{r.get('launcher')}\n{r.get('path')}"
+    if name == "strong-scaling":
+        return f"{r.get('global_batch')} on {r.get('workers')}"
     return f"{r.get('workers')} worker" + ("s" if r.get("workers") != 1 else "")
 
 
@@ -153,7 +156,8 @@ class ExperimentResult:
         what = TITLES.get(self.name, self.name)
         reps = c.get("repeats")
         return (f"{what}: {c.get('framework')} {c.get('launcher')}, model {c.get('model')}, "
-                f"batch {c.get('batch_size')}/worker, {c.get('device')}"
+                + (f"global batch {', '.join(map(str, c['global_batches']))}" if c.get("global_batches") else
+                   f"batch {c.get('batch_size')}/worker") + f", {c.get('device')}"
                 + (f", NCCL path {c['path']}" if c.get("path") else "")
                 + (f", {reps} repeats" if reps and reps > 1 else ""))
 
@@ -297,6 +301,9 @@ _COLUMNS = {
     "tuning": [("tuning", "tuning"), ("flags", "flags"), ("workers", "workers"), ("global batch", "global_batch"),
                ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"), ("step ms median", "step_ms_median"),
                ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
+    "strong-scaling": [("global batch", "global_batch"), ("workers", "workers"), ("batch/worker", "batch_per_worker"),
+                       ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"),
+                       ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("test acc", "test_accuracy")],
     "perf-options": [("option", "option"), ("images/s", "images_per_s"), ("vs plain", "speedup"),
                      ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"),
                      ("cuda graph", "cuda_graph"), ("test acc", "test_accuracy")],

@@ -1,0 +1,42 @@
+"""ddlab.training.experiments.strong_scaling: a global batch on one worker, then split over
+several, as the field reports ran it (launches faked: no GPU or training needed)."""
+import pytest
+
+from _experiment_fakes import FakeLaunches, script_result
+from ddlab.training import experiments as ex, runs
+from ddlab.training.runspec import RunSpec, RunSpecError
+
+
+def test_each_global_batch_runs_on_one_worker_then_split(monkeypatch):
+    outcomes = []
+    for g in (8, 32):
+        outcomes += [script_result(v, global_batch=g) for v in (100.0, 98.0, 102.0)]
+        outcomes += [script_result(v, workers=2, global_batch=g) for v in (80.0, 90.0, 85.0)]
+    fake = FakeLaunches(*outcomes)
+    monkeypatch.setattr(runs.launch, "run", fake)
+    spec = RunSpec.for_device("cuda", "mlp-small", launcher="ddp", repeats=3)
+    res = ex.strong_scaling(spec, global_batches=(32, 8), path="shm")
+    assert len(fake.argvs) == 12 and len(res.rows) == 4
+    batches = [a[a.index("--batch-size") + 1] for a in fake.argvs]
+    assert batches == ["8"] * 3 + ["4"] * 3 + ["32"] * 3 + ["16"] * 3      # global, then split in two
+    # the split runs use the path asked for; the one-worker runs have no all-reduce
+    assert fake.envs[3].get("NCCL_P2P_LEVEL") == "LOC" and "NCCL_P2P_LEVEL" not in fake.envs[0]
+    one, two = res.rows[:2]
+    assert (one["workers"], one["batch_per_worker"], one["global_batch"]) == (1, 8, 8)
+    assert (two["workers"], two["batch_per_worker"], two["global_batch"]) == (2, 4, 8)
+    assert one["speedup"] == 1.0 and two["speedup"] == pytest.approx(85.0 / 100.0)
+    assert (two["speedup_min"], two["speedup_max"]) == (pytest.approx(0.8), pytest.approx(0.9))
+    assert res.name == "strong-scaling" and res.config["global_batches"] == [8, 32]
+    text = res.table()
+    assert "global batch 8, 32" in text and "0.85x" in text and "batch/worker" in text
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(global_batches=(5,)), "split evenly"),
+    (dict(global_batches=(1,)), "split evenly"),
+    (dict(workers=1), "2 or more workers"),
+    (dict(path="shm", device="cpu"), "NCCL setting"),
+])
+def test_strong_scaling_refuses_what_it_cannot_run(kwargs, match):
+    with pytest.raises(RunSpecError, match=match):
+        ex.strong_scaling(RunSpec.for_device("cpu", "mlp-small", launcher="ddp"), **kwargs)
