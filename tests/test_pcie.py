@@ -1,4 +1,7 @@
 """ddlab.system.pcie: each GPU's PCIe link from NVML or nvidia-smi, and its warnings."""
+import threading
+import time
+
 import pytest
 
 from ddlab.system import hardware, pcie
@@ -83,3 +86,78 @@ def test_pcie_report(monkeypatch):
     assert "PCIe now" in text and "Gen1 x8" in text and "below maximum" in text
     assert text.count("warning:") == 2
     assert pcie.pcie_report(hardware.Inventory()) == ""
+
+
+# --------------------------------------------------------------------------- under load
+class LoadNVML(FakeNVML):
+    """Links that train up when a copy starts: GPU 0 idles at Gen1 and reaches Gen5 x16 (its
+    maximum) under load; GPU 1 idles at Gen1 and never gets past Gen4 x16 of Gen5 x16."""
+    def __init__(self, loaded):
+        super().__init__()
+        self.loaded = loaded            # a threading.Event the load sets while it runs
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        if not self.loaded.is_set():
+            return 1
+        return 5 if h == 0 else 4
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return 16
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return 16
+
+
+def _load(event, seconds=0.15):
+    def load():
+        event.set()
+        time.sleep(seconds)
+        event.clear()
+    return load
+
+
+def test_a_link_that_stays_below_its_maximum_under_load_is_flagged():
+    ev = threading.Event()
+    nv = LoadNVML(ev)
+    check = pcie.links_under_load(_load(ev), pynvml=nv, interval_s=0.005)
+    assert nv.shut and check.error is None and check.seconds >= 0.15
+    g0, g1 = check.links
+    assert (g0.gen_idle, g0.gen_load, g0.gen_max) == (1, 5, 5) and not g0.stays_below
+    assert (g1.gen_idle, g1.gen_load, g1.gen_max) == (1, 4, 5) and g1.stays_below and g1.samples >= 3
+    flagged = check.flagged()
+    assert len(flagged) == 1 and flagged[0].startswith("GPU 1 (NVIDIA H200): PCIe link stayed at Gen4 x16 under load")
+    assert "below its maximum Gen5 x16" in flagged[0] and "31.5 of 63.0 GB/s" in flagged[0]
+    assert "its maximum" in g0.line() and "Gen1 x16" in check.table().text()
+    again = pcie.LoadCheck.from_dict(check.to_dict())
+    assert again.flagged() == flagged and check.to_dict()["flagged"] == flagged
+
+
+def test_only_the_loaded_gpus_are_read_and_a_failing_load_is_reported():
+    ev = threading.Event()
+
+    def broken():
+        time.sleep(0.02)
+        raise RuntimeError("CUDA out of memory\nmore")
+    check = pcie.links_under_load(broken, indices=[1, 5], pynvml=LoadNVML(ev), interval_s=0.005)
+    assert [x.index for x in check.links] == [1] and check.error == "RuntimeError: CUDA out of memory"
+    assert "[5] not read" in check.notes[0]
+
+
+def test_a_load_too_short_to_read_is_said():
+    class Never(LoadNVML):
+        def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+            raise self.NVMLError("Not Supported")
+
+        def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+            raise self.NVMLError("Not Supported")
+    check = pcie.links_under_load(lambda: None, pynvml=Never(threading.Event()))
+    assert all(x.samples == 0 and not x.stays_below for x in check.links)
+    assert "give it longer" in check.notes[0] and "no reading" in check.links[0].line()
+
+
+def test_no_nvml_is_one_clear_error():
+    class Broken(FakeNVML):
+        def nvmlInit(self):
+            raise self.NVMLError("NVML Shared Library Not Found")
+    with pytest.raises(RuntimeError, match="NVML unavailable"):
+        pcie.links_under_load(lambda: None, pynvml=Broken())
