@@ -4,7 +4,7 @@ import pytest
 
 from ddlab.cost import validation as val
 from ddlab.cost.alpha_beta import AlphaBeta
-from ddlab.cost.recorded_runs import RecordedPoint, predict_point, recorded_points
+from ddlab.cost.recorded_runs import RecordedPoint, RecordedSet, predict_point, recorded_points
 from ddlab.cost.step_model import Overheads
 
 
@@ -51,5 +51,64 @@ def test_validate_on_the_recorded_runs():
     # the MLPs' GPU time comes from another machine with the same GPU: said
     assert "same GPU model" in notes
     assert "in proportion to its FLOPs" in " ".join(val.validate(rec, readiness="flops").notes)
-    h = val.holdout(rec).to_dict()["rows"]
-    assert {(r["launcher"], r["model"]) for r in h} == {(p.launcher, p.model) for p in rec.points}
+    assert t.title.startswith("In-sample")
+
+
+def test_held_out_predicts_every_recorded_run_without_its_model_then_its_path():
+    rec = recorded_points()
+    t = val.held_out(rec)
+    rows = t.to_dict()["rows"]
+    assert [(r["launcher"], r["model"], r["path"], r["batch"]) for r in rows] == \
+        [(p.launcher, p.model, p.path, p.batch) for p in rec.points]
+    keys = {c.key for c in t.columns}
+    assert {"model_err", "path_err", "in_sample", "path_matters"} <= keys
+    assert "batch_err" not in keys          # every recording has one batch per GPU: nothing to leave out
+    notes = " ".join(t.notes)
+    assert notes.startswith("Held out: leaving each model out, ") and "leaving each batch out is not possible" in notes
+    # the counts in the notes are the rows' own
+    k, m = val.hits(rows, "model_err")
+    assert f"leaving each model out, {k} of {m} within" in notes
+    k, m = val.hits(rows, "in_sample")
+    assert f"In-sample, for comparison only" in notes and f"{k} of {m} within" in notes
+    flat = sum(r["path_matters"] == "NO" for r in rows)
+    assert flat and f"{flat} of {len(rows)} predictions do not depend on the path" in notes
+    # the wide model's shared-memory and socket runs are decided by the link; graph runs fit nothing
+    assert all(r["path_matters"] == "yes" for r in rows if r["model"] == "wide" and r["path"] != "default")
+    graph = [r for r in rows if r["launcher"] == "ddp-graph"]
+    assert graph and all(r["fitted"] == "none" and r["model_err"] == r["path_err"] == r["in_sample"] for r in graph)
+    # the plot draws the model-out prediction
+    import matplotlib
+    matplotlib.use("Agg")
+    from ddlab.views import cost_plots
+    ax = cost_plots.plot_validation(t, predicted="model_pred")
+    assert len(ax.lines) >= len(rows)
+
+
+def test_held_out_on_runs_made_by_the_model_itself_is_exact_and_leaves_out_batches():
+    """Runs generated with a known wrapper cost, at two batches: every held-out fit finds it."""
+    fits = {"fast": AlphaBeta(20e-6, 300e9), "slow": AlphaBeta(40e-6, 5e9)}
+    pts = []
+    for model, one in (("cnn", 2e-3), ("wide", 3e-3)):
+        for batch, scale in ((256, 0.6), (512, 1.0)):
+            for path in fits:
+                p = RecordedPoint("ddp", model, path, 2, batch, one * scale, None, True, 1.0)
+                true = predict_point(p, fits, Overheads(1e-3)).speedup
+                pts.append(RecordedPoint("ddp", model, path, 2, batch, one * scale, None, True, true))
+    rec = RecordedSet(pts, fits)
+    rows = val.held_out(rec, readiness="flops").to_dict()["rows"]
+    for by in ("model", "path", "batch"):
+        assert all(abs(r[f"{by}_err"]) < 1.0 for r in rows), by
+    # a scheme with nothing left to fit on cannot hold out: None, and the notes say so
+    one_model = RecordedSet([p for p in pts if p.model == "cnn"], fits)
+    t = val.held_out(one_model, readiness="flops")
+    assert "model_err" not in {c.key for c in t.columns}      # one model: leaving it out leaves nothing
+    assert val.held_out_speedups(one_model, "path", readiness="flops")[0] is not None
+
+
+def test_link_effect_says_whether_the_path_decides_the_prediction():
+    fits = {"fast": AlphaBeta(20e-6, 300e9), "slow": AlphaBeta(40e-6, 5e9)}
+    rec = RecordedSet([], fits)
+    hidden = RecordedPoint("ddp", "cnn", "fast", 2, 512, 2e-3, 0.5e-3, True, 1.9)   # host-bound: the GPU idles
+    exposed = RecordedPoint("ddp", "wide", "slow", 2, 512, 3e-3, 3e-3, True, 0.3)
+    assert val.link_effect(rec, hidden, readiness="flops") < val.PATH_INDEPENDENT
+    assert val.link_effect(rec, exposed, readiness="flops") > 1

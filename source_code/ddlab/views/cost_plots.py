@@ -65,13 +65,14 @@ def plot_sweep_fit(result, ax=None, fit: Optional[AlphaBeta] = None):
                            title=f"{result.op} time per call and the alpha-beta fit")
 
 
-def plot_validation(table, ax=None):
+def plot_validation(table, ax=None, predicted: str = "predicted"):
     """Predicted against measured speedup (log-log), one marker per run, coloured by
     launcher, with the line predicted = measured and the ±10% band. ``table``: what
-    :func:`ddlab.cost.validation.validate` (or ``holdout``) returned, or its rows. Returns
-    the axes."""
+    :func:`ddlab.cost.validation.validate` or :func:`ddlab.cost.validation.held_out` returned
+    (then ``predicted="model_pred"``: each model held out), or its rows. Returns the axes."""
     import matplotlib.pyplot as plt
     rows = table.to_dict()["rows"] if hasattr(table, "to_dict") else list(table)
+    rows = [dict(r, predicted=r[predicted]) for r in rows if r.get(predicted) is not None]
     if not rows:
         raise ValueError("nothing to plot: the table has no rows")
     if ax is None:
