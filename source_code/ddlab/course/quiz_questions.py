@@ -289,17 +289,19 @@ CASE_STUDIES_QUIZ = (
          "2 + (6 - 1.3) = 6.7 ms for twice the images, about 0.6x", "the same: communication and compute overlap "
          "completely"), 1,
         "Speedup = 2 x (one-GPU step) / (two-GPU step). The two-GPU step is the compute plus the part of the "
-        "all-reduce nothing hides: 2 + 4.7 = 6.7 ms, so 2 x 2 / 6.7 = 0.6x. When the step is shorter than "
-        "the all-reduce of its gradients, the second GPU costs more than it brings.",
+        "all-reduce nothing hides: 2 + 4.7 = 6.7 ms, so 2 x 2 / 6.7 = 0.6x. Two GPUs lose when what the step "
+        "gains (the exposed all-reduce, plus the wrapper's own cost) is longer than the step itself; on n GPUs, "
+        "longer than n - 1 steps.",
         {0: "Each GPU keeps its own batch (weak scaling); the all-reduce is what the second GPU adds.",
          2: "Only the backward pass can hide the all-reduce; the rest of it is exposed."}),
     Question(
-        "Over NVLink a tiny model's gradients all-reduce in microseconds, yet its 2-GPU step is still clearly "
-        "slower than its 1-GPU step. What does the step model add to explain it?",
+        "Over NVLink a tiny model's gradients all-reduce in microseconds, yet its 2-GPU step (each GPU with the "
+        "same batch) still takes longer than its 1-GPU step. What does the step model add to explain it?",
         ("the data-parallel wrapper's own fixed cost per step (hooks, bucket bookkeeping, launching and "
          "waiting for the collective)", "NVLink's bandwidth", "the optimizer's learning rate"), 0,
-        "A fixed cost per step does not shrink with the model: for a step of a few milliseconds it is a large "
-        "share, for a long step a small one. That is why small models scale badly even on the fastest link.",
+        "A fixed cost per step does not shrink with the model: for a step of a few milliseconds it is a visible "
+        "share, for a long step a small one. It keeps a small model's speedup a little under 2x even over "
+        "NVLink, and it is what makes the model lose when a tiny batch per GPU shortens the step further.",
         {1: "The link's bandwidth is what makes the all-reduce itself cheap here.",
          2: "The learning rate changes what a step does, not how long it takes."}),
     Question(

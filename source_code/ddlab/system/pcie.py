@@ -129,7 +129,7 @@ def is_geforce(name: str) -> bool:
 
 def link_warnings(links: list, gpu_names=()) -> list:
     """Warnings about the GPUs' links: a PCIe link below its maximum generation or width,
-    and GeForce cards (peer-to-peer between them is disabled by the driver)."""
+    and GeForce cards (recent GeForce GPUs without an NVLink bridge get no peer-to-peer from the driver)."""
     out = []
     for x in links:
         if x.downtrained:
@@ -141,8 +141,9 @@ def link_warnings(links: list, gpu_names=()) -> list:
     geforce = [n for n in names if is_geforce(n)]
     if len(names) >= 2 and geforce:
         out.append(f"{len(geforce)} of the {len(names)} GPUs are GeForce cards ({', '.join(sorted(set(geforce)))}): "
-                   "the NVIDIA driver does not enable peer-to-peer (P2P) access between GeForce GPUs over PCIe, "
-                   "so NCCL stages every transfer through host memory (check: nvidia-smi topo -p2p r).")
+                   "between recent GeForce GPUs without an NVLink bridge the NVIDIA driver does not enable "
+                   "peer-to-peer (P2P) access over PCIe, so NCCL stages every transfer through host memory "
+                   "(check what this machine allows: nvidia-smi topo -p2p r).")
     return out
 
 

@@ -4,7 +4,7 @@ with the moment each layer's gradient is ready, and the optimizer step.
 The step model (:mod:`ddlab.cost.step_model`) needs this to know how much of a bucket's
 all-reduce can hide behind the rest of the backward pass. Counting FLOPs gets it wrong for
 a model whose layers run at very different speeds: in the wide model the 8192-wide dense
-layer holds 97% of the gradient and most of the FLOPs, but its large matrix products run
+layer holds nearly all of the gradient (99.87% of its parameters) and most of the FLOPs, but its large matrix products run
 far faster per FLOP than the small convolutions before it, so its gradient is ready early
 in the backward pass, not near its end. :func:`measure` times it instead:
 
