@@ -105,13 +105,22 @@ def test_cited_tables_name_their_source_and_refuse_uncited_files(tmp_path, monke
     t = cs.cited("two-gpus-without-p2p")
     text = str(t)
     assert text.startswith("Cited, not measured by this course") and "Source: https://" in text
-    assert len(t.to_dict()["rows"]) >= 3
+    # every row names its section of the source; the report's text is not kept here, so nothing is cited yet
+    assert all(r["section"] for r in t.to_dict()["rows"])
+    assert not t.to_dict()["rows"] and "holds no copy of the report's text" in text
+    for gone in ("ViT-Large", "ResNet", "MobileNetV2", "45 min", "10M"):
+        assert gone not in text
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
     (tmp_path / "cited").mkdir()
     (tmp_path / "cited" / "mine.json").write_text(json.dumps(
         {"columns": [["a", "text"]], "rows": [{"a": "x"}], "provenance": {"machine": "mine"}}))
     with pytest.raises(ValueError, match="must say it is cited and name its source"):
         cs.cited("mine")
+    (tmp_path / "cited" / "placed.json").write_text(json.dumps(
+        {"columns": [["a", "text"], ["section", "text"]], "rows": [{"a": "x", "section": "Results"}, {"a": "y"}],
+         "provenance": {"cited": True, "source": "https://example.org", "machine": "theirs"}}))
+    with pytest.raises(ValueError, match=r"row\(s\) 1 name no section"):
+        cs.cited("placed")
 
 
 def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatch):

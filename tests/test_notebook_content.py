@@ -165,7 +165,7 @@ def test_notebook_8_claims_only_what_the_recordings_support():
     # held out is the headline, in-sample comes after it, labelled
     assert src.index("validation.held_out()") < src.index("validation.validate()")
     assert "in-sample" in md.lower() and "for comparison only" in md
-    # the statements issue 28 found unsupported
+    # statements the recordings do not support
     for phrase in ("below about 1 the second GPU makes training slower", "97%", "between which the driver does not",
                    "Small models on links without peer-to-peer lose", "each tuning alone and combined, on NCCL's\n"
                    "default path (NVLink) and with P2P off, for DDP and Horovod, three repeats each, with"):

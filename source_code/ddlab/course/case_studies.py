@@ -34,11 +34,17 @@ CITED_KIND = "cited"
 def cited(name: str) -> Table:
     """A cited result (``reference/cited/<name>.json``) as a table whose title names its
     source. The file holds ``columns`` (key, format, header), ``rows`` and a provenance with
-    ``cited: true``, ``source`` (a URL), ``machine`` and ``retrieved``."""
+    ``cited: true``, ``source`` (a URL), ``machine`` and ``retrieved``. Every row names the
+    ``section`` of the source its figures come from (a figure without one is not cited); a
+    file may hold no rows, and its notes then say why."""
     obj = reference.load(CITED_KIND, name)
     prov = obj["provenance"]
     if not prov.get("cited") or not prov.get("source"):
         raise ValueError(f"reference/{CITED_KIND}/{name} must say it is cited and name its source")
+    unplaced = [i for i, r in enumerate(obj["rows"]) if not str(r.get("section") or "").strip()]
+    if unplaced:
+        raise ValueError(f"reference/{CITED_KIND}/{name}: row(s) {', '.join(map(str, unplaced))} name no section of "
+                         "the source (a cited figure must be found at a named place in it)")
     cols = [tuple(c) for c in obj["columns"]]
     title = f"Cited, not measured by this course: {obj.get('title', name)}"
     notes = [f"Source: {prov['source']} (retrieved {prov.get('retrieved', '?')}).",
