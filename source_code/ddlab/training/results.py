@@ -24,7 +24,7 @@ from ddlab.training.runspec import RunSpec, RunSpecError
 
 TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
           "perf-options": "single-GPU speed options", "tuning": "communication tuning",
-          "strong-scaling": "strong scaling"}
+          "strong-scaling": "strong scaling", "one-gpu": "one GPU", "wrapper-cost": "the wrapper's cost on one worker"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
 _SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning", "strong-scaling")
 _BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.system.nccl's
@@ -95,6 +95,10 @@ def row_label(name: str, r: dict) -> str:
         return f"{r.get('launcher')}\n{r.get('path')}"
     if name == "strong-scaling":
         return f"{r.get('global_batch')} on {r.get('workers')}"
+    if name == "one-gpu":
+        return f"{r.get('model')}\n{r.get('precision')}"
+    if name == "wrapper-cost":
+        return f"{r.get('model')} {r.get('batch')}\n{r.get('wrapper')}"
     return f"{r.get('workers')} worker" + ("s" if r.get("workers") != 1 else "")
 
 
@@ -155,8 +159,10 @@ class ExperimentResult:
         c = self.config
         what = TITLES.get(self.name, self.name)
         reps = c.get("repeats")
-        return (f"{what}: {c.get('framework')} {c.get('launcher')}, model {c.get('model')}, "
+        models = f"models {', '.join(c['models'])}" if c.get("models") else f"model {c.get('model')}"
+        return (f"{what}: {c.get('framework')} {c.get('launcher')}, {models}, "
                 + (f"global batch {', '.join(map(str, c['global_batches']))}" if c.get("global_batches") else
+                   f"batch {', '.join(map(str, c['batches']))}/worker" if c.get("batches") else
                    f"batch {c.get('batch_size')}/worker") + f", {c.get('device')}"
                 + (f", NCCL path {c['path']}" if c.get("path") else "")
                 + (f", {reps} repeats" if reps and reps > 1 else ""))
@@ -304,6 +310,12 @@ _COLUMNS = {
     "strong-scaling": [("global batch", "global_batch"), ("workers", "workers"), ("batch/worker", "batch_per_worker"),
                        ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"),
                        ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("test acc", "test_accuracy")],
+    "one-gpu": [("model", "model"), ("precision", "precision"), ("images/s", "images_per_s"),
+                ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("params", "params"),
+                ("test acc", "test_accuracy")],
+    "wrapper-cost": [("model", "model"), ("batch", "batch"), ("wrapper", "wrapper"),
+                     ("step ms median", "step_ms_median"), ("cost ms/step", "cost_ms"), ("cost share", "cost_share"),
+                     ("buckets", "buckets"), ("ms/bucket", "cost_per_bucket_ms"), ("images/s", "images_per_s")],
     "perf-options": [("option", "option"), ("images/s", "images_per_s"), ("vs plain", "speedup"),
                      ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"),
                      ("cuda graph", "cuda_graph"), ("test acc", "test_accuracy")],
@@ -315,7 +327,8 @@ def _speedup(v) -> str:
     return f"{v:.2f}x"
 
 
-_NUMERIC = {"workers", "images_per_s", "speedup", "efficiency", "step_ms_median", "global_batch", "test_accuracy"}
+_NUMERIC = {"workers", "images_per_s", "speedup", "efficiency", "step_ms_median", "global_batch", "test_accuracy",
+            "batch", "params", "cost_ms", "cost_share", "buckets", "cost_per_bucket_ms"}
 
 
 def _fmt(v, key: str = "") -> str:
@@ -329,8 +342,12 @@ def _fmt(v, key: str = "") -> str:
         return units.format_percent(v, decimals=1)
     if key == "test_accuracy":
         return f"{v:.4f}"
-    if key == "step_ms_median":
+    if key in ("step_ms_median", "cost_ms", "cost_per_bucket_ms"):
         return f"{v:.3f}"
+    if key == "cost_share":
+        return units.format_percent(v, decimals=1)
+    if key == "params":
+        return units.format_count(v)
     if isinstance(v, bool):
         return "yes" if v else "no"
     return str(v)

@@ -1,0 +1,148 @@
+"""One GPU's experiments: what a single GPU trains at, and what the data-parallel wrapper costs
+before any second GPU is involved.
+
+* :func:`single_gpu_throughput` - images/s of the CNN and the two seed-sized MLPs on one GPU, in
+  fp32 and bf16 (one process, ``launcher="none"``), each step launched eagerly (no CUDA graph),
+  like the recorded 2-GPU runs they are set beside.
+* :func:`wrapper_cost` - the same model's step plain, under DDP with world size 1 (``torchrun``,
+  one worker, NCCL) and under Horovod with size 1 (``horovodrun -np 1``, when Horovod is built
+  for PyTorch), at several batch sizes. With one worker nothing crosses a link, so the
+  difference is the wrapper's own fixed cost per step: hooks, bucketing, a collective call on
+  one rank. That cost does not shrink with a faster link, which is why small models scale badly
+  even over NVLink; the cost model takes it as a measured input (per step, and per gradient
+  bucket when the caller says how many buckets the model has: ``buckets``, e.g. from
+  :func:`ddlab.cost.step_model.gradient_buckets`, which lives above this layer).
+
+Both run the course's training script through :func:`ddlab.training.runs.train` and return an
+:class:`~ddlab.training.results.ExperimentResult` ("one-gpu", "wrapper-cost"); a configuration
+that fails gets a row with its error and the others still run.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from ddlab.measure import launch
+from ddlab.system.frameworks import availability
+from ddlab.system.provenance import run_provenance
+from ddlab.training.experiment_kit import config_of, keep_runs, repeat
+from ddlab.training.models import MODELS
+from ddlab.training.results import ExperimentResult, median_run, row_of_repeats
+from ddlab.training.runs import ExperimentError, failure_row
+from ddlab.training.runspec import PRECISIONS, RunSpec, RunSpecError
+
+ONE_GPU_MODELS = ("cnn", "mlp-small", "mlp-large")     # the CNN and the seed-sized MLPs
+WRAPPER_BATCHES = (32, 128, 512)
+WRAPPERS = {"plain": "none", "ddp": "ddp", "horovod": "horovod"}   # row name -> RunSpec launcher
+Progress = Optional[Callable[[str], None]]
+
+
+def _check(models, precisions=()) -> None:
+    for m in models:
+        if m not in MODELS:
+            raise RunSpecError(f"unknown model {m!r}; choose from {', '.join(MODELS)}")
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise RunSpecError(f"unknown precision {p!r}; choose from {', '.join(PRECISIONS)}")
+
+
+def _spec(device: str, model: str, launcher: str, fields: dict) -> RunSpec:
+    """One process on one device, each step launched eagerly (no CUDA graph on a GPU)."""
+    extra = {"cuda_graph": "off"} if device == "cuda" else {}
+    return RunSpec.for_device(device, model, launcher=launcher, workers=1, **extra, **fields)
+
+
+def single_gpu_throughput(models: Sequence[str] = ONE_GPU_MODELS, precisions: Sequence[str] = ("fp32", "bf16"),
+                          device: str = "cuda", echo: bool = False, progress: Progress = None,
+                          **fields) -> ExperimentResult:
+    """Images/s of each model in each precision on one ``device`` (one process, no wrapper).
+    ``fields``: further RunSpec fields (batch, steps, repeats, timeout, ...). On a CPU only
+    fp32 runs (bf16 autocast is the GPU's speed option), and a note says so."""
+    models, precisions = list(models), list(precisions)
+    _check(models, precisions)
+    notes = []
+    if device == "cpu" and "bf16" in precisions:
+        precisions = [p for p in precisions if p != "bf16"] or ["fp32"]
+        notes.append("CPU: fp32 only (bf16 is a GPU speed option here)")
+    if device == "cuda":
+        notes.append("one process, each step launched eagerly (no CUDA graph), like the recorded 2-GPU runs")
+    rows, all_runs, spec = [], [], None
+    for model in models:
+        for precision in precisions:
+            spec = _spec(device, model, "none", dict(fields, precision=precision))
+            try:
+                runs = repeat(spec, echo=echo, progress=progress, graph_fallback=False)
+            except (launch.LaunchError, ExperimentError) as exc:
+                rows.append(failure_row(exc, model=model, precision=precision, workers=1))
+                notes.append(f"{model} {precision} failed: {str(exc).splitlines()[0]}")
+                continue
+            row = row_of_repeats(runs)
+            idx = keep_runs(all_runs, runs)
+            rows.append(dict(row, model=model, precision=precision, params=runs[0].get("params"),
+                             run=idx[median_run(runs)], runs=idx))
+    if not all_runs:
+        raise ExperimentError("every single-GPU run failed:\n" + "\n".join(notes))
+    return ExperimentResult("one-gpu", rows, "live", run_provenance(
+        f"ddlab.training.one_gpu.single_gpu_throughput(models={models}, precisions={precisions}, device={device!r})"),
+        notes, config_of(spec, all_runs[0], models=models, precisions=precisions), all_runs)
+
+
+def available_wrappers(framework: str = "torch") -> list:
+    """plain and ddp, and horovod when Horovod is installed and built for ``framework``."""
+    return ["plain", "ddp"] + (["horovod"] if availability(framework, "horovod")[0] else [])
+
+
+def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] = WRAPPER_BATCHES,
+                 wrappers: Optional[Sequence[str]] = None, device: str = "cuda",
+                 buckets: Optional[Callable[[str], int]] = None, echo: bool = False, progress: Progress = None,
+                 **fields) -> ExperimentResult:
+    """The data-parallel wrapper's own cost on one worker: for each model and batch, a step of
+    the plain model, then under each wrapper (``wrappers`` None: :func:`available_wrappers`),
+    each with one worker. Rows: ``step_ms_median`` and ``cost_ms`` (the wrapper's step minus
+    the plain step; None when the plain run failed), ``cost_share`` (of the plain step), and
+    with ``buckets`` (model -> number of DDP gradient buckets) ``buckets`` and
+    ``cost_per_bucket_ms``. ``fields``: further RunSpec fields (precision, steps, repeats, ...)."""
+    models, batches = list(models), [int(b) for b in batches]
+    _check(models)
+    if not batches or min(batches) < 1:
+        raise RunSpecError("batches must be positive whole numbers, e.g. (32, 128, 512)")
+    wrappers = list(wrappers) if wrappers is not None else available_wrappers()
+    for w in wrappers:
+        if w not in WRAPPERS:
+            raise RunSpecError(f"unknown wrapper {w!r}; choose from {', '.join(WRAPPERS)}")
+    order = ["plain"] + [w for w in wrappers if w != "plain"]
+    notes = ["one worker: nothing crosses a link, so a wrapper's extra time per step is its own fixed cost"]
+    if "horovod" not in order:
+        notes.append("Horovod not measured: " + availability("torch", "horovod")[1])
+    if device == "cpu":
+        notes.append("CPU processes (gloo): the code path, not GPU figures")
+    rows, all_runs, spec = [], [], None
+    for model in models:
+        n_buckets = buckets(model) if buckets else None
+        for batch in batches:
+            plain_ms = None
+            for w in order:
+                spec = _spec(device, model, WRAPPERS[w], dict(fields, batch=batch))
+                try:
+                    runs = repeat(spec, echo=echo, progress=progress, graph_fallback=False)
+                except (launch.LaunchError, ExperimentError) as exc:
+                    rows.append(failure_row(exc, model=model, batch=batch, wrapper=w, workers=1))
+                    notes.append(f"{model} batch {batch} {w} failed: {str(exc).splitlines()[0]}")
+                    continue
+                row = row_of_repeats(runs)
+                idx = keep_runs(all_runs, runs)
+                step = row["step_ms_median"]
+                if w == "plain":
+                    plain_ms = step
+                cost = None if plain_ms is None else step - plain_ms
+                rows.append(dict(row, model=model, batch=batch, wrapper=w, params=runs[0].get("params"),
+                                 cost_ms=cost, cost_share=None if cost is None or not plain_ms else cost / plain_ms,
+                                 buckets=n_buckets,
+                                 cost_per_bucket_ms=None if cost is None or not n_buckets or w == "plain"
+                                 else cost / n_buckets, run=idx[median_run(runs)], runs=idx))
+    if not all_runs:
+        raise ExperimentError("every wrapper-cost run failed:\n" + "\n".join(notes))
+    return ExperimentResult("wrapper-cost", rows, "live", run_provenance(
+        f"ddlab.training.one_gpu.wrapper_cost(models={models}, batches={batches}, wrappers={order}, "
+        f"device={device!r})"), notes, config_of(spec, all_runs[0], models=models, batches=batches, wrappers=order),
+        all_runs)
+

@@ -1,0 +1,73 @@
+"""ddlab.training.one_gpu: single-GPU throughput per model and precision, and the wrapper's
+cost on one worker (plain vs DDP vs Horovod), with the training script's launches faked."""
+import pytest
+
+from _experiment_fakes import FakeLaunches, script_result
+from ddlab.training import one_gpu, runs
+from ddlab.training.runspec import RunSpecError
+
+
+def step(ms, **more):
+    return script_result(512 / ms * 1000, step_time_ms={"median": ms, "p10": ms * 0.9, "p90": ms * 1.1}, **more)
+
+
+def test_single_gpu_throughput_runs_each_model_and_precision_eagerly(monkeypatch):
+    fake = FakeLaunches(step(1.0, params=1_199_882), step(0.8), step(0.3, params=242_762), step(0.25),
+                        "a crash", step(0.4))
+    monkeypatch.setattr(runs.launch, "run", fake)
+    res = one_gpu.single_gpu_throughput(device="cuda")
+    assert res.name == "one-gpu" and len(fake.argvs) == 6
+    assert all("--cuda-graph" in a and a[a.index("--cuda-graph") + 1] == "off" for a in fake.argvs)
+    assert all(a[a.index("--launcher") + 1] == "none" for a in fake.argvs)
+    assert [(r["model"], r["precision"]) for r in res.rows][:4] == [("cnn", "fp32"), ("cnn", "bf16"),
+                                                                   ("mlp-small", "fp32"), ("mlp-small", "bf16")]
+    assert res.rows[0]["params"] == 1_199_882 and res.rows[0]["step_ms_median"] == 1.0
+    assert res.rows[4]["error"] and res.rows[4]["model"] == "mlp-large"
+    assert any("mlp-large fp32 failed" in n for n in res.notes)
+    text = res.table()
+    assert "one GPU: torch none, models cnn, mlp-small, mlp-large" in text and "1,199,882" in text
+
+
+def test_single_gpu_throughput_on_cpu_is_fp32_only(monkeypatch):
+    fake = FakeLaunches(step(5.0))
+    monkeypatch.setattr(runs.launch, "run", fake)
+    res = one_gpu.single_gpu_throughput(models=["mlp-small"], device="cpu")
+    assert [r["precision"] for r in res.rows] == ["fp32"] and "fp32 only" in res.notes[0]
+    assert "--cuda-graph" not in fake.argvs[0]
+
+
+def test_wrapper_cost_is_the_step_over_the_plain_one(monkeypatch):
+    fake = FakeLaunches(step(0.20), step(0.32), step(0.45),      # batch 32: plain, ddp, horovod
+                        "a crash", step(0.40), step(0.50))       # batch 128: the plain run fails
+    monkeypatch.setattr(runs.launch, "run", fake)
+    res = one_gpu.wrapper_cost(models=["mlp-small"], batches=[32, 128], wrappers=["ddp", "horovod"],
+                               buckets=lambda m: 2)
+    assert [a[a.index("--launcher") + 1] for a in fake.argvs] == ["none", "ddp", "horovod"] * 2
+    assert [a[a.index("--batch-size") + 1] for a in fake.argvs] == ["32"] * 3 + ["128"] * 3
+    plain, ddp, hvd = res.rows[:3]
+    assert plain["cost_ms"] == 0 and plain["cost_per_bucket_ms"] is None
+    assert ddp["cost_ms"] == pytest.approx(0.12) and ddp["cost_share"] == pytest.approx(0.6)
+    assert ddp["buckets"] == 2 and ddp["cost_per_bucket_ms"] == pytest.approx(0.06)
+    assert hvd["cost_ms"] == pytest.approx(0.25)
+    failed, ddp128 = res.rows[3], res.rows[4]
+    assert failed["error"] and failed["wrapper"] == "plain" and ddp128["cost_ms"] is None
+    assert "one worker: nothing crosses a link" in res.notes[0]
+    text = res.table()
+    assert "batch 32, 128/worker" in text and "0.120" in text and "60.0%" in text
+
+
+def test_wrapper_cost_names_what_it_left_out(monkeypatch):
+    monkeypatch.setattr(one_gpu, "availability", lambda fw, la: (False, "Horovod is not installed"))
+    assert one_gpu.available_wrappers() == ["plain", "ddp"]
+    fake = FakeLaunches(step(1.0), step(1.1))
+    monkeypatch.setattr(runs.launch, "run", fake)
+    res = one_gpu.wrapper_cost(models=["cnn"], batches=[512], device="cpu")
+    assert [r["wrapper"] for r in res.rows] == ["plain", "ddp"]
+    assert "Horovod not measured: Horovod is not installed" in res.notes
+
+
+@pytest.mark.parametrize("kwargs,match", [({"models": ["resnet"]}, "unknown model"), ({"batches": [0]}, "positive"),
+                                          ({"wrappers": ["fsdp"]}, "unknown wrapper")])
+def test_wrapper_cost_bad_arguments(kwargs, match):
+    with pytest.raises(RunSpecError, match=match):
+        one_gpu.wrapper_cost(**kwargs)
