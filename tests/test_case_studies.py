@@ -7,7 +7,7 @@ import pytest
 from ddlab.course import case_studies as cs
 from ddlab.course import checks
 from ddlab.cost import alpha_beta, recorded_runs, step_model, validation
-from ddlab.measure import p2p
+from ddlab.measure import p2p_diagnosis
 from ddlab.base import reference
 from ddlab.training.results import ExperimentResult
 
@@ -93,7 +93,7 @@ def test_exercise_matrix_has_one_slow_gpu_and_one_asymmetric_pair_and_the_check_
     m, labels, desc = cs.exercise_matrix()
     assert "not a measurement" in desc
     assert np.isnan(np.diag(m)).all()
-    d = p2p.diagnose(m, labels)
+    d = p2p_diagnosis.diagnose(m, labels)
     assert d.outlier_labels == [1] and d.asymmetric_labels == [(2, 3)]
     assert checks.check_p2p_diagnosis(m, 1, (3, 2))
     assert not checks.check_p2p_diagnosis(m, 2, (2, 3))

@@ -219,10 +219,13 @@ def test_notebook_3_where_nvidia_smi_cannot_read_the_gpus_goes_on_recorded(machi
 # ----------------------------------------------------------------------------- notebook 5: no nvcc, hidden GPUs
 def _notebook_5(monkeypatch):
     from ddlab.base import tables
-    from ddlab.measure import collectives, p2p
+    from ddlab.measure import collectives, collectives_recorded, collectives_run, p2p_diagnosis, p2p_run
     from ddlab.system import links, provenance
+    from ddlab.views import p2p_plots
     printed = []
-    ns = {"topology": topology, "links": links, "p2p": p2p, "collectives": collectives, "tables": tables,
+    ns = {"topology": topology, "links": links, "p2p_run": p2p_run, "p2p_diagnosis": p2p_diagnosis,
+          "p2p_plots": p2p_plots, "collectives": collectives, "collectives_run": collectives_run,
+          "collectives_recorded": collectives_recorded, "tables": tables,
           "policy": policy,                                   # imported by the p2p cell
           "inv": hardware.Inventory(), "caption": provenance.caption,
           "NOW": provenance.collect(inventory=hardware.Inventory()),
@@ -231,10 +234,10 @@ def _notebook_5(monkeypatch):
 
 
 def test_notebook_5_on_two_gpus_without_nvcc_shows_the_recorded_run_in_one_line(machine, monkeypatch):
-    from ddlab.measure import p2p
+    from ddlab.measure import p2p_run
     machine(TWO_GPUS_NO_NVCC)
-    monkeypatch.setattr(p2p, "run", lambda *a, **k: pytest.fail("tried to build and run without nvcc"))
-    monkeypatch.setattr(p2p, "nvidia_sample", lambda: None)
+    monkeypatch.setattr(p2p_run, "run", lambda *a, **k: pytest.fail("tried to build and run without nvcc"))
+    monkeypatch.setattr(p2p_run, "nvidia_sample", lambda: None)
     ns, printed = _notebook_5(monkeypatch)
     run_cells("notebooks/5.P2P-Bandwidth-Latency-Test.ipynb", ["f25d05d7"], ns)
     line = printed[0].strip()
@@ -248,14 +251,14 @@ def test_notebook_5_on_two_gpus_without_nvcc_shows_the_recorded_run_in_one_line(
 def test_notebook_5_decides_from_the_gpus_pytorch_can_use_not_nvml(machine, monkeypatch):
     """NVML sees two GPUs, CUDA_VISIBLE_DEVICES leaves PyTorch one: the all-reduce sweep is the CPU
     (gloo) one, said in one line, not an NCCL sweep that would fall back and fail."""
-    from ddlab.measure import collectives
+    from ddlab.measure import collectives, collectives_run
     monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 1)
     monkeypatch.setattr(frameworks, "has_module", lambda name: True)
     monkeypatch.setattr(frameworks, "nvcc_path", lambda: "/usr/bin/nvcc")
     monkeypatch.setattr(policy, "this_machine", lambda: ("1x NVIDIA H200", "h200x1"))
     monkeypatch.setattr(hardware, "inventory", lambda *a, **k: hardware.Inventory(gpus=[{}, {}]))   # NVML: 2
-    monkeypatch.setattr(collectives, "compare_paths", lambda *a, **k: pytest.fail("NCCL sweep on one visible GPU"))
-    monkeypatch.setattr(collectives, "sweep", lambda **k: ("gloo sweep", k["backend"]))
+    monkeypatch.setattr(collectives_run, "compare_paths", lambda *a, **k: pytest.fail("NCCL sweep on one visible GPU"))
+    monkeypatch.setattr(collectives_run, "sweep", lambda **k: ("gloo sweep", k["backend"]))
     monkeypatch.setattr(collectives, "summary", lambda sweeps: list(sweeps))
     ns, printed = _notebook_5(monkeypatch)
     ns["tables"] = type("T", (), {"show": staticmethod(lambda t: None)})
@@ -330,12 +333,13 @@ def test_run_or_skip_runs_what_the_policy_allows(monkeypatch):
 
 
 def test_notebook_4_without_two_gpus_shows_the_recorded_level_sweep_and_why(machine, monkeypatch):
-    from ddlab.measure import collectives
+    from ddlab.measure import collectives, collectives_recorded, collectives_run
     from ddlab.system import provenance
     machine(NO_GPU)
-    monkeypatch.setattr(collectives, "compare_levels", lambda *a, **k: pytest.fail("level sweep without 2 GPUs"))
+    monkeypatch.setattr(collectives_run, "compare_levels", lambda *a, **k: pytest.fail("level sweep without 2 GPUs"))
     printed, shown = [], []
-    ns = {"policy": policy, "collectives": collectives, "inv": hardware.Inventory(), "caption": provenance.caption,
+    ns = {"policy": policy, "collectives": collectives, "collectives_run": collectives_run,
+          "collectives_recorded": collectives_recorded, "inv": hardware.Inventory(), "caption": provenance.caption,
           "NOW": provenance.collect(inventory=hardware.Inventory()),
           "tables": type("T", (), {"show": staticmethod(shown.append)}),
           "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}

@@ -32,13 +32,13 @@ def test_decide(machine, needs, live, why):
 @pytest.fixture
 def live_parts(monkeypatch):
     """The live measurements, replaced by markers (no GPU here): which one ran."""
-    from ddlab.measure import collectives, p2p
+    from ddlab.measure import collectives_run, p2p_run
     from ddlab.measure import nccl_capture
     from ddlab.system import topology
     monkeypatch.setattr(topology.Topology, "from_system", classmethod(lambda cls, timeout=30.0: "live topology"))
     monkeypatch.setattr(nccl_capture, "capture_allreduce_log", lambda env=None, **k: "")
-    monkeypatch.setattr(p2p, "run", lambda *a, **k: "live p2p")
-    monkeypatch.setattr(collectives, "compare_paths", lambda *a, **k: "live sweeps")
+    monkeypatch.setattr(p2p_run, "run", lambda *a, **k: "live p2p")
+    monkeypatch.setattr(collectives_run, "compare_paths", lambda *a, **k: "live sweeps")
 
 
 @pytest.mark.parametrize("part", ["topology", "nccl-logs", "p2p", "allreduce"])

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from ddlab.course import checks
-from ddlab.measure import collectives, launch
+from ddlab.measure import collectives, collectives_cli, launch
 from ddlab.system import links, nccl
 from ddlab.system.topology import parse_topo_matrix
 
@@ -152,7 +152,7 @@ def test_consumers_ask_nccl():
     assert checks.PATHS is nccl.COMPARED
     assert checks.parse_ordering("p2p > host > tcp") == nccl.COMPARED
     assert links.LINK_KINDS["NODE"]["nccl_p2p_level"] == nccl.KIND_LEVEL["NODE"] == "PHB"
-    assert collectives.cli_plan(2)[1] == list(nccl.COMPARED)
+    assert collectives_cli.cli_plan(2)[1] == list(nccl.COMPARED)
     for gone in ("PATHS", "PATH_VARIABLES", "path_env"):
         assert not hasattr(collectives, gone), gone
     for gone in ("p2p_allowed", "nccl_level_table", "NCCL_P2P_LEVELS", "NCCL_LEVEL_MEANING"):
@@ -163,7 +163,7 @@ def test_consumers_ask_nccl():
 
 def test_importing_ddlab_changes_no_environment_variable():
     code = ("import json, os; before = dict(os.environ); import ddlab, ddlab.system.nccl, ddlab.measure.launch, "
-            "ddlab.measure.collectives, ddlab.system.links, ddlab.system.topology, ddlab.course.checks, ddlab.training.models_keras; "
+            "ddlab.measure.collectives_run, ddlab.system.links, ddlab.system.topology, ddlab.course.checks, ddlab.training.models_keras; "
             "after = dict(os.environ); print(json.dumps({k: [before.get(k), after.get(k)] "
             "for k in set(before) | set(after) if before.get(k) != after.get(k)}))")
     env = {k: v for k, v in os.environ.items()

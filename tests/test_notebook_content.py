@@ -52,8 +52,8 @@ def test_notebook_2_teaches_the_model_and_fits_a_live_sweep():
     assert "16 GB/s" in md and "not 1.6 GB/s" in md
     assert "widgets.message_time_calculator(" in src and "diagrams.data_paths()" in src
     assert "UVA" in md and "bidirectional" in md and "per direction" in md
-    assert 'collectives.sweep(backend="gloo", max_bytes="16M"' in src         # small sizes on CPU, past the latency-bound range
-    assert 'collectives.sweep(backend="nccl"' in src
+    assert 'collectives_run.sweep(backend="gloo", max_bytes="16M"' in src         # small sizes on CPU, past the latency-bound range
+    assert 'collectives_run.sweep(backend="nccl"' in src
     assert "alpha_beta.fit_sweep(mine)" in src and "fit.predict(" in src
 
 
@@ -76,7 +76,7 @@ def test_notebook_4_states_the_nccl_facts_right():
     assert "NCCL counts it like `PHB`" in md
     assert "NET/IB" in md and "NCCL_IB_DISABLE=1" in md
     assert "NVLS" in md and "NCCL's own\ndefaults" in md
-    assert "collectives.compare_levels(" in src and "nccl.level_table(t)" in src
+    assert "collectives_run.compare_levels(" in src and "nccl.level_table(t)" in src
     assert "NCCL_NET_DISABLE_INTRA=1" in md and "mode.live_or_recorded(\"nccl-logs\")" in src   # recorded logs, not test fixtures
     assert "tests/fixtures" not in src
     assert "levels act only on GPUs" in md or "levels and paths act only on GPUs" in md
@@ -102,11 +102,11 @@ def test_exercises_start_unanswered_and_are_checked():
 
 def test_notebook_5_compiles_runs_and_compares():
     md, src = text(5), code(5)
-    assert "make --no-print-directory -n -B" in src and "p2p.build(force=True)" in src
+    assert "make --no-print-directory -n -B" in src and "p2p_run.build(force=True)" in src
     assert "No nvcc on this machine" in src
-    assert 'mode.live_or_recorded("p2p")' in src              # p2p.run() with 2 GPUs and nvcc, else the recording
-    assert "p2p.run_nvidia_sample()" in src
-    assert "collectives.compare_paths(" in src and "alpha_beta.fit_sweep(" in src
+    assert 'mode.live_or_recorded("p2p")' in src              # p2p_run.run() with 2 GPUs and nvcc, else the recording
+    assert "p2p_run.run_nvidia_sample()" in src
+    assert "collectives_run.compare_paths(" in src and "alpha_beta.fit_sweep(" in src
     assert "link_peak_gbps=peak" in src                    # the course's one peak, from ddlab.system.links
 
 

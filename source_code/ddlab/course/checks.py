@@ -418,12 +418,12 @@ def _gpu_answer(answer, valid: list):
 
 def check_p2p_diagnosis(matrix, outlier, pair, labels=None) -> CheckResult:
     """The learner names the slow (outlier) GPU and the asymmetric pair of a p2p bandwidth
-    matrix (:func:`ddlab.measure.p2p.diagnose` has the answer). ``outlier``: a GPU (3, "GPU3") or
+    matrix (:func:`ddlab.measure.p2p_diagnosis.diagnose` has the answer). ``outlier``: a GPU (3, "GPU3") or
     "none"; ``pair``: two GPUs ((0, 1), "GPU0-GPU1", either order) or "none". Partly right
     answers say which half is right; an answer that names no GPU of the matrix gets the
     valid choices; nothing raises for a learner's typo."""
-    from ddlab.measure import p2p
-    d = p2p.diagnose(matrix, labels)
+    from ddlab.measure import p2p_diagnosis
+    d = p2p_diagnosis.diagnose(matrix, labels)
     valid = [g for g in d.labels if isinstance(g, int)]
     if len(valid) != len(d.labels):
         raise ValueError("this check needs GPU numbers as labels")

@@ -52,18 +52,18 @@ def _nccl_logs(live: bool, machine: Machine):
 
 
 def _p2p(live: bool, machine: Machine):
-    from ddlab.measure import p2p
+    from ddlab.measure import p2p_recorded, p2p_run
     if live:
-        return p2p.run(), None
-    r = p2p.load_recorded(RECORDED)
+        return p2p_run.run(), None
+    r = p2p_recorded.load_recorded(RECORDED)
     return r, r.provenance
 
 
 def _allreduce(live: bool, machine: Machine):
-    from ddlab.measure import collectives
+    from ddlab.measure import collectives_recorded, collectives_run
     if live:
-        return collectives.compare_paths(), None
-    sweeps = collectives.load_recorded(RECORDED)
+        return collectives_run.compare_paths(), None
+    sweeps = collectives_recorded.load_recorded(RECORDED)
     return sweeps, next(iter(sweeps.values())).provenance
 
 

@@ -64,7 +64,7 @@ def machine_of(steps: dict) -> str:
 def load_other(spec: str) -> dict:
     """``--compare``: a report folder, or the name of a machine recorded under
     ``source_code/reference/`` (e.g. "h200x2"). Returns {"label", "source", "steps"}."""
-    from ddlab.measure import collectives, p2p
+    from ddlab.measure import collectives, collectives_recorded, p2p_recorded
     from ddlab.course import mode
     from ddlab.training import recording
     from ddlab.base import reference
@@ -84,12 +84,12 @@ def load_other(spec: str) -> dict:
         steps["topology"] = {"status": "done", "data": topology_data(t), "provenance": t.provenance}
     topo = (_done(steps.get("topology")) or {}).get("topology")
     if spec in reference.names("p2p"):
-        r = p2p.load_recorded(spec)
+        r = p2p_recorded.load_recorded(spec)
         prov = r.provenance
         names = [d.get("name", "") for d in r.devices] or [prov.get("gpu_model") or ""]
         steps["p2p"] = {"status": "done", "data": p2p_data(r, link_peaks(topo, names)), "provenance": prov}
     if spec in reference.names("allreduce"):
-        sweeps = list(collectives.load_recorded(spec).values())
+        sweeps = list(collectives_recorded.load_recorded(spec).values())
         prov = prov or sweeps[0].provenance
         from ddlab.report.steps import slowest_peak
         peaks = link_peaks(topo, [prov.get("gpu_model") or ""])
@@ -188,16 +188,17 @@ def key_figures(steps: dict) -> dict:
     out = {}
     p2p_d = _done(steps.get("p2p"))
     if p2p_d:
-        from ddlab.measure.p2p import P2PResult, _offdiag
+        from ddlab.measure.p2p import P2PResult
+        from ddlab.measure.p2p_diagnosis import offdiag
         r = P2PResult.from_dict(p2p_d["result"])
         for key, what in (("uni_p2p_on", "p2p unidirectional"), ("bi_p2p_on", "p2p bidirectional")):
             m = r.matrices.get(key)
-            if m is not None and _offdiag(m).size:
-                out[f"{key}:best"] = (f"{what}, best pair", "GB/s", float(_offdiag(m).max()))
-                out[f"{key}:worst"] = (f"{what}, worst pair", "GB/s", float(_offdiag(m).min()))
+            if m is not None and offdiag(m).size:
+                out[f"{key}:best"] = (f"{what}, best pair", "GB/s", float(offdiag(m).max()))
+                out[f"{key}:worst"] = (f"{what}, worst pair", "GB/s", float(offdiag(m).min()))
         lat = r.matrices.get("lat_gpu_p2p_on")
-        if lat is not None and _offdiag(lat).size:
-            out["lat"] = ("p2p latency, GPU-timed, median pair", "us", float(np.median(_offdiag(lat))))
+        if lat is not None and offdiag(lat).size:
+            out["lat"] = ("p2p latency, GPU-timed, median pair", "us", float(np.median(offdiag(lat))))
     ar = _done(steps.get("allreduce"))
     if ar:
         for s in _sweeps(ar):

@@ -1,7 +1,7 @@
 """``ddlab report``: one command that measures what this machine supports and writes a report.
 
 The steps, in order: doctor (:mod:`ddlab.report.doctor`), topology (:mod:`ddlab.system.topology`), our p2p
-test (:mod:`ddlab.measure.p2p`), the all-reduce sweep under each NCCL path (:mod:`ddlab.measure.collectives`)
+test (:mod:`ddlab.measure.p2p_run`), the all-reduce sweep under each NCCL path (:mod:`ddlab.measure.collectives_run`)
 and the Fashion-MNIST NCCL-path experiment (:mod:`ddlab.training.experiments`). What runs here is
 decided by :func:`ddlab.system.policy.decide`; a step this machine cannot run is skipped, and its JSON
 and the report say why. Each step writes ``<out>/<step>.json`` (with provenance) as soon as it
@@ -164,9 +164,9 @@ def default_out(machine: policy.Machine) -> str:
 
 
 def _p2p_built() -> bool:
-    from ddlab.measure import p2p
-    exe = p2p.binary_path()
-    src = os.path.join(p2p.PROGRAM_DIR, p2p.PROGRAM_NAME + ".cu")
+    from ddlab.measure import p2p_run
+    exe = p2p_run.binary_path()
+    src = os.path.join(p2p_run.PROGRAM_DIR, p2p_run.PROGRAM_NAME + ".cu")
     return os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src)
 
 

@@ -125,7 +125,7 @@ def nvlink_generation(gpu_names) -> Optional[int]:
 
 def link_peaks(topo_dict: Optional[dict], gpu_names) -> Optional[list]:
     """Per-pair link peak (GB/s per direction, from :mod:`ddlab.system.links`) from a topology's labels; None when unknown."""
-    from ddlab.measure import p2p
+    from ddlab.measure import p2p_diagnosis
     from ddlab.system import topology
     if not topo_dict:
         return None
@@ -133,7 +133,7 @@ def link_peaks(topo_dict: Optional[dict], gpu_names) -> Optional[list]:
     gpus = topo.gpus
     labels = [["X" if i == j else topo.link(i, j).label for j in gpus] for i in gpus]
     try:
-        peaks = p2p.link_peaks(labels, nvlink_generation=nvlink_generation(gpu_names))
+        peaks = p2p_diagnosis.link_peaks(labels, nvlink_generation=nvlink_generation(gpu_names))
     except ValueError:
         return None
     return [[None if x != x else float(x) for x in row] for row in peaks]
@@ -142,23 +142,24 @@ def link_peaks(topo_dict: Optional[dict], gpu_names) -> Optional[list]:
 def p2p_data(result, peaks) -> dict:
     """The p2p result and its reading: slowest link, asymmetric pairs, outlier GPUs."""
     import numpy as np
-    from ddlab.measure import p2p
+    from ddlab.measure import p2p_diagnosis
     m = result.matrices.get("uni_p2p_on", result.matrices.get("uni_p2p_off"))
     d = {"result": result.to_dict(), "link_peak_gbps": peaks,
-         "summary": p2p.summary(result, None if peaks is None else np.array(peaks, dtype=float))}
+         "summary": p2p_diagnosis.summary(result, None if peaks is None else np.array(peaks, dtype=float))}
     if m is not None and result.n >= 2:
-        worst = p2p._extreme(m, result.labels, best=False)
-        best = p2p._extreme(m, result.labels, best=True)
+        worst = p2p_diagnosis.extreme(m, result.labels, best=False)
+        best = p2p_diagnosis.extreme(m, result.labels, best=True)
         d["slowest"] = {"gbps": worst[0], "src": worst[1], "dst": worst[2]} if worst else None
         d["fastest"] = {"gbps": best[0], "src": best[1], "dst": best[2]} if best else None
-        d["asymmetric"] = [list(a) for a in p2p.asymmetric_pairs(m, result.labels)]
-        d["outliers"] = [list(o) for o in p2p.outlier_gpus(m, result.labels)]
+        d["asymmetric"] = [list(a) for a in p2p_diagnosis.asymmetric_pairs(m, result.labels)]
+        d["outliers"] = [list(o) for o in p2p_diagnosis.outlier_gpus(m, result.labels)]
     return d
 
 
 def _p2p(ctx: Context) -> dict:
     import numpy as np
-    from ddlab.measure import p2p
+    from ddlab.measure import p2p_run
+    from ddlab.views import p2p_plots
     decision = policy.decide(policy.Needs(gpus=2, nvcc=True), ctx.machine)
     if not decision.live:
         raise Skip(decision.why)
@@ -166,20 +167,22 @@ def _p2p(ctx: Context) -> dict:
     topo = ctx.data("topology")
     names = [g["name"] for g in ((ctx.data("doctor") or {}).get("inventory") or {}).get("gpus", [])]
     peaks = link_peaks(topo["topology"] if topo else None, names)
-    result = p2p.run(size=s["size"], reps=s["reps"], copy=s["copy"], latency_reps=s["latency_reps"],
-                     timeout=max(300.0, 3 * s["seconds"]))
+    result = p2p_run.run(size=s["size"], reps=s["reps"], copy=s["copy"], latency_reps=s["latency_reps"],
+                         timeout=max(300.0, 3 * s["seconds"]))
     if peaks is not None and len(peaks) != result.n:     # a --topo-file of another machine
         peaks = None
     d = p2p_data(result, peaks)
     d["sizing"] = s
-    fig = p2p.plot_heatmaps(result, link_peak_gbps=None if peaks is None else np.array(peaks, dtype=float),
-                            keys=[k for k in ("uni_p2p_on", "bi_p2p_on", "lat_gpu_p2p_on") if k in result.matrices])
+    fig = p2p_plots.plot_heatmaps(result, link_peak_gbps=None if peaks is None else np.array(peaks, dtype=float),
+                                  keys=[k for k in ("uni_p2p_on", "bi_p2p_on", "lat_gpu_p2p_on")
+                                        if k in result.matrices])
     d["plots"] = [ctx.save_plot(fig, "p2p.png")]
     return d
 
 
 def _allreduce(ctx: Context) -> dict:
-    from ddlab.measure import collectives, launch
+    from ddlab.measure import collectives, collectives_run, launch
+    from ddlab.views import sweep_plots
     pl = ctx.plan
     multi = policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), ctx.machine)
     ok, why = ctx.machine.software("torch", "ddp")
@@ -190,8 +193,8 @@ def _allreduce(ctx: Context) -> dict:
     sweeps, errors = [], {}
     for path in pl.paths:
         try:
-            sweeps.append(collectives.sweep(backend=pl.sweep_backend, path=path, sizes=pl.sweep_sizes,
-                                            nproc=None if multi.live else 2, inventory=ctx.inventory()))
+            sweeps.append(collectives_run.sweep(backend=pl.sweep_backend, path=path, sizes=pl.sweep_sizes,
+                                                nproc=None if multi.live else 2, inventory=ctx.inventory()))
         except (launch.LaunchError, collectives.CollectiveValidationError, ValueError) as exc:
             errors[path] = str(exc).splitlines()[0]
     if not sweeps:
@@ -203,7 +206,7 @@ def _allreduce(ctx: Context) -> dict:
          "note": note, "link_peak_gbps": slowest_peak(peaks)}
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    collectives.plot_sweep({s.label: s for s in sweeps}, ax=ax)
+    sweep_plots.plot_sweep({s.label: s for s in sweeps}, ax=ax)
     if d["link_peak_gbps"]:
         ax.axhline(d["link_peak_gbps"], color="grey", linestyle=":", linewidth=1,
                    label="slowest link's peak per direction")

@@ -1,0 +1,219 @@
+"""One rank of a collective sweep, started by torchrun as ``python -m
+ddlab.measure.collectives_worker`` (see :func:`ddlab.measure.collectives_run.sweep`). For every
+message size each worker
+
+1. fills its input with values that depend on its rank and on the element index, runs the
+   collective once and checks **every** element of the result against the exact expected
+   value (the values are small integers, so float sums are exact). A wrong element stops
+   the sweep with the rank, the size and the first wrong index;
+2. warms up, then times ``iters`` back-to-back calls (CUDA events on a GPU, a wall clock
+   between barriers on CPU) and divides by ``iters``. (nccl-tests reads a host clock around
+   the launches and a stream synchronize; the events measure the same span on the GPU, without
+   the host's launch of the first call.) Calls are queued without a host sync in between, so
+   for large messages only the collective is timed; for tiny ones the time per call is bounded
+   by how fast Python and torch.distributed can issue calls, which is part of what a training
+   step pays too;
+3. reports the time as nccl-tests does by default: the per-rank average over the
+   iterations, then averaged over the ranks (nccl-tests' ``-a 1``; the slowest rank is
+   kept too, as ``time_us_max``).
+
+It writes the rows (and the devices, torch and NCCL versions it saw) as JSON to ``--out``; a
+wrong element prints :data:`ddlab.measure.collectives.VALIDATION_MARKER` and exits 3.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Sequence
+
+from ddlab.measure.collectives import DTYPES, OPS, VALIDATION_MARKER, bandwidths, format_time_us
+
+
+def main(argv: Sequence[str]) -> int:
+    """One rank of a sweep (started by torchrun; see :func:`ddlab.measure.collectives_run.sweep`)."""
+    import argparse
+    import functools
+
+    from ddlab.measure import launch
+    launch.install_hang_traceback()   # before torch: on SIGTERM (a timeout) print where this rank was
+
+    import torch
+    import torch.distributed as dist
+
+    p = argparse.ArgumentParser(prog="python -m ddlab.measure.collectives_worker")
+    p.add_argument("--op", required=True, choices=OPS)
+    p.add_argument("--backend", required=True, choices=("nccl", "gloo"))
+    p.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
+    p.add_argument("--sizes", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--iters", type=int, default=0)          # 0: automatic
+    p.add_argument("--warmup", type=int, default=-1)        # -1: automatic
+    p.add_argument("--target-s", type=float, default=0.1)
+    p.add_argument("--min-iters", type=int, default=5)
+    p.add_argument("--max-iters", type=int, default=1000)
+    p.add_argument("--inject-error", action="store_true",
+                   help="corrupt one element of the last rank's result (proves validation fires)")
+    a = p.parse_args(argv)
+
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    gpu = a.backend == "nccl"
+    if gpu:
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+        # device_id: create the NCCL communicator now, not at the first timed call.
+        dist.init_process_group("nccl", device_id=dev)
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo")
+    dtype = getattr(torch, a.dtype)
+    esize = DTYPES[a.dtype][1]
+    # Input values are (index % m + 1) * (rank + 1): small integers whose sum over all ranks
+    # stays exactly representable in the dtype, so the check can demand exact equality.
+    tri = n * (n + 1) // 2
+    m = max(2, min(4093, (DTYPES[a.dtype][2] - 1) // tri))
+    # torch >= 2.12 renamed the single-tensor forms; older versions only have the old names.
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+    def sync():
+        if gpu:
+            torch.cuda.synchronize()
+
+    def pattern(out, start, mult):
+        """out[i] = ((start + i) % m + 1) * mult, computed on the device in place."""
+        idx = torch.arange(start, start + out.numel(), device=dev,
+                           dtype=torch.int32 if start + out.numel() < 2 ** 31 else torch.int64)
+        out.copy_(idx.remainder_(m).add_(1).mul_(mult))
+        return out
+
+    def time_calls(fn, k):
+        """Seconds per call of ``k`` back-to-back calls of ``fn`` on this rank."""
+        dist.barrier()
+        sync()
+        if gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(k):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3 / k
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()      # gloo calls on CPU tensors return when the collective is complete
+        return (time.perf_counter() - t0) / k
+
+    def across_ranks(values, op):
+        t = torch.tensor(values, dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=op)
+        return t.tolist()
+
+    def gather_times(sec):
+        mine = torch.tensor([sec], dtype=torch.float64, device=dev)
+        every = torch.empty(n, dtype=torch.float64, device=dev)
+        all_gather(every, mine)
+        return every.tolist()
+
+    # NCCL connects lazily at the first collective; do that before the first timed size.
+    w = torch.ones(1 << 20, dtype=dtype, device=dev)
+    for _ in range(3):
+        dist.all_reduce(w)
+    sync()
+    del w
+
+    tname = DTYPES[a.dtype][0]
+    rows = []
+    if rank == 0:
+        print(f"# {a.op} on {n} ranks ({a.backend}), {a.dtype}", flush=True)
+        print(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'time':>8}  {'algbw':>7}  {'busbw':>7}  {'iters':>5}",
+              flush=True)
+    for nbytes in (int(s) for s in a.sizes.split(",")):
+        if a.op == "all_reduce":
+            count = nbytes // esize
+            buf = torch.empty(count, dtype=dtype, device=dev)
+            pattern(buf, 0, rank + 1)
+            out, fn = buf, functools.partial(dist.all_reduce, buf)
+            expected = pattern(torch.empty_like(buf), 0, tri)
+        elif a.op == "all_gather":
+            count = nbytes // (esize * n)       # per rank, as nccl-tests' count column
+            inp = pattern(torch.empty(count, dtype=dtype, device=dev), 0, rank + 1)
+            out = torch.full((count * n,), -1, dtype=dtype, device=dev)
+            fn = functools.partial(all_gather, out, inp)
+            expected = torch.empty_like(out)
+            for j in range(n):
+                pattern(expected[j * count:(j + 1) * count], 0, j + 1)
+        else:
+            count = nbytes // (esize * n)       # per rank (the receive count)
+            inp = pattern(torch.empty(count * n, dtype=dtype, device=dev), 0, rank + 1)
+            out = torch.full((count,), -1, dtype=dtype, device=dev)
+            fn = functools.partial(reduce_scatter, out, inp)
+            expected = pattern(torch.empty_like(out), rank * count, tri)
+
+        # 1. one untimed call, every element checked.
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        probe = time.perf_counter() - t0
+        if a.inject_error and rank == n - 1:
+            out[out.numel() // 2] += 1
+        bad = "" if torch.equal(out, expected) else "x"
+        if bad:
+            wrong = (out != expected).nonzero()
+            i = int(wrong[0])
+            bad = (f"{a.op} rank {rank} of {n}, {nbytes} bytes ({count} {tname} per call): first wrong "
+                   f"element at index {i}: got {out[i].item()!r}, expected {expected[i].item()!r} "
+                   f"({wrong.numel()} of {out.numel()} elements wrong)")
+        flag, probe = across_ranks([1.0 if bad else 0.0, probe], dist.ReduceOp.MAX)
+        if flag:
+            if bad:
+                print(f"{VALIDATION_MARKER}: {bad}", flush=True)
+            dist.destroy_process_group()
+            return 3
+        del expected
+        # For in-place all-reduce the values now double (n-fold) at every call and may reach
+        # inf during timing; that changes nothing in NCCL's or gloo's speed (no data-dependent
+        # paths, no floating-point traps), and the check above ran on a fresh input.
+
+        # 2. warm-up (also estimates the time per call, so the iterations fit the time budget).
+        warm = a.warmup if a.warmup >= 0 else max(1, min(5, int(0.02 / max(probe, 1e-9))))
+        est = probe
+        if warm:
+            est = across_ranks([time_calls(fn, warm)], dist.ReduceOp.MAX)[0]
+        iters = a.iters or max(a.min_iters, min(a.max_iters, math.ceil(a.target_s / max(est, 1e-9))))
+
+        # 3. timed calls: average per call on each rank, then over ranks (nccl-tests' default).
+        per_rank = gather_times(time_calls(fn, iters))
+        sec = sum(per_rank) / n
+        algbw, busbw = bandwidths(a.op, nbytes, sec, n)
+        rows.append({"bytes": nbytes, "count": count, "time_us": sec * 1e6, "time_us_max": max(per_rank) * 1e6,
+                     "algbw_gbps": algbw, "busbw_gbps": busbw, "iters": iters, "warmup": warm})
+        if rank == 0:
+            print(f"{nbytes:>12}  {count:>12}  {tname:>8}  {format_time_us(sec * 1e6):>8}  {algbw:>7.2f}  "
+                  f"{busbw:>7.2f}  {iters:>5}", flush=True)
+        # Free this size's buffers before allocating the next (1 GiB ones add up).
+        out = inp = buf = fn = None
+
+    devices = [None] * n
+    name = torch.cuda.get_device_name(dev) if gpu else "cpu"
+    dist.all_gather_object(devices, name)
+    if rank == 0:
+        meta = {"op": a.op, "backend": a.backend, "nproc": n, "dtype": a.dtype, "torch": torch.__version__,
+                "devices": devices, "timing": "cuda events" if gpu else "perf_counter between barriers",
+                "rows": rows}
+        if gpu:
+            v = torch.cuda.nccl.version()
+            meta["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        with open(a.out, "w") as f:
+            json.dump(meta, f)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

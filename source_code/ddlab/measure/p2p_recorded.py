@@ -1,0 +1,44 @@
+"""Recorded p2p runs: :func:`record` saves a live :class:`ddlab.measure.p2p.P2PResult` with this
+machine's provenance, :func:`load_recorded` returns a run recorded on one of the course's
+machines (``source_code/reference/p2p/<name>.json``).
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from ddlab.measure.p2p import P2PResult
+from ddlab.measure.p2p_diagnosis import summary
+
+
+def record(result: P2PResult, *, name: Optional[str] = None, path: Optional[str] = None,
+           command=None) -> str:
+    """Save a live result with this machine's provenance: under reference/p2p/<name>.json,
+    or at ``path``. Returns the path written."""
+    from ddlab.system import provenance
+    from ddlab.base import reference
+    if result.synthetic:
+        raise ValueError("a format-demo result is not a measurement and cannot be recorded")
+    obj = {"provenance": provenance.collect(command), "kind": "p2p", "result": result.to_dict(),
+           "summary": summary(result), "text": result.text}
+    if name:
+        return reference.save("p2p", name, obj)
+    if not path:
+        raise ValueError("record() needs a name or a path")
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+    return path
+
+
+def load_recorded(name: str = "h200x2") -> P2PResult:
+    """A run recorded on one of the course's machines (source_code/reference/p2p/<name>.json)."""
+    from ddlab.base import reference
+    obj = reference.load("p2p", name)
+    if "result" not in obj:
+        raise ValueError(f"recorded p2p result {name!r} has no 'result' object")
+    result = P2PResult.from_dict(obj["result"])
+    result.provenance = obj["provenance"]
+    result.text = obj.get("text")
+    return result
+
