@@ -42,18 +42,21 @@ class P2PRunError(P2PError):
 
 
 
-def binary_path(directory: Optional[str] = None) -> str:
-    return os.path.join(directory or PROGRAM_DIR, PROGRAM_NAME)
+def binary_path(directory: Optional[str] = None, program: str = PROGRAM_NAME) -> str:
+    return os.path.join(directory or PROGRAM_DIR, program)
 
 
-def build(force: bool = False, *, directory: Optional[str] = None, timeout: float = 900.0) -> str:
-    """Compile the program with its Makefile; return the binary's path.
+def build(force: bool = False, *, directory: Optional[str] = None, timeout: float = 900.0,
+          program: str = PROGRAM_NAME) -> str:
+    """Compile ``program`` (the p2p test, or ``host_bandwidth_latency``: the host-link test of
+    :mod:`ddlab.measure.host_link`) with the folder's Makefile (``make <program>``); return the
+    binary's path.
 
     Without ``force`` an up-to-date binary is reused. Raises :class:`P2PBuildError` when
     ``nvcc`` or ``make`` is missing or the build fails (with the end of the compiler's output)."""
     directory = directory or PROGRAM_DIR
-    path = binary_path(directory)
-    sources = [os.path.join(directory, f) for f in (PROGRAM_NAME + ".cu", "Makefile")]
+    path = binary_path(directory, program)
+    sources = [os.path.join(directory, f) for f in (program + ".cu", "Makefile")]
     if not force and os.path.exists(path) and all(os.path.getmtime(path) >= os.path.getmtime(s) for s in sources):
         return path
     if not frameworks.nvcc_path():
@@ -62,7 +65,7 @@ def build(force: bool = False, *, directory: Optional[str] = None, timeout: floa
     make = shutil.which("make")
     if not make:
         raise P2PBuildError("'make' was not found: install it (apt-get install make) to build the p2p test")
-    cmd = [make] + (["-B"] if force else [])
+    cmd = [make] + (["-B"] if force else []) + [program]
     try:
         out = subprocess.run(cmd, cwd=directory, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
