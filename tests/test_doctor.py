@@ -88,3 +88,25 @@ def test_doctor_imports_no_framework():
         assert not modules, modules
     d = json.loads(out[:out.rindex("MODULES ")])
     assert d["torch"] == software.package_version("torch") and d["tensorflow"] == software.tensorflow_version()
+
+
+def test_doctor_load_reads_the_links_under_load_and_flags_one_below_its_maximum(monkeypatch, capsys):
+    from ddlab.measure import host_link_torch
+    from ddlab.system import pcie
+    check = pcie.LoadCheck([pcie.LinkUnderLoad(0, "NVIDIA H100", 5, 16, 1, 16, 4, 16, samples=40)], seconds=1.5)
+    monkeypatch.setattr(host_link_torch, "pcie_under_load", lambda seconds: check)
+    text = doctor.load_report()
+    assert "PCIe under load" in text and "Gen1 x16" in text
+    assert "warning: GPU 0 (NVIDIA H100): PCIe link stayed at Gen4 x16 under load, below its maximum Gen5 x16" in text
+
+
+def test_doctor_load_without_a_gpu_is_one_line(monkeypatch, capsys):
+    from ddlab.measure import host_link_torch
+
+    def no_gpu(seconds):
+        raise host_link_torch.NoGPU("skipped: no GPU visible to PyTorch")
+    monkeypatch.setattr(host_link_torch, "pcie_under_load", no_gpu)
+    monkeypatch.setattr(hardware, "_nvml_gpus", lambda notes: ([], None, None))
+    monkeypatch.setattr(hardware, "_smi_gpus", lambda notes: ([], None))
+    assert doctor.cli(["--load"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "PCIe under load: skipped: no GPU visible to PyTorch"

@@ -1,7 +1,10 @@
-"""``ddlab doctor``: what this machine has, for the course. The GPUs, the mode, the software
-(:mod:`ddlab.system.hardware` and :mod:`ddlab.system.software`), whether the Fashion-MNIST data set
-is present and verified (:func:`ddlab.training.data.dataset_status`), and each GPU's PCIe link
-(:mod:`ddlab.system.pcie`).
+"""``ddlab doctor``: what this machine has, for the course. The GPUs (with each one's NUMA node,
+:mod:`ddlab.system.numa`), the mode, the software (:mod:`ddlab.system.hardware` and
+:mod:`ddlab.system.software`), whether the Fashion-MNIST data set is present and verified
+(:func:`ddlab.training.data.dataset_status`), and each GPU's PCIe link (:mod:`ddlab.system.pcie`).
+``ddlab doctor --load`` also reads the PCIe links while a host <-> GPU copy runs
+(:func:`load_report`): an idle link trains down, so only a reading under load can flag one that
+stays below its maximum. Without ``--load`` the doctor starts no GPU work and stays fast.
 
     from ddlab.report import doctor
     from ddlab.system import hardware
@@ -71,6 +74,25 @@ def doctor_dict(inv: Inventory, dataset: Optional[str]) -> dict:
     return out
 
 
+def load_report(seconds: float = 1.5) -> str:
+    """What ``ddlab doctor --load`` adds: each GPU's PCIe link read while a copy runs
+    (:func:`ddlab.measure.host_link_torch.pcie_under_load`), a warning for each link that stays
+    below its maximum; without a GPU (or NVML) one line saying it was skipped and why."""
+    from ddlab.measure import host_link_torch
+    try:
+        check = host_link_torch.pcie_under_load(seconds=seconds)
+    except host_link_torch.NoGPU as exc:
+        return f"PCIe under load: {exc}"
+    except RuntimeError as exc:
+        return f"PCIe under load: skipped: {str(exc).splitlines()[0]}"
+    lines = [str(check.table())]
+    lines += [f"warning: {w}" for w in check.flagged()]
+    if check.error:
+        lines.append(f"warning: the copy that loads the links failed: {check.error}")
+    lines += [f"note: {n}" for n in check.notes]
+    return "\n".join(lines)
+
+
 def cli(argv: list) -> int:
     import argparse
     import json
@@ -82,6 +104,9 @@ def cli(argv: list) -> int:
     p.add_argument("--label", action="store_true",
                    help='print only the name of this machine from its hardware, e.g. "2x NVIDIA H200, NV18"')
     p.add_argument("--slug", action="store_true", help='print only that name as a file name, e.g. "2xh200-nv18"')
+    p.add_argument("--load", action="store_true",
+                   help="also read each GPU's PCIe link while a host <-> GPU copy runs (an idle link trains down; "
+                        "about 2 s, needs PyTorch and a GPU)")
     a = p.parse_args(argv)
     if a.label or a.slug:
         from ddlab.system.machine_name import this_machine
@@ -96,4 +121,6 @@ def cli(argv: list) -> int:
     print(json.dumps(doctor_dict(inv, dataset), indent=2) if a.json else format_inventory(inv, dataset))
     if not a.json and inv.gpus:
         print(pcie.pcie_report(inv))
+    if a.load:
+        print(load_report())
     return 0
