@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import ddlab
+from ddlab.base.paths import REPO_ROOT
 
-REPO = Path(ddlab.REPO_ROOT)
+REPO = Path(REPO_ROOT)
 SLURM_DIR = REPO / "source_code" / "slurm"
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 SBIN = ["/usr/sbin", "/usr/bin", "/sbin"]
