@@ -184,3 +184,15 @@ def test_nothing_is_recorded_yet_says_so():
         pytest.skip("a host-link recording exists")
     with pytest.raises(ReferenceMissing, match="no recorded result hostlink/h100"):
         host_link.load_recorded("h100")
+
+
+def test_several_gpus_side_by_side_mark_the_slower_one(result):
+    slow = host_link.HostLinkResult.from_json(result.to_dict())
+    slow.device = dict(slow.device, index=1, numa_node=None)
+    slow.numa = dict(slow.numa, gpu_node=None)
+    for r in slow.rows:
+        r["gbps"] = r["gbps"] * 0.5
+    t = host_link.gpus_table([result, slow])
+    fast_row, slow_row = t.rows
+    assert fast_row["flag"] == "-" and fast_row["other"] == 41.5 and fast_row["h2d"] == 55.0
+    assert "slower: 50% of the fastest GPU" in slow_row["flag"] and "NUMA node not reported" in slow_row["flag"]

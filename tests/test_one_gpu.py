@@ -71,3 +71,16 @@ def test_wrapper_cost_names_what_it_left_out(monkeypatch):
 def test_wrapper_cost_bad_arguments(kwargs, match):
     with pytest.raises(RunSpecError, match=match):
         one_gpu.wrapper_cost(**kwargs)
+
+
+def test_beside_the_recorded_two_gpu_runs(monkeypatch):
+    fake = FakeLaunches(step(0.9, params=242_762))
+    monkeypatch.setattr(runs.launch, "run", fake)
+    res = one_gpu.single_gpu_throughput(models=["mlp-small"], precisions=["bf16"])
+    t = one_gpu.beside_recorded(res)
+    row = t.rows[0]
+    assert row["here"] == pytest.approx(512 / 0.9 * 1000) and row["one"] > 0 and row["two"] > row["one"]
+    assert row["ratio"] == pytest.approx(row["here"] / row["one"])
+    assert "recorded on 2x NVIDIA H200" not in t.title and "2x NVIDIA H200" in t.title
+    with pytest.raises(ValueError, match="needs a one-gpu result"):
+        one_gpu.beside_recorded(type(res)("scaling", []))

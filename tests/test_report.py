@@ -14,6 +14,8 @@ from ddlab.system import links, topology
 from ddlab.system import policy
 from ddlab.report import runner as report, html_page as report_html, plan as report_plan, steps as report_steps
 
+import _one_gpu_fakes
+
 PNG = b"\x89PNG\r\n\x1a\n"
 OK = lambda framework, launcher: (True, "")  # noqa: E731
 
@@ -49,8 +51,11 @@ def test_cpu_quick_report_end_to_end(tmp_path):
             recs[step] = json.load(f)
         assert recs[step]["provenance"]["date"] and "seconds" in recs[step]
     status = {k: r["status"] for k, r in recs.items()}
-    assert status == {"doctor": "done", "topology": "skipped", "p2p": "skipped", "allreduce": "done",
-                      "training": "skipped"}
+    assert status == {"doctor": "done", "topology": "skipped", "host-link": "skipped", "pcie-load": "skipped",
+                      "p2p": "skipped", "allreduce": "done", "training": "skipped", "one-gpu-training": "skipped",
+                      "wrapper-cost": "skipped"}
+    for step in ("host-link", "pcie-load", "one-gpu-training", "wrapper-cost"):   # one line each, with the reason
+        assert recs[step]["why"] and "\n" not in recs[step]["why"]
     assert "needs 2 GPU" in recs["p2p"]["why"] and "--quick" in recs["training"]["why"]
     sweeps = recs["allreduce"]["data"]["sweeps"]
     assert recs["allreduce"]["data"]["backend"] == "gloo"
@@ -264,6 +269,7 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     monkeypatch.setattr(collectives_run, "sweep", fake_sweep)
     monkeypatch.setattr(experiments, "nccl_path_comparison",
                         lambda **kw: recording.load_recorded("nccl-paths", "torch", "ddp", "wide"))
+    one = _one_gpu_fakes.patch(monkeypatch, slow_gpu=1)
     m = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True, software=OK)
     assert report.main(out=str(tmp_path / "rep"), machine=m) == 0
     assert [(c["size"], c["reps"], c["copy"]) for c in calls["p2p"]] == [(1 << 30, 10, "both")]
@@ -273,8 +279,12 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     assert {k: r["status"] for k, r in recs.items()} == dict.fromkeys(report_html.STEP_ORDER, "done")
     assert recs["allreduce"]["data"]["link_peak_gbps"] == links.nvlink(4, 18).bandwidth_gbs
     page = (tmp_path / "rep" / "report.html").read_text()
-    assert len(_assert_self_contained(page)) == 4          # topology, p2p, all-reduce, training
+    # topology, a host link per GPU, p2p, all-reduce, training, one GPU's training
+    assert len(_assert_self_contained(page)) == 7
     summary = page.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
-    for topic in ("Slowest link", "Asymmetric pairs", "Best subset per k", "All-reduce", "Training speedup"):
+    for topic in ("Slowest link", "Asymmetric pairs", "Best subset per k", "All-reduce", "Training speedup",
+                  "Host link, GPU 0", "PCIe under load", "One GPU, images/s", "Wrapper&#x27;s cost on one worker"):
         assert topic in summary
     assert "needs 3 GPUs or more" in summary and "Skipped" not in summary
+    # every GPU's host link measured, and the one behind a slower link stands out
+    assert [i for i, _ in one["host"]] == [0, 1] and "slower: 50% of the fastest GPU" in summary

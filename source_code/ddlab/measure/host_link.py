@@ -288,6 +288,41 @@ def summary(result: HostLinkResult) -> list:
     return out
 
 
+SLOWER = 0.9      # a GPU whose pinned rate is below this share of the fastest GPU's stands out
+
+
+def gpus_table(results: Sequence[HostLinkResult]) -> Table:
+    """Several GPUs' host links side by side (one result per GPU): each GPU's NUMA node, its
+    link, the best pinned rates from its own node (and % of raw), from the farthest other node,
+    and pageable; a GPU whose pinned host -> GPU rate is below :data:`SLOWER` of the fastest
+    GPU's, or measured from no node of its own, is marked."""
+    rows = []
+    for r in results:
+        home = r._node(None)
+        h2d, d2h, pg = r.best("pinned", "h2d", home), r.best("pinned", "d2h", home), r.best("pageable", "h2d", home)
+        others = [x for n in r.nodes if n != home and (x := r.best("pinned", "h2d", n))]
+        rows.append({"gpu": r.device.get("index"), "name": r.device.get("name"), "bus": r.device.get("pci_bus_id"),
+                     "node": r.gpu_node if r.gpu_node is not None else "none reported",
+                     "link": link_text(r).split(",")[0], "h2d": h2d and h2d["gbps"], "d2h": d2h and d2h["gbps"],
+                     "h2d_pct": share(h2d and h2d["gbps"], r.peak_gbps), "other": min((x["gbps"] for x in others),
+                                                                                        default=None),
+                     "pageable": pg and pg["gbps"]})
+    fastest = max((x["h2d"] for x in rows if x["h2d"]), default=None)
+    for x in rows:
+        marks = []
+        if fastest and x["h2d"] and x["h2d"] < SLOWER * fastest:
+            marks.append(f"slower: {x['h2d'] / fastest:.0%} of the fastest GPU")
+        if x["node"] == "none reported":
+            marks.append("NUMA node not reported")
+        x["flag"] = "; ".join(marks) or "-"
+    return Table([("gpu", "int", "GPU"), ("name", "text"), ("bus", "text", "PCI bus id"), ("node", "text", "NUMA node"),
+                  ("link", "text"), ("h2d", "rate:GB/s", "pinned h2d"), ("d2h", "rate:GB/s", "pinned d2h"),
+                  ("h2d_pct", "percent", "h2d % raw"), ("other", "rate:GB/s", "h2d, other node"),
+                  ("pageable", "rate:GB/s", "pageable h2d"), ("flag", "text")], rows,
+                 title="Each GPU's host link (best from 256 MiB up, from the GPU's own NUMA node)",
+                 notes="other node: host memory and thread on the NUMA node farthest from the GPU, where there is one")
+
+
 def staging(result: HostLinkResult, nbytes: int, memory: str = "pinned", node: Optional[int] = None) -> dict:
     """What host staging (GPU -> host -> GPU) of ``nbytes`` costs by the measured figures: one
     device-to-host plus one host-to-device copy, each at the rate measured at the nearest size

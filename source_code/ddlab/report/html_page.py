@@ -14,8 +14,11 @@ from typing import Optional
 
 from ddlab.base import units
 from ddlab.base.tables import Table
+from ddlab.report import one_gpu_page
+from ddlab.report.context import done_data
 
-STEP_ORDER = ("doctor", "topology", "p2p", "allreduce", "training")
+STEP_ORDER = ("doctor", "topology", "host-link", "pcie-load", "p2p", "allreduce", "training", "one-gpu-training",
+              "wrapper-cost")
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 70em;
        padding: 0 1em; color: #222; line-height: 1.45; }
@@ -44,8 +47,7 @@ def read_folder(path: str) -> dict:
     return out
 
 
-def _done(rec: Optional[dict]) -> Optional[dict]:
-    return rec.get("data") if rec and rec.get("status") == "done" else None
+_done = done_data
 
 
 def machine_of(steps: dict) -> str:
@@ -75,7 +77,9 @@ def load_other(spec: str) -> dict:
         if not steps:
             raise ValueError(f"{spec} holds no report steps (doctor.json, p2p.json, ...)")
         return {"label": machine_of(steps), "source": spec, "steps": steps}
-    known = sorted(set(reference.names("p2p")) | set(reference.names("allreduce")) | set(topology.recorded_names()))
+    from ddlab.measure import host_link
+    known = sorted(set(reference.names("p2p")) | set(reference.names("allreduce")) | set(topology.recorded_names())
+                   | set(host_link.recorded_names()))
     if spec not in known:
         raise ValueError(f"not a report folder nor a recorded machine; recorded machines: {', '.join(known)}")
     steps, prov = {}, None
@@ -100,6 +104,8 @@ def load_other(spec: str) -> dict:
         res = recording.load_recorded("nccl-paths", "torch", "ddp", "wide")
         steps["training"] = {"status": "done", "data": {"result": res.to_dict(), "device": "cuda"},
                              "provenance": res.provenance}
+    steps.update(one_gpu_page.recorded_steps(spec))
+    prov = prov or (steps.get("host-link") or {}).get("provenance")
     from ddlab.system.machine_name import machine_label
     from ddlab.report.steps import STEPS
     for step in STEPS:
@@ -171,6 +177,7 @@ def summary_items(steps: dict) -> list:
             f"{r['path']}: " + (f"failed ({str(r['error'])[:60]})" if r.get("error") else
                                 units.format_ratio(r["speedup"]) if r.get("speedup") is not None else units.NA)
             for r in rows) + (" (2 CPU processes, gloo)" if tr.get("device") == "cpu" else " (2 GPUs)"), ""))
+    items += one_gpu_page.summary_items(steps)
     doc = _done(steps.get("doctor"))
     if doc:
         items += [("Doctor warning", w, "warning") for w in doc["warnings"]] or [("Doctor warnings", "none", "")]
@@ -207,6 +214,7 @@ def key_figures(steps: dict) -> dict:
             if row["bytes"] == 1 << 20:
                 out[f"ar:{_path_label(s)}:1M"] = (f"all-reduce busbw at 1 MiB, {_path_label(s)}", "GB/s",
                                                   row["busbw_gbps"])
+    out.update(one_gpu_page.key_figures(steps))
     tr = _done(steps.get("training"))
     if tr:
         dev = "GPU" if tr.get("device") == "cuda" else "CPU"
@@ -240,6 +248,8 @@ def compare_table(steps: dict, other: dict, this_label: str = "this machine") ->
 
 def step_tables(name: str, data: dict) -> list:
     """The tables one step shows (the same in the page and in the terminal)."""
+    if name in one_gpu_page.STEPS:
+        return one_gpu_page.tables(name, data)
     from ddlab.measure import collectives
     from ddlab.report import doctor
     from ddlab.system import hardware, topology, topology_report
@@ -285,6 +295,8 @@ def step_tables(name: str, data: dict) -> list:
 
 
 def _texts(name: str, data: dict) -> list:
+    if name in one_gpu_page.STEPS:
+        return one_gpu_page.texts(name, data)
     if name == "topology":
         return [data.get("source", ""), data["summary"]]
     if name == "p2p":

@@ -1,8 +1,10 @@
 """``ddlab report``: one command that measures what this machine supports and writes a report.
 
-The steps, in order: doctor (:mod:`ddlab.report.doctor`), topology (:mod:`ddlab.system.topology`), our p2p
-test (:mod:`ddlab.measure.p2p_run`), the all-reduce sweep under each NCCL path (:mod:`ddlab.measure.collectives_run`)
-and the Fashion-MNIST NCCL-path experiment (:mod:`ddlab.training.experiments`). What runs here is
+The steps, in order: doctor (:mod:`ddlab.report.doctor`), topology (:mod:`ddlab.system.topology`), the host
+link per NUMA node and the PCIe links under load (:mod:`ddlab.report.one_gpu_steps`), our p2p test
+(:mod:`ddlab.measure.p2p_run`), the all-reduce sweep under each NCCL path (:mod:`ddlab.measure.collectives_run`),
+the Fashion-MNIST NCCL-path experiment (:mod:`ddlab.training.experiments`), and one GPU's training
+throughput and the data-parallel wrapper's own cost (:mod:`ddlab.report.one_gpu_steps`). What runs here is
 decided by :func:`ddlab.system.policy.decide`; a step this machine cannot run is skipped, and its JSON
 and the report say why. Each step writes ``<out>/<step>.json`` (with provenance) as soon as it
 finishes, so Ctrl-C keeps the finished steps and ``--resume`` skips them. At the end
@@ -10,8 +12,9 @@ finishes, so Ctrl-C keeps the finished steps and ``--resume`` skips them. At the
 and the terminal gets the same summary and tables as text.
 
 Durations are planned, not hoped for: :func:`ddlab.report.plan.plan` sizes the p2p test and the sweeps from the
-GPU count so that a full run on 8 GPUs stays within :data:`FULL_BUDGET_S` and ``--quick`` on 2
-GPUs within :data:`QUICK_BUDGET_S` (both in :mod:`ddlab.report.plan`); each step's estimate feeds the progress line's ETA, and the
+GPU count so that a full run on 8 GPUs stays within :data:`FULL_BUDGET_S`, ``--quick`` on 2
+GPUs within :data:`QUICK_BUDGET_S` and a full run on one GPU within :data:`ONE_GPU_BUDGET_S` (all in
+:mod:`ddlab.report.plan`); each step's estimate feeds the progress line's ETA, and the
 measured duration is kept in its JSON next to the estimate.
 
 This module holds the runner with --resume and Ctrl-C handling, the progress line and the
@@ -29,7 +32,8 @@ import time
 from typing import Optional
 
 from ddlab.report.plan import plan
-from ddlab.report.steps import STEPS, Context, Skip
+from ddlab.report.context import Context, Skip
+from ddlab.report.steps import STEPS
 from ddlab.system import policy
 
 FORMAT = 1
@@ -163,10 +167,12 @@ def default_out(machine: policy.Machine) -> str:
     return os.path.join("results", f"report-{slug}-{_dt.date.today().isoformat()}")
 
 
-def _p2p_built() -> bool:
+def _built(program: Optional[str] = None) -> bool:
+    """Whether a compiled test of the p2p folder (the p2p test; or ``program``) is built and up to date."""
     from ddlab.measure import p2p_run
-    exe = p2p_run.binary_path()
-    src = os.path.join(p2p_run.PROGRAM_DIR, p2p_run.PROGRAM_NAME + ".cu")
+    program = program or p2p_run.PROGRAM_NAME
+    exe = p2p_run.binary_path(program=program)
+    src = os.path.join(p2p_run.PROGRAM_DIR, program + ".cu")
     return os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src)
 
 
@@ -189,7 +195,8 @@ def main(out: Optional[str] = None, quick: bool = False, resume: bool = False, t
               "or choose another --out", file=sys.stderr)
         return 2
     os.makedirs(out, exist_ok=True)
-    pl = plan(machine, quick, p2p_built=_p2p_built())
+    from ddlab.measure.host_link import PROGRAM_NAME as HOST_PROGRAM
+    pl = plan(machine, quick, p2p_built=_built(), host_built=_built(HOST_PROGRAM))
     steps = steps or STEPS
     ctx = Context(out, machine, pl, topo_file=topo_file)
     print(f"ddlab report on {machine.label}{' (--quick)' if quick else ''}: results in {out}; "
@@ -211,10 +218,12 @@ def cli(argv: list) -> int:
     import argparse
     p = argparse.ArgumentParser(
         prog="ddlab report",
-        description="Measure this machine in one command: doctor, topology, our p2p test, the all-reduce sweep "
-                    "under each NCCL path and the Fashion-MNIST NCCL-path training; writes one JSON per step, "
-                    "PNG plots and a self-contained report.html. Without GPUs it runs the CPU parts and says "
-                    "what it skipped.")
+        description="Measure this machine in one command: doctor, topology, the host link per NUMA node and the "
+                    "PCIe links under load, our p2p test, the all-reduce sweep "
+                    "under each NCCL path, the Fashion-MNIST NCCL-path training, and one GPU's training throughput "
+                    "and the data-parallel wrapper's own cost; writes one JSON per step, PNG plots and a "
+                    "self-contained report.html (about 3 minutes on one GPU). Without GPUs it runs the CPU parts "
+                    "and says what it skipped.")
     p.add_argument("--out", metavar="DIR", help="results folder (default results/report-<machine>-<date>)")
     p.add_argument("--quick", action="store_true", help="a short preflight: small p2p test, three sweep sizes, "
                    "no training (about 2 minutes on 2 GPUs)")

@@ -1,59 +1,19 @@
-"""The steps of ``ddlab report``, each a function of the :class:`Context` that returns its data
-(JSON-able) or raises :class:`Skip` with the reason this machine cannot run it: doctor, topology,
-our p2p test, the all-reduce sweep per NCCL path and the training experiment. The data helpers
-the HTML page shows (:func:`topology_data`, :func:`link_peaks`, :func:`p2p_data`) live here too;
-:mod:`ddlab.report.runner` runs the steps and :mod:`ddlab.report.html_page` draws their data.
+"""The steps of ``ddlab report``, each a function of the :class:`~ddlab.report.context.Context`
+that returns its data (JSON-able) or raises :class:`~ddlab.report.context.Skip` with the reason
+this machine cannot run it: doctor, topology, the host link and the PCIe check under load
+(:mod:`ddlab.report.one_gpu_steps`), our p2p test, the all-reduce sweep per NCCL path, the
+training experiment, and one GPU's training and wrapper cost (:mod:`ddlab.report.one_gpu_steps`).
+The data helpers the HTML page shows (:func:`topology_data`, :func:`link_peaks`,
+:func:`p2p_data`) live here too; :mod:`ddlab.report.runner` runs the steps and
+:mod:`ddlab.report.html_page` draws their data.
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
-from ddlab.report.plan import Plan
+from ddlab.report import one_gpu_steps
+from ddlab.report.context import Context, Skip, Step  # noqa: F401  (the runner and tests name them here)
 from ddlab.system import policy
-
-
-# ----------------------------------------------------------------------------- steps
-class Skip(Exception):
-    """Raised by a step this machine cannot run; its message says why."""
-
-
-@dataclass
-class Step:
-    name: str
-    title: str
-    run: Callable[["Context"], dict]      # returns the step's data (JSON-able); raise Skip to skip
-
-
-@dataclass
-class Context:
-    out: str
-    machine: policy.Machine
-    plan: Plan
-    topo_file: Optional[str] = None
-    done: dict = field(default_factory=dict)      # step name -> its record (as written)
-    _inventory: object = None
-
-    def inventory(self):
-        if self._inventory is None:
-            from ddlab.system import hardware
-            self._inventory = hardware.inventory(horovod_check=False)
-        return self._inventory
-
-    def provenance(self, command: str) -> dict:
-        from ddlab.system import provenance
-        return provenance.collect(command, inventory=self.inventory())
-
-    def data(self, step: str) -> Optional[dict]:
-        rec = self.done.get(step)
-        return rec.get("data") if rec and rec.get("status") == "done" else None
-
-    def save_plot(self, fig, name: str) -> str:
-        import matplotlib.pyplot as plt
-        fig.savefig(os.path.join(self.out, name), dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        return name
 
 
 def _doctor(ctx: Context) -> dict:
@@ -188,6 +148,8 @@ def _allreduce(ctx: Context) -> dict:
     ok, why = ctx.machine.software("torch", "ddp")
     if not multi.live and not ok:
         raise Skip(why)
+    if not multi.live and ctx.machine.gpus == 1:
+        raise Skip(ONE_GPU_WHY.format(what="an all-reduce"))
     note = None if multi.live else (f"NCCL paths not measured: {multi.why}; gloo on 2 CPU processes instead "
                                     "(gloo ignores the NCCL variables, so only 'default' applies)")
     sweeps, errors = [], {}
@@ -227,6 +189,8 @@ def _training(ctx: Context) -> dict:
     if pl.train_device is None:
         if pl.quick:
             raise Skip("--quick (a preflight) leaves out the training comparison; run without --quick for it")
+        if ctx.machine.gpus == 1:
+            raise Skip(ONE_GPU_WHY.format(what="the NCCL-path comparison"))
         decision = policy.decide(policy.Needs(gpus=0, framework="torch", launcher="ddp"), ctx.machine)
         raise Skip(decision.why or "PyTorch cannot run distributed training here")
     res = experiments.nccl_path_comparison(device=pl.train_device, paths=pl.train_paths, workers=2, repeats=1)
@@ -239,8 +203,13 @@ def _training(ctx: Context) -> dict:
     return d
 
 
+ONE_GPU_WHY = ("one GPU: {what} needs 2 GPUs (a machine without a GPU runs a stand-in on 2 CPU processes "
+               "with gloo); the one-GPU steps measure this GPU instead")
+
 STEPS = [Step("doctor", "Doctor: what this machine has", _doctor),
          Step("topology", "Topology: nvidia-smi topo -m", _topology),
+         *one_gpu_steps.LINK_STEPS,
          Step("p2p", "Our p2p test: bandwidth and latency per GPU pair", _p2p),
          Step("allreduce", "All-reduce sweep under each NCCL path", _allreduce),
-         Step("training", "Fashion-MNIST training under each NCCL path", _training)]
+         Step("training", "Fashion-MNIST training under each NCCL path", _training),
+         *one_gpu_steps.TRAINING_STEPS]

@@ -146,3 +146,36 @@ def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] 
         f"device={device!r})"), notes, config_of(spec, all_runs[0], models=models, batches=batches, wrappers=order),
         all_runs)
 
+
+
+def beside_recorded(result: ExperimentResult):
+    """A :class:`ddlab.base.tables.Table` of ``result``'s single-GPU images/s (a "one-gpu"
+    result) beside the course's recorded DDP scaling runs of the same model (bf16, batch 512 per
+    GPU, :func:`ddlab.training.recording.load_recorded`): their one-worker and two-worker images/s,
+    and this GPU over the recorded one worker (n/a where nothing is recorded)."""
+    from ddlab.base import reference
+    from ddlab.base.tables import Table
+    from ddlab.system.provenance import label
+    from ddlab.training import recording
+    if result.name != "one-gpu":
+        raise ValueError(f"needs a one-gpu result, got {result.name!r}")
+    rows, machines = [], set()
+    for r in result.rows:
+        row = {"model": r.get("model"), "precision": r.get("precision"), "here": r.get("images_per_s")}
+        try:
+            rec = recording.load_recorded("scaling", "torch", "ddp", r.get("model"))
+        except reference.ReferenceMissing:
+            rec = None
+        if rec is not None:
+            by_workers = {x["workers"]: x["images_per_s"] for x in rec.rows if not x.get("error")}
+            row.update(one=by_workers.get(1), two=by_workers.get(2))
+            machines.add(label(rec.provenance))
+        row["ratio"] = row["here"] / row["one"] if row.get("one") and row.get("here") else None
+        rows.append(row)
+    where = "; ".join(sorted(machines)) or "nothing recorded"
+    return Table([("model", "text"), ("precision", "text"), ("here", "count", "this GPU, images/s"),
+                  ("one", "count", "recorded 1 GPU (DDP)"), ("two", "count", "recorded 2 GPUs (DDP)"),
+                  ("ratio", "ratio", "this / recorded 1")], rows,
+                 title=f"This GPU beside the recorded 2-GPU runs ({where})",
+                 notes="recorded: DDP, bf16, batch 512 per GPU, steps launched eagerly; compare the bf16 rows "
+                       "like with like")
