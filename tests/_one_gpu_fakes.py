@@ -5,7 +5,7 @@ import os
 
 from ddlab.measure import host_link, host_link_torch
 from ddlab.system import pcie
-from ddlab.training import one_gpu
+from ddlab.training import input_pipeline, one_gpu
 from ddlab.training.results import ExperimentResult
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,11 +54,18 @@ def wrapper_result(**kw):
 WRAPPER_CALLS: list = []
 
 
+def pipeline_result(**kw):
+    rows = [{"variant": v, "workers": 1, "images_per_s": x, "step_ms_median": 512 / x * 1000, "speedup": x / 900e3}
+            for v, x in (("on the GPU", 900e3), ("pageable", 450e3), ("pinned", 650e3),
+                         ("pinned + non_blocking", 850e3))]
+    return ExperimentResult("input-pipeline", rows, "live", dict(PROV), [], {"model": "mlp-small", "device": "cuda"})
+
+
 def patch(monkeypatch, slow_gpu=None):
     """Every one-GPU measurement returns its stand-in; ``slow_gpu``: that GPU's host link at half speed."""
     calls = {"host": [], "load": []}
 
-    def measure(i, **kw):
+    def measure(i=0, **kw):
         calls["host"].append((i, kw))
         return host_result(i, 0.5 if i == slow_gpu else 1.0)
 
@@ -69,5 +76,6 @@ def patch(monkeypatch, slow_gpu=None):
     monkeypatch.setattr(host_link_torch, "pcie_under_load", load)
     monkeypatch.setattr(one_gpu, "single_gpu_throughput", one_gpu_result)
     monkeypatch.setattr(one_gpu, "wrapper_cost", wrapper_result)
+    monkeypatch.setattr(input_pipeline, "measure", pipeline_result)
     WRAPPER_CALLS.clear()
     return calls

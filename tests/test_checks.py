@@ -344,3 +344,30 @@ def test_notebook_quiz_widget_checks_with_the_notebooks_numbering():
     radio.value = quiz_questions.QUIZZES[3][0].answer
     button.click()
     assert "Right:" in out.value and "NUMA" in out.value
+
+
+# --------------------------------------------------------------------------- input pipeline
+def _pipeline(rates):
+    from ddlab.training.results import ExperimentResult
+    return ExperimentResult("input-pipeline", [{"variant": v, "images_per_s": x} for v, x in rates.items()])
+
+
+def test_input_pipeline_prediction_right_with_a_measurement_that_agrees():
+    m = _pipeline({"on the GPU": 900e3, "pageable": 500e3, "pinned": 700e3, "pinned + non_blocking": 850e3})
+    r = checks.check_input_pipeline("pinned+non_blocking > pinned > pageable", m)
+    assert r and "staging buffer" in r.message and "matches your prediction" in r.message
+    assert "pinned + non_blocking 850,000" in r.message
+
+
+def test_input_pipeline_prediction_wrong_ties_and_nothing_measured():
+    r = checks.check_input_pipeline("pageable, pinned, async", None)
+    assert not r and r.message.startswith("Not quite: you predicted pageable > pinned > pinned + non_blocking")
+    assert "Nothing measured here" in r.message
+    tie = _pipeline({"pageable": 100.0, "pinned": 101.0, "pinned + non_blocking": 102.0})
+    assert "within 3% of each other" in checks.check_input_pipeline("prefetch > pinned > pageable", tie).message
+
+
+@pytest.mark.parametrize("prediction", [None, "pinned > pinned > pageable", "fast > slow", 42])
+def test_input_pipeline_answers_that_are_not_an_ordering_are_said_so(prediction):
+    r = checks.check_input_pipeline(prediction)
+    assert not r and ("No prediction yet" in r.message or "is not an ordering" in r.message)

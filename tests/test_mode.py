@@ -95,3 +95,37 @@ def test_bad_requests_get_one_message():
         mode.live_or_recorded("p2p", source="maybe", machine=NO_GPU)
     with pytest.raises(ValueError, match="takes no options"):
         mode.live_or_recorded("p2p", machine=NO_GPU, size="1G")
+
+
+# ----------------------------------------------------------------------------- the one-GPU parts
+def test_the_one_gpu_parts_run_live_on_one_gpu(monkeypatch):
+    import _one_gpu_fakes
+    _one_gpu_fakes.patch(monkeypatch)
+    for part, name in (("host-link", None), ("one-gpu", "one-gpu"), ("input-pipeline", "input-pipeline")):
+        shown = mode.live_or_recorded(part, machine=ONE_GPU)
+        assert shown.live and shown.line == "measured now on 1x NVIDIA L4"
+        assert name is None or shown.value.name == name
+
+
+def test_the_one_gpu_parts_without_a_gpu_say_not_recorded_yet_or_show_the_recording(monkeypatch, tmp_path):
+    from ddlab.base import reference
+    import json
+    import _one_gpu_fakes
+    for part in ("host-link", "one-gpu", "input-pipeline"):
+        shown = mode.live_or_recorded(part, machine=NO_GPU)
+        assert shown.value is None and shown.line.startswith("not recorded yet (not live here: it needs 1 GPU(s)")
+    (tmp_path / "hostlink").mkdir()
+    (tmp_path / "hostlink" / "1xh100.json").write_text(json.dumps(_one_gpu_fakes.host_result().to_dict()))
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
+    shown = mode.live_or_recorded("host-link", machine=NO_GPU)
+    assert shown.value.source == "recorded" and shown.line.startswith("recorded on 1x NVIDIA H100 80GB HBM3")
+
+
+def test_a_gpu_nothing_here_can_measure_falls_back_to_the_recording(monkeypatch):
+    from ddlab.measure import host_link
+
+    def cannot(**kw):
+        raise host_link.HostLinkNoGPU("skipped: no GPU visible to PyTorch")
+    monkeypatch.setattr(host_link, "measure", cannot)
+    shown = mode.live_or_recorded("host-link", machine=ONE_GPU)
+    assert not shown.live and "no GPU visible to PyTorch" in shown.line

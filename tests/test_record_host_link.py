@@ -45,7 +45,7 @@ def test_the_gpu_path_writes_each_part_with_provenance(tmp_path, monkeypatch):
         lambda cls: policy.Machine(gpus=1, software=lambda f, la: (True, ""))))
     assert record_host_link.main([str(tmp_path), "--devices", "0", "--batches", "32,512"]) == 0
     for name in ("hostlink-compiled-gpu0.json", "hostlink-torch-gpu0.json", "pcie-load.json",
-                 "one-gpu-torch-none.json", "wrapper-cost-torch.json"):
+                 "one-gpu-torch-none.json", "wrapper-cost-torch.json", "input-pipeline-torch-none.json"):
         assert json.loads((tmp_path / name).read_text())["provenance"], name
     assert _one_gpu_fakes.WRAPPER_CALLS[0]["batches"] == [32, 512]
     assert _one_gpu_fakes.WRAPPER_CALLS[0]["buckets"] == record_host_link.bucket_count("mlp-small")

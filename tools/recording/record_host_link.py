@@ -13,6 +13,7 @@ Writes, each as soon as it is done, with its provenance (ddlab.system.provenance
     OUT/pcie-load.json                  each GPU's PCIe link read while a copy ran
     OUT/one-gpu-torch-none.json         single-GPU images/s per model and precision (an ExperimentResult)
     OUT/wrapper-cost-torch.json         the wrapper's cost per step and per DDP bucket (an ExperimentResult)
+    OUT/input-pipeline-torch-none.json  one step fed from the GPU, pageable, pinned, pinned + non_blocking
     OUT/record_host_link.json           what each part did: done (seconds, file) or skipped (why)
 
 It runs to completion on a machine without a GPU too (the dry run): each GPU part is then
@@ -37,7 +38,7 @@ from ddlab.system import policy  # noqa: E402
 from ddlab.system.provenance import run_provenance  # noqa: E402
 from ddlab.training import one_gpu, recording  # noqa: E402
 
-PARTS = ("compiled", "torch", "pcie", "training", "wrapper")
+PARTS = ("compiled", "torch", "pcie", "training", "wrapper", "pipeline")
 
 
 def say(line: str) -> None:
@@ -94,6 +95,10 @@ def training_part(which: str, a) -> dict:
     if which == "training":
         res = one_gpu.single_gpu_throughput(models=a.models, device="cuda", repeats=a.repeats, progress=say)
         name = "one-gpu-torch-none.json"
+    elif which == "pipeline":
+        from ddlab.training import input_pipeline
+        res = input_pipeline.measure(device="cuda")
+        name = "input-pipeline-torch-none.json"
     else:
         res = one_gpu.wrapper_cost(models=a.models, batches=a.batches, device="cuda", buckets=bucket_count,
                                    repeats=a.repeats, progress=say)

@@ -6,6 +6,8 @@
   (default, shm, socket) before running the experiment.
 * :func:`check_p2p_diagnosis` - notebook 8: name the slow GPU and the asymmetric pair of a p2p
   bandwidth matrix (answers that name no GPU of the matrix get the valid choices, not an error).
+* :func:`check_input_pipeline` - notebook 5: predict the order of the three ways to feed a GPU
+  its batches from host memory (pageable, pinned, pinned + non_blocking) before measuring them.
 * :func:`check_quiz_answer` and :func:`quiz` - the self-check quiz at the end of every
   notebook: ``quiz(3)`` shows notebook 3's questions, ``quiz(questions)`` a tuple of
   :class:`ddlab.course.quiz_questions.Question`. The questions themselves, with their answers
@@ -305,6 +307,63 @@ def check_path_ordering(prediction, measured=None, noise: float = 0.05, unit: st
             agrees = tuple(seen) == tuple(p for p in order if p in rates)
             msg.append(f"Measured ({unit}): {listing} (fastest first), which "
                        + ("matches your prediction." if agrees else "differs from your prediction."))
+    return CheckResult(right, " ".join(msg))
+
+
+# --------------------------------------------------------------------------- input pipeline
+FEEDS = ("pinned + non_blocking", "pinned", "pageable")      # fastest first, by how the copy is made
+FEED_WHY = {
+    "pageable": "CUDA first copies the batch with the CPU into a pinned staging buffer of its own, then across "
+                "the link, and the step waits for both",
+    "pinned": "the copy engine reads the page-locked batch directly at the link's rate, but `.to(device)` "
+              "still waits for the copy before the step starts",
+    "pinned + non_blocking": "the next batch is copied on a side stream while this step computes, so the step "
+                             "waits only when the copy takes longer than the compute",
+}
+
+
+def _feed(word: str) -> Optional[str]:
+    w = re.sub(r"[\s_+-]+", " ", word.strip().lower())
+    if "non" in w or "async" in w or "prefetch" in w:
+        return "pinned + non_blocking"
+    return {"pinned": "pinned", "pageable": "pageable", "paged": "pageable"}.get(w)
+
+
+def check_input_pipeline(prediction, measured=None, noise: float = 0.03) -> CheckResult:
+    """Check a prediction of the order (fastest first) of the three ways to feed a GPU its
+    batches from host memory, e.g. ``"pinned + non_blocking > pinned > pageable"``, and set it
+    beside a measurement: an input-pipeline result
+    (:func:`ddlab.training.input_pipeline.measure`) or None when nothing was measured here.
+    Differences below ``noise`` are called a tie (a small model's batch may cost too little to
+    order them)."""
+    if prediction is None:
+        return CheckResult(False, "No prediction yet: write the three ways fastest first in my_prediction (for "
+                                  "example 'pageable > pinned > pinned + non_blocking'), run that cell, then this one.")
+    parts = [p for p in re.split(r"\s*(?:>|,)\s*", str(prediction)) if p.strip()]
+    order = tuple(_feed(p) for p in parts)
+    if None in order or sorted(order) != sorted(FEEDS):
+        return CheckResult(False, f"my_prediction = {prediction!r} is not an ordering of the three ways: name "
+                                  f"pageable, pinned and pinned + non_blocking once each, fastest first, separated "
+                                  f"by '>'.")
+    right = order == FEEDS
+    msg = ["Right: pinned + non_blocking > pinned > pageable." if right else
+           f"Not quite: you predicted {' > '.join(order)}; by how the copy is made the order is "
+           f"{' > '.join(FEEDS)}."]
+    msg.append("Why: " + "; ".join(f"{f}: {FEED_WHY[f]}" for f in FEEDS) + ".")
+    rates = {r["variant"]: r["images_per_s"] for r in getattr(measured, "rows", []) if r.get("variant") in FEEDS}
+    if len(rates) < len(FEEDS):
+        msg.append("Nothing measured here to set beside it (pinned memory needs a GPU, and no run is recorded "
+                   "yet): on a GPU, `ddlab.training.input_pipeline.measure()` times the three.")
+    else:
+        seen = sorted(rates, key=rates.get, reverse=True)
+        listing = ", ".join(f"{f} {format_count(rates[f])}" for f in seen)
+        spread = (rates[seen[0]] - rates[seen[-1]]) / rates[seen[0]]
+        if spread < noise:
+            msg.append(f"Measured (images/s): {listing}: within {noise:.0%} of each other. This model's step is "
+                       f"long beside the copy of its batch, so how the batch crosses the link hardly shows.")
+        else:
+            msg.append(f"Measured (images/s): {listing} (fastest first), which "
+                       + ("matches your prediction." if tuple(seen) == order else "differs from your prediction."))
     return CheckResult(right, " ".join(msg))
 
 

@@ -1,6 +1,6 @@
 """Live or recorded, per notebook part: :func:`live_or_recorded` asks the course's one policy
 (:func:`ddlab.system.policy.decide`) whether a part runs live here, then runs it or loads what was
-recorded on the course's GPU machine, and says which in ONE line: "measured now on 2x NVIDIA
+recorded on a course GPU machine, and says which in ONE line: "measured now on 2x NVIDIA
 H200, NV18", "recorded on 2x NVIDIA H200, NV18, 2026-11-22 (not live here: it needs nvcc (the
 CUDA compiler) to build the p2p test)" or "not recorded yet". It covers the topology
 (``nvidia-smi topo -m``), the NCCL logs, our CUDA p2p test, the all-reduce sweeps, the training
@@ -20,7 +20,8 @@ from ddlab.system.topology import NoGPUError
 # The recording of the course's GPU machine each part loads when it cannot run live.
 RECORDED = "h200x2"
 NCCL_LOG_DIR = os.path.join(REFERENCE_DIR, "nccl_logs")
-PARTS = ("topology", "nccl-logs", "p2p", "allreduce", "scaling", "nccl-paths", "perf-options", "convergence")
+PARTS = ("topology", "nccl-logs", "p2p", "allreduce", "scaling", "nccl-paths", "perf-options", "convergence",
+         "host-link", "one-gpu", "input-pipeline")
 
 
 # ----------------------------------------------------------------------------- each part
@@ -67,7 +68,46 @@ def _allreduce(live: bool, machine: Machine):
     return sweeps, next(iter(sweeps.values())).provenance
 
 
+def _host_link(live: bool, machine: Machine):
+    """The host link of GPU 0 (compiled where nvcc is, else torch), or the first recorded one."""
+    from ddlab.measure import host_link
+    if live:
+        try:
+            return host_link.measure(seconds_per_row=0.05), None
+        except host_link.HostLinkNoGPU as exc:       # a GPU NVML sees but nothing here can measure
+            raise NoGPUError(str(exc).removeprefix("skipped: ")) from None
+    names = host_link.recorded_names()
+    if not names:
+        raise FileNotFoundError("no host-link recording under source_code/reference/hostlink/")
+    r = host_link.load_recorded(names[0])
+    return r, r.provenance
+
+
+def _recorded_experiment(name: str):
+    from ddlab.base import reference
+    from ddlab.training.results import ExperimentResult
+    res = ExperimentResult.from_dict(reference.load("experiments", name), source="recorded")
+    return res, res.provenance
+
+
+def _one_gpu(live: bool, machine: Machine):
+    from ddlab.training import one_gpu
+    if live:
+        return one_gpu.single_gpu_throughput(device="cuda"), None
+    return _recorded_experiment("one-gpu-torch-none")
+
+
+def _input_pipeline(live: bool, machine: Machine):
+    from ddlab.training import input_pipeline
+    if live:
+        return input_pipeline.measure(device="cuda"), None
+    return _recorded_experiment("input-pipeline-torch-none")
+
+
 _PARTS = {"topology": (Needs(gpus=1), _topology),
+          "host-link": (Needs(gpus=1), _host_link),
+          "one-gpu": (Needs(gpus=1, framework="torch", launcher="none"), _one_gpu),
+          "input-pipeline": (Needs(gpus=1, framework="torch", launcher="none"), _input_pipeline),
           "nccl-logs": (Needs(gpus=2, framework="torch", launcher="ddp"), _nccl_logs),
           "p2p": (Needs(gpus=2, nvcc=True), _p2p),
           "allreduce": (Needs(gpus=2, framework="torch", launcher="ddp"), _allreduce)}
@@ -76,7 +116,9 @@ _PARTS = {"topology": (Needs(gpus=1), _topology),
 def live_or_recorded(part: str, source: str = "auto", machine: Optional[Machine] = None, **kwargs) -> Shown:
     """Run notebook part ``part`` live when this machine can, else load its recording.
 
-    ``part``: "topology", "nccl-logs", "p2p", "allreduce", or a training experiment
+    ``part``: "topology", "nccl-logs", "p2p", "allreduce", "host-link" (GPU 0's host link),
+    "one-gpu" (single-GPU training throughput), "input-pipeline" (pageable vs pinned batches),
+    or a training experiment
     ("scaling", "nccl-paths", "perf-options": ``kwargs`` go to
     :func:`ddlab.training.experiments.live_or_recorded`). ``source``: "auto", "live" or "recorded".
     Returns a :class:`Shown` whose ``line`` says which it did."""

@@ -24,7 +24,8 @@ from ddlab.training.runspec import RunSpec, RunSpecError
 
 TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
           "perf-options": "single-GPU speed options", "tuning": "communication tuning",
-          "strong-scaling": "strong scaling", "one-gpu": "one GPU", "wrapper-cost": "the wrapper's cost on one worker"}
+          "strong-scaling": "strong scaling", "one-gpu": "one GPU", "wrapper-cost": "the wrapper's cost on one worker",
+          "input-pipeline": "the input pipeline over the host link"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
 _SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning", "strong-scaling")
 _BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.system.nccl's
@@ -99,6 +100,8 @@ def row_label(name: str, r: dict) -> str:
         return f"{r.get('model')}\n{r.get('precision')}"
     if name == "wrapper-cost":
         return f"{r.get('model')} {r.get('batch')}\n{r.get('wrapper')}"
+    if name == "input-pipeline":
+        return r.get("variant", "?").replace(" + ", "\n+ ")
     return f"{r.get('workers')} worker" + ("s" if r.get("workers") != 1 else "")
 
 
@@ -316,6 +319,8 @@ _COLUMNS = {
     "wrapper-cost": [("model", "model"), ("batch", "batch"), ("wrapper", "wrapper"),
                      ("step ms median", "step_ms_median"), ("cost ms/step", "cost_ms"), ("cost share", "cost_share"),
                      ("buckets", "buckets"), ("ms/bucket", "cost_per_bucket_ms"), ("images/s", "images_per_s")],
+    "input-pipeline": [("batches fed", "variant"), ("images/s", "images_per_s"), ("vs on the GPU", "speedup"),
+                       ("step ms", "step_ms_median")],
     "perf-options": [("option", "option"), ("images/s", "images_per_s"), ("vs plain", "speedup"),
                      ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"),
                      ("cuda graph", "cuda_graph"), ("test acc", "test_accuracy")],
