@@ -196,3 +196,9 @@ def test_several_gpus_side_by_side_mark_the_slower_one(result):
     fast_row, slow_row = t.rows
     assert fast_row["flag"] == "-" and fast_row["other"] == 41.5 and fast_row["h2d"] == 55.0
     assert "slower: 50% of the fastest GPU" in slow_row["flag"] and "NUMA node not reported" in slow_row["flag"]
+
+
+def test_the_staging_line_names_both_copies_and_the_peer_path(result):
+    line = host_link.staging_line(result, 25 << 20, peer_gbps=450.0)
+    assert line.startswith("host staging of 25 MiB: GPU->host ") and "+ host->GPU" in line
+    assert "measured at 16 MiB" not in line and "one peer-to-peer copy at 450 GB/s" in line and "x less" in line

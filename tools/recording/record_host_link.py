@@ -1,4 +1,4 @@
-"""Record the one-GPU measurements of issue 27 on a GPU machine: the host link (the compiled test
+"""Record the one-GPU measurements on a GPU machine: the host link (the compiled test
 and the torch measurement, every GPU, from each NUMA node), the PCIe links under load, single-GPU
 training throughput (the CNN and the seed MLPs, fp32 and bf16) and the data-parallel wrapper's
 own cost (plain vs DDP world size 1 vs Horovod size 1, batches 32, 128 and 512).

@@ -12,15 +12,17 @@ MODES = ("cpu", "single-gpu", "multi-gpu")
 NOTEBOOKS = {
     1: ("Data-parallel training", {
         "cpu": "Fashion-MNIST training on 1, 2 and 4 CPU worker processes (Gloo), live; the GPU scaling is recorded",
-        "single-gpu": "one-GPU training live; the multi-GPU scaling is recorded",
-        "multi-gpu": "Fashion-MNIST training on CPU worker processes (Gloo) and the GPU scaling, both live",
+        "single-gpu": "Fashion-MNIST training on CPU worker processes (Gloo), and single-GPU training of the CNN "
+                      "and the seed MLPs in fp32 and bf16 on this GPU, live; the multi-GPU scaling is recorded",
+        "multi-gpu": "Fashion-MNIST training on CPU worker processes (Gloo), single-GPU training and the GPU "
+                     "scaling, all live",
     }),
     2: ("Latency and bandwidth", {
         "cpu": "the calculator and an all-reduce sweep between 2 CPU processes (Gloo), fitted to the alpha-beta model",
-        "single-gpu": "the calculator and an all-reduce sweep between 2 CPU processes (Gloo): one GPU has no peer "
-                      "to exchange data with",
-        "multi-gpu": "the calculator and an NCCL all-reduce sweep across this machine's GPUs, fitted to the "
-                     "alpha-beta model",
+        "single-gpu": "the calculator, this GPU's host link (the cost of host staging) and an all-reduce sweep "
+                      "between 2 CPU processes (Gloo): one GPU has no peer to exchange data with",
+        "multi-gpu": "the calculator, GPU 0's host link (the cost of host staging) and an NCCL all-reduce sweep "
+                     "across this machine's GPUs, fitted to the alpha-beta model",
     }),
     3: ("System topology", {
         "cpu": "no GPU to read: the recorded machines' topologies are parsed, ranked and drawn",
@@ -38,10 +40,11 @@ NOTEBOOKS = {
     5: ("The compiled p2p bandwidth/latency test", {
         "cpu": "nothing of the GPU test: the compile command is shown and the recorded run drawn; the all-reduce "
                "sweep runs on 2 CPU processes (Gloo)",
-        "single-gpu": "the compile (with nvcc); the test needs two GPUs, so its run is recorded; the all-reduce "
-                      "sweep runs on 2 CPU processes (Gloo)",
-        "multi-gpu": "the compile, the p2p test on every GPU pair and the all-reduce sweep under the three NCCL "
-                     "paths, live",
+        "single-gpu": "the compile (with nvcc), this GPU's host link, its PCIe link under load and the input "
+                      "pipeline (pageable vs pinned batches); the p2p test needs two GPUs, so its run is recorded; "
+                      "the all-reduce sweep runs on 2 CPU processes (Gloo)",
+        "multi-gpu": "the compile, the p2p test on every GPU pair, GPU 0's host link, the PCIe links under load, "
+                     "the input pipeline and the all-reduce sweep under the three NCCL paths, live",
     }),
     6: ("Hands-on: from one device to many", {
         "cpu": "every hands-on script (DDP, Horovod for PyTorch and tf.keras) on 2 CPU processes over Gloo, and "

@@ -338,6 +338,20 @@ def staging(result: HostLinkResult, nbytes: int, memory: str = "pinned", node: O
             "gbps": nbytes / (t_d2h + t_h2d) / 1e9}
 
 
+def staging_line(result: HostLinkResult, nbytes: int, peer_gbps: Optional[float] = None) -> str:
+    """One line: what host staging of ``nbytes`` costs by ``result``'s pinned figures (one
+    GPU -> host plus one host -> GPU copy, :func:`staging`), and beside it one peer-to-peer copy
+    at ``peer_gbps`` (e.g. an NVLink's rate per direction) when given."""
+    s = staging(result, nbytes)
+    line = (f"host staging of {units.format_bytes(nbytes)}: GPU->host {units.format_time(s['d2h_s'])} + host->GPU "
+            f"{units.format_time(s['h2d_s'])} = {units.format_time(s['total_s'])}, {s['gbps']:.1f} GB/s end to end "
+            f"(measured at {units.format_bytes(s['at_bytes'])})")
+    if peer_gbps:
+        peer = nbytes / (peer_gbps * 1e9)
+        line += f"; one peer-to-peer copy at {peer_gbps:g} GB/s: {units.format_time(peer)}, {s['total_s'] / peer:.0f}x less"
+    return line
+
+
 # ----------------------------------------------------------------------------- measuring
 def _with_provenance(result: HostLinkResult, command: str) -> HostLinkResult:
     from ddlab.system.provenance import run_provenance
