@@ -33,7 +33,7 @@ def test_opens_with_objectives_time_and_the_live_mode_line():
 
 def test_teaches_averaging_naive_and_ring_with_the_derivation():
     md = _text("markdown")
-    for n in range(1, 8):
+    for n in range(1, 9):
         assert f"\n## {n}. " in "\n" + md, f"section {n} missing"
     assert "Reduce-scatter" in md and "All-gather" in md
     assert r"2(n-1)\,S/n" in md and r"\frac{2(n-1)}{n}" in md
@@ -54,10 +54,18 @@ def test_live_cpu_run_and_the_gpu_result_beside_it():
     assert "os.cpu_count()" in code
 
 
+def test_one_gpu_trains_live_where_there_is_one_and_the_policy_says_what_ran_live():
+    code = _text("code")
+    assert 'mode.live_or_recorded("one-gpu")' in code and "one_gpu.beside_recorded(" in code
+    first_code = next(c.source for c in _nb().cells if c.cell_type == "code")
+    assert "policy.decide(" in first_code and "policy.Machine.detect()" in first_code
+    assert "## 7. One GPU, live" in _text("markdown")
+
+
 def test_ends_with_summary_quiz_and_links():
     cells = _nb().cells
     md = _text("markdown")
-    assert "## 7. Summary" in md and "## Self-check quiz" in md
+    assert "## 8. Summary" in md and "## Self-check quiz" in md
     assert "checks.quiz(1)" in _text("code")
     last = cells[-1].source
     assert "[Start Here](../Start_Here.ipynb)" in last
