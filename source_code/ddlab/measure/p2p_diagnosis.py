@@ -177,18 +177,6 @@ class Diagnosis:
         return self.text()
 
 
-def ring_bottleneck(m, order) -> float:
-    """The slowest hop of a ring that sends ``order[0] -> order[1] -> ... -> order[0]``
-    (matrix indices). A ring of two uses both directions of the pair."""
-    m = np.asarray(m, dtype=float)
-    order = list(order)
-    if len(order) < 2:
-        raise ValueError("a ring needs at least two GPUs")
-    hops = [m[a, b] for a, b in zip(order, order[1:] + order[:1])]
-    hops = [h if np.isfinite(h) else 0.0 for h in hops]
-    return float(min(hops))
-
-
 MAX_RING_ORDERS = 2_000_000
 
 
