@@ -75,8 +75,8 @@ def plot_heatmaps(result: P2PResult, link_peak_gbps=None, keys: Optional[Sequenc
         ax.set_ylabel("source", fontsize=8)
     caption = "SYNTHETIC format demo, not a measurement" if result.synthetic else None
     if caption is None and result.provenance:
-        from ddlab.system.provenance import label
-        caption = "recorded on " + label(result.provenance)
+        from ddlab.system.provenance import caption as provenance_caption
+        caption = provenance_caption(result.provenance)
     if caption:
         fig.suptitle(caption, fontsize=10)
     fig.tight_layout()
