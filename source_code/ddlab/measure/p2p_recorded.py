@@ -4,9 +4,9 @@ machines (``source_code/reference/p2p/<name>.json``).
 """
 from __future__ import annotations
 
-import json
 from typing import Optional
 
+from ddlab.base import files
 from ddlab.measure.p2p import P2PResult
 from ddlab.measure.p2p_diagnosis import summary
 
@@ -25,10 +25,7 @@ def record(result: P2PResult, *, name: Optional[str] = None, path: Optional[str]
         return reference.save("p2p", name, obj)
     if not path:
         raise ValueError("record() needs a name or a path")
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
-    return path
+    return files.write_json(path, obj)
 
 
 def load_recorded(name: str = "h200x2") -> P2PResult:

@@ -6,13 +6,13 @@ p2pBandwidthLatencyTest instead when it is on PATH.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import tempfile
 from typing import Optional, Sequence
 
+from ddlab.base import files
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.measure.p2p import P2PResult
 from ddlab.measure.p2p_parse import parse
@@ -132,8 +132,7 @@ def run(args: Sequence[str] = (), *, timeout: float = 900.0, rebuild: bool = Fal
             raise P2PRunError(f"the p2p test's validation caught wrong data (exit {out.returncode}):\n{tail}")
         if out.returncode != 0:
             raise P2PRunError(f"the p2p test failed (exit {out.returncode}):\n{tail}")
-        with open(json_path) as f:
-            result = P2PResult.from_dict(json.load(f))
+        result = P2PResult.from_dict(files.read_json(json_path, "p2p test's JSON output"))
     finally:
         os.unlink(json_path)
     result.text = text
