@@ -27,11 +27,11 @@ GB/s means 10^9 bytes per second, as in nccl-tests.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
+from ddlab.base import files
 from ddlab.base.tables import Table
 from ddlab.base.units import format_bytes, significant
 
@@ -228,15 +228,15 @@ def results_from_json(obj: Mapping, source: str = "live") -> list:
 
 
 def write_json(results: Iterable[SweepResult], path: str) -> str:
-    with open(path, "w") as f:
-        json.dump(results_to_json(results), f, indent=1)
-        f.write("\n")
-    return path
+    """Write sweeps to ``path`` in the format of :func:`results_to_json` (atomically: the whole
+    file or none of it); returns ``path``."""
+    return files.write_json(path, results_to_json(results))
 
 
 def read_json(path: str, source: str = "live") -> list:
-    with open(path) as f:
-        return results_from_json(json.load(f), source=source)
+    """The sweeps in a file written by :func:`write_json` (``ddlab allreduce --out``); a missing
+    or corrupt file raises :class:`ddlab.base.files.ResultFileError`."""
+    return results_from_json(files.read_json(path, "all-reduce sweep file"), source=source)
 
 
 

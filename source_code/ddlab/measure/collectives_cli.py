@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from ddlab.base import files
 from ddlab.base.units import parse_size
 from ddlab.measure import collectives_run
 from ddlab.measure.collectives import DTYPES, OPS, CollectiveValidationError, results_to_json, summary, write_json
@@ -134,5 +135,4 @@ def cli_plan(gpus: int, backend: str = "auto", paths: Optional[Sequence[str]] = 
 
 def _write_log(log_dir: str, op: str, path: str, text: str) -> None:
     name = f"nccl_{path}.log" if op == "all_reduce" else f"nccl_{op}_{path}.log"
-    with open(os.path.join(log_dir, name), "w") as f:
-        f.write(text)
+    files.write_text(os.path.join(log_dir, name), text)

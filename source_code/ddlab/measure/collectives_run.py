@@ -11,11 +11,11 @@ sweep's ``provenance["nccl_env"]`` records every NCCL variable its workers saw.
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from typing import Mapping, Optional, Sequence
 
+from ddlab.base import files
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.base.units import format_bytes, parse_size
 from ddlab.measure import launch
@@ -117,8 +117,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
                 raise CollectiveValidationError(
                     f"{op} returned wrong values, so no bandwidth is reported:\n  " + "\n  ".join(wrong)) from None
             raise
-        with open(out) as f:
-            worker = json.load(f)
+        worker = files.read_json(out, "all-reduce workers' result")
 
     if command is None:
         command = (f"ddlab.measure.collectives_run.sweep(op={op!r}, backend={backend!r}, path={path!r}, nproc={nproc}, "

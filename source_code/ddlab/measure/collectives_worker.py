@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Sequence
 
+from ddlab.base import files
 from ddlab.measure.collectives import DTYPES, OPS, VALIDATION_MARKER, bandwidths, format_time_us
 
 
@@ -208,8 +209,7 @@ def main(argv: Sequence[str]) -> int:
         if gpu:
             v = torch.cuda.nccl.version()
             meta["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        with open(a.out, "w") as f:
-            json.dump(meta, f)
+        files.write_text(a.out, json.dumps(meta))
     dist.barrier()
     dist.destroy_process_group()
     return 0
