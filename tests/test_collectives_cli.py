@@ -98,3 +98,7 @@ def test_json_round_trip(ar, tmp_path):
         collectives.results_from_json({"rows": []})
     with pytest.raises(ValueError, match="missing"):
         collectives.SweepResult.from_dict({"op": "all_reduce"})
+    cut = tmp_path / "cut.json"
+    cut.write_text(open(path).read()[:200])
+    with pytest.raises(ValueError, match="all-reduce sweep file .*cut.json is truncated or corrupt"):
+        collectives.read_json(str(cut))
