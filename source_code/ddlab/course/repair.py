@@ -331,12 +331,12 @@ def worker_error(output: str, script: str) -> str:
     base = os.path.basename(str(script))
     for i, line in enumerate(lines):
         m = _ERROR_LINE.match(line)
-        if m:
+        if m and "ChildFailedError" not in m.group(1):      # torchrun's own summary is not the worker's error
             error = m.group(1).strip()
         f = re.search(r'File "([^"]+)", line (\d+)', line)
         if f and os.path.basename(f.group(1)) == base:
-            code = lines[i + 1].split(":", 1)[-1].strip() if i + 1 < len(lines) and "<std" in lines[i + 1] \
-                else (lines[i + 1].strip() if i + 1 < len(lines) else "")
+            # the next line without its launcher prefix ("[1]<stderr>:", "[rank1]:")
+            code = re.sub(r"^\[[^\]]*\](?:<\w+>)?:", "", lines[i + 1]).strip() if i + 1 < len(lines) else ""
             where = f" ({base}, line {f.group(2)}: {code})"
     return f": {error}{where}" if error else ""
 
@@ -347,7 +347,7 @@ def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None) -> Re
     Returns a :class:`Report` (shown as a table in Jupyter). A script that cannot be found,
     crashes or hangs gets a report whose ``failure`` says so with the tail of its output."""
     from ddlab.course import handson
-    from ddlab.measure import launch
+    from ddlab.measure import launch, rank_failures
     name = os.path.basename(str(script))
     if not isinstance(script, (str, os.PathLike)) or not os.path.isfile(script):
         return Report(name, [], failure=f"there is no file {script!r}; start_exercise() makes your copy.")
@@ -367,8 +367,10 @@ def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None) -> Re
         except launch.LaunchError as exc:
             return Report(name, [], failure=f"it could not be started: {str(exc).splitlines()[0]}")
         if not res.ok:
+            first = rank_failures.describe(rank_failures.first_failure(res))   # which rank died, where, how
             return Report(name, [], output=res.output,
-                          failure=f"it stopped with exit code {res.returncode}{worker_error(res.output, script)}. "
+                          failure=(f"{first}\n" if first else "") +
+                                  f"it stopped with exit code {res.returncode}{worker_error(res.output, script)}. "
                                   f"Last lines of its output:\n{res.tail(15)}")
         events = []
         for f in sorted(glob.glob(os.path.join(probe_dir, "rank*.jsonl"))):

@@ -13,8 +13,11 @@ Every multi-process run in the course goes through :func:`run`. It
   process group, every descendant, and any stray process that carries this launch's
   marker variable ``DDLAB_LAUNCH_ID`` (launchers sometimes start workers in their own
   sessions, out of reach of a process-group kill);
-* raises one :class:`LaunchError` whose message quotes the tail of the output; on a
-  timeout it also quotes where each worker was stuck (see below).
+* raises one :class:`LaunchError` whose message starts with the rank that failed first, on
+  which host and how (a signal by name, an exit status, or its exception's last line), then
+  what the other ranks were doing (:mod:`ddlab.measure.rank_failures` reads that out of the
+  launcher's output), then the launcher's own lines and the tail of the output; on a timeout
+  it also quotes where each worker was stuck (see below).
 
 Diagnosing a hang. The workers the course launches call :func:`install_hang_traceback`
 first thing: on SIGTERM they print every thread's Python traceback to stderr, then die as
@@ -42,6 +45,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from ddlab.measure import rank_failures
 from ddlab.system import nccl
 from ddlab.system.frameworks import executable
 
@@ -50,11 +54,14 @@ TAIL_LINES = 40
 
 
 class LaunchError(RuntimeError):
-    """A launch failed. ``.result`` holds the captured output and return code."""
+    """A launch failed. ``.result`` holds the captured output and return code; ``.failure``
+    (a :class:`ddlab.measure.rank_failures.RankFailure`, or None) the rank that failed first."""
 
-    def __init__(self, message: str, result: "LaunchResult" = None):
+    def __init__(self, message: str, result: "LaunchResult" = None,
+                 failure: Optional[rank_failures.RankFailure] = None):
         super().__init__(message)
         self.result = result
+        self.failure = failure
 
 
 class LaunchTimeout(LaunchError):
@@ -280,13 +287,27 @@ def run(argv: Sequence[str], *, launcher: str = "python", nproc: int = 1,
         stuck = hang_tracebacks(result.output)
         where = (f"where the workers were when killed (Python tracebacks they printed on SIGTERM):\n{stuck}\n"
                  if stuck else "")
-        raise LaunchTimeout(f"{launcher} launch of {nproc} process(es) timed out after {timeout:.0f} s "
+        # A rank that died before the others hung: it comes first, as for any failure.
+        failure = rank_failures.first_failure(result, launcher) if nproc > 1 else None
+        failure = failure if failure is not None and failure.cause else None   # not the ranks it stopped
+        first = rank_failures.describe(failure) + "\n" if failure else ""
+        raise LaunchTimeout(f"{first}{launcher} launch of {nproc} process(es) timed out after {timeout:.0f} s "
                             f"and was killed (all its processes are gone).\ncommand: {shown}\n"
-                            f"{where}last output:\n{result.tail()}", result)
+                            f"{where}last output:\n{result.tail()}", result, failure)
     if check and proc.returncode != 0:
-        raise LaunchError(f"{launcher} launch of {nproc} process(es) failed with exit code "
-                          f"{proc.returncode}.\ncommand: {shown}\nlast output:\n{result.tail()}", result)
+        failure = rank_failures.first_failure(result, launcher)
+        first = rank_failures.describe(failure) + "\n" if failure else ""
+        raise LaunchError(f"{first}{launcher} launch of {nproc} process(es) failed with exit code "
+                          f"{_exit_text(proc.returncode)}.\ncommand: {shown}\nlast output:\n{result.tail()}",
+                          result, failure)
     return result
+
+
+def _exit_text(code: Optional[int]) -> str:
+    """"1", or "-9 (SIGKILL)" for a launcher killed by a signal."""
+    if code is not None and code < 0:
+        return f"{code} ({rank_failures.signal_name(code)})"
+    return str(code)
 
 
 # ----------------------------------------------------------------------------- in the workers

@@ -141,8 +141,15 @@ def slim(run: dict) -> dict:
 
 
 def failure_row(exc: Exception, **fields) -> dict:
-    """The row of a run that failed: its error, and for a timeout where the workers were stuck."""
-    row = dict(fields, error=" ".join(str(exc).split())[:400])
+    """The row of a run that failed. ``error`` is the message's first line, whole: for a failed
+    launch, which rank died first, on which host and how (signal name, exit status or its
+    exception's last line). ``error_detail`` keeps the rest of the message (the other ranks'
+    state, the launcher's lines, the end of the output); for a timeout, ``hang_traceback`` says
+    where the workers were stuck."""
+    first, _, rest = str(exc).strip().partition("\n")
+    row = dict(fields, error=first.strip() or type(exc).__name__)
+    if rest.strip():
+        row["error_detail"] = rest.rstrip()
     if isinstance(exc, launch.LaunchTimeout) and exc.result is not None:
         row["hang_traceback"] = launch.hang_tracebacks(exc.result.output)
     return row
