@@ -31,7 +31,8 @@ def kernel():
 
 
 def _error_of(kc, code: str) -> dict:
-    msg_id = kc.execute(code)
+    # stop_on_error=False: ipykernel otherwise aborts the requests that arrive just after an error
+    msg_id = kc.execute(code, stop_on_error=False)
     reply = kc.get_shell_msg(timeout=60)
     assert reply["parent_header"]["msg_id"] == msg_id
     while True:
