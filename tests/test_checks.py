@@ -371,3 +371,9 @@ def test_input_pipeline_prediction_wrong_ties_and_nothing_measured():
 def test_input_pipeline_answers_that_are_not_an_ordering_are_said_so(prediction):
     r = checks.check_input_pipeline(prediction)
     assert not r and ("No prediction yet" in r.message or "is not an ordering" in r.message)
+
+
+def test_input_pipeline_a_tie_between_the_pinned_ways_still_agrees():
+    m = _pipeline({"pageable": 180e3, "pinned": 244e3, "pinned + non_blocking": 240e3})
+    r = checks.check_input_pipeline("pinned + non_blocking > pinned > pageable", m)
+    assert r and "matches your prediction" in r.message and "pinned and pinned + non_blocking within 3%" in r.message

@@ -7,7 +7,7 @@ from ddlab.training.runs import ExperimentError
 
 
 def test_the_code_path_on_the_cpu():
-    res = input_pipeline.measure(model="mlp-small", batch=32, steps=4, warmup=1, device="cpu")
+    res = input_pipeline.measure(model="mlp-small", batch=32, steps=4, warmup=1, device="cpu", repeats=2)
     assert res.name == "input-pipeline" and [r["variant"] for r in res.rows] == ["on the GPU", "pageable"]
     assert all(r["images_per_s"] > 0 and r["batch_bytes"] == 32 * 784 * 4 for r in res.rows)
     assert res.rows[0]["speedup"] == 1.0 and "pinned memory needs CUDA" in res.notes[1]

@@ -36,34 +36,50 @@ def test_single_gpu_throughput_on_cpu_is_fp32_only(monkeypatch):
     assert "--cuda-graph" not in fake.argvs[0]
 
 
+def _timed(ms):
+    """wrapper_cost_torch.measure's answer: {(batch, wrapper): step ms}."""
+    def measure(models, batches, wrappers, **kw):
+        return [{"model": m, "batch": b, "wrapper": w, "step_s": ms[(b, w)] / 1e3, "min_s": ms[(b, w)] / 1e3 * 0.9,
+                 "max_s": ms[(b, w)] / 1e3 * 1.1, "runs": [ms[(b, w)] / 1e3] * 3}
+                for m in models for b in batches for w in wrappers]
+    return measure
+
+
 def test_wrapper_cost_is_the_step_over_the_plain_one(monkeypatch):
-    fake = FakeLaunches(step(0.20), step(0.32), step(0.45),      # batch 32: plain, ddp, horovod
-                        "a crash", step(0.40), step(0.50))       # batch 128: the plain run fails
-    monkeypatch.setattr(runs.launch, "run", fake)
+    from ddlab.training import wrapper_cost_torch
+    ms = {(32, "plain"): 0.20, (32, "ddp"): 0.32, (32, "horovod"): 0.45,
+          (128, "plain"): 0.40, (128, "ddp"): 0.50, (128, "horovod"): 0.60}
+    monkeypatch.setattr(wrapper_cost_torch, "measure", _timed(ms))
     res = one_gpu.wrapper_cost(models=["mlp-small"], batches=[32, 128], wrappers=["ddp", "horovod"],
                                buckets=lambda m: 2)
-    assert [a[a.index("--launcher") + 1] for a in fake.argvs] == ["none", "ddp", "horovod"] * 2
-    assert [a[a.index("--batch-size") + 1] for a in fake.argvs] == ["32"] * 3 + ["128"] * 3
     plain, ddp, hvd = res.rows[:3]
+    assert [r["wrapper"] for r in res.rows] == ["plain", "ddp", "horovod"] * 2
     assert plain["cost_ms"] == 0 and plain["cost_per_bucket_ms"] is None
     assert ddp["cost_ms"] == pytest.approx(0.12) and ddp["cost_share"] == pytest.approx(0.6)
     assert ddp["buckets"] == 2 and ddp["cost_per_bucket_ms"] == pytest.approx(0.06)
-    assert hvd["cost_ms"] == pytest.approx(0.25)
-    failed, ddp128 = res.rows[3], res.rows[4]
-    assert failed["error"] and failed["wrapper"] == "plain" and ddp128["cost_ms"] is None
-    assert "one worker: nothing crosses a link" in res.notes[0]
+    assert hvd["cost_ms"] == pytest.approx(0.25) and res.rows[4]["cost_ms"] == pytest.approx(0.10)
+    assert "one worker, one process: nothing crosses a link" in res.notes[0]
     text = res.table()
     assert "batch 32, 128/worker" in text and "0.120" in text and "60.0%" in text
 
 
-def test_wrapper_cost_names_what_it_left_out(monkeypatch):
+def test_wrapper_cost_names_what_it_left_out_and_runs_on_the_cpu(monkeypatch):
     monkeypatch.setattr(one_gpu, "availability", lambda fw, la: (False, "Horovod is not installed"))
     assert one_gpu.available_wrappers() == ["plain", "ddp"]
-    fake = FakeLaunches(step(1.0), step(1.1))
-    monkeypatch.setattr(runs.launch, "run", fake)
-    res = one_gpu.wrapper_cost(models=["cnn"], batches=[512], device="cpu")
-    assert [r["wrapper"] for r in res.rows] == ["plain", "ddp"]
+    res = one_gpu.wrapper_cost(models=["mlp-small"], batches=[16], device="cpu", precision="fp32", steps=2,
+                               repeats=2)
+    assert [r["wrapper"] for r in res.rows] == ["plain", "ddp"] and all(r["step_ms_median"] > 0 for r in res.rows)
     assert "Horovod not measured: Horovod is not installed" in res.notes
+    import torch.distributed as dist
+    assert not dist.is_initialized()             # the process group made for it is gone again
+
+
+def test_wrapper_cost_without_a_gpu_is_one_line():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(one_gpu.ExperimentError, match="needs one, and PyTorch sees none"):
+        one_gpu.wrapper_cost(wrappers=["ddp"])
 
 
 @pytest.mark.parametrize("kwargs,match", [({"models": ["resnet"]}, "unknown model"), ({"batches": [0]}, "positive"),

@@ -317,8 +317,8 @@ FEED_WHY = {
                 "the link, and the step waits for both",
     "pinned": "the copy engine reads the page-locked batch directly at the link's rate, but `.to(device)` "
               "still waits for the copy before the step starts",
-    "pinned + non_blocking": "the next batch is copied on a side stream while this step computes, so the step "
-                             "waits only when the copy takes longer than the compute",
+    "pinned + non_blocking": "the copy is queued and the host goes on launching the step's kernels at once, so "
+                             "the CPU's work and the copy overlap",
 }
 
 
@@ -362,8 +362,14 @@ def check_input_pipeline(prediction, measured=None, noise: float = 0.03) -> Chec
             msg.append(f"Measured (images/s): {listing}: within {noise:.0%} of each other. This model's step is "
                        f"long beside the copy of its batch, so how the batch crosses the link hardly shows.")
         else:
+            # a pair within the noise is a tie: it agrees whichever way round it was predicted
+            agrees = all(rates[a] >= rates[b] * (1 - noise) for i, a in enumerate(order) for b in order[i + 1:])
+            ties = [f"{a} and {b}" for i, a in enumerate(seen) for b in seen[i + 1:]
+                    if abs(rates[a] - rates[b]) < noise * rates[a]]
             msg.append(f"Measured (images/s): {listing} (fastest first), which "
-                       + ("matches your prediction." if tuple(seen) == order else "differs from your prediction."))
+                       + ("matches your prediction" if agrees else "differs from your prediction")
+                       + (f" ({'; '.join(ties)} within {noise:.0%}: a tie, this step's kernel launches and not "
+                          f"the copy set its pace)" if ties else "") + ".")
     return CheckResult(right, " ".join(msg))
 
 

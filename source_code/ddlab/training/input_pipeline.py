@@ -9,9 +9,9 @@ real input pipeline hands the GPU batches from host memory, and how they cross t
   copy it into a pinned staging buffer first, then across the link, while the step waits;
 * ``pinned`` - the batch is in pinned (page-locked) memory, so the copy engine reads it directly
   at the link's rate, but ``.to(device)`` still waits for it;
-* ``pinned + non_blocking`` - pinned, copied with ``non_blocking=True`` one batch ahead on a
-  side stream (what ``DataLoader(pin_memory=True)`` plus a prefetcher does): the copy of the
-  next batch overlaps this step's compute, and the step only waits on an event.
+* ``pinned + non_blocking`` - pinned, copied with ``.to(device, non_blocking=True)`` (what
+  ``DataLoader(pin_memory=True)`` is for): the copy is queued on the stream and the host does not
+  wait for it, so the CPU goes on launching the step's kernels while the copy engine works.
 
 :func:`measure` times them in one process on one GPU and returns an
 :class:`~ddlab.training.results.ExperimentResult` ("input-pipeline"); notebook 5 asks the learner
@@ -20,6 +20,7 @@ first two variants exist (pinned memory is a CUDA thing), and the result says so
 """
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Optional, Sequence
 
@@ -49,18 +50,12 @@ def _time_variant(torch, variant: str, net, opt, images, labels, batch: int, ste
         src_x, src_y = images, labels
     else:
         src_x, src_y = images.pin_memory(), labels.pin_memory()
-    side = torch.cuda.Stream(dev) if variant == "pinned + non_blocking" else None
+    non_blocking = variant == "pinned + non_blocking"
 
     def fetch(i):
         s = (i % BATCHES_KEPT) * batch
         bx, by = src_x[s:s + batch], src_y[s:s + batch]
-        if side is None:
-            return bx.to(dev), by.to(dev), None
-        with torch.cuda.stream(side):
-            gx, gy = bx.to(dev, non_blocking=True), by.to(dev, non_blocking=True)
-            ready = torch.cuda.Event()
-            ready.record(side)
-        return gx, gy, ready
+        return bx.to(dev, non_blocking=non_blocking), by.to(dev, non_blocking=non_blocking)
 
     def step(bx, by):
         opt.zero_grad(set_to_none=True)
@@ -68,27 +63,21 @@ def _time_variant(torch, variant: str, net, opt, images, labels, batch: int, ste
         loss.backward()
         opt.step()
 
-    nxt = fetch(0)
     t0 = None
     for i in range(warmup + steps):
         if i == warmup:
             if cuda:
                 torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
-        bx, by, ready = nxt
-        if ready is not None:
-            torch.cuda.current_stream(dev).wait_event(ready)
-            bx.record_stream(torch.cuda.current_stream(dev))
-            by.record_stream(torch.cuda.current_stream(dev))
-        nxt = fetch(i + 1)          # the next batch's copy is issued before this step's compute
-        step(bx, by)
+        step(*fetch(i))
     if cuda:
         torch.cuda.synchronize(dev)
     return time.perf_counter() - t0
 
 
-def measure(model: str = "mlp-small", batch: int = 512, steps: int = 200, warmup: int = 20,
-            variants: Sequence[str] = VARIANTS, device: str = "cuda", data_dir: Optional[str] = None) -> ExperimentResult:
+def measure(model: str = "mlp-small", batch: int = 512, steps: int = 300, warmup: int = 20,
+            variants: Sequence[str] = VARIANTS, device: str = "cuda", data_dir: Optional[str] = None,
+            repeats: int = 3) -> ExperimentResult:
     """Images/s of the same training step (``model``, SGD, fp32) fed its batches each of the
     ``variants`` ways, in one process on ``device`` ("cuda": GPU 0; "cpu": the code path only).
     Raises :class:`~ddlab.training.runs.ExperimentError` with one line when there is no such device."""
@@ -101,7 +90,8 @@ def measure(model: str = "mlp-small", batch: int = 512, steps: int = 200, warmup
     if device == "cuda" and not torch.cuda.is_available():
         raise ExperimentError("the input pipeline over the host link needs a GPU, and PyTorch sees none")
     dev = torch.device(device)
-    notes = ["one process, the model's step in fp32 with SGD; images/s over the timed steps"]
+    notes = [f"one process, the model's step in fp32 with SGD; images/s over the timed steps, the median of "
+             f"{repeats} runs each, the variants' runs interleaved"]
     if dev.type != "cuda":
         left = [v for v in variants if v.startswith("pinned")]
         variants = [v for v in variants if not v.startswith("pinned")]
@@ -109,18 +99,25 @@ def measure(model: str = "mlp-small", batch: int = 512, steps: int = 200, warmup
             notes.append(f"CPU: {', '.join(left)} left out (pinned memory needs CUDA); no host link is crossed")
     torch.manual_seed(0)
     images, labels = _batches(torch, model, batch, data_dir)
-    rows = []
+    nets = {}
     for v in variants:
         net = models_torch.build(model).to(dev)
-        opt = torch.optim.SGD(net.parameters(), lr=0.01)
-        secs = _time_variant(torch, v, net, opt, images, labels, batch, steps, warmup, dev)
-        rows.append({"variant": v, "workers": 1, "images_per_s": steps * batch / secs,
-                     "step_ms_median": 1000 * secs / steps, "batch_bytes": batch * 28 * 28 * 4,
-                     "device": dev.type, "precision": "fp32"})
+        nets[v] = (net, torch.optim.SGD(net.parameters(), lr=0.01))
+    secs = {v: [] for v in variants}
+    for _ in range(repeats):            # the variants interleaved, so drift hits them alike
+        for v in variants:
+            secs[v].append(_time_variant(torch, v, *nets[v], images, labels, batch, steps, warmup, dev))
+    rows = []
+    for v in variants:
+        med = statistics.median(secs[v])
+        rows.append({"variant": v, "workers": 1, "images_per_s": steps * batch / med,
+                     "images_per_s_min": steps * batch / max(secs[v]), "images_per_s_max": steps * batch / min(secs[v]),
+                     "step_ms_median": 1000 * med / steps, "batch_bytes": batch * 28 * 28 * 4,
+                     "device": dev.type, "precision": "fp32", "repeats": repeats})
     base = next((r["images_per_s"] for r in rows if r["variant"] == "on the GPU"), None)
     for r in rows:
         r["speedup"] = r["images_per_s"] / base if base else None
-    cfg = {"framework": "torch", "launcher": "none", "model": model, "batch_size": batch, "steps": steps,
+    cfg = {"framework": "torch", "launcher": "none", "model": model, "batch_size": batch, "steps": steps, "repeats": repeats,
            "warmup_steps": warmup, "device": dev.type, "precision": "fp32", "variants": list(variants)}
     return ExperimentResult("input-pipeline", rows, "live", run_provenance(
         f"ddlab.training.input_pipeline.measure(model={model!r}, batch={batch}, device={device!r})"), notes, cfg)

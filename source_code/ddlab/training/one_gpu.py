@@ -4,18 +4,19 @@ before any second GPU is involved.
 * :func:`single_gpu_throughput` - images/s of the CNN and the two seed-sized MLPs on one GPU, in
   fp32 and bf16 (one process, ``launcher="none"``), each step launched eagerly (no CUDA graph),
   like the recorded 2-GPU runs they are set beside.
-* :func:`wrapper_cost` - the same model's step plain, under DDP with world size 1 (``torchrun``,
-  one worker, NCCL) and under Horovod with size 1 (``horovodrun -np 1``, when Horovod is built
-  for PyTorch), at several batch sizes. With one worker nothing crosses a link, so the
+* :func:`wrapper_cost` - the same model's step plain, under DDP with world size 1 (NCCL) and
+  under Horovod with size 1 (when Horovod is built for PyTorch), at several batch sizes, timed in
+  one process (:mod:`ddlab.training.wrapper_cost_torch`). With one worker nothing crosses a link, so the
   difference is the wrapper's own fixed cost per step: hooks, bucketing, a collective call on
   one rank. That cost does not shrink with a faster link, which is why small models scale badly
   even over NVLink; the cost model takes it as a measured input (per step, and per gradient
   bucket when the caller says how many buckets the model has: ``buckets``, e.g. from
   :func:`ddlab.cost.step_model.gradient_buckets`, which lives above this layer).
 
-Both run the course's training script through :func:`ddlab.training.runs.train` and return an
-:class:`~ddlab.training.results.ExperimentResult` ("one-gpu", "wrapper-cost"); a configuration
-that fails gets a row with its error and the others still run.
+:func:`single_gpu_throughput` runs the course's training script through
+:func:`ddlab.training.runs.train` (a configuration that fails gets a row with its error and the
+others still run); both return an :class:`~ddlab.training.results.ExperimentResult` ("one-gpu",
+"wrapper-cost").
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ddlab.training.runspec import PRECISIONS, RunSpec, RunSpecError
 
 ONE_GPU_MODELS = ("cnn", "mlp-small", "mlp-large")     # the CNN and the seed-sized MLPs
 WRAPPER_BATCHES = (32, 128, 512)
-WRAPPERS = {"plain": "none", "ddp": "ddp", "horovod": "horovod"}   # row name -> RunSpec launcher
+WRAPPERS = ("plain", "ddp", "horovod")
 Progress = Optional[Callable[[str], None]]
 
 
@@ -93,16 +94,20 @@ def available_wrappers(framework: str = "torch") -> list:
 
 def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] = WRAPPER_BATCHES,
                  wrappers: Optional[Sequence[str]] = None, device: str = "cuda",
-                 buckets: Optional[Callable[[str], int]] = None, echo: bool = False, progress: Progress = None,
-                 **fields) -> ExperimentResult:
-    """The data-parallel wrapper's own cost on one worker: for each model and batch, a step of
-    the plain model, then under each wrapper (``wrappers`` None: :func:`available_wrappers`),
-    each with one worker. Rows: ``step_ms_median`` and ``cost_ms`` (the wrapper's step minus
-    the plain step; None when the plain run failed), ``cost_share`` (of the plain step), and
-    with ``buckets`` (model -> number of DDP gradient buckets) ``buckets`` and
-    ``cost_per_bucket_ms``. ``fields``: further RunSpec fields (precision, steps, repeats, ...)."""
+                 buckets: Optional[Callable[[str], int]] = None, precision: str = "bf16", steps: int = 50,
+                 repeats: int = 5) -> ExperimentResult:
+    """The data-parallel wrapper's own cost on one worker: for each model and batch, the step of
+    the plain model and of the model under each wrapper (``wrappers`` None:
+    :func:`available_wrappers`: DDP with world size 1, Horovod with size 1), timed in one
+    process (:func:`ddlab.training.wrapper_cost_torch.measure`: the same inputs, the variants'
+    runs interleaved, the median of ``repeats`` runs of ``steps`` steps). Rows:
+    ``step_ms_median`` and ``cost_ms`` (the wrapper's step minus the plain step), ``cost_share``
+    (of the plain step), and with ``buckets`` (model -> number of DDP gradient buckets)
+    ``buckets`` and ``cost_per_bucket_ms``. Raises :class:`ExperimentError` with one line when
+    the device or a wrapper cannot be had."""
+    from ddlab.training import wrapper_cost_torch
     models, batches = list(models), [int(b) for b in batches]
-    _check(models)
+    _check(models, [precision])
     if not batches or min(batches) < 1:
         raise RunSpecError("batches must be positive whole numbers, e.g. (32, 128, 512)")
     wrappers = list(wrappers) if wrappers is not None else available_wrappers()
@@ -110,42 +115,35 @@ def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] 
         if w not in WRAPPERS:
             raise RunSpecError(f"unknown wrapper {w!r}; choose from {', '.join(WRAPPERS)}")
     order = ["plain"] + [w for w in wrappers if w != "plain"]
-    notes = ["one worker: nothing crosses a link, so a wrapper's extra time per step is its own fixed cost"]
+    notes = ["one worker, one process: nothing crosses a link, so a wrapper's extra time per step is its own "
+             f"fixed cost; each step the median of {repeats} runs of {steps} steps, the variants' runs interleaved"]
     if "horovod" not in order:
         notes.append("Horovod not measured: " + availability("torch", "horovod")[1])
     if device == "cpu":
-        notes.append("CPU processes (gloo): the code path, not GPU figures")
-    rows, all_runs, spec = [], [], None
-    for model in models:
-        n_buckets = buckets(model) if buckets else None
-        for batch in batches:
-            plain_ms = None
-            for w in order:
-                spec = _spec(device, model, WRAPPERS[w], dict(fields, batch=batch))
-                try:
-                    runs = repeat(spec, echo=echo, progress=progress, graph_fallback=False)
-                except (launch.LaunchError, ExperimentError) as exc:
-                    rows.append(failure_row(exc, model=model, batch=batch, wrapper=w, workers=1))
-                    notes.append(f"{model} batch {batch} {w} failed: {str(exc).splitlines()[0]}")
-                    continue
-                row = row_of_repeats(runs)
-                idx = keep_runs(all_runs, runs)
-                step = row["step_ms_median"]
-                if w == "plain":
-                    plain_ms = step
-                cost = None if plain_ms is None else step - plain_ms
-                rows.append(dict(row, model=model, batch=batch, wrapper=w, params=runs[0].get("params"),
-                                 cost_ms=cost, cost_share=None if cost is None or not plain_ms else cost / plain_ms,
-                                 buckets=n_buckets,
-                                 cost_per_bucket_ms=None if cost is None or not n_buckets or w == "plain"
-                                 else cost / n_buckets, run=idx[median_run(runs)], runs=idx))
-    if not all_runs:
-        raise ExperimentError("every wrapper-cost run failed:\n" + "\n".join(notes))
+        notes.append("CPU (DDP over gloo): the code path, not GPU figures")
+    try:
+        timed = wrapper_cost_torch.measure(models, batches, order, device=device, precision=precision, steps=steps,
+                                           repeats=repeats)
+    except (RuntimeError, ImportError) as exc:
+        raise ExperimentError(f"the wrapper's cost could not be measured: {str(exc).splitlines()[0]}") from None
+    plain = {(t["model"], t["batch"]): t["step_s"] for t in timed if t["wrapper"] == "plain"}
+    rows = []
+    for t in timed:
+        n_buckets = buckets(t["model"]) if buckets else None
+        base = plain[(t["model"], t["batch"])]
+        cost = (t["step_s"] - base) * 1e3
+        rows.append({"model": t["model"], "batch": t["batch"], "wrapper": t["wrapper"], "workers": 1,
+                     "step_ms_median": t["step_s"] * 1e3, "step_ms_spread": f"{t['min_s'] * 1e3:.3f}-{t['max_s'] * 1e3:.3f}",
+                     "step_ms_runs": [r * 1e3 for r in t["runs"]], "images_per_s": t["batch"] / t["step_s"],
+                     "images_per_s_min": t["batch"] / t["max_s"], "images_per_s_max": t["batch"] / t["min_s"],
+                     "cost_ms": cost, "cost_share": cost / (base * 1e3), "buckets": n_buckets,
+                     "cost_per_bucket_ms": cost / n_buckets if n_buckets and t["wrapper"] != "plain" else None,
+                     "precision": precision, "device": device, "repeats": repeats})
+    cfg = {"framework": "torch", "launcher": "+".join(order), "models": models, "batches": batches,
+           "wrappers": order, "device": device, "precision": precision, "steps": steps, "repeats": repeats}
     return ExperimentResult("wrapper-cost", rows, "live", run_provenance(
         f"ddlab.training.one_gpu.wrapper_cost(models={models}, batches={batches}, wrappers={order}, "
-        f"device={device!r})"), notes, config_of(spec, all_runs[0], models=models, batches=batches, wrappers=order),
-        all_runs)
-
+        f"device={device!r})"), notes, cfg)
 
 
 def beside_recorded(result: ExperimentResult):
