@@ -29,22 +29,17 @@ sys.path.insert(0, os.path.join(REPO, "source_code"))
 
 from ddlab.base import files  # noqa: E402
 from ddlab.base.tables import Table  # noqa: E402
+from ddlab.system.links import pcie_x16_gbs  # noqa: E402
 
 OURS_DIR = os.path.join(REPO, "source_code", "p2p_bandwidth_latency")
 SIZES_MIB = (1, 4, 16, 64, 256, 1024)
 TESTS = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce"}
-# GT/s per lane and line-code efficiency per PCIe generation (PCI-SIG): 8b/10b up to Gen2,
-# 128b/130b for Gen3-Gen5. Gen6 runs FLIT mode with PAM4 at 64 GT/s; we take 242/256 for its
-# FLIT payload share (a FLIT of 256 bytes carries 236 bytes of TLPs and DLLP data plus 6 bytes
-# of DLLP; its 8 bytes of CRC and 6 of FEC are overhead).
-PCIE = {1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130), 5: (32.0, 128 / 130),
-        6: (64.0, 242 / 256)}
 
 
 def raw_gbps(gen: int, width: int) -> float:
-    """The link's raw rate per direction in GB/s: lanes x GT/s x line-code efficiency / 8 bits."""
-    gts, eff = PCIE[gen]
-    return width * gts * eff / 8
+    """The link's raw rate per direction in GB/s: lanes x GT/s x line-code efficiency / 8 bits
+    (the table of generations, Gen6's FLIT factor included, is ddlab.system.links.PCIE_GENERATIONS)."""
+    return pcie_x16_gbs(gen, width)
 
 
 def run(cmd, cwd=None, timeout=900) -> str:
