@@ -48,14 +48,14 @@ HOROVOD_VERSION := $(shell cat source_code/patches/HOROVOD_VERSION)
 HOROVOD_PATCH := source_code/patches/horovod-$(HOROVOD_VERSION)-ddlab.patch
 
 .PHONY: help setup deps horovod data kernel lab-settings lab lab-command test browser-test chromium images p2p clean
-.PHONY: wheelhouse wheelhouse-test slurm-test bench-doctor
+.PHONY: wheelhouse wheelhouse-test slurm-test bench-doctor teardown-loop
 
 help:
 	@echo "make lab    - set up (venv, pinned dependencies, Horovod, Fashion-MNIST, kernel) and start JupyterLab"
 	@echo "make test   - set up, then unit tests + every notebook under nbval"
 	@echo "make browser-test - set up (and Chromium), then every notebook in JupyterLab in a real browser"
 	@echo "make setup | deps | horovod [PYTHON=...] | data | kernel | lab-settings | chromium | images | p2p | clean"
-	@echo "make wheelhouse [WHEELHOUSE=dir] | setup WHEELHOUSE=dir | wheelhouse-test | slurm-test | bench-doctor"
+	@echo "make wheelhouse [WHEELHOUSE=dir] | setup WHEELHOUSE=dir | wheelhouse-test | slurm-test | bench-doctor | teardown-loop"
 
 # The supported Pythons: pyproject.toml's requires-python, the one range (tools/check_python.py reads it).
 $(VPY):
@@ -168,3 +168,8 @@ slurm-test: setup
 # How long `ddlab doctor` takes here (a benchmark: prints a table, writes results/bench_doctor.json).
 bench-doctor: $(STAMPS)/ddlab
 	$(VPY) tools/bench_doctor.py --runs 5
+
+# 2-process DDP runs on the CPU under torchrun, 50 of each script: none may abort at teardown
+# (prints a table, writes results/teardown_loop.json; about 6 s a run on 2 cores).
+teardown-loop: $(STAMPS)/ddlab
+	$(VPY) tools/teardown_loop.py --runs 50 --out results/teardown_loop.json

@@ -80,6 +80,16 @@ def test_failure_raises_one_error_quoting_the_output():
     assert ei.value.result.returncode == 3
 
 
+def test_a_process_killed_by_a_signal_says_which_first():
+    import socket
+    code = "import os, signal; print('working', flush=True); os.kill(os.getpid(), signal.SIGSEGV)"
+    with pytest.raises(launch.LaunchError) as ei:
+        launch.run(["-c", code], timeout=60)
+    first = str(ei.value).splitlines()[0]
+    assert first.startswith(f"the process on host {socket.gethostname()} failed: killed by SIGSEGV (signal 11;")
+    assert "failed with exit code -11 (SIGSEGV)" in str(ei.value) and ei.value.failure.signal == "SIGSEGV"
+
+
 def test_failure_without_check_returns_result():
     r = launch.run(["-c", "raise SystemExit(5)"], timeout=60, check=False)
     assert r.returncode == 5 and not r.ok

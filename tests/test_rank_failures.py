@@ -83,6 +83,26 @@ def test_the_survivors_state_follows(name, state):
     assert rank_failures.describe(rank_failures.first_failure(captured(name))).splitlines()[1:] == [state]
 
 
+def test_an_nccl_error_of_a_survivor_is_a_consequence():
+    # Written from NCCL's error string for ncclRemoteError and PyTorch's DistBackendError (no GPU
+    # here to capture one): rank 0's NCCL error follows rank 1's out-of-memory error.
+    out = "\n".join([
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/site-packages/torch/distributed/distributed_c10d.py", line 2501, in all_reduce',
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process "
+        "exited or there was a network error, NCCL version 2.21.5",
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "train.py", line 40, in step',
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "E1125 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 11) of binary: python",
+    ])
+    failure = rank_failures.first_failure(SimpleNamespace(output=out, returncode=1, command=COMMANDS["torchrun"]))
+    assert failure.line() == (f"rank 1 on host {HOST} died first: raised torch.OutOfMemoryError: CUDA out of memory. "
+                              "Tried to allocate 2.00 GiB")
+    assert failure.survivors == ["rank 0: was waiting in all_reduce when rank 1 died; it failed there "
+                                 "(DistBackendError: remote process exited)"]
+
+
 def test_signal_names_and_exit_statuses():
     assert rank_failures.signal_name(-9) == "SIGKILL" and rank_failures.signal_name(6) == "SIGABRT"
     assert rank_failures.signal_name(11) == "SIGSEGV" and rank_failures.signal_name(200) == "signal 200"

@@ -43,8 +43,8 @@ PEER_LOST = re.compile(
     r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing"
     r"|Horovod has been shut down|HorovodInternalError|NCCL communicator was aborted|ncclRemoteError"
     r"|remote process exited|peer process (?:has )?(?:exited|died)|Socket Timeout|recvValue|Connection refused"
-    r"|DistNetworkError|failed to recv, got 0 bytes|Timed out waiting .* for client"
-    r"|Some NCCL operations have failed or timed out", re.I)
+    r"|DistNetworkError|failed to recv, got 0 bytes|Timed out waiting .* for client|Timed out waiting \d+ms"
+    r"|Some NCCL operations have failed or timed out|Watchdog caught collective operation timeout", re.I)
 
 # The calls a rank waits in for its peers; the outermost one found in a traceback names where it was.
 COLLECTIVES = ("init_process_group", "rendezvous", "barrier", "monitored_barrier", "all_reduce", "allreduce",
