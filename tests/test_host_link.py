@@ -178,10 +178,11 @@ def test_a_compiled_build_that_fails_falls_back_to_torch_with_a_note(monkeypatch
     assert got.source == "torch" and got.notes[0].startswith("the compiled test could not run (building")
 
 
-def test_nothing_is_recorded_yet_says_so():
+def test_nothing_is_recorded_yet_says_so(monkeypatch, tmp_path):
+    from ddlab.base import reference
     from ddlab.base.reference import ReferenceMissing
-    if host_link.recorded_names():
-        pytest.skip("a host-link recording exists")
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
+    assert host_link.recorded_names() == []
     with pytest.raises(ReferenceMissing, match="no recorded result hostlink/h100"):
         host_link.load_recorded("h100")
 
@@ -202,3 +203,12 @@ def test_the_staging_line_names_both_copies_and_the_peer_path(result):
     line = host_link.staging_line(result, 25 << 20, peer_gbps=450.0)
     assert line.startswith("host staging of 25 MiB: GPU->host ") and "+ host->GPU" in line
     assert "measured at 16 MiB" not in line and "one peer-to-peer copy at 450 GB/s" in line and "x less" in line
+
+
+def test_the_committed_recording_is_a_real_run_with_provenance():
+    names = host_link.recorded_names()
+    assert names, "source_code/reference/hostlink/ holds the recorded host links"
+    r = host_link.load_recorded(names[0])
+    assert r.source == "recorded" and r.provenance.get("gpu_model") and r.provenance.get("driver")
+    assert {row["direction"] for row in r.rows} == {"h2d", "d2h", "bidir"}
+    assert {row["memory"] for row in r.rows} == {"pinned", "pageable"}

@@ -111,12 +111,12 @@ def test_the_one_gpu_parts_without_a_gpu_say_not_recorded_yet_or_show_the_record
     from ddlab.base import reference
     import json
     import _one_gpu_fakes
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))       # nothing recorded there yet
     for part in ("host-link", "one-gpu", "input-pipeline"):
         shown = mode.live_or_recorded(part, machine=NO_GPU)
         assert shown.value is None and shown.line.startswith("not recorded yet (not live here: it needs 1 GPU(s)")
     (tmp_path / "hostlink").mkdir()
     (tmp_path / "hostlink" / "1xh100.json").write_text(json.dumps(_one_gpu_fakes.host_result().to_dict()))
-    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
     shown = mode.live_or_recorded("host-link", machine=NO_GPU)
     assert shown.value.source == "recorded" and shown.line.startswith("recorded on 1x NVIDIA H100 80GB HBM3")
 
