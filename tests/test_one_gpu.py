@@ -61,6 +61,10 @@ def test_wrapper_cost_is_the_step_over_the_plain_one(monkeypatch):
     assert "one worker, one process: nothing crosses a link" in res.notes[0]
     text = res.table()
     assert "batch 32, 128/worker" in text and "0.120" in text and "60.0%" in text
+    # a recording of it carries its run description: DDP, the first model, the largest batch
+    spec = res.spec
+    assert (spec.launcher, spec.model, spec.batch, spec.device) == ("ddp", "mlp-small", 128, "cuda")
+    assert spec.steps == 50 + one_gpu.WRAPPER_WARMUP and spec.warmup_steps == one_gpu.WRAPPER_WARMUP
 
 
 def test_wrapper_cost_names_what_it_left_out_and_runs_on_the_cpu(monkeypatch):

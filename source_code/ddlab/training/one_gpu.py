@@ -33,6 +33,7 @@ from ddlab.training.runspec import PRECISIONS, RunSpec, RunSpecError
 
 ONE_GPU_MODELS = ("cnn", "mlp-small", "mlp-large")     # the CNN and the seed-sized MLPs
 WRAPPER_BATCHES = (32, 128, 512)
+WRAPPER_WARMUP = 10      # untimed steps before each timed run
 WRAPPERS = ("plain", "ddp", "horovod")
 Progress = Optional[Callable[[str], None]]
 
@@ -123,7 +124,7 @@ def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] 
         notes.append("CPU (DDP over gloo): the code path, not GPU figures")
     try:
         timed = wrapper_cost_torch.measure(models, batches, order, device=device, precision=precision, steps=steps,
-                                           repeats=repeats)
+                                           warmup=WRAPPER_WARMUP, repeats=repeats)
     except (RuntimeError, ImportError) as exc:
         raise ExperimentError(f"the wrapper's cost could not be measured: {str(exc).splitlines()[0]}") from None
     plain = {(t["model"], t["batch"]): t["step_s"] for t in timed if t["wrapper"] == "plain"}
@@ -139,8 +140,12 @@ def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] 
                      "cost_ms": cost, "cost_share": cost / (base * 1e3), "buckets": n_buckets,
                      "cost_per_bucket_ms": cost / n_buckets if n_buckets and t["wrapper"] != "plain" else None,
                      "precision": precision, "device": device, "repeats": repeats})
+    # the run description: the first model at the largest batch under DDP; the rows vary model, batch, wrapper
+    spec = _spec(device, models[0], "ddp", dict(batch=max(batches), steps=steps + WRAPPER_WARMUP,
+                                                 warmup_steps=WRAPPER_WARMUP, precision=precision, repeats=repeats))
     cfg = {"framework": "torch", "launcher": "+".join(order), "models": models, "batches": batches,
-           "wrappers": order, "device": device, "precision": precision, "steps": steps, "repeats": repeats}
+           "wrappers": order, "device": device, "precision": precision, "steps": steps, "repeats": repeats,
+           "spec": spec.to_dict()}
     return ExperimentResult("wrapper-cost", rows, "live", run_provenance(
         f"ddlab.training.one_gpu.wrapper_cost(models={models}, batches={batches}, wrappers={order}, "
         f"device={device!r})"), notes, cfg)
