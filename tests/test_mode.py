@@ -101,7 +101,8 @@ def test_bad_requests_get_one_message():
 def test_the_one_gpu_parts_run_live_on_one_gpu(monkeypatch):
     import _one_gpu_fakes
     _one_gpu_fakes.patch(monkeypatch)
-    for part, name in (("host-link", None), ("one-gpu", "one-gpu"), ("input-pipeline", "input-pipeline")):
+    for part, name in (("host-link", None), ("one-gpu", "one-gpu"), ("wrapper-cost", "wrapper-cost"),
+                       ("input-pipeline", "input-pipeline")):
         shown = mode.live_or_recorded(part, machine=ONE_GPU)
         assert shown.live and shown.line == "measured now on 1x NVIDIA L4"
         assert name is None or shown.value.name == name
@@ -112,7 +113,7 @@ def test_the_one_gpu_parts_without_a_gpu_say_not_recorded_yet_or_show_the_record
     import json
     import _one_gpu_fakes
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))       # nothing recorded there yet
-    for part in ("host-link", "one-gpu", "input-pipeline"):
+    for part in ("host-link", "one-gpu", "wrapper-cost", "input-pipeline"):
         shown = mode.live_or_recorded(part, machine=NO_GPU)
         assert shown.value is None and shown.line.startswith("not recorded yet (not live here: it needs 1 GPU(s)")
     (tmp_path / "hostlink").mkdir()

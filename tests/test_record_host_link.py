@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import _one_gpu_fakes
+from ddlab.cost import step_model
 from ddlab.system import policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +49,7 @@ def test_the_gpu_path_writes_each_part_with_provenance(tmp_path, monkeypatch):
                  "one-gpu-torch-none.json", "wrapper-cost-torch.json", "input-pipeline-torch-none.json"):
         assert json.loads((tmp_path / name).read_text())["provenance"], name
     assert _one_gpu_fakes.WRAPPER_CALLS[0]["batches"] == [32, 512]
-    assert _one_gpu_fakes.WRAPPER_CALLS[0]["buckets"] == record_host_link.bucket_count("mlp-small")
+    assert _one_gpu_fakes.WRAPPER_CALLS[0]["buckets"] == step_model.bucket_count("mlp-small")
 
 
 def test_a_failing_part_is_reported_and_the_others_still_run(tmp_path, monkeypatch):

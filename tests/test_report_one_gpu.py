@@ -9,6 +9,7 @@ import pytest
 
 import _one_gpu_fakes
 from ddlab.base import reference
+from ddlab.cost import step_model
 from ddlab.report import html_page, one_gpu_steps, plan as report_plan, runner, steps as report_steps
 from ddlab.system import hardware, policy
 
@@ -38,7 +39,7 @@ def test_a_one_gpu_machine_measures_its_gpu_and_skips_the_pair_steps(tmp_path, m
     (i, kw), = calls["host"]
     assert i == 0 and kw["sizes"][0] == 4096 and kw["sizes"][-1] == 1 << 30
     assert calls["load"] == [report_plan.PCIE_LOAD_COPY_S]
-    assert _one_gpu_fakes.WRAPPER_CALLS[0]["buckets"] == one_gpu_steps.bucket_count("mlp-small") >= 1
+    assert _one_gpu_fakes.WRAPPER_CALLS[0]["buckets"] == step_model.bucket_count("mlp-small") >= 1
     text = capsys.readouterr().out
     assert "h2d % raw" in text and "87%" in text and "This GPU beside the recorded 2-GPU runs" in text
     assert "cost ms/step" in text

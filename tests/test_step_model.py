@@ -34,6 +34,12 @@ def test_buckets_follow_ddp_first_1MiB_then_25MiB_in_reverse_layer_order():
         sm.gradient_buckets(layers, readiness="time")
 
 
+def test_bucket_count_of_a_course_model():
+    # the small MLP's ~1 MB of gradients fit one default bucket; the large one's ~27 MB need more
+    assert sm.bucket_count("mlp-small") == len(sm.gradient_buckets("mlp-small")) == 1
+    assert sm.bucket_count("mlp-large") == len(sm.gradient_buckets("mlp-large")) > 1
+
+
 def test_overlap_hides_communication_behind_the_rest_of_the_backward_pass():
     layers = [Layer("early", 1000, 3.0), Layer("late", 10_000_000, 1.0)]  # late's grads come first
     link = AlphaBeta(0.0, 40e6 / 1e-3)            # 40 MB in 1 ms

@@ -33,6 +33,7 @@ REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(REPO, "source_code"))
 
 from ddlab.base import files  # noqa: E402
+from ddlab.cost import step_model  # noqa: E402
 from ddlab.measure import host_link, host_link_torch  # noqa: E402
 from ddlab.system import policy  # noqa: E402
 from ddlab.system.provenance import run_provenance  # noqa: E402
@@ -47,13 +48,6 @@ def say(line: str) -> None:
 
 def _ints(text: str) -> list:
     return [int(x) for x in text.split(",") if x.strip()]
-
-
-def bucket_count(model: str) -> int:
-    """DDP's gradient buckets of a course model (the cost layer's bucketing; imported here, above
-    the training layer that measures)."""
-    from ddlab.cost import step_model
-    return len(step_model.gradient_buckets(model))
 
 
 def host_part(method: str, devices, a) -> dict:
@@ -100,7 +94,7 @@ def training_part(which: str, a) -> dict:
         res = input_pipeline.measure(device="cuda")
         name = "input-pipeline-torch-none.json"
     else:
-        res = one_gpu.wrapper_cost(models=a.models, batches=a.batches, device="cuda", buckets=bucket_count,
+        res = one_gpu.wrapper_cost(models=a.models, batches=a.batches, device="cuda", buckets=step_model.bucket_count,
                                    repeats=max(a.repeats, 5))
         name = "wrapper-cost-torch.json"
     say(res.table())

@@ -73,6 +73,11 @@ class Bucket:
     ready: float
 
 
+def bucket_count(model: str) -> int:
+    """How many gradient buckets DDP makes of a course model with its default bucketing."""
+    return len(gradient_buckets(model))
+
+
 def gradient_buckets(model, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
                      first_bucket_bytes: Optional[int] = DDP_FIRST_BUCKET_BYTES,
                      bytes_per_param: int = 4, readiness: str = "flops") -> tuple:

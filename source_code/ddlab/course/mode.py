@@ -21,7 +21,7 @@ from ddlab.system.topology import NoGPUError
 RECORDED = "h200x2"
 NCCL_LOG_DIR = os.path.join(REFERENCE_DIR, "nccl_logs")
 PARTS = ("topology", "nccl-logs", "p2p", "allreduce", "scaling", "nccl-paths", "perf-options", "convergence",
-         "host-link", "one-gpu", "input-pipeline")
+         "host-link", "one-gpu", "wrapper-cost", "input-pipeline")
 
 
 # ----------------------------------------------------------------------------- each part
@@ -97,6 +97,14 @@ def _one_gpu(live: bool, machine: Machine):
     return _recorded_experiment("one-gpu-torch-none")
 
 
+def _wrapper_cost(live: bool, machine: Machine):
+    from ddlab.cost import step_model
+    from ddlab.training import one_gpu
+    if live:
+        return one_gpu.wrapper_cost(models=one_gpu.ONE_GPU_MODELS, device="cuda", buckets=step_model.bucket_count), None
+    return _recorded_experiment("wrapper-cost-torch")
+
+
 def _input_pipeline(live: bool, machine: Machine):
     from ddlab.training import input_pipeline
     if live:
@@ -107,6 +115,7 @@ def _input_pipeline(live: bool, machine: Machine):
 _PARTS = {"topology": (Needs(gpus=1), _topology),
           "host-link": (Needs(gpus=1), _host_link),
           "one-gpu": (Needs(gpus=1, framework="torch", launcher="none"), _one_gpu),
+          "wrapper-cost": (Needs(gpus=1, framework="torch", launcher="ddp"), _wrapper_cost),
           "input-pipeline": (Needs(gpus=1, framework="torch", launcher="none"), _input_pipeline),
           "nccl-logs": (Needs(gpus=2, framework="torch", launcher="ddp"), _nccl_logs),
           "p2p": (Needs(gpus=2, nvcc=True), _p2p),
@@ -117,7 +126,8 @@ def live_or_recorded(part: str, source: str = "auto", machine: Optional[Machine]
     """Run notebook part ``part`` live when this machine can, else load its recording.
 
     ``part``: "topology", "nccl-logs", "p2p", "allreduce", "host-link" (GPU 0's host link),
-    "one-gpu" (single-GPU training throughput), "input-pipeline" (pageable vs pinned batches),
+    "one-gpu" (single-GPU training throughput), "wrapper-cost" (a step under DDP and Horovod
+    with one worker against the plain step), "input-pipeline" (pageable vs pinned batches),
     or a training experiment
     ("scaling", "nccl-paths", "perf-options": ``kwargs`` go to
     :func:`ddlab.training.experiments.live_or_recorded`). ``source``: "auto", "live" or "recorded".

@@ -17,6 +17,7 @@ Each raises :class:`~ddlab.report.context.Skip` with one line where this machine
 """
 from __future__ import annotations
 
+from ddlab.cost import step_model
 from ddlab.report.context import Context, Skip, Step
 from ddlab.report.plan import PCIE_LOAD_COPY_S
 from ddlab.system import policy
@@ -84,12 +85,6 @@ def _one_gpu_training(ctx: Context) -> dict:
     return d
 
 
-def bucket_count(model: str) -> int:
-    """DDP's gradient buckets for one of the course's models (the step model's bucketing)."""
-    from ddlab.cost import step_model
-    return len(step_model.gradient_buckets(model))
-
-
 def _wrapper_cost(ctx: Context) -> dict:
     from ddlab.training import one_gpu
     pl = ctx.plan
@@ -99,7 +94,7 @@ def _wrapper_cost(ctx: Context) -> dict:
     if not pl.wrapper:
         raise Skip("PyTorch's DDP cannot run here")
     res = one_gpu.wrapper_cost(models=pl.wrapper["models"], batches=pl.wrapper["batches"],
-                               wrappers=pl.wrapper["wrappers"], device="cuda", buckets=bucket_count)
+                               wrappers=pl.wrapper["wrappers"], device="cuda", buckets=step_model.bucket_count)
     res.notes.append("buckets: DDP's default bucketing of the model's gradients (ddlab.cost.step_model)")
     if pl.trims:
         res.notes.append("left out to keep the report within its time: " + "; ".join(pl.trims))
