@@ -166,9 +166,11 @@ def test_sweep_keeps_every_seed_and_summarises_median_and_spread():
         calls.append((spec.workers, spec.batch, spec.seed))
         return {1: 0.80, 2: 0.84, 3: 0.82}[spec.seed]
 
+    finished = []
     res = cs.run_sweep([Point(1, 64), Point(2, 64)], "cpu", seeds=[1, 2, 3], sizes={"target": 0.6},
-                       train=fake_train(acc))
+                       train=fake_train(acc), done=finished.append)
     assert calls == [(1, 64, 1), (1, 64, 2), (1, 64, 3), (2, 32, 1), (2, 32, 2), (2, 32, 3)]
+    assert finished == [f"{w}w B=64 lr linear, seed {s}" for w in (1, 2) for s in (1, 2, 3)]   # one per run
     assert len(res.runs) == 6 and all("log" not in r and "step_times_ms" not in r for r in res.runs)
     row = res.row("2w B=64 lr linear")
     assert row["repeats"] == 3 and row["seeds"] == [1, 2, 3]
@@ -317,13 +319,13 @@ def test_recorder_keeps_finished_points_of_a_cut_call_and_goes_on_from_them(tmp_
 
 def test_convergence_quiz_checks_answers():
     from ddlab.course import checks, quiz_questions
-    qs = quiz_questions.QUIZZES[7]
+    qs = quiz_questions.QUIZZES[8]
     assert qs is quiz_questions.CONVERGENCE_QUIZ and all(0 <= q.answer < len(q.choices) for q in qs)
     assert all(set(q.why_not) == set(range(len(q.choices))) - {q.answer} for q in qs)   # every wrong choice explained
-    assert checks.check_quiz_answer(1, "b", 7).correct
-    wrong = checks.check_quiz_answer(1, "c", 7)
+    assert checks.check_quiz_answer(1, "b", 8).correct
+    wrong = checks.check_quiz_answer(1, "c", 8)
     assert not wrong.correct and "square-root" in wrong.message
-    assert "1. SGD trains well" in checks.quiz_text(7)
+    assert "1. SGD trains well" in checks.quiz_text(8)
 
 
 def test_fixed_steps_accuracy_falls_and_noise_table():

@@ -124,3 +124,11 @@ def test_parse_size_reads_what_format_bytes_writes():
     for n in (1, 1024, 65536, 512 << 20, 1 << 30):
         number, unit = units.format_bytes(n).split(" ")
         assert units.parse_size(number + ("" if unit == "B" else unit)) == n
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (0, "0 s"), (44.6, "45 s"), (59.4, "59 s"), (60, "1 min 0 s"), (185, "3 min 5 s"), (3599.6, "1 h 0 min"),
+    (3720, "1 h 2 min"), (-3, "0 s"), (None, units.NA), (float("nan"), units.NA),
+])
+def test_format_duration(seconds, text):
+    assert units.format_duration(seconds) == text

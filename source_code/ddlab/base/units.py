@@ -123,6 +123,20 @@ def format_time(seconds, digits: int = 3) -> str:
     return _scaled(v * 1e9, TIME_UNITS, 1000, digits)
 
 
+def format_duration(seconds) -> str:
+    """Wall-clock time of long work, to the second: ``45 -> "45 s"``, ``185 -> "3 min 5 s"``,
+    ``3720 -> "1 h 2 min"``. ``None``/NaN -> ``"n/a"``."""
+    v = _number(seconds, "a time in seconds")
+    if v is None:
+        return NA
+    s = int(round(max(0.0, v)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
 def format_count(n, unit: str = "", digits: int = 3) -> str:
     """A count or a count per second, with thousands separators: ``12345.6 -> "12,346"``,
     ``(2400, "images/s") -> "2,400 images/s"``. Below 100, ``digits`` significant digits

@@ -426,13 +426,15 @@ def _mm(row: Mapping, key: str, fmt: str) -> str:
 def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequence[int]] = None,
               sizes: Optional[Mapping] = None, progress: Optional[Callable[[str], None]] = None,
               train: Optional[Callable] = None, fixed_at: Optional[int] = None,
-              score_at: Sequence[int] = ()) -> ConvergenceResult:
+              score_at: Sequence[int] = (), done: Optional[Callable[[str], None]] = None) -> ConvergenceResult:
     """Every point once per seed (at least :data:`MIN_SEEDS`), through :func:`ddlab.training.runs.train`
     (``train`` replaces it in tests). ``sizes`` override :data:`SIZES` for the device.
     ``fixed_at``: the step every run is also scored at (default :func:`fixed_steps` of
     ``points``); a sweep run one point at a time passes its whole sweep's value. ``score_at``:
     further steps to score every run at (a point shared by two sweeps with different fixed
-    steps serves both). The config's ``scored_steps`` lists them all."""
+    steps serves both). The config's ``scored_steps`` lists them all. ``progress`` gets each
+    launch's lines; ``done`` is called after each run with "point, seed N" (a
+    :class:`ddlab.base.progress.Bar` takes both: ``progress=bar.log, done=bar.advance``)."""
     from ddlab.system.provenance import run_provenance
     if device not in SIZES:
         raise RunSpecError(f"unknown device {device!r}; choose cpu or cuda")
@@ -454,6 +456,8 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
             result = {k: v for k, v in result.items() if k not in ("log", "step_times_ms")}
             result["point"] = point.label
             mine.append(result)
+            if done is not None:
+                done(f"{point.label}, seed {seed}")
         runs += mine
         rows.append(row_of_seeds(point, mine, sz.get("target")))
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in sz.items()}
