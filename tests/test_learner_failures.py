@@ -216,7 +216,7 @@ def test_notebook_3_where_nvidia_smi_cannot_read_the_gpus_goes_on_recorded(machi
     assert printed[1] == "No live pair experiment here: nvidia-smi was not found, so this machine has no NVIDIA driver."
 
 
-# ----------------------------------------------------------------------------- notebook 5: no nvcc, hidden GPUs
+# ----------------------------------------------------------------------------- notebook 6: no nvcc, hidden GPUs
 def _notebook_5(monkeypatch):
     from ddlab.base import tables
     from ddlab.measure import collectives, collectives_recorded, collectives_run, p2p_diagnosis, p2p_run
@@ -239,7 +239,7 @@ def test_notebook_5_on_two_gpus_without_nvcc_shows_the_recorded_run_in_one_line(
     monkeypatch.setattr(p2p_run, "run", lambda *a, **k: pytest.fail("tried to build and run without nvcc"))
     monkeypatch.setattr(p2p_run, "nvidia_sample", lambda: None)
     ns, printed = _notebook_5(monkeypatch)
-    run_cells("notebooks/5.P2P-Bandwidth-Latency-Test.ipynb", ["f25d05d7"], ns)
+    run_cells("notebooks/6.P2P-Bandwidth-Latency-Test.ipynb", ["f25d05d7"], ns)
     line = printed[0].strip()
     assert re.fullmatch(r"recorded on 2x NVIDIA H200[^()]*, 20\d\d-\d\d-\d\d \(not live here: it needs nvcc \(the "
                         r"CUDA compiler\) to build the p2p test\)", line), line
@@ -262,7 +262,7 @@ def test_notebook_5_decides_from_the_gpus_pytorch_can_use_not_nvml(machine, monk
     monkeypatch.setattr(collectives, "summary", lambda sweeps: list(sweeps))
     ns, printed = _notebook_5(monkeypatch)
     ns["tables"] = type("T", (), {"show": staticmethod(lambda t: None)})
-    run_cells("notebooks/5.P2P-Bandwidth-Latency-Test.ipynb", ["043f6ea8"], ns)
+    run_cells("notebooks/6.P2P-Bandwidth-Latency-Test.ipynb", ["043f6ea8"], ns)
     assert ns["sweeps"] == {"gloo, 2 CPU processes": ("gloo sweep", "gloo")}
     assert printed[0] == "No NCCL sweep here (it needs 2 GPU(s) and torch sees 1): 2 CPU processes over gloo instead."
 
@@ -274,7 +274,7 @@ def test_nvidia_sample_and_p2p_parts_follow_the_same_policy():
     assert "not live here" not in shown.line                  # recorded as asked: no reason to give
 
 
-# ----------------------------------------------------------------------------- notebook 6: Horovod missing
+# ----------------------------------------------------------------------------- notebook 7: Horovod missing
 class _Run:
     script = "ddp_7_rank0.py"
 
@@ -304,7 +304,7 @@ def test_notebook_6_without_horovod_says_which_and_goes_on(monkeypatch, installe
     monkeypatch.setattr(software, "horovod_extensions", lambda: built)
     monkeypatch.setattr(handson.launch, "run", _FakeLaunch())
     ns = {"handson": handson, "PLAN": handson.plan(gpu_count=0), "ddp_runs": [_Run()], "display": print}
-    run_cells("notebooks/6.Hands-On-Horovod-and-DDP.ipynb", ["nb6-020", "nb6-024"], ns)
+    run_cells("notebooks/7.Hands-On-Horovod-and-DDP.ipynb", ["nb6-020", "nb6-024"], ns)
     for name, why in (("hvd_run", hvd_why), ("keras_run", keras_why)):
         if why is None:
             assert isinstance(ns[name], handson.Run), name

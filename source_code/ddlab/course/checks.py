@@ -4,9 +4,9 @@
   machine from its ``nvidia-smi topo -m`` matrix.
 * :func:`check_path_ordering` - notebook 4: predict the order of the three NCCL paths
   (default, shm, socket) before running the experiment.
-* :func:`check_p2p_diagnosis` - notebook 8: name the slow GPU and the asymmetric pair of a p2p
+* :func:`check_p2p_diagnosis` - notebook 9: name the slow GPU and the asymmetric pair of a p2p
   bandwidth matrix (answers that name no GPU of the matrix get the valid choices, not an error).
-* :func:`check_input_pipeline` - notebook 5: predict the order of the three ways to feed a GPU
+* :func:`check_input_pipeline` - notebook 6: predict the order of the three ways to feed a GPU
   its batches from host memory (pageable, pinned, pinned + non_blocking) before measuring them.
 * :func:`check_quiz_answer` and :func:`quiz` - the self-check quiz at the end of every
   notebook: ``quiz(3)`` shows notebook 3's questions, ``quiz(questions)`` a tuple of

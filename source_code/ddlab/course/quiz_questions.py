@@ -1,7 +1,7 @@
 """The self-check quiz questions of every notebook, each with its answer and why the other
 choices are wrong.
 
-:data:`QUIZ` holds the questions that notebooks 2 to 5 share, the named questions below it
+:data:`QUIZ` holds the questions that notebooks 2 to 6 share, the named questions below it
 those one notebook asks, and :data:`QUIZZES` each notebook's quiz in the order it asks them.
 :mod:`ddlab.course.checks` checks an answer and shows a quiz (``checks.quiz(3)``).
 """
@@ -21,7 +21,7 @@ class Question:
     why_not: dict = field(default_factory=dict)   # index -> why that choice is wrong
 
 
-# Questions that notebooks 2 to 5 share (QUIZZES says which notebook asks which).
+# Questions that notebooks 2 to 6 share (QUIZZES says which notebook asks which).
 QUIZ = (
     Question(
         "A link has latency alpha = 4 us and bandwidth beta = 16 GB/s. For a 64 KiB message, how do the two "
@@ -192,7 +192,7 @@ HOST_STAGED_BOUND = Question(
     {0: "Without peer access the NVLink is not used at all.",
      2: "GPU memory is far faster than the PCIe hops the staged copy has to take."})
 
-# Notebook 6 (hands-on).
+# Notebook 7 (hands-on).
 NO_SAMPLER = Question(
     "Two processes train with DDP, but the DataLoader has no `DistributedSampler` (`shuffle=True`, the same "
     "seed on both). What does each process train on?",
@@ -225,14 +225,14 @@ LINEAR_SCALING = Question(
     ("0.05", "0.2", "0.0125"), 1,
     "Each step averages 4 x 64 = 256 images, a 4 times larger batch, so the rule takes a 4 times larger step: "
     "0.2. Large factors usually need a warm-up (the Keras script's LearningRateWarmupCallback) and fail beyond "
-    "some batch size; notebook 7 measures where.",
+    "some batch size; notebook 8 measures where.",
     {0: "Unchanged, each step of 256 images moves as far as one of 64 did: training slows down per image.",
      2: "That divides where the rule multiplies."})
-# The self-check of notebook 6, in the order it asks them.
+# The self-check of notebook 7, in the order it asks them.
 HANDSON_QUIZ = (NO_SAMPLER, WHY_BROADCAST, NO_SET_EPOCH, LINEAR_SCALING)
 
 
-# The self-check of notebook 7 (convergence at scale).
+# The self-check of notebook 8 (convergence at scale).
 CONVERGENCE_QUIZ = (
     Question(
         "SGD trains well at learning rate 0.1 with a global batch of 256. You move to 8 workers of 256 images "
@@ -331,8 +331,8 @@ QUIZZES = {
     2: (QUIZ[0], QUIZ[3], ALPHA_OF_A_CALL),
     3: (QUIZ[2], NODE_LABEL, RING_BOTTLENECK),
     4: (QUIZ[1], LEVEL_UNSET, QUIZ[4], QUIZ[5], SUPERLINEAR),
-    5: (QUIZ[6], HOST_STAGED_BOUND, BIDIRECTIONAL),
-    6: HANDSON_QUIZ,
-    7: CONVERGENCE_QUIZ,
-    8: CASE_STUDIES_QUIZ,
+    6: (QUIZ[6], HOST_STAGED_BOUND, BIDIRECTIONAL),
+    7: HANDSON_QUIZ,
+    8: CONVERGENCE_QUIZ,
+    9: CASE_STUDIES_QUIZ,
 }

@@ -1,4 +1,4 @@
-"""The repair exercise of notebook 6: a DDP script with bugs, and a check that runs it.
+"""The repair exercise of notebook 7: a DDP script with bugs, and a check that runs it.
 
 ``source_code/handson/broken_ddp.py`` runs to the end and prints a loss and an accuracy, yet
 it is wrong in five ways. :func:`start_exercise` copies it to a file the learner edits;

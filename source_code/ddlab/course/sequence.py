@@ -37,7 +37,7 @@ NOTEBOOKS = {
                       "GPUs, so its logs, the level sweep and the path comparison are recorded",
         "multi-gpu": "NCCL's logs, the level sweep and the training under each NCCL path, live on this machine's GPUs",
     }),
-    5: ("The compiled p2p bandwidth/latency test", {
+    6: ("The compiled p2p bandwidth/latency test", {
         "cpu": "nothing of the GPU test: the compile command is shown and the recorded run drawn; the all-reduce "
                "sweep runs on 2 CPU processes (Gloo)",
         "single-gpu": "the compile (with nvcc), this GPU's host link, its PCIe link under load and the input "
@@ -46,7 +46,7 @@ NOTEBOOKS = {
         "multi-gpu": "the compile, the p2p test on every GPU pair, GPU 0's host link, the PCIe links under load, "
                      "the input pipeline and the all-reduce sweep under the three NCCL paths, live",
     }),
-    6: ("Hands-on: from one device to many", {
+    7: ("Hands-on: from one device to many", {
         "cpu": "every hands-on script (DDP, Horovod for PyTorch and tf.keras) on 2 CPU processes over Gloo, and "
                "the repair check",
         "single-gpu": "the single-device scripts on the GPU; two processes cannot share one GPU under NCCL, so the "
@@ -54,7 +54,7 @@ NOTEBOOKS = {
         "multi-gpu": "the PyTorch scripts and the repair check on 2 GPUs over NCCL, one process per GPU; the Keras "
                      "scripts on the GPUs where TensorFlow sees them",
     }),
-    7: ("Convergence at scale", {
+    8: ("Convergence at scale", {
         "cpu": "a small convergence sweep (the MLP on a subset of Fashion-MNIST, 1 and 2 CPU worker processes over "
                "Gloo, 3 seeds each); the 2-GPU sweep of the CNN is recorded",
         "single-gpu": "a small convergence sweep on CPU worker processes (Gloo), 3 seeds each: the sweep compares "
@@ -62,7 +62,7 @@ NOTEBOOKS = {
         "multi-gpu": "the convergence sweep of the CNN on 2 GPUs (a subset of the recorded points, 3 seeds each), "
                      "live, with the full recorded sweep beside it",
     }),
-    8: ("Case studies", {
+    9: ("Case studies", {
         "cpu": "a small real version of each case on 2 CPU processes (Gloo): the field reports' strong-scaling "
                "experiment, the step model against measured scaling, and the tuning options; the 2-GPU results "
                "are recorded",

@@ -14,7 +14,7 @@ real input pipeline hands the GPU batches from host memory, and how they cross t
   wait for it, so the CPU goes on launching the step's kernels while the copy engine works.
 
 :func:`measure` times them in one process on one GPU and returns an
-:class:`~ddlab.training.results.ExperimentResult` ("input-pipeline"); notebook 5 asks the learner
+:class:`~ddlab.training.results.ExperimentResult` ("input-pipeline"); notebook 6 asks the learner
 to predict the order first (:func:`ddlab.course.checks.check_input_pipeline`). On a CPU only the
 first two variants exist (pinned memory is a CUDA thing), and the result says so.
 """
