@@ -1,10 +1,13 @@
 """ddlab.system.provenance: the commit a result names says whether the code had changes beyond it."""
+import json
+import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
-from ddlab.system import provenance
+from ddlab.system import hardware, provenance
 from ddlab.system.machine_name import machine_label
 
 
@@ -40,8 +43,53 @@ def test_provenance_carries_what_a_recorded_result_needs():
     for key in ("machine", "gpu_model", "gpu_count", "driver", "cuda_runtime", "nccl", "torch", "tensorflow",
                 "horovod", "command", "date"):
         assert key in prov, key
-    assert prov["machine"] == "test box" and prov["command"] == "ddlab p2p --json"
+    assert prov["command"] == "ddlab p2p --json"
     assert prov["date"][:2] == "20" and "T" in prov["date"]
-    # the caption names the machine from its hardware fields, not from the free-text label
+    # a free-text label gives way to the hardware; the caption names the same hardware
+    assert prov["machine"] == machine_label(prov)
     assert provenance.label(prov).startswith(machine_label(prov) + ", 20")
-    assert "test box" not in provenance.label(prov)
+    assert "test box" not in json.dumps(prov)
+
+
+H200S = hardware.Inventory(gpus=[hardware.GPU(i, "NVIDIA H200") for i in range(2)], hostname="gpu-box-17")
+
+
+def test_the_machine_is_named_by_its_hardware_never_by_a_host_or_how_it_was_obtained(monkeypatch):
+    assert provenance.hardware_label(H200S) == "2x NVIDIA H200"
+    assert provenance.hardware_label(H200S, "2x NVIDIA H200, NV18") == "2x NVIDIA H200, NV18"   # links added
+    for other in ("lent nvidia-h200-x2", "gpu-box-17", "2x NVIDIA H2000", "1x NVIDIA H200, NV18", ""):
+        assert provenance.hardware_label(H200S, other) == "2x NVIDIA H200", other
+    assert provenance.hardware_label(hardware.Inventory(), "my laptop") == "CPU only"
+    monkeypatch.setenv("DDLAB_MACHINE", "lent nvidia-h200-x2")
+    prov = provenance.collect("python3 x.py", inventory=H200S)
+    assert prov["machine"] == "2x NVIDIA H200"
+    assert "hostname" not in prov and "gpu-box-17" not in json.dumps(prov)
+    monkeypatch.setenv("DDLAB_MACHINE", "2x NVIDIA H200, NV18")       # what tools/recording/machine_name.sh sets
+    assert provenance.collect("python3 x.py", inventory=H200S)["machine"] == "2x NVIDIA H200, NV18"
+
+
+def test_a_command_reads_the_same_on_every_machine(monkeypatch, tmp_path):
+    repo, home, tmp = provenance.REPO_ROOT, os.path.expanduser("~"), tempfile.gettempdir()
+    monkeypatch.delenv("OUT", raising=False)
+    run = [f"{tmp_path}/venv/bin/python3", "-m", "torch.distributed.run", "--nproc-per-node=2",
+           f"{repo}/source_code/train/fmnist_torch.py", "--data-dir", f"{repo}/.cache/fashion-mnist"]
+    assert provenance.portable_command(run) == ("python3 -m torch.distributed.run --nproc-per-node=2 "
+                                                "source_code/train/fmnist_torch.py --data-dir .cache/fashion-mnist")
+    hvd = f"/opt/env/bin/horovodrun -np 2 -H localhost:2 --gloo /opt/env/bin/python3 {repo}/source_code/x.py"
+    assert provenance.portable_command(hvd) == "horovodrun -np 2 -H localhost:2 --gloo python3 source_code/x.py"
+    # the folder a recording script writes to ($OUT), scratch and home folders, the repository itself
+    out = f"{home}/out/work/allreduce"
+    cmd = f"ddlab allreduce --log-dir {out} --out {out}/allreduce_2xh200-nv18.json"
+    assert provenance.portable_command(cmd, out=out) == "ddlab allreduce --log-dir $OUT --out $OUT/allreduce_2xh200-nv18.json"
+    monkeypatch.setenv("OUT", out)
+    assert provenance.collect(cmd, inventory=H200S)["command"] == provenance.portable_command(cmd, out=out)
+    monkeypatch.delenv("OUT")
+    assert provenance.portable_command(f"ddlab p2p --record {tmp}/w/p2p/x.json") == "ddlab p2p --record $TMPDIR/w/p2p/x.json"
+    assert provenance.portable_command(f"x --log {home}/logs/a.txt") == "x --log ~/logs/a.txt"
+    assert provenance.portable_command(f"PYTHONPATH={repo}/source_code:{tmp}/site make -C {repo}") == \
+        "PYTHONPATH=source_code:$TMPDIR/site make -C ."
+    # what is the same everywhere is kept: system paths, URLs, relative paths, Python calls
+    for same in ("ls /usr/share/datasets/fashion-mnist", "curl https://github.com/NVIDIA/nccl-tests",
+                 "tools/build_horovod.sh; python3 -m ddlab doctor", "ddlab.step_profile.measure('cnn', batch=512)"):
+        assert provenance.portable_command(same) == same
+    assert provenance.portable_command(None) is None

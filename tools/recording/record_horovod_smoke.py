@@ -5,7 +5,8 @@ the 2-GPU all-reduce smoke results, with the transport NCCL chose, plus the mach
 
 Runs anywhere (no GPU needed): it only reads the work folder. The machine is named from the
 recorded hardware (doctor.json, and topo.txt when the work folder has it), e.g.
-"2x NVIDIA H200, NV18" and the file name 2xh200-nv18, unless --name / $DDLAB_MACHINE say otherwise.
+"2x NVIDIA H200, NV18" and the file name 2xh200-nv18 (--name gives another file name; $DDLAB_MACHINE
+is kept only where it names the same GPUs). The provenance names no host.
 """
 import argparse
 import datetime as dt
@@ -19,7 +20,14 @@ sys.path.insert(0, os.path.join(REPO, "source_code"))
 
 from ddlab.system import nccl, nccl_log, software, topology  # noqa: E402
 from ddlab.system.machine_name import machine_label, machine_slug  # noqa: E402
-from ddlab.base import reference
+from ddlab.system.provenance import hardware_label  # noqa: E402
+from ddlab.base import reference, worker_report  # noqa: E402
+
+
+def smoke_lines(text: str) -> list:
+    """The hvd-torch smoke reports of a log (ddlab.base.worker_report lines), each as its JSON text."""
+    return [worker_report.encode(r.pop("kind"), rank=r.pop("rank"), **{k: v for k, v in r.items() if k != "ddlab"})
+            for r in worker_report.parse(text, kind="smoke") if r.get("check") == "hvd-torch"]
 
 
 def main(argv=None) -> int:
@@ -49,7 +57,7 @@ def main(argv=None) -> int:
         log = nccl_log.parse(text)
         smoke[path] = {
             "env": dict(nccl.get(path).env),
-            "lines": [ln[ln.index("SMOKE"):] for ln in text.splitlines() if "SMOKE hvd-torch" in ln],
+            "lines": smoke_lines(text),
             "transport_counts": log.transport_counts(),
             "nccl_version": log.version,
             "date": dt.datetime.fromtimestamp(os.path.getmtime(log_path), dt.timezone.utc).isoformat(timespec="seconds"),
@@ -59,12 +67,14 @@ def main(argv=None) -> int:
     built = re.search(r"Horovod v(\S+):", build_txt)
     with open(os.path.join(REPO, "source_code", "patches", "HOROVOD_VERSION")) as f:
         horovod_version = built.group(1) if built else f.read().strip()
+    machine, given = machine_label(doc, topo), os.environ.get("DDLAB_MACHINE")
+    if given and hardware_label(doc, given) == given:     # the same GPUs, e.g. with their links
+        machine = given
     prov = {
-        "machine": os.environ.get("DDLAB_MACHINE") or machine_label(doc, topo),
+        "machine": machine,
         "gpu_model": ", ".join(names), "gpu_count": doc["gpu_count"], "driver": doc["driver"],
         "cuda_driver": doc["cuda_driver"], "cuda_runtime": doc["cuda_runtime"], "nccl": doc["nccl"],
         "torch": doc["torch"], "tensorflow": doc["tensorflow"], "horovod": horovod_version, "python": doc["python"],
-        "hostname": doc["hostname"],
         "command": "PYTHON=python3 tools/build_horovod.sh; NCCL_DEBUG=INFO horovodrun -np 2 -H localhost:2 --gloo "
                    "python3 -m ddlab.measure.smoke hvd-torch (default, and with " + nccl.get("shm").env_text() + ")",
         "date": smoke["default"]["date"], "source_files": "tools/recording/gpu_record_benchmarks.sh work folder",

@@ -3,16 +3,83 @@
 :func:`collect` describes this machine and run; :func:`run_provenance` is the quicker form a
 training script calls for its own result; :func:`label` and :func:`caption` turn a provenance
 into the one line a figure or table shows.
+
+A provenance names the machine by its hardware (:func:`hardware_label`, e.g. "2x NVIDIA H200,
+NV18") and gives the command as anyone can run it from a checkout (:func:`portable_command`:
+paths relative to the repository, the output folder as ``$OUT``, executables by name), so a
+recording says nothing about the machine's host name or folders.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import shlex
 import subprocess
+import tempfile
 from typing import Optional, Sequence, Union
 
 from ddlab.base.paths import REPO_ROOT
+
+# An absolute path in a command line: a "/" that starts no URL's "//" and is not inside a word
+# or a relative path; it ends at a space, a quote or a separator (":" of a path list included).
+_ABS_PATH = re.compile(r"(?<![\w.~$/-])/(?!/)[^\s'\"=,;:)(\]\[]*")
+
+
+def _under(path: str, root: Optional[str]) -> Optional[str]:
+    """``path`` relative to ``root`` ("" for the root itself), None when it is not under it."""
+    if not root or not os.path.isabs(root):
+        return None
+    root = os.path.normpath(root)
+    path = os.path.normpath(path)
+    if path == root:
+        return ""
+    if path.startswith(root.rstrip("/") + "/"):
+        return path[len(root.rstrip("/")) + 1:]
+    return None
+
+
+def portable_path(path: str, out: Optional[str] = None) -> str:
+    """One absolute path of a command as it reads on any machine: under the repository, relative
+    to it ("source_code/train/fmnist_torch.py", "." for the root); under ``out`` (default
+    ``$OUT``, the folder a recording script writes to), "$OUT/..."; an executable in a ``bin``
+    folder, its name ("python3", "horovodrun"); under the temporary folder or the home folder,
+    "$TMPDIR/..." or "~/...". Any other path (e.g. under /usr) is kept."""
+    out = os.environ.get("OUT") if out is None else out
+    for root, name in ((REPO_ROOT, None), (out, "$OUT")):
+        rest = _under(path, root)
+        if rest is not None:
+            return (rest or ".") if name is None else (f"{name}/{rest}" if rest else name)
+    if os.path.basename(os.path.dirname(path)) == "bin":
+        return os.path.basename(path)
+    for root, name in ((tempfile.gettempdir(), "$TMPDIR"), (os.path.expanduser("~"), "~")):
+        rest = _under(path, root)
+        if rest is not None and root != "/":
+            return f"{name}/{rest}" if rest else name
+    return path
+
+
+def portable_command(command: Union[str, Sequence[str], None], out: Optional[str] = None) -> Optional[str]:
+    """``command`` (a string or an argument list) with every absolute path made
+    :func:`portable_path`; the rest of the text is kept as it is."""
+    if command is None:
+        return None
+    if not isinstance(command, str):
+        command = shlex.join(str(c) for c in command)
+    return _ABS_PATH.sub(lambda m: portable_path(m.group(), out), command)
+
+
+def hardware_label(inventory, given: Optional[str] = None) -> str:
+    """The machine's name in a provenance: its hardware, :func:`ddlab.system.machine_name.machine_label`
+    of ``inventory`` ("2x NVIDIA H200"). ``given`` (a caller's label or $DDLAB_MACHINE) is kept
+    only when it names the same GPUs and adds to them, e.g. the links "2x NVIDIA H200, NV18" that
+    ``ddlab doctor --label`` reads once for a whole recording; any other label (a host name, how
+    the machine was obtained) gives way to the hardware."""
+    from ddlab.system.machine_name import machine_label
+    base = machine_label(inventory)
+    if given and (given == base or given.startswith(base + ",")):
+        return given
+    return base
 
 
 def _git_commit() -> Optional[str]:
@@ -33,16 +100,14 @@ def _git_commit() -> Optional[str]:
 
 def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[str] = None,
             inventory=None) -> dict:
-    """Describe this machine and run. ``machine`` labels it (default: $DDLAB_MACHINE, else
-    :func:`ddlab.system.machine_name.machine_label` of this machine's GPUs, e.g. "2x NVIDIA H200")."""
+    """Describe this machine and run. The machine is named by its hardware (:func:`hardware_label`
+    of this machine's GPUs, e.g. "2x NVIDIA H200"; ``machine`` or $DDLAB_MACHINE may add the GPU
+    links, "2x NVIDIA H200, NV18"); the command is :func:`portable_command`. No host name."""
     from ddlab.system import hardware
-    from ddlab.system.machine_name import machine_label
     inv = inventory or hardware.inventory(horovod_check=False)
     names = sorted({g.name for g in inv.gpus})
-    if command is not None and not isinstance(command, str):
-        command = shlex.join(str(c) for c in command)
     return {
-        "machine": machine or os.environ.get("DDLAB_MACHINE") or machine_label(inv),
+        "machine": hardware_label(inv, machine or os.environ.get("DDLAB_MACHINE")),
         "gpu_model": ", ".join(names) if names else None,
         "gpu_count": inv.gpu_count,
         "driver": inv.driver,
@@ -53,8 +118,7 @@ def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[s
         "tensorflow": inv.tensorflow,
         "horovod": inv.horovod,
         "python": inv.python,
-        "hostname": inv.hostname,
-        "command": command,
+        "command": portable_command(command),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "ddlab_commit": _git_commit(),
         "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
@@ -80,8 +144,8 @@ def run_provenance(command, torch_facts: bool = True) -> dict:
 
 def label(prov: dict) -> str:
     """The machine and date for a caption: '2x NVIDIA H200, 2026-11-22'. The machine is named
-    from the recorded hardware fields (gpu_count, gpu_model), never from the free-text
-    ``machine`` field, which older records filled with how the machine was obtained."""
+    from the recorded hardware fields (gpu_count, gpu_model), so every caption has one form
+    whatever a record's ``machine`` field adds."""
     from ddlab.system.machine_name import machine_label
     return f"{machine_label(prov)}, {str(prov.get('date', ''))[:10]}"
 
