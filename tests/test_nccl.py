@@ -185,3 +185,42 @@ def test_cli_gives_shell_scripts_the_settings(capsys):
                                                "TORCH_SYMM_MEM_DISABLE_MULTICAST=1"]
     assert nccl.cli(["env", "shmm"]) == 2 and "unknown NCCL path 'shmm'" in capsys.readouterr().err
     assert nccl.cli(["list"]) == 0 and len(capsys.readouterr().out.splitlines()) == len(nccl.PATHS)
+
+
+DGX1 = ("\tGPU0\tGPU1\tGPU2\tGPU3\nGPU0\t X \tNV1\tNV1\tSYS\nGPU1\tNV1\t X \tSYS\tSYS\n"
+        "GPU2\tNV1\tSYS\t X \tPIX\nGPU3\tSYS\tSYS\tPIX\t X \n")
+
+
+def test_level_table_routes_pairs_through_an_nvlinked_gpu():
+    # GPU1-GPU2: no NVLink of their own, both NVLinked to GPU0 -> NCCL's NVB route; GPU2-GPU3 (PIX) and
+    # GPU0-GPU3, GPU1-GPU3 (SYS, GPU3 has no NVLink) have no such route.
+    topo = parse_topo_matrix(DGX1)
+    assert nccl.nvb_via(topo, 1, 2) == 0 and nccl.nvb_via(topo, 0, 1) is None and nccl.nvb_via(topo, 0, 3) is None
+    assert nccl.path_kind(topo, 1, 2) == "NVB" and nccl.path_kind(topo, 1, 2, nvb=False) == "SYS"
+    assert nccl.path_kind(topo, 2, 3) == "PIX" and nccl.path_kind(topo, 0, 1) == "NVL"
+    assert not nccl.level_allows("NVL", "NVB") and nccl.level_allows("PIX", "NVB")
+    assert not nccl.level_allows("LOC", "NVL") and nccl.level_allows("SYS", "SYS")
+    lt = nccl.level_table(topo)
+    by_level = {r["level"]: r for r in lt.rows}
+    assert by_level["NVL"] == {"level": "NVL", "labels": ["NV1"], "pairs": 2}
+    assert by_level["PIX"] == {"level": "PIX", "labels": ["NV1", "SYS via NVB", "PIX"], "pairs": 4}
+    assert by_level["PHB"]["pairs"] == 4 and by_level["SYS"]["pairs"] == 6 and lt.nvb_pairs == 1
+    text = str(lt)
+    assert "SYS via NVB" in text and "NCCL_NVB_DISABLE=1" in text and "channels" in text
+    # Without NVB (NCCL_NVB_DISABLE=1) the pair is judged by its own SYS link, and the table says so.
+    off = nccl.level_table(topo, nvb=False)
+    assert {r["level"]: r["pairs"] for r in off.rows} == {"LOC": 0, "NVL": 2, "PIX": 3, "PXB": 3, "PHB": 3, "SYS": 6}
+    assert "as with NCCL_NVB_DISABLE=1" in str(off) and off.nvb_pairs == 0
+    # A machine where every pair has its own NVLink has no NVB route, and the note says so.
+    assert "does not arise here" in str(nccl.level_table(parse_topo_matrix(
+        "\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n")))
+
+
+def test_display_name_says_what_default_was():
+    assert nccl.display_name("default", {"NCCL_NVLS_ENABLE": "0"}) == "NCCL default, NVLS off"
+    assert nccl.display_name("default", {"NCCL_NVLS_ENABLE": "1"}) == "NCCL default"
+    assert nccl.display_name("p2p") == "NCCL default" and nccl.display_name("default", None) == "NCCL default"
+    assert nccl.display_name("shm", {"NCCL_NVLS_ENABLE": "0"}) == "shm" and nccl.display_name("PIX") == "PIX"
+    assert nccl.display_name("1 worker") == "1 worker" and nccl.display_name("gloo") == "gloo"
+    assert nccl.multicast_was_off({"NCCL_NVLS_ENABLE": " 0"}) and not nccl.multicast_was_off({})
+    assert "NCCL_NVLS_ENABLE=0" in nccl.MULTICAST_OFF_WHY and "Dockerfile" in nccl.MULTICAST_OFF_WHY

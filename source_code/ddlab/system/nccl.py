@@ -62,6 +62,15 @@ KIND_LEVEL = MappingProxyType({"NVLINK": "NVL", "PIX": "PIX", "PXB": "PXB", "PHB
 
 # NVLink multicast (NVLS) off: NCCL's NVLink SHARP and PyTorch's symmetric-memory multicast.
 MULTICAST_OFF = MappingProxyType({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"})
+# Why the course's recordings and its container run with multicast off (shown once beside a recorded
+# result whose environment has NCCL_NVLS_ENABLE=0): with NVLS on, the default path of an NVSwitch
+# machine may all-reduce inside the switch, which the shm and socket paths (multicast off) cannot.
+MULTICAST_OFF_WHY = ("NCCL_NVLS_ENABLE=0 was set for every run (the course's Dockerfile and its recording "
+                     "scripts set it), so the default path is NCCL's default with NVLink multicast (NVLS) off: "
+                     "on a machine whose GPUs meet in an NVSwitch, NVLS could run the default path's all-reduce "
+                     "inside the switch, which the shm and socket paths (multicast off too) cannot, and the rows "
+                     "would not compare like with like. Two GPUs joined directly by NVLink, or by PCIe, have no "
+                     "NVLS to turn off")
 MULTICAST_TEXT = MappingProxyType({
     "nccl": ("NVLink multicast (NVLS): NCCL decides (NCCL_NVLS_ENABLE not set by the course; NVLS applies only "
              "to GPUs behind an NVSwitch that supports it; a value inherited from the shell is kept)"),
@@ -220,6 +229,26 @@ def colour(path, fallback: str = "#4c72b0") -> str:
         return fallback
 
 
+def multicast_was_off(env: Optional[Mapping[str, Optional[str]]]) -> bool:
+    """Did a run with this recorded environment have NVLink multicast off (``NCCL_NVLS_ENABLE=0``)?"""
+    return str((env or {}).get("NCCL_NVLS_ENABLE", "")).strip() == "0"
+
+
+def display_name(path, env: Optional[Mapping[str, Optional[str]]] = None) -> str:
+    """What a table or a legend calls a path: its name, except ``default``, which is called what it
+    was: "NCCL default", and "NCCL default, NVLS off" when ``env`` (the run's recorded environment:
+    NCCL's own report, the workers' or the shell's variables) has ``NCCL_NVLS_ENABLE=0``. Stored
+    results keep the key ``default``; only the name shown changes. Anything that is not a path (a
+    baseline row such as "1 worker", "gloo") is returned as it is."""
+    try:
+        p = get(path)
+    except ValueError:
+        return str(path)
+    if p.name != "default":
+        return p.name
+    return "NCCL default, NVLS off" if multicast_was_off(env) else "NCCL default"
+
+
 def recorded_environment(env: Mapping[str, Optional[str]]) -> dict:
     """What a run records of its workers' environment (``env``: the full environment they
     saw, e.g. :func:`ddlab.measure.launch.worker_environment`): every ``NCCL_*`` variable, set by the
@@ -229,13 +258,62 @@ def recorded_environment(env: Mapping[str, Optional[str]]) -> dict:
 
 
 # --------------------------------------------------------------------------- levels over a topology
+# NVB: two GPUs with no NVLink of their own that are both NVLinked to a third GPU. NCCL routes such a
+# pair over NVLink through that GPU (one hop at most) unless NCCL_NVB_DISABLE=1, and ranks the
+# route NVB, after NVL and before every PCIe path, so NCCL_P2P_LEVEL=NVL refuses it and PIX and
+# above allow it, whatever `nvidia-smi topo -m` prints for the pair.
+SOURCE_NVB = ("NVIDIA NCCL User Guide, 'Environment Variables', NCCL_NVB_DISABLE (since 2.11: 'Disable intra-node "
+              "communication through NVLink via an intermediate GPU', default 0); NCCL source, src/graph/topo.cc "
+              "(topoPathTypeStr: LOC, NVL, NVB, C2C, PIX, PXB, ...) and src/graph/paths.cc (ncclTopoSetPaths: "
+              "'allow routing through a GPU only as 1 hop', over NVLink, unless NCCL_NVB_DISABLE; "
+              "ncclTopoCheckP2p: P2P when the path type is at most the level)")
+# NCCL's path kinds between two GPUs of one machine, nearest first (C2C, a CPU-GPU link, left out).
+PATH_KINDS = ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS")
+CHANNELS_NOTE = ("which pairs may use P2P, not which exchange data: NCCL builds several channels (rings or trees "
+                 "through all the GPUs, each from its own search), and only pairs that some channel makes "
+                 "neighbours carry traffic; NCCL_DEBUG=INFO's 'via P2P/...' lines say what it chose")
+
+
+def nvb_via(topology, a: int, b: int) -> Optional[int]:
+    """The GPU through which NCCL routes ``a`` and ``b`` over NVLink (its NVB path) when the pair has no
+    NVLink of its own but both GPUs have one to a third GPU (the lowest-numbered such GPU); ``None``
+    when the pair has its own NVLink or no GPU joins both (:data:`SOURCE_NVB`)."""
+    if str(topology.link(a, b).kind).upper() == "NVLINK":
+        return None
+    for g in topology.gpus:
+        if g not in (a, b) and all(str(topology.link(g, x).kind).upper() == "NVLINK" for x in (a, b)):
+            return g
+    return None
+
+
+def path_kind(topology, a: int, b: int, nvb: bool = True) -> str:
+    """NCCL's path kind between GPUs ``a`` and ``b`` (:data:`PATH_KINDS`): NVL over their own NVLink,
+    NVB through a GPU NVLinked to both (unless ``nvb`` is False, as with NCCL_NVB_DISABLE=1), else the
+    level of their `nvidia-smi topo -m` link (NODE counts as PHB)."""
+    kind = str(topology.link(a, b).kind).strip().upper()
+    if kind not in KIND_LEVEL:
+        raise ValueError(f"unknown link kind {kind!r}; expected one of {', '.join(KIND_LEVEL)}")
+    if nvb and nvb_via(topology, a, b) is not None:
+        return "NVB"
+    return KIND_LEVEL[kind]
+
+
+def level_allows(level: str, kind: str) -> bool:
+    """May NCCL use P2P over a path of ``kind`` (:data:`PATH_KINDS`) under ``NCCL_P2P_LEVEL=level``?"""
+    return PATH_KINDS.index(kind) <= PATH_KINDS.index(get(level).p2p_level)
+
+
 @dataclass(frozen=True)
 class LevelTable:
     """For each NCCL_P2P_LEVEL, which GPU pairs of a topology may use P2P. ``rows``: one dict
-    per level with ``level``, ``labels`` (link labels allowed, best first) and ``pairs``."""
+    per level with ``level``, ``labels`` (link labels allowed, best first; a pair NCCL routes through
+    another GPU is labelled "<its label> via NVB") and ``pairs``. ``nvb_pairs``: how many pairs take
+    the NVB route; ``nvb``: whether the table allows it (False: as with NCCL_NVB_DISABLE=1)."""
     rows: tuple
     total_pairs: int
     levels: tuple = field(default=P2P_LEVELS)
+    nvb_pairs: int = 0
+    nvb: bool = True
 
     def __str__(self) -> str:
         return str(self.table())
@@ -243,35 +321,54 @@ class LevelTable:
     def splitlines(self) -> list:
         return str(self).splitlines()
 
+    def notes(self) -> list:
+        """What the table does and does not say: NVB (whether it applies here) and NCCL's channels."""
+        out = []
+        if not self.nvb:
+            out.append("NVB left out, as with NCCL_NVB_DISABLE=1: each pair is judged by its own link")
+        elif self.nvb_pairs:
+            out.append(f"via NVB: {self.nvb_pairs} pair(s) with no NVLink of their own, each joined by NVLink to "
+                       "a third GPU; NCCL routes them through it (path type NVB, after NVL, before PIX), so PIX and "
+                       "above allow P2P for them and NVL does not; NCCL_NVB_DISABLE=1 turns the route off")
+        else:
+            out.append("NVB (NVLink through a third GPU) does not arise here: no pair lacks NVLink while "
+                       "sharing an NVLinked GPU")
+        return out + [CHANNELS_NOTE]
+
     def table(self):
         """The same rows as a :class:`ddlab.base.tables.Table` (HTML in Jupyter, text in a terminal)."""
         from ddlab.base.tables import Table
         rows = [{"level": r["level"], "labels": ", ".join(r["labels"]) or "none: P2P off", "pairs": r["pairs"]}
                 for r in self.rows]
         return Table([("level", "text", "NCCL_P2P_LEVEL"), ("labels", "text", "P2P allowed over"),
-                      ("pairs", "int", f"pairs (of {self.total_pairs})")], rows)
+                      ("pairs", "int", f"pairs (of {self.total_pairs})")], rows, notes=self.notes())
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
 
 
-def level_table(topology) -> LevelTable:
-    """For each NCCL_P2P_LEVEL, which GPU pairs of ``topology`` may use P2P (by link label).
-    ``print()`` it for the text table."""
+def level_table(topology, nvb: bool = True) -> LevelTable:
+    """For each NCCL_P2P_LEVEL, which GPU pairs of ``topology`` may use P2P (by link label), with
+    NCCL's NVB route (:func:`nvb_via`) unless ``nvb`` is False. ``print()`` it for the text table;
+    its notes say what it leaves to NCCL (the channels it builds)."""
     gpus = list(topology.gpus)
     pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
     if not pairs:
         raise ValueError("this topology has fewer than two GPUs: no pair to use P2P between")
-    by_label: dict = {}                       # label -> (one link with it, how many pairs have it)
+    by_label: dict = {}                       # label -> [path kind, best rank, pairs]
     for a, b in pairs:
         ln = topology.link(a, b)
-        by_label[ln.label] = (ln, by_label.get(ln.label, (ln, 0))[1] + 1)
-    labels = sorted(by_label, key=lambda lab: -by_label[lab][0].rank)   # best link first
+        kind = path_kind(topology, a, b, nvb)
+        label = f"{ln.label} via NVB" if kind == "NVB" else ln.label
+        entry = by_label.setdefault(label, [kind, ln.rank, 0])
+        entry[2] += 1
+    labels = sorted(by_label, key=lambda lab: (PATH_KINDS.index(by_label[lab][0]), -by_label[lab][1]))
     rows = []
     for lvl in P2P_LEVELS:
-        ok = [lab for lab in labels if PATHS[lvl].allows_p2p(by_label[lab][0])]
-        rows.append({"level": lvl, "labels": ok, "pairs": sum(by_label[lab][1] for lab in ok)})
-    return LevelTable(tuple(rows), len(pairs))
+        ok = [lab for lab in labels if level_allows(lvl, by_label[lab][0])]
+        rows.append({"level": lvl, "labels": ok, "pairs": sum(by_label[lab][2] for lab in ok)})
+    nvb_pairs = sum(v[2] for v in by_label.values() if v[0] == "NVB")
+    return LevelTable(tuple(rows), len(pairs), nvb_pairs=nvb_pairs, nvb=nvb)
 
 
 # --------------------------------------------------------------------------- shell scripts
