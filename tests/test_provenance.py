@@ -57,10 +57,10 @@ H200S = hardware.Inventory(gpus=[hardware.GPU(i, "NVIDIA H200") for i in range(2
 def test_the_machine_is_named_by_its_hardware_never_by_a_host_or_how_it_was_obtained(monkeypatch):
     assert provenance.hardware_label(H200S) == "2x NVIDIA H200"
     assert provenance.hardware_label(H200S, "2x NVIDIA H200, NV18") == "2x NVIDIA H200, NV18"   # links added
-    for other in ("lent nvidia-h200-x2", "gpu-box-17", "2x NVIDIA H2000", "1x NVIDIA H200, NV18", ""):
+    for other in ("cloud instance gpu-2", "gpu-box-17", "2x NVIDIA H2000", "1x NVIDIA H200, NV18", ""):
         assert provenance.hardware_label(H200S, other) == "2x NVIDIA H200", other
     assert provenance.hardware_label(hardware.Inventory(), "my laptop") == "CPU only"
-    monkeypatch.setenv("DDLAB_MACHINE", "lent nvidia-h200-x2")
+    monkeypatch.setenv("DDLAB_MACHINE", "cloud instance gpu-2")
     prov = provenance.collect("python3 x.py", inventory=H200S)
     assert prov["machine"] == "2x NVIDIA H200"
     assert "hostname" not in prov and "gpu-box-17" not in json.dumps(prov)

@@ -177,6 +177,87 @@ def test_product_text_names_no_issue_outside_document_or_machine_source():
     assert not stale, f"fixed already, remove from TODO_NOTEBOOK_HITS_TO_FIX: {stale}"
 
 
+# Recorded data is product text too: a recording says what was measured and on what hardware,
+# not how or where the recording machine was set up. Captured program output inside it (NCCL's
+# log lines, which start with the host's name) stays as the program printed it.
+RECORDING_WORDS = re.compile(r"\b(?:sessions?|carry|carried)\b", re.I)
+# Folders of the machine that recorded (its home, scratch and checkout), in any string.
+MACHINE_PATH = re.compile(r"(?<![\w.~$/-])/(?:root|home|tmp|var/tmp|work|workspace|scratch|mnt|opt)(?:/|(?![\w.-]))")
+# Any absolute path in a command: a recorded command reads the same from every checkout.
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~$/-])/(?!/)[\w.+-]")
+
+
+def recorded_data_files():
+    """Every committed recording: source_code/reference/**/*.json and the points of a recording
+    in progress, tools/recording/pending/*.json (results/ holds what this checkout measured
+    itself and is git-ignored)."""
+    found = []
+    for parts in (("source_code", "reference", "**", "*.json"), ("tools", "recording", "pending", "*.json")):
+        found += glob.glob(os.path.join(ROOT, *parts), recursive=True)
+    return sorted(found)
+
+
+def recorded_text_hits(obj) -> list:
+    """(where, why, text) for each string of a recording that breaks the product-text rule, and
+    each provenance that names a host, names the machine other than by its hardware or gives a
+    command with an absolute path."""
+    from ddlab.system.machine_name import machine_label
+    hits = []
+
+    def walk(o, where):
+        if isinstance(o, dict):
+            prov = o.get("provenance")
+            if isinstance(prov, dict) and not prov.get("cited") and not prov.get("illustrative"):
+                p = where + "/provenance"
+                if "hostname" in prov:
+                    hits.append((p, "names the recording host", str(prov["hostname"])))
+                if prov.get("gpu_count") is not None:
+                    base, m = machine_label(prov), str(prov.get("machine"))
+                    if not (m == base or m.startswith(base + ", ")):
+                        hits.append((p, f"machine is not its hardware ({base}...)", m))
+                if isinstance(prov.get("command"), str) and ABSOLUTE_PATH.search(prov["command"]):
+                    hits.append((p, "command holds an absolute path", prov["command"]))
+            for k, v in o.items():
+                walk(v, f"{where}/{k}")
+        elif isinstance(o, list):
+            for i, v in enumerate(o):
+                walk(v, f"{where}[{i}]")
+        elif isinstance(o, str):
+            hits.extend((where, why, line) for _, why, line in forbidden_hits(o))
+            for pattern, why in ((RECORDING_WORDS, "says how the recording was run"),
+                                 (MACHINE_PATH, "names a folder of the recording machine")):
+                hits.extend((where, why, o[max(0, m.start() - 40):m.end() + 40]) for m in pattern.finditer(o))
+    walk(obj, "")
+    return hits
+
+
+def test_recorded_text_check_recognises_leaks():
+    prov = {"machine": "lent nvidia-h200-x2", "gpu_model": "NVIDIA H200", "gpu_count": 2, "hostname": "gpu-17",
+            "command": "/opt/env/bin/python3 /work/main/source_code/train/fmnist_torch.py"}
+    whys = {why.split(" (")[0] for _, why, _ in recorded_text_hits({"provenance": prov, "note": "see issue 12",
+                                                                   "log": "written to /tmp/w/x.json",
+                                                                   "how": "carried over from an earlier session"})}
+    assert whys == {"names the recording host", "machine is not its hardware", "command holds an absolute path",
+                    "says how a machine was obtained", "names a machine kind instead of its hardware",
+                    "names an issue", "names a folder of the recording machine", "says how the recording was run"}
+    good = {"provenance": {"machine": "2x NVIDIA H200, NV18", "gpu_model": "NVIDIA H200", "gpu_count": 2,
+                           "command": "python3 source_code/train/fmnist_torch.py --out $OUT/x.json"},
+            "text": "issue one 4-byte copy; see https://github.com/NVIDIA/nccl-tests/blob/master/README.md",
+            "log": "vm:4747:4823 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+            "cited": {"provenance": {"cited": True, "machine": "2x RTX 4070 Ti SUPER in PCIe 4.0 x16 slots"}}}
+    assert recorded_text_hits(good) == []
+
+
+def test_recorded_data_names_hardware_and_no_issue_rental_host_or_machine_folder():
+    files = recorded_data_files()
+    assert any(f.endswith(os.path.join("allreduce", "h200x2.json")) for f in files), "no recording found"
+    found = []
+    for path in files:
+        rel = os.path.relpath(path, ROOT)
+        found += [f"{rel}:{where}: {why}: {text[:160]}" for where, why, text in recorded_text_hits(json.load(open(path)))]
+    assert not found, f"recorded data to fix ({len(found)}):\n" + "\n".join(found[:40])
+
+
 # ----------------------------------------------------------------------------- minutes agree everywhere
 _ROW_MINUTES = re.compile(r"^\|[^\n]*?\]\((?:\.\./)?notebooks/(?P<file>[\w.-]+\.ipynb)\)[^\n]*?\|\s*(?P<min>\d+)\s*\|",
                           re.M)
