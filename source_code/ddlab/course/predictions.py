@@ -1,0 +1,321 @@
+"""Predict-then-check exercises whose answer the notebook measures (or its recording holds).
+
+The learner writes a prediction in a cell (``my_prediction = ...``), the notebook measures or
+loads the thing predicted, and a check compares the two. Every check here computes its answer
+from the data it is given, never from a typed number, and answers like the checks of
+:mod:`ddlab.course.checks` (it returns their :class:`~ddlab.course.checks.CheckResult`):
+
+* ``None``, the cell's placeholder, is "not answered yet", with an example of an answer, so the
+  notebook runs from top to bottom before anyone has answered;
+* a typo (text where a number goes, an unknown name) gets one clear message, never a traceback;
+* a typical slip (one phase of two, seconds for microseconds, both directions for one) gets a
+  hint that names the slip; a half-filled answer gets feedback on the half given;
+* a right answer, within a stated tolerance, says why it is right and sets the measurement beside it.
+
+:func:`check_estimate` is the numeric core; one check per notebook builds on it:
+:func:`check_ring_bytes` (notebook 1: the bytes one rank sends in a ring all-reduce),
+:func:`check_allreduce_time` (notebook 2: an all-reduce's time from the alpha-beta fit),
+:func:`check_p2p_speedup` (the p2p test: peer-to-peer against host staging),
+:func:`check_ddp_runs` (the hands-on: images per rank and equal weights of three DDP versions) and
+:func:`check_batch_rule` (convergence: which learning-rate rule keeps a large batch's accuracy).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Sequence
+
+from ddlab.base.units import format_number, format_time
+from ddlab.course.checks import CheckResult
+
+
+# --------------------------------------------------------------------------- the numeric core
+@dataclass(frozen=True)
+class Slip:
+    """A typical wrong answer, ``value``, and the hint it deserves."""
+    value: float
+    hint: str
+
+
+def as_number(answer) -> Optional[float]:
+    """A finite number from an int, a float or text such as ``"6,000"``; None otherwise."""
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, str):
+        text = re.sub(r"[,_\s]", "", answer)
+        try:
+            answer = float(text)
+        except ValueError:
+            return None
+    if not isinstance(answer, numbers.Real) or not math.isfinite(answer):     # numpy's numbers count too
+        return None
+    return float(answer)
+
+
+def _close(a: float, b: float, rel_tol: float, factor: Optional[float]) -> bool:
+    if factor is not None:
+        return a > 0 and b > 0 and 1 / factor <= a / b <= factor
+    return abs(a - b) <= rel_tol * abs(b)
+
+
+def not_answered(name: str, what: str, example: str) -> CheckResult:
+    """The placeholder's answer: what to write, where, with an example."""
+    return CheckResult(False, f"Not answered yet: set `{name}` to {what}, for example `{name} = {example}`, run "
+                              f"that cell, then this one.")
+
+
+def check_estimate(answer, truth: float, *, name: str, what: str, example: str,
+                   fmt: Callable[[float], str] = format_number, rel_tol: float = 0.1,
+                   factor: Optional[float] = None, slips: Sequence[Slip] = (), why: str = "",
+                   measured: str = "measured") -> CheckResult:
+    """A numeric prediction ``answer`` against ``truth``, computed from data by the caller.
+
+    Right within ``rel_tol`` (relative) or, when ``factor`` is given, within that factor either
+    way. A wrong answer close to one of ``slips`` gets its hint; any other gets "too high/low".
+    ``why`` explains the answer (shown with every verdict); ``measured`` names where ``truth``
+    comes from ("measured", "in the simulation", "recorded on ...")."""
+    if answer is None:
+        return not_answered(name, what, example)
+    a = as_number(answer)
+    if a is None:
+        return CheckResult(False, f"`{name} = {answer!r}` is not a number: write {what} as a number, for example "
+                                  f"`{name} = {example}`.")
+    tail = f" {why}" if why else ""
+    if _close(a, truth, rel_tol, factor):
+        within = f"within a factor of {factor:g}" if factor is not None else f"within {rel_tol:.0%}"
+        return CheckResult(True, f"Right: you predicted {fmt(a)}; {measured}: {fmt(truth)} ({within}).{tail}")
+    near = [s for s in slips if s.value and a / s.value > 0 and _close(a, s.value, rel_tol, factor)]
+    for slip in sorted(near, key=lambda s: abs(math.log(a / s.value)))[:1]:      # the nearest slip's hint
+        return CheckResult(False, f"Not quite: you predicted {fmt(a)}; {measured}: {fmt(truth)}. Hint: "
+                                      f"{slip.hint}{tail}")
+    side = "high" if a > truth else "low"
+    ratio = f" ({a / truth:.3g} times the answer)" if truth and a / truth > 0 else ""
+    return CheckResult(False, f"Not quite: you predicted {fmt(a)}; {measured}: {fmt(truth)}, so yours is too "
+                              f"{side}{ratio}.{tail}")
+
+
+def _bytes(x: float) -> str:
+    return f"{x:,.0f} bytes"
+
+
+# --------------------------------------------------------------------------- the ring's traffic
+def check_ring_bytes(prediction, ring, name: str = "my_prediction") -> CheckResult:
+    """How many bytes does the busiest rank send in ``ring`` (a simulated ring all-reduce,
+    :func:`ddlab.cost.allreduce_algorithms.ring_allreduce`)? Counted by the simulator."""
+    n, size = ring.n, ring.buffer_bytes
+    truth = float(max(ring.bytes_sent()))
+    chunk = size / n
+    slips = (
+        Slip(truth / 2, "that is one phase. The reduce-scatter leaves each rank with one summed chunk; the "
+                        "all-gather then sends the summed chunks round the ring once more."),
+        Slip((n - 1) * size, "(n-1)S is what the naive root sends; in the ring each step moves one chunk of S/n."),
+        Slip(2 * size, "2S is the limit the ring approaches for many ranks, never reaches: each phase is n-1 "
+                       "steps, not n."),
+        Slip(2 * n * chunk * (n - 1), "each step sends one chunk of S/n bytes, not the whole buffer."),
+        Slip(chunk, "that is one chunk, one step: count the steps of both phases."),
+        Slip(size, "one buffer's worth: the ring sends 2(n-1) chunks of S/n."),
+    )
+    why = (f"Each rank sends one chunk of S/n = {_bytes(chunk)} in each of the 2(n-1) = {2 * (n - 1)} steps "
+           f"(reduce-scatter, then all-gather): 2(n-1)/n x S.")
+    return check_estimate(prediction, truth, name=name, what=f"the bytes one rank sends on {n} ranks of "
+                          f"{size:,} bytes each", example="4000", fmt=_bytes, rel_tol=0.01,
+                          slips=[s for s in slips if not _close(s.value, truth, 0.01, None)], why=why,
+                          measured="the simulator counted")
+
+
+# --------------------------------------------------------------------------- an all-reduce's time
+def check_allreduce_time(prediction_us, fit, sweep, nbytes: int = 1 << 20, where: str = "",
+                         name: str = "my_prediction_us") -> CheckResult:
+    """The time of one all-reduce of ``nbytes`` in microseconds, predicted from ``fit`` (an
+    :class:`ddlab.cost.alpha_beta.AlphaBeta`): right when it is the fit's value within 10%. The
+    measured row of ``sweep`` nearest that size is set beside it."""
+    row = sweep.row_at(nbytes)
+    size = row["bytes"]
+    model_us = fit.predict(size) * 1e6
+    alpha_us, rate_us = fit.alpha * 1e6, size / fit.beta * 1e6
+    slips = (
+        Slip(model_us * 1e-6, "that is in seconds; the cell asks for microseconds (x 10^6)."),
+        Slip(model_us * 1e-3, "that is in milliseconds; the cell asks for microseconds (x 1000)."),
+        Slip(model_us * 1e3, "that is in nanoseconds, or a factor of 1000 slipped: fit.alpha is in seconds, "
+                             "fit.beta in bytes per second."),
+        Slip(alpha_us, "that is alpha alone: a message of this size also pays n / beta."),
+        Slip(rate_us, "that is n / beta alone: every call also pays alpha."),
+        Slip(alpha_us + rate_us * 1e9, "check the bandwidth's unit: fit.beta is already in bytes per second; "
+                                       "dividing it by 10^9 made n / beta 10^9 times too long."),
+    )
+    measured_us = float(row["time_us"])
+    model_off = measured_us / model_us if model_us else float("nan")
+    why = (f"T = alpha + n/beta = {format_time(fit.alpha)} + {size:,} B / {fit.beta / 1e9:.3g} GB/s = "
+           f"{format_time(model_us * 1e-6)}. The sweep measured {format_time(measured_us * 1e-6)} at "
+           f"{size:,} B{f' ({where})' if where else ''}, {model_off:.2g} times the fit's value: the model "
+           f"is a straight line through every size, so it misses single sizes.")
+    return check_estimate(prediction_us, model_us, name=name, what=f"the time of one all-reduce of {size:,} B in "
+                          "microseconds", example="fit.alpha * 1e6 + ...", fmt=lambda v: f"{v:,.4g} us",
+                          slips=[s for s in slips if not _close(s.value, model_us, 0.1, None)], why=why,
+                          measured="the fit gives")
+
+
+# --------------------------------------------------------------------------- peer-to-peer vs host staging
+def check_p2p_speedup(prediction, result, pair: Optional[tuple] = None, name: str = "my_prediction") -> CheckResult:
+    """How many times faster is a pair's one-direction copy with peer access on than host-staged
+    (off)? From the p2p ``result`` (:class:`ddlab.measure.p2p.P2PResult`), both directions of
+    ``pair`` (default: the first two GPUs) averaged. Right within a factor of 1.6: a prediction
+    from the links' peaks lands there, and the feedback says why the measurement differs."""
+    labels = list(result.labels)
+    a, b = pair if pair is not None else labels[:2]
+    if a not in labels or b not in labels or a == b:
+        raise ValueError(f"choose two GPUs of {labels}; got {pair!r}")
+    i, j = labels.index(a), labels.index(b)
+    on, off = result.matrices["uni_p2p_on"], result.matrices["uni_p2p_off"]
+    on_gbs, off_gbs = (float(on[i, j]) + float(on[j, i])) / 2, (float(off[i, j]) + float(off[j, i])) / 2
+    truth = on_gbs / off_gbs
+    both = result.matrices.get("bi_p2p_on")
+    slips = [Slip(1.0, "with peer access off, the copy is staged through host memory: it crosses PCIe twice "
+                       "and leaves the NVLink (or the direct PCIe path) idle, so the two are far apart."),
+             Slip(1 / truth, "upside down: peer access on is the fast one (ratio = on / off, above 1).")]
+    if both is not None:
+        bi = (float(both[i, j]) + float(both[j, i])) / 2
+        slips.append(Slip(bi / off_gbs, "that compares both directions at once with one direction: take the "
+                                        "per-direction rate of each."))
+    why = (f"Measured GPU{a} <-> GPU{b}, one direction: {on_gbs:.4g} GB/s with peer access, {off_gbs:.4g} GB/s "
+           f"host-staged. From the links' peaks the ratio is the NVLink's rate over one PCIe link's; the "
+           f"host-staged copy pays two copies and a stop in host memory, so it lands below one PCIe link's "
+           f"peak, and the measured ratio can exceed the peaks'.")
+    return check_estimate(prediction, truth, name=name, what="peer-to-peer bandwidth / host-staged bandwidth "
+                          "(a ratio)", example="5", fmt=lambda v: f"{v:.3g}x", factor=1.6,
+                          slips=[s for s in slips if not _close(s.value, truth, 0, 1.6)], why=why)
+
+
+# --------------------------------------------------------------------------- three DDP versions
+def _share(run, single) -> float:
+    per_rank = statistics.mean(run.samples())
+    return per_rank / single.samples()[0]
+
+
+def _ddp_truth(run, single) -> tuple:
+    return _share(run, single), bool(run.same_weights())
+
+
+DDP_EXAMPLE = '{"ddp_2_device": (1, True), "ddp_3_shard": (0.5, False), "ddp_7_rank0": (0.5, True)}'
+
+
+def check_ddp_runs(prediction: Mapping, single, runs: Sequence, name: str = "my_prediction") -> CheckResult:
+    """For each DDP version run (``runs``, :class:`ddlab.course.handson.Run`), the learner's
+    ``(images per rank as a share of the one-process run, same weights on every rank?)``,
+    e.g. ``{"ddp_3_shard": (0.5, False)}``. Compared with what each run reported: its ranks'
+    RESULT lines (images trained on, weight checksums) against ``single``'s. A ``None``
+    anywhere is "not answered" for that version; the others are still checked."""
+    by_name = {r.script[:-3] if r.script.endswith(".py") else r.script: r for r in runs}
+    names = ", ".join(by_name)
+    if not isinstance(prediction, Mapping):
+        return CheckResult(False, f"`{name}` is a dict from script to (share of images, same weights?), for "
+                                  f"example `{name} = {DDP_EXAMPLE}`; got {prediction!r}.")
+    unknown = [k for k in prediction if k not in by_name]
+    if unknown:
+        return CheckResult(False, f"`{name}` names {unknown[0]!r}, which is not one of the runs: {names}.")
+    msgs, ok, missing = [], True, []
+    for script, run in by_name.items():
+        given = prediction.get(script)
+        if given is None or (isinstance(given, (tuple, list)) and all(x is None for x in given)):
+            missing += [f"{script} (share)", f"{script} (same weights)"]
+            continue
+        if not (isinstance(given, (tuple, list)) and len(given) == 2):
+            return CheckResult(False, f"`{name}[{script!r}]` = {given!r}: give a pair (share of images, same "
+                                      f"weights?), for example (0.5, True).")
+        share, same = given
+        share_n = as_number(share) if share is not None else None
+        if share is not None and share_n is None:
+            return CheckResult(False, f"`{name}[{script!r}]`: the share of images is a number (1 = as many as "
+                                      f"one process, 0.5 = half); got {share!r}.")
+        if same is not None and not isinstance(same, bool):
+            return CheckResult(False, f"`{name}[{script!r}]`: same weights is True or False; got {same!r}.")
+        true_share, true_same = _ddp_truth(run, single)
+        parts = []
+        if share_n is not None:
+            right = abs(share_n - true_share) <= 0.05 * true_share
+            ok &= right
+            parts.append(f"images per rank {'right' if right else 'not quite'}: each rank trained on "
+                         f"{true_share:.2g} of the one-process run's images"
+                         + ("" if right else (" (the sampler gives each rank its own part)" if true_share < 0.75
+                                              else " (nothing splits the data yet: each rank reads all of it)")))
+        else:
+            missing.append(f"{script} (share)")
+        if same is not None:
+            right = same == true_same
+            ok &= right
+            parts.append(f"same weights {'right' if right else 'not quite'}: the ranks' checksums "
+                         + ("agree" if true_same else "differ")
+                         + ("" if right else (" (DDP averages the gradients, so every rank takes the same step)"
+                                              if true_same and true_share < 0.75 else
+                                              " (same seed, same data, no communication: they agree without it)"
+                                              if true_same else
+                                              " (two models on two shards, nothing joins them)")))
+        else:
+            missing.append(f"{script} (same weights)")
+        msgs.append(f"{script}: " + "; ".join(parts) + ".")
+    if not msgs:
+        return not_answered(name, "a (share of images, same weights?) pair per script", DDP_EXAMPLE)
+    if missing:
+        ok = False
+        msgs.append("Still to predict: " + ", ".join(missing) + ".")
+    return CheckResult(ok, ("Right. " if ok else "") + " ".join(msgs))
+
+
+# --------------------------------------------------------------------------- which rule keeps a large batch
+RULE_WORDS = {
+    "none": "the base rate: the large batch takes fewer steps of the same size, so it moves the weights less "
+            "per epoch and is under-trained when the epochs run out",
+    "linear": "the rate times the batch's growth from the first step: the same distance per epoch, but the "
+              "first steps, where the gradient changes fast, can overshoot",
+    "linear + warm-up": "the same scaled rate, reached gradually: the first steps stay small while the "
+                        "gradient changes fast, then each step moves as far as the small batch's k steps",
+}
+
+
+def _rule_of(label: str) -> str:
+    return "linear + warm-up" if "warm-up" in label else label.split(" lr ")[-1].strip()
+
+
+def _read_rule(answer) -> Optional[str]:
+    if not isinstance(answer, str):
+        return None
+    w = re.sub(r"[\s_+-]+", " ", answer.strip().lower())
+    if "warm" in w:
+        return "linear + warm-up"
+    return {"none": "none", "no scaling": "none", "no": "none", "linear": "linear"}.get(w)
+
+
+def check_batch_rule(prediction, sweep, labels: Sequence[str], name: str = "my_prediction") -> CheckResult:
+    """Which learning-rate rule gives the largest global batch of ``labels`` (points of a
+    convergence ``sweep``, :class:`ddlab.course.convergence_sweep.ConvergenceResult`) the best
+    median final test accuracy? Rules whose min-max range over the seeds overlaps the best's are
+    a tie: three seeds cannot order them, and any of them counts."""
+    rows = [sweep.row(label) for label in labels]
+    top = max(r["global_batch"] for r in rows)
+    large = [r for r in rows if r["global_batch"] == top]
+    rules = {_rule_of(r["label"]): r for r in large}
+    choices = " or ".join(f"'{r}'" for r in rules)
+    if prediction is None:
+        return not_answered(name, f"the rule that keeps batch {top:,} closest to the small batch ({choices})",
+                            f"'{next(iter(rules))}'")
+    rule = _read_rule(prediction)
+    if rule is None or rule not in rules:
+        return CheckResult(False, f"`{name} = {prediction!r}` is not one of the rules this sweep ran at batch "
+                                  f"{top:,}: {choices}.")
+    acc = {k: r["test_accuracy"] for k, r in rules.items()}
+    best = max(acc, key=acc.get)
+    lo = rules[best].get("test_accuracy_min", acc[best])
+    tied = [k for k, r in rules.items() if r.get("test_accuracy_max", acc[k]) >= lo]
+    listing = ", ".join(f"{k} {acc[k]:.4f}" for k in sorted(acc, key=acc.get, reverse=True))
+    small = min(rows, key=lambda r: r["global_batch"])
+    measured = (f"Median final test accuracy at batch {top:,}: {listing} (batch {small['global_batch']:,}: "
+                f"{small['test_accuracy']:.4f}).")
+    tie = (f" {' and '.join(tied)} overlap within their seeds' min-max, so the sweep cannot order them."
+           if len(tied) > 1 else "")
+    if rule in tied:
+        return CheckResult(True, f"Right: {rule} — {RULE_WORDS[rule]}. {measured}{tie}")
+    return CheckResult(False, f"Not quite: with {rule}, {RULE_WORDS[rule]}. In this sweep {best} did best: "
+                              f"{RULE_WORDS[best]}. {measured}{tie}")
