@@ -52,7 +52,9 @@ def test_two_workers_faster_than_twice_one_are_flagged_not_hidden():
     assert res.rows[0]["above_linear"] is False               # the baseline itself
     text = res.table()
     assert "2.13x (!)" in text
-    assert "note: above linear: default, 2 workers ran 2.13x as fast as 1, more than the 2.0x" in text
+    assert "note: above linear: NCCL default, 2 workers ran 2.13x as fast as 1, more than the 2.0x" in text
+    # the baseline here has no repeats: the note says the comparison is a single run, not conclusive
+    assert "The baseline is a single run" in text and "not conclusive" in text
     assert "above linear" not in fake_paths_result().table()
     perf = ExperimentResult("perf-options", [{"option": "compile", "workers": 1, "images_per_s": 3.0,
                                               "speedup": 2.3}])
@@ -85,14 +87,94 @@ def test_compare_speedups_lines_up_paths_and_marks_gaps():
     assert shm.split() == ["shm", "86", "0.86x", "-"]
     socket = next(ln for ln in lines if ln.startswith("socket"))
     assert socket.split() == ["socket", "-", "-"]          # the failed run shows as a gap, not a number
-    default = next(ln for ln in lines if ln.startswith("default"))
-    assert default.split() == ["default", "185", "1.85x", "185", "1.85x"]
+    default = next(ln for ln in lines if ln.startswith("NCCL default"))
+    assert default.split() == ["NCCL", "default", "185", "1.85x", "185", "1.85x"]   # no recorded environment: not "NVLS off"
     assert "eager: recorded on 2x NVIDIA H200" in text or "eager: measured now on 2x NVIDIA H200" in text
     assert "above linear" not in text
     b.rows[1]["speedup"] = 2.1
     b = ExperimentResult.from_dict(b.to_dict())
     text = results.compare_speedups({"eager": a, "graph": b})
-    default = next(ln for ln in text.splitlines() if ln.startswith("default"))
-    assert default.split() == ["default", "185", "1.85x", "185", "2.10x!"] and "!: above linear" in text
+    default = next(ln for ln in text.splitlines() if ln.startswith("NCCL default"))
+    assert default.split() == ["NCCL", "default", "185", "1.85x", "185", "2.10x!"] and "!: above linear" in text
     with pytest.raises(ValueError):
         results.compare_speedups({})
+
+
+def _with_repeats(base_runs, two_worker_ips):
+    res = fake_paths_result()
+    base = res.rows[0]
+    base.update(images_per_s=sorted(base_runs)[1], images_per_s_runs=list(base_runs), repeats=len(base_runs),
+                images_per_s_min=min(base_runs), images_per_s_max=max(base_runs), step_ms_median=2.5)
+    res.rows[1].update(images_per_s=two_worker_ips, speedup=two_worker_ips / base["images_per_s"], step_ms_median=2.4)
+    return ExperimentResult.from_dict(res.to_dict())
+
+
+def test_above_linear_is_explained_from_the_baselines_repeats():
+    # 203 against a baseline whose repeats reach 110: 1.85x of the fastest repeat, within perfect scaling
+    text = _with_repeats([95.0, 100.0, 110.0], 203.0).table()
+    assert "2.03x (!)" in text and "repeats spread from 95 to 110 images/s (15% of their median)" in text
+    assert "against the fastest of them the speedup is 1.85x, within perfect scaling" in text
+    assert "median step took 2.400 ms against 2.500 ms for the baseline, on the same images per worker" in text
+    # 230 is above 2 x 110: beyond the spread, and the note says to find what differs
+    text = _with_repeats([95.0, 100.0, 110.0], 230.0).table()
+    assert "against the fastest of them the speedup is 2.09x, still above perfect scaling" in text
+
+
+def test_default_is_named_for_what_it_ran_with_and_why():
+    res = fake_paths_result()
+    res.provenance["nccl_env"] = {"NCCL_NVLS_ENABLE": "0"}
+    text = res.table()
+    assert "NCCL default, NVLS off" in text and "Dockerfile" in text and "\ndefault " not in text
+    assert res.rows[1]["path"] == "default"                   # the stored key is unchanged
+    assert results.row_label("nccl-paths", res.rows[1], res.provenance) == "NCCL default, NVLS off"
+    assert [t.get_text() for t in res.plot().get_xticklabels()][1] == "NCCL default, NVLS off"
+    plain = fake_paths_result().table()
+    assert "NCCL default" in plain and "NVLS off" not in plain and "Dockerfile" not in plain
+    lines = results.compare_speedups({"rec": res}).splitlines()
+    assert lines[2].startswith("1 worker") and lines[3].startswith("NCCL default, NVLS off")
+
+
+def _option(option, ips, step, precision="fp32", graph=False, compile="none", spread="1.0-1.1"):
+    return {"option": option, "workers": 1, "images_per_s": ips, "step_ms_median": step, "step_ms_spread": spread,
+            "precision": precision, "cuda_graph": graph, "compile": compile, "channels_last": False,
+            "speedup": ips / 100.0}
+
+
+def test_slower_speed_options_are_explained_and_single_runs_said():
+    rows = [_option("plain fp32", 100.0, 2.0), _option("bf16", 80.0, 2.5, "bf16"),
+            _option("cuda-graph fp32", 105.0, 1.9, graph=True), _option("cuda-graph bf16", 150.0, 1.3, "bf16", True),
+            _option("compile bf16", 70.0, 2.8, "bf16", compile="default"),
+            _option("compile + cuda-graph bf16", 230.0, 0.9, "bf16", True, "default")]
+    text = ExperimentResult("perf-options", rows, "recorded", {}, [], {}).table()
+    assert "each option ran once (no repeats)" in text and "not conclusive" in text
+    assert "bf16 ran at 0.80x of plain fp32: median step 2.500 ms" in text and "autocast" in text
+    assert "Captured as a CUDA graph (the whole step launched at once) it took 1.300 ms, against 1.900 ms" in text
+    assert "compile bf16 ran at 0.70x" in text and "reduce-overhead" in text and "eager took 2.500 ms" in text
+    assert "it took 0.900 ms" in text
+    assert "cuda-graph fp32 ran at" not in text             # only the slower options get a note
+    # repeated options do not get the single-run note; options that are all faster get no explanation
+    fast = [dict(r, repeats=3, images_per_s_min=r["images_per_s"], images_per_s_max=r["images_per_s"])
+            for r in rows if r["speedup"] >= 1]
+    assert "note:" not in ExperimentResult("perf-options", fast, "recorded", {}, [], {}).table()
+
+
+def test_narrow_tables_split_what_ran_from_what_it_measured():
+    res = fake_paths_result()
+    ran, measured = res.narrow_tables()
+    whole = [c.key for c in res.as_table().columns]
+    assert [c.key for c in ran.columns] == ["path", "env_text", "transport"]
+    assert [c.key for c in measured.columns] == [k for k in whole if k not in ("env_text", "transport")]
+    assert ran.title == res.as_table().title and ran.notes == [] and measured.title is None
+    assert measured.notes == ["note: a note"] and len(ran.rows) == len(measured.rows) == len(res.rows)
+    assert "p10-p90" in measured.text() and "P2P" in ran.text() and "P2P" not in measured.text()
+    scaling = ExperimentResult("scaling", [dict(res.rows[0])], "live", res.provenance, [], res.config, [])
+    assert [t.text() for t in scaling.narrow_tables()] == [scaling.as_table().text()]    # nothing to split
+
+
+def test_socket_interface_is_what_the_socket_runs_reported():
+    res = fake_paths_result()
+    assert res.socket_interface() is None                       # the socket run failed
+    res.rows[-1] = {"path": "socket", "workers": 2, "nccl_env_reported": {"NCCL_SOCKET_IFNAME": "lo"}}
+    assert res.socket_interface() == "lo"
+    res.rows[-1]["nccl_env_reported"] = {"NCCL_IB_DISABLE": "1"}
+    assert res.socket_interface() is None                       # not set: NCCL picked one itself

@@ -19,6 +19,7 @@ from typing import Mapping, Optional, Sequence
 
 from ddlab.system import nccl
 from ddlab.base import tables, units
+from ddlab.training import result_notes as explain
 from ddlab.training import throughput
 from ddlab.training.runspec import RunSpec, RunSpecError
 
@@ -85,15 +86,29 @@ def _mark_above_linear(name: str, rows: list) -> None:
                                  and sp > r["workers"] / base_workers + 1e-9)
 
 
-def row_label(name: str, r: dict) -> str:
+def row_env(r: dict, provenance: Optional[dict] = None) -> dict:
+    """The NCCL environment a row ran with, as recorded: the shell's (provenance), the path's, NCCL's own report."""
+    env = dict((provenance or {}).get("nccl_env") or {})
+    env.update(r.get("env") or {})
+    env.update(r.get("nccl_env_reported") or {})
+    return env
+
+
+def path_name(r: dict, provenance: Optional[dict] = None) -> str:
+    """The row's path as tables and legends show it (ddlab.system.nccl.display_name: "NCCL default, NVLS
+    off" where the run had NCCL_NVLS_ENABLE=0); the stored key stays ``path``."""
+    return nccl.display_name(r.get("path", "?"), row_env(r, provenance))
+
+
+def row_label(name: str, r: dict, provenance: Optional[dict] = None) -> str:
     if name == "nccl-paths":
-        return r.get("path", "?")
+        return path_name(r, provenance)
     if name == "perf-options":
         return r.get("option", "?")
     if name == "tuning":
         return r.get("tuning", "?")
     if name == "launchers":
-        return f"{r.get('launcher')}\n{r.get('path')}"
+        return f"{r.get('launcher')}\n{path_name(r, provenance)}"
     if name == "strong-scaling":
         return f"{r.get('global_batch')} on {r.get('workers')}"
     if name == "one-gpu":
@@ -167,7 +182,8 @@ class ExperimentResult:
                 + (f"global batch {', '.join(map(str, c['global_batches']))}" if c.get("global_batches") else
                    f"batch {', '.join(map(str, c['batches']))}/worker" if c.get("batches") else
                    f"batch {c.get('batch_size')}/worker") + f", {c.get('device')}"
-                + (f", NCCL path {c['path']}" if c.get("path") else "")
+                + (f", NCCL path {nccl.display_name(c['path'], self.provenance.get('nccl_env'))}"
+                   if c.get("path") else "")
                 + (f", {reps} repeats" if reps and reps > 1 else ""))
 
     def where(self) -> str:
@@ -179,10 +195,13 @@ class ExperimentResult:
         lines = list(self.notes)
         for r in self.rows:
             if r.get("above_linear"):
-                base = _base_workers(self.rows)
-                lines.append(f"above linear: {row_label(self.name, r).replace(chr(10), ' ')}, {r['workers']} workers "
-                             f"ran {_speedup(r['speedup'])} as fast as {base}, more than the {r['workers'] / base:.1f}x "
-                             "of perfect scaling (marked (!)): worth a second look, not a result to trust as is")
+                lines.append(explain.above_linear(self.name, self.rows, r, row_label(self.name, r, self.provenance)))
+        if self.name == "perf-options":
+            lines += explain.speed_options(self.rows, self.config)
+        # NCCL runs whose recorded environment had NVLink multicast off: say once why (the default path's name says it).
+        if any(not r.get("error") and (r.get("path") == "default" or r.get("backend") == "nccl")
+               and nccl.multicast_was_off(row_env(r, self.provenance)) for r in self.rows):
+            lines.append(nccl.MULTICAST_OFF_WHY)
         if self.source == "recorded":
             note = self.live_default_note()
             if note:
@@ -201,11 +220,35 @@ class ExperimentResult:
                 what = "not run" if row.get("not_run") else "failed"   # not_run: refused before any launch
                 cells = [_fmt(row.get(cols[0][1])), f"{what}: {row['error'][:70]}"] + [""] * (len(cols) - 2)
             else:
-                cells = [_fmt_cell(row, key, spread) for _, key in cols]
+                cells = [path_name(row, self.provenance) if key == "path" and row.get("path")
+                         else _fmt_cell(row, key, spread) for _, key in cols]
             rows.append(cells)
         return tables.Table(columns, rows, title=f"{self.title()} ({self.where()})",
                             notes=[f"note: {n}" for n in self.table_notes()],
                             wrap=[k for k in ("env_text", "flags") if k in {c.key for c in columns}])
+
+    def narrow_tables(self) -> list:
+        """:meth:`as_table` as two narrower tables that fit a 1280-pixel screen, each starting with
+        the column that names the row: what ran (the NCCL settings, the transport NCCL chose) and
+        what it measured (the rest); the title above the first, the notes below the second. A table
+        without settings or transport columns stays whole."""
+        t = self.as_table()
+        keys = [c.key for c in t.columns]
+        ran = [k for k in ("env_text", "flags", "transport") if k in keys]
+        if not ran:
+            return [t]
+        first = keys[0]
+        return [t.select([first] + ran, notes=[]),
+                t.select([first] + [k for k in keys[1:] if k not in ran], title=None)]
+
+    def socket_interface(self) -> Optional[str]:
+        """The network interface the socket path's runs told NCCL to use (``NCCL_SOCKET_IFNAME``
+        as NCCL reported it; horovodrun sets it on one host), or None where no socket run set one
+        (NCCL then picks an interface itself and its log names it)."""
+        for r in self.rows:
+            if r.get("path") == "socket" and not r.get("error"):
+                return (r.get("nccl_env_reported") or {}).get("NCCL_SOCKET_IFNAME")
+        return None
 
     def table(self) -> str:
         """The result as aligned text (with its companion's below)."""
@@ -247,7 +290,7 @@ class ExperimentResult:
             ax.set_yticks([])
             ax.set_title(self.title(), fontsize=9)
             return
-        labels = [row_label(self.name, r) for r in ok]
+        labels = [row_label(self.name, r, self.provenance) for r in ok]
         values = [r["images_per_s"] for r in ok]
         colours = [_BASELINE_COLOUR if r.get("path") == "1 worker" else nccl.colour(r.get("path")) for r in ok]
         bars = ax.bar(range(len(ok)), values, color=colours)
@@ -398,20 +441,23 @@ def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
     if not results:
         raise ValueError("no results to compare")
     paths = paths_in_order(results)
-    cells = {}
+    cells, names = {}, {}
     for label, res in results.items():
         for r in res.rows:
             if r.get("error") or r.get("images_per_s") is None:
                 continue
             sp = r.get("speedup")
             mark = "!" if r.get("above_linear") else " "
+            names.setdefault(r.get("path"), path_name(r, res.provenance))
             cells[(r.get("path"), label)] = (f"{units.format_count(r['images_per_s']):>9} "
                                              f"{(_speedup(sp) if sp is not None else '-'):>6}{mark}")
     width = max(18, *(len(label) for label in results))
-    lines = [f"{'path':<10}" + "".join(f"  {label:>{width}}" for label in results),
-             f"{'':<10}" + "".join(f"  {'images/s speedup ':>{width}}" for _ in results)]
+    first = max(10, *(len(names.get(p, p)) for p in paths)) if paths else 10
+    lines = [f"{'path':<{first}}" + "".join(f"  {label:>{width}}" for label in results),
+             f"{'':<{first}}" + "".join(f"  {'images/s speedup ':>{width}}" for _ in results)]
     for path in paths:
-        lines.append(f"{path:<10}" + "".join(f"  {cells.get((path, label), '-'):>{width}}" for label in results))
+        lines.append(f"{names.get(path, path):<{first}}"
+                     + "".join(f"  {cells.get((path, label), '-'):>{width}}" for label in results))
     lines.append("")
     if any(r.get("above_linear") for res in results.values() for r in res.rows):
         lines.append("!: above linear (more than N times one worker's images/s on N workers): flagged, not hidden")
@@ -427,7 +473,7 @@ def summary_table(done: Mapping) -> str:
             lines.append(f"{name:<34} {str(res).splitlines()[0][:120]}")
             continue
         for r in res.rows:
-            label = row_label(res.name, r)
+            label = row_label(res.name, r, res.provenance)
             if r.get("error"):
                 lines.append(f"{name:<34} {label:<30} {'failed':>12}           {r['error'][:80]}")
                 # a timed-out run: where its workers were stuck (innermost frames first)
