@@ -45,12 +45,19 @@ def test_summary_is_a_table_of_busbw_per_sweep():
     sweeps = collectives_recorded.load_recorded("h200x2")
     t = collectives.summary(sweeps.values())
     assert [c.heading for c in t.columns][:4] == ["op", "path", "ranks", "busbw at 512 MiB"]
-    assert t.column("path") == list(sweeps)
+    # the recording ran with NCCL_NVLS_ENABLE=0: its default path is named for that, and the note says why
+    assert list(sweeps) == ["default", "shm", "socket"]
+    assert t.column("path") == ["NCCL default, NVLS off", "shm", "socket"]
+    assert len(t.notes) == 1 and "NCCL_NVLS_ENABLE=0" in t.notes[0]
     for row, res in zip(t.rows, sweeps.values()):
         assert row["busbw_at"] == res.row_at(512 << 20)["busbw_gbps"] and row["peak"] == res.peak_busbw()
-    lines = str(t).splitlines()
-    assert len(lines) == 2 + len(sweeps) and max(len(x) for x in lines) == len(lines[1])
+    lines = str(t).splitlines()[:2 + len(sweeps)]
+    assert max(len(x) for x in lines) == len(lines[1])
     assert len({x.index("GB/s") for x in lines[2:]}) == 1           # numbers right-aligned
+    assert sweeps["default"].label.startswith("NCCL default, NVLS off")
+    plain = collectives.SweepResult(op="all_reduce", backend="nccl", path="default", env={}, nproc=2, rows=[],
+                                    provenance={})
+    assert plain.path_name == "NCCL default" and not plain.multicast_off
     # a sweep that stops below the asked size says which size its figure is from
     small = collectives.summary(sweeps.values(), at_bytes=4 << 30)
     assert "(nearest size)" in str(small)

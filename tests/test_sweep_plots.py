@@ -23,3 +23,9 @@ def test_plot_sweep():
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="metric"):
         sweep_plots.plot_sweep(ar, metric="latency")
+
+
+def test_a_dict_of_recorded_sweeps_is_labelled_with_the_path_as_it_ran():
+    ax = sweep_plots.plot_sweep(collectives_recorded.load_recorded("h200x2"))
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0].startswith("NCCL default, NVLS off") and labels[1].startswith("shm")

@@ -143,8 +143,23 @@ class SweepResult:
         return self.row_at(nbytes)["busbw_gbps"]
 
     @property
+    def path_name(self) -> str:
+        """The path as tables and legends show it: ``default`` is "NCCL default, NVLS off" where the
+        sweep's recorded environment had NCCL_NVLS_ENABLE=0 (ddlab.system.nccl.display_name)."""
+        from ddlab.system import nccl
+        env = dict((self.provenance or {}).get("nccl_env") or {})
+        env.update(self.env or {})
+        return nccl.display_name(self.path, env)
+
+    @property
+    def multicast_off(self) -> bool:
+        from ddlab.system import nccl
+        return self.backend == "nccl" and nccl.multicast_was_off(
+            {**((self.provenance or {}).get("nccl_env") or {}), **(self.env or {})})
+
+    @property
     def label(self) -> str:
-        where = self.path if self.backend == "nccl" else "gloo, CPU"
+        where = self.path_name if self.backend == "nccl" else "gloo, CPU"
         rec = ", recorded" if self.source == "recorded" else ""
         return f"{where} ({self.nproc} ranks{rec})"
 
@@ -252,7 +267,7 @@ def summary(results: Iterable[SweepResult], at_bytes: Optional[int] = None) -> T
     for r in results:
         row = r.row_at(at_bytes)
         best = max(r.rows, key=lambda x: x["busbw_gbps"])
-        rows.append({"op": r.op, "path": r.path if r.backend == "nccl" else "gloo", "ranks": r.nproc,
+        rows.append({"op": r.op, "path": r.path_name if r.backend == "nccl" else "gloo", "ranks": r.nproc,
                      "busbw_at": row["busbw_gbps"], "measured_at": row["bytes"],
                      "peak": best["busbw_gbps"], "peak_at": best["bytes"]})
     cols = [("op", "text"), ("path", "text"), ("ranks", "int"),
@@ -260,7 +275,8 @@ def summary(results: Iterable[SweepResult], at_bytes: Optional[int] = None) -> T
     if any(x["measured_at"] != at_bytes for x in rows):    # a sweep that did not reach at_bytes
         cols.append(("measured_at", "bytes", "(nearest size)"))
     cols += [("peak", "rate:GB/s", "peak busbw"), ("peak_at", "bytes", "at")]
-    return Table(cols, rows)
+    from ddlab.system import nccl
+    return Table(cols, rows, notes=[nccl.MULTICAST_OFF_WHY] if any(r.multicast_off for r in results) else None)
 
 
 

@@ -22,7 +22,8 @@ def plot_sweep(results, ax=None, metric: str = "busbw", logy: Optional[bool] = N
     if isinstance(results, SweepResult):
         items = [(results.label, results)]
     elif isinstance(results, Mapping):
-        items = [(str(k), v) for k, v in results.items()]
+        # keyed by path name (what load_recorded returns): the sweep's own label, which names the path as it ran
+        items = [(v.label if str(k) == v.path else str(k), v) for k, v in results.items()]
     else:
         items = [(r.label, r) for r in results]
     if not items:
