@@ -76,3 +76,23 @@ def test_cli_list_and_dispatch_through_ddlab(capsys):
     assert "dgx-a100" in capsys.readouterr().out
     assert ddlab_cli.main(["topo", "--recorded", "pcie-4gpu"]) == 0
     assert "illustrative example, not a measurement" in capsys.readouterr().out
+
+
+def test_subset_lesson_is_computed_from_the_matrix():
+    dgx1 = topology.recorded("dgx1-v100")
+    text = topology_report.subset_lesson(dgx1, [0, 1, 4, 5])
+    # the ring avoids the two SYS pairs and has the best 4's bottleneck (NV1); the best wins on the tie-break
+    assert "0 -NV1- 1 -NV2- 5 -NV1- 4 -NV2- 0" in text and "same slowest link, NV1" in text
+    assert "GPU0-GPU5, GPU1-GPU4: SYS" in text and "not on the ring" in text
+    assert "span 2 NUMA nodes" in text
+    assert "GPU0 mlx5_0 (PIX), GPU1 mlx5_0 (PIX), GPU4 mlx5_2 (PIX), GPU5 mlx5_2 (PIX), 2 of the machine's 4 NICs" in text
+    worse = topology_report.subset_lesson(dgx1, [0, 5])
+    assert "ring at NV2" in worse and "SYS link sets a slower pace" in worse
+    best = topology_report.subset_lesson(dgx1, [0, 1, 2, 3])
+    assert "This is the best set of 4." in best and "NUMA" not in best and "not on the ring" not in best
+
+
+def test_subset_lesson_without_nics_says_nothing_of_them():
+    h200 = topology.recorded("h200x2")
+    text = topology_report.subset_lesson(h200, h200.gpus[:2])
+    assert "This is the best set of 2." in text and "NIC" not in text

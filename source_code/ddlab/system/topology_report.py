@@ -7,13 +7,14 @@ the matrix, the ranked pairs, the best subsets and the summary) and :func:`cli`.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 
 from ddlab.base.tables import Table
 from ddlab.system.links import LINK_KINDS
 from ddlab.system.topology import NoGPUError, Topology, TopologyParseError, recorded, recorded_names, save_recorded
-from ddlab.system.topology_ranking import best_subset, ranked_pairs
+from ddlab.system.topology_ranking import best_subset, ranked_pairs, subset
 
 
 def summary(topo: Topology) -> str:
@@ -85,6 +86,53 @@ def _ranges(nums: list) -> str:
             out.append(f"GPU{start}" if start == prev else f"GPU{start}-{prev}")
             start = prev = x
     return ", ".join(out)
+
+
+def subset_lesson(topo: Topology, gpus) -> str:
+    """What a chosen set of GPUs gives a ring all-reduce, in words, computed from ``topo``: its best
+    ring against the best subset of the same size (slowest link, then the sum of link ranks),
+    its weakest pair (which the ring may never use), the NUMA nodes it spans and each GPU's
+    nearest NIC (the one a job across machines should send through)."""
+    mine = subset(topo, list(gpus))
+    best = best_subset(topo, len(mine.gpus))
+    names = ",".join(map(str, mine.gpus))
+    bn, best_bn = mine.ring_bottleneck, best.ring_bottleneck
+    lines = [f"GPUs {names}: best ring {mine.ring_text()}, slowest link {bn.label}."]
+    if set(mine.gpus) == set(best.gpus):
+        pace = f"This is the best set of {len(mine.gpus)}."
+    elif bn.rank == best_bn.rank:
+        pace = (f"The best {len(mine.gpus)} (GPUs {','.join(map(str, best.gpus))}) have the same slowest link, "
+                f"{best_bn.label}, so an all-reduce's ring runs at the same pace on both")
+        pace += ("." if mine.ring_total >= best.ring_total else
+                 f"; the best set wins only the tie-break, more fast links on its ring ({best.ring_text()}).")
+    else:
+        pace = (f"The best {len(mine.gpus)} (GPUs {','.join(map(str, best.gpus))}) ring at {best_bn.label}: "
+                f"this choice's {bn.label} link sets a slower pace for every byte.")
+    lines.append(pace)
+    if mine.weakest is not None and mine.weakest.rank < bn.rank:
+        unused = [f"GPU{a}-GPU{b}" for a, b in itertools.combinations(mine.gpus, 2)
+                  if topo.link(a, b).rank == mine.weakest.rank]
+        lines.append(f"Its weakest pairs ({', '.join(unused)}: {mine.weakest.label}) are not on the ring, so they "
+                     "cost the all-reduce nothing: judge GPUs by the ring's slowest link, not by their worst pair.")
+    by_numa = all(topo.numa_affinity.get(g) is not None for g in mine.gpus)
+    nodes = sorted({topo.numa_affinity.get(g) if by_numa else topo.cpu_affinity.get(g) for g in mine.gpus} - {None},
+                   key=str)
+    if len(nodes) > 1:
+        which = f"nodes {' and '.join(map(str, nodes))}" if by_numa else f"CPU affinity {' and '.join(map(str, nodes))}"
+        lines.append(f"They span {len(nodes)} NUMA nodes ({which}): the host side of the job, its data loading and "
+                     "any host-staged copy, is split across the CPUs.")
+    if topo.nics:
+        near, used = [], set()
+        for g in mine.gpus:
+            links = {nic: topo.nic_link(g, nic) for nic in topo.nics}
+            top = max(ln.rank for ln in links.values())
+            used |= {n for n, ln in links.items() if ln.rank == top}
+            near.append(f"GPU{g} {'/'.join(n for n, ln in links.items() if ln.rank == top)} "
+                        f"({next(ln.label for ln in links.values() if ln.rank == top)})")
+        lines.append("Nearest NIC: " + ", ".join(near) + f", {len(used)} of the machine's {len(topo.nics)} NICs. "
+                     "Across machines each GPU should send through its nearest NIC (GPUs that share one share its "
+                     "bandwidth); one whose NIC is SYS away sends every byte across the CPUs' interconnect first.")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- report and CLI
