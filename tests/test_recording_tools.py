@@ -180,7 +180,7 @@ def test_gpu_batch_runs_tasks_while_time_is_left_and_packs_after_each(tmp_path):
     carried.mkdir()
     (carried / "convergence-point-2w-b64-linear.json").write_text("{}")
     env = dict(os.environ, DEADLINE="12", OUT=str(tmp_path / "out"), RESULTS=str(tmp_path / "res"),
-               CARRIED=str(carried))
+               PENDING=str(carried))
     tasks = ["sh echo made", "999@sh echo never", "bogus x", "sh sleep 60", "sh echo late"]
     proc = subprocess.run(["bash", os.path.join(RECORDING, "gpu_batch.sh"), *tasks], env=env,
                           capture_output=True, text=True, timeout=60)
@@ -199,9 +199,9 @@ def test_gpu_batch_runs_tasks_while_time_is_left_and_packs_after_each(tmp_path):
 
 
 def test_pending_points_are_real_convergence_points_and_gpu_batch_takes_them_by_default(tmp_path):
-    """tools/recording/pending/ keeps the finished points of a sweep across sessions: each file
+    """tools/recording/pending/ keeps the finished points of a sweep across runs: each file
     there loads as a one-point convergence result measured on GPUs, with its provenance; and
-    gpu_batch.sh, with no CARRIED set, copies exactly those files into its results."""
+    gpu_batch.sh, with no PENDING set, copies exactly those files into its results."""
     import subprocess
     import tarfile
     from ddlab.course import convergence_sweep as cs
@@ -213,7 +213,7 @@ def test_pending_points_are_real_convergence_points_and_gpu_batch_takes_them_by_
         res = cs.ConvergenceResult.from_dict(json.load(open(os.path.join(pending, f))))
         assert res.provenance.get("gpu_count", 0) >= 1 and res.provenance.get("date"), f
         assert len(res.config.get("points", [])) == 1 and res.config.get("seeds"), f
-    env = {k: v for k, v in os.environ.items() if k != "CARRIED"}
+    env = {k: v for k, v in os.environ.items() if k != "PENDING"}
     env.update(DEADLINE="30", OUT=str(tmp_path / "out"), RESULTS=str(tmp_path / "res"))
     proc = subprocess.run(["bash", os.path.join(RECORDING, "gpu_batch.sh"), "sh true"], env=env,
                           capture_output=True, text=True, timeout=60)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run several GPU recording tasks in one call, in order, while time is left, keeping what each
+# Run several GPU recording tasks one after another, while time is left, keeping what each
 # one finished:
 #
 #   DEADLINE=570 OUT=/some/dir bash tools/recording/gpu_batch.sh TASK [TASK ...]
@@ -13,20 +13,20 @@
 #   "sh COMMAND"               any other command, e.g. "sh python3 -m ddlab report --quick"
 # Every task runs under `timeout` with the seconds left before DEADLINE (default 570, counted
 # from this script's start). Results go to $RESULTS (default /tmp/ddlab-results): convergence
-# points committed in tools/recording/pending/ ($CARRIED) are copied there first, so a cut sweep goes on. After
+# points committed in tools/recording/pending/ ($PENDING) are copied there first, so a cut sweep goes on. After
 # each task the whole folder is packed into $OUT/results.tgz (written aside, then moved, so a
-# call cut short still brings back the last complete pack), with tasks.txt: one line per task
+# run cut short still leaves the last complete pack), with tasks.txt: one line per task
 # (exit status, seconds). Source tools/recording/gpu_setup.sh first.
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-570}
-OUT=${OUT:?set OUT to the folder that comes back}
+OUT=${OUT:?set OUT to the folder for results.tgz}
 RESULTS=${RESULTS:-/tmp/ddlab-results}
 PY=${PYTHON:-python3}
 mkdir -p "$RESULTS" "$OUT"
-CARRIED=${CARRIED:-tools/recording/pending}
-cp -n "$CARRIED"/*.json "$RESULTS"/ 2>/dev/null
+PENDING=${PENDING:-tools/recording/pending}
+cp -n "$PENDING"/*.json "$RESULTS"/ 2>/dev/null
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 pack() {
   tar czf "$OUT/results-tmp.tgz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")" \

@@ -4,7 +4,7 @@
 #   OUT=/some/dir bash tools/recording/gpu_nbval.sh [NOTEBOOK ...]   (default: notebooks/2.System-Topology.ipynb)
 #
 # Needs nbval, ipykernel and ipywidgets importable (on a machine without a package registry:
-# source tools/recording/gpu_setup.sh first, with .whl carried). Writes $OUT/nbval-<name>.txt (pytest's output)
+# source tools/recording/gpu_setup.sh first, with the wheels in .whl/). Writes $OUT/nbval-<name>.txt (pytest's output)
 # and $OUT/nbval.json (seconds and exit status per notebook). Exit status: 0 when every
 # notebook passed.
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# First call on a GPU machine: facts, topology, Horovod GPU build, Horovod and NCCL smoke
+# A first look at a GPU machine: facts, topology, Horovod GPU build, Horovod and NCCL smoke
 # tests under the three NCCL paths. Writes everything under $OUT (default /tmp/out):
 # $OUT/probe.tgz, and the Horovod wheel in 15 MB parts ($OUT/horovod-*.whl.part*).
 #
@@ -16,9 +16,9 @@ nvidia-smi topo -m > "$P/topo.txt" 2>&1
 nvidia-smi topo -m | cat -A | head -5 > "$P/topo_cat_A.txt"
 nvidia-smi nvlink --status > "$P/nvlink_status.txt" 2>&1
 python3 -m ddlab doctor > "$P/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$P/doctor.json" 2>&1
-# Horovod GPU build from the carried sdist
+# Horovod GPU build from the sdist in .carry/
 t0=$(date +%s)
-PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_CARRIED HOROVOD_CACHE=/tmp/hvdcache bash tools/build_horovod.sh > "$P/hvd_build.txt" 2>&1
+PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_FILE HOROVOD_CACHE=/tmp/hvdcache bash tools/build_horovod.sh > "$P/hvd_build.txt" 2>&1
 echo "build rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$P/hvd_build.txt"
 cp /tmp/hvdcache/build.log "$P/hvd_build_full.log" 2>/dev/null
 for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: Horovod GPU build + smoke tests, topology, our p2p test and the
+# One run on a GPU machine: Horovod GPU build + smoke tests, topology, our p2p test and the
 # collective sweeps. Everything lands in $OUT/results.tgz (plus the Horovod wheel in parts).
 #
 #   OUT=/some/dir [NAME=...] bash tools/recording/gpu_record_benchmarks.sh
@@ -15,7 +15,7 @@ source tools/recording/machine_name.sh || exit 1
 T0=$(date +%s); step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 
 step "Horovod GPU build"
-PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_CARRIED HOROVOD_CACHE=/tmp/hvdcache \
+PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_FILE HOROVOD_CACHE=/tmp/hvdcache \
   timeout 400 bash tools/build_horovod.sh > "$W/hvd_build.txt" 2>&1; echo "build rc=$?" | tee -a "$W/hvd_build.txt"
 tail -18 "$W/hvd_build.txt"; cp /tmp/hvdcache/build.log "$W/hvd_build_full.log" 2>/dev/null
 for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done

@@ -4,8 +4,9 @@
 #
 #   source tools/recording/gpu_setup.sh
 #
-# installs the carried wheels (.whl/) and Horovod (a carried wheel in .carry/, else a build
-# from the carried sdist), and keeps NVLink multicast off. What to carry (all git-ignored):
+# installs the wheels in .whl/ and Horovod (a wheel in .carry/, else a build from the sdist
+# there), and keeps NVLink multicast off. What it needs beside the repository (all git-ignored;
+# prepare_carry.sh gathers them on a machine with internet):
 #   .carry/horovod-VERSION.tar.gz  (VERSION: source_code/patches/HOROVOD_VERSION; prepare_carry.sh
 #                                   downloads it with pip download --no-deps --no-binary :all:)
 #   .whl/   cffi and pycparser for Python 3.12 (the build needs cffi), plus nbval and its
@@ -16,8 +17,8 @@ export PYTHONUNBUFFERED=1 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CH
 export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
 # The machine's Python against the course's one range (pyproject.toml's requires-python).
 python3 tools/check_python.py | sed 's/^/[gpu_setup] /'
-# Horovod's version, named once; the recording scripts build from this carried sdist.
-export HOROVOD_SDIST_CARRIED=.carry/horovod-$(cat source_code/patches/HOROVOD_VERSION).tar.gz
+# Horovod's version, named once; the recording scripts build from this sdist.
+export HOROVOD_SDIST_FILE=.carry/horovod-$(cat source_code/patches/HOROVOD_VERSION).tar.gz
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
@@ -28,10 +29,10 @@ elif ls .carry/horovod-*.whl >/dev/null 2>&1; then
 elif ls .carry/horovod-*.whl.part* >/dev/null 2>&1; then
   w=$(ls .carry/horovod-*.whl.part* | head -1); w=${w%.part*}
   cat "$w".part* > "/tmp/$(basename "$w")" && python3 -m pip install -q --no-deps --no-index "/tmp/$(basename "$w")" && HVD_OK=1
-elif [ -f "$HOROVOD_SDIST_CARRIED" ]; then
-  # No wheel carried: build one from the carried sdist (about 90 s on 2x NVIDIA H200, NV18).
-  echo "[gpu_setup] building Horovod from $HOROVOD_SDIST_CARRIED"
-  PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_CARRIED HOROVOD_CACHE=/tmp/hvdcache \
+elif [ -f "$HOROVOD_SDIST_FILE" ]; then
+  # No wheel in .carry/: build one from the sdist (about 90 s on 2x NVIDIA H200, NV18).
+  echo "[gpu_setup] building Horovod from $HOROVOD_SDIST_FILE"
+  PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_FILE HOROVOD_CACHE=/tmp/hvdcache \
     bash tools/build_horovod.sh > /tmp/hvd_build.txt 2>&1 && HVD_OK=1 || tail -20 /tmp/hvd_build.txt
 fi
 export HVD_OK

@@ -21,15 +21,15 @@
 #
 # Writes $OUT/experiments/<experiment>-torch-<launcher>-<model>.json (ready to commit to
 # source_code/reference/experiments/), and $OUT/experiments/train.txt (everything printed,
-# ending with a summary table). Needs Fashion-MNIST on the machine: carry .cache/fashion-mnist
+# ending with a summary table). Needs Fashion-MNIST on the machine: copy .cache/fashion-mnist
 # (a copy of /usr/share/datasets/fashion-mnist) or set DDLAB_DATA_DIR.
 #
 # The provenance's machine label (DDLAB_MACHINE) defaults to the hardware's own name
 # (machine_name.sh), e.g. "2x NVIDIA H200, NV18".
 #
 # Time: the 7 single-GPU perf runs took about 8 minutes in all on 2x NVIDIA H200, NV18, so a launch
-# costs tens of seconds (the phase lines now say where); 23 launches do not fit one
-# 10-minute call: run one section per call (`ddp`, then `horovod`, then `perf`).
+# costs tens of seconds (the phase lines now say where); 23 launches take longer than
+# 10 minutes: run one section at a time (`ddp`, then `horovod`, then `perf`).
 # A failed run is reported in its row and the rest goes on.
 set -uo pipefail
 
@@ -37,7 +37,7 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT/experiments"
-# Horovod and the carried wheels come from gpu_setup.sh unless the caller sourced it already.
+# Horovod and the wheels in .whl/ come from gpu_setup.sh unless the caller sourced it already.
 [ -n "${HVD_OK:-}" ] || source tools/recording/gpu_setup.sh
 export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}"
 source tools/recording/machine_name.sh || exit 2
@@ -52,7 +52,7 @@ if [ "${HVD_OK:-0}" != 1 ] && [[ " $sections " == *" horovod "* ]]; then
 fi
 
 "$PY" -m ddlab data --no-download || {
-  echo "gpu_train.sh: Fashion-MNIST is not on this machine: carry .cache/fashion-mnist or set DDLAB_DATA_DIR"
+  echo "gpu_train.sh: Fashion-MNIST is not on this machine: copy .cache/fashion-mnist (prepare_carry.sh gathers it) or set DDLAB_DATA_DIR"
   exit 2; }
 "$PY" - <<'EOF' || exit 2
 import sys, torch

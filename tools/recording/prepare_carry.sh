@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fill the git-ignored folders that travel with the repository to a GPU machine without a
-# package registry (run here, where PyPI can be reached; from any folder):
+# Gather what a GPU machine without internet needs beside the repository: the wheels, Horovod's
+# source and the Fashion-MNIST data, in git-ignored folders (run where PyPI can be reached; from
+# any folder):
 #
 #   bash tools/recording/prepare_carry.sh [PYTHON_VERSION]     (default 3.12, the GPU machine's;
 #                                                               within pyproject.toml's requires-python)
@@ -14,7 +15,7 @@
 #                                  every PyTorch machine already has (see KEEP_OFF below)
 #   .cache/fashion-mnist/          the four Fashion-MNIST files, verified (gpu_train.sh, the
 #                                  recording scripts, the notebooks)
-# and prints the size of what travels. Run it again at any time: what is there is kept.
+# and prints their size. Run it again at any time: what is there is kept.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYV=${1:-3.12}
@@ -27,7 +28,7 @@ from check_python import supported_range
 spec, low, high = supported_range()
 v = tuple(int(x) for x in sys.argv[1].split(".")[:2])
 if not low <= v < high:
-    sys.exit(f"[carry] Python {sys.argv[1]} is outside the course's range {spec} (pyproject.toml)")
+    sys.exit(f"[prepare_carry] Python {sys.argv[1]} is outside the course's range {spec} (pyproject.toml)")
 PYCHECK
 HOROVOD_VERSION=$(cat source_code/patches/HOROVOD_VERSION)
 mkdir -p .carry .whl .cache/fashion-mnist
@@ -45,7 +46,7 @@ done
 # shellcheck disable=SC2086
 "$PY" -m pip download --quiet --only-binary :all: --python-version "$PYV" --implementation cp \
   $PLATFORMS -d .whl cffi pycparser nbval ipykernel ipywidgets
-# A carried wheel is installed ahead of the machine's own packages (gpu_setup.sh puts /tmp/site
+# A wheel from .whl/ is installed ahead of the machine's own packages (gpu_setup.sh puts /tmp/site
 # on PYTHONPATH), so a second numpy or pytest would shadow the one PyTorch was tested with.
 KEEP_OFF="numpy torch packaging typing_extensions setuptools pyyaml jinja2 markupsafe pygments psutil
 six python_dateutil pytest pluggy iniconfig coverage attrs filelock"
@@ -53,18 +54,18 @@ for name in $KEEP_OFF; do
   rm -f .whl/"$name"-*.whl .whl/"${name//_/-}"-*.whl
 done
 # One version of each package: pip installs nothing if two wheels of one name are there.
-# A folder kept from an earlier session can hold an older wheel beside a newer download: keep
+# A folder kept from an earlier run can hold an older wheel beside a newer download: keep
 # the newest version of each name.
 for name in $(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d); do
   older=$(ls .whl/"$name"-*.whl | sort -V | head -n -1)
-  echo "[carry] two versions of $name: removing $(echo $older | xargs -n1 basename | tr '\n' ' ')" >&2
+  echo "[prepare_carry] two versions of $name: removing $(echo $older | xargs -n1 basename | tr '\n' ' ')" >&2
   rm -f $older
 done
 dups=$(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
-[ -z "$dups" ] || { echo "[carry] two versions of: $dups (remove the older from .whl/)" >&2; exit 1; }
+[ -z "$dups" ] || { echo "[prepare_carry] two versions of: $dups (remove the older from .whl/)" >&2; exit 1; }
 
 # Fashion-MNIST where `make data` finds or puts it (Debian's package, else a download), then
-# copied into the course cache, which is what travels.
+# copied into the course cache, .cache/fashion-mnist/.
 export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
 bash tools/get_data.sh "$PY" >/dev/null
 dir=$("$PY" -c 'from ddlab.training import data; print(data.find_dataset())')
@@ -73,6 +74,6 @@ if [ "$(realpath "$dir")" != "$(realpath .cache/fashion-mnist)" ]; then
 fi
 DDLAB_DATA_DIR=$PWD/.cache/fashion-mnist "$PY" -m ddlab data --no-download
 
-echo "[carry] ready: $(du -sh .carry | cut -f1) .carry, $(ls .whl/*.whl | wc -l) wheels ($(du -sh .whl | cut -f1)) in .whl," \
+echo "[prepare_carry] ready: $(du -sh .carry | cut -f1) .carry, $(ls .whl/*.whl | wc -l) wheels ($(du -sh .whl | cut -f1)) in .whl," \
      "$(du -sh .cache/fashion-mnist | cut -f1) .cache/fashion-mnist"
-echo "[carry] name them in the call: carry [\".whl\", \".carry\", \".cache/fashion-mnist\"]"
+echo "[prepare_carry] copy .whl, .carry and .cache/fashion-mnist to the GPU machine with the repository"

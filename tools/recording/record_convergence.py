@@ -5,10 +5,10 @@ the linear learning-rate rule with and without warm-up, 1 vs 2 GPUs, 3 seeds per
 
 PART is "batch" (2 GPUs, global batch 64 ... 16384, learning rate unscaled, linear, linear
 with 2 warm-up epochs) or "workers" (global batch 256, and 1024 with 2 warm-up epochs, on 1 and 2 GPUs), or one rule
-of the batch part ("batch:none", "batch:linear", "batch:warmup") to fit a 10-minute call.
+of the batch part ("batch:none", "batch:linear", "batch:warmup") to keep a run within 10 minutes.
 Default: every part. Each point (all its seeds) is written to OUT_DIR/convergence-point-<POINT>.json
-as soon as it is done, and a point whose file is already in OUT_DIR is not run again: a call cut
-short keeps its finished points, and the next call (with those files copied into its OUT_DIR)
+as soon as it is done, and a point whose file is already in OUT_DIR is not run again: a run cut
+short keeps its finished points, and the next run (with those files copied into its OUT_DIR)
 goes on from there. When every point of a part is there, they are joined into
 OUT_DIR/convergence-part-<PART>.json; --merge (no runs) joins every part found in OUT_DIR into
 OUT_DIR/convergence-torch-ddp-cnn.json, ready for source_code/reference/experiments/.
@@ -22,7 +22,7 @@ points (ddlab.course.convergence_sweep.LIVE_GPU), each the same run description.
 Time, measured on 2x NVIDIA H200, NV18: one run is 14-18 s on 1 GPU and 23-25 s on 2 GPUs at
 global batch 256 (most of it start-up: imports, CUDA and NCCL set-up, the model), so a point with
 three seeds is 45-75 s; the smallest batches take longest (9,375 steps at global batch 64). Plan
-one PART per 10-minute call; a part cut short goes on from its saved points in the next call.
+one PART per run of about 10 minutes; a part cut short goes on from its saved points in the next run.
 """
 import argparse
 import glob
@@ -75,7 +75,7 @@ def merge(out: str) -> str:
     if not parts:
         raise SystemExit(f"record_convergence: error: no convergence-part-*.json in {out}")
     results = [cs.load(p) for p in parts]
-    merged = join(results, [f"joined from {len(parts)} recording calls: "
+    merged = join(results, [f"joined from {len(parts)} parts, each recorded on its own: "
                             + ", ".join(os.path.basename(p) for p in parts)])
     path = cs.save(merged, os.path.join(out, cs.RECORDED_NAME + ".json"))
     print(merged.table(), flush=True)

@@ -25,16 +25,16 @@ default (the batch sweep of notebook 9's first case) and adds "-bN" to their nam
 Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph][-bN].json and, for an eager
 comparison at the default batch, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes
 OUT_DIR/tuning-torch-<launcher>-<model>-<path>.json (all ready for
-source_code/reference/experiments/), each as soon as it is complete, so a call cut short
+source_code/reference/experiments/), each as soon as it is complete, so a run cut short
 keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
 worker's phase times); a launch is killed after --timeout seconds and its row shows where
 each worker was stuck.
 
 Time: one comparison is (1 + 3 paths) x repeats launches, 12 with 3 repeats; at tens of
-seconds a launch (start-up, data, warm-up, the timed steps, the test pass), plan one JOB per
-10-minute call. The wide model over sockets is the slowest path (about 0.1 s a step). A tune
+seconds a launch (start-up, data, warm-up, the timed steps, the test pass), plan about
+10 minutes a JOB. The wide model over sockets is the slowest path (about 0.1 s a step). A tune
 JOB is (1 + 9 DDP or 8 Horovod tunings) x repeats launches, 30 or 27 with 3 repeats, each
-about as long as a comparison's: plan one tune JOB per 10-minute call.
+about as long as a comparison's: plan a run of about 10 minutes for each tune JOB.
 """
 import argparse
 import os

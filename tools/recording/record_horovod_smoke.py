@@ -1,7 +1,7 @@
 """Turn the Horovod part of tools/recording/gpu_record_benchmarks.sh's output (its work folder)
 into source_code/reference/horovod/<NAME>.json: what Horovod was built with on that machine and
 the 2-GPU all-reduce smoke results, with the transport NCCL chose, plus the machine's provenance
-(read from the `ddlab doctor --json` taken in the same call; the date is the smoke log's).
+(read from the `ddlab doctor --json` taken in the same run; the date is the smoke log's).
 
 Runs anywhere (no GPU needed): it only reads the work folder. The machine is named from the
 recorded hardware (doctor.json, and topo.txt when the work folder has it), e.g.
