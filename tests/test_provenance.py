@@ -1,6 +1,7 @@
 """ddlab.system.provenance: the commit a result names says whether the code had changes beyond it."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -93,3 +94,19 @@ def test_a_command_reads_the_same_on_every_machine(monkeypatch, tmp_path):
                  "tools/build_horovod.sh; python3 -m ddlab doctor", "ddlab.step_profile.measure('cnn', batch=512)"):
         assert provenance.portable_command(same) == same
     assert provenance.portable_command(None) is None
+
+
+def test_a_training_runs_provenance_gives_its_launch_relative_to_the_checkout(monkeypatch):
+    """What a recorded training run shows as its command: the launch that ddlab.training.runs
+    passes as DDLAB_COMMAND (torchrun with this interpreter and the script's absolute path)."""
+    import shlex
+    import sys
+    from ddlab.measure import launch
+    script = os.path.join(provenance.REPO_ROOT, "source_code", "train", "fmnist_torch.py")
+    cmd = shlex.join(launch.command_for("torchrun", 2, [script, "--launcher", "ddp"], python=sys.executable))
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: H200S)
+    prov = provenance.run_provenance(cmd, torch_facts=False)
+    assert prov["command"].endswith("-m torch.distributed.run --standalone --nproc-per-node=2 "
+                                    "source_code/train/fmnist_torch.py --launcher ddp")
+    assert not re.search(r"(?<![\w.~$/-])/\w", prov["command"]), prov["command"]     # no absolute path
+    assert prov["machine"] == "2x NVIDIA H200" and "hostname" not in prov
