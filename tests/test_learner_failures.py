@@ -241,7 +241,7 @@ def test_notebook_5_on_two_gpus_without_nvcc_shows_the_recorded_run_in_one_line(
     ns, printed = _notebook_5(monkeypatch)
     run_cells("notebooks/6.P2P-Bandwidth-Latency-Test.ipynb", ["f25d05d7"], ns)
     line = printed[0].strip()
-    assert re.fullmatch(r"recorded on 2x NVIDIA H200[^()]*, 20\d\d-\d\d-\d\d \(not live here: it needs nvcc \(the "
+    assert re.fullmatch(r"recorded on 2x NVIDIA H200[^()]*, 20\d\d-\d\d-\d\d \(driver [^()]*\) \(not live here: it needs nvcc \(the "
                         r"CUDA compiler\) to build the p2p test\)", line), line
     assert ns["p2p_result"].provenance and ns["peak"] > 0
     import matplotlib.pyplot as plt

@@ -38,7 +38,8 @@ def test_recorded_captions_name_the_hardware_not_how_the_machine_was_obtained():
     from ddlab.base import reference
     prov = reference.load("allreduce", "h200x2")["provenance"]
     cap = provenance.caption(prov)
-    assert cap == f"recorded on {prov['gpu_count']}x {prov['gpu_model']}, {prov['date'][:10]}"
+    assert cap == (f"recorded on {prov['gpu_count']}x {prov['gpu_model']}, {prov['date'][:10]} "
+                   f"({provenance.versions(prov)})")
     assert prov["machine"] == machine_label(prov)           # the record names the hardware too
     topo = topology.recorded("h200x2")
     text = topology_report.report(topo)

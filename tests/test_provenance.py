@@ -110,3 +110,15 @@ def test_a_training_runs_provenance_gives_its_launch_relative_to_the_checkout(mo
                                     "source_code/train/fmnist_torch.py --launcher ddp")
     assert not re.search(r"(?<![\w.~$/-])/\w", prov["command"]), prov["command"]     # no absolute path
     assert prov["machine"] == "2x NVIDIA H200" and "hostname" not in prov
+
+
+def test_a_recorded_caption_names_driver_cuda_nccl_and_torch_or_says_not_recorded():
+    from ddlab.system import provenance as p
+    prov = {"gpu_model": "NVIDIA H200", "gpu_count": 2, "date": "2026-11-22T01:00:00+00:00", "driver": "580.159.04",
+            "cuda_runtime": "13.0", "cuda_driver": "13.1", "nccl": "2.28.9", "torch": "2.11.0"}
+    assert p.caption(prov) == ("recorded on 2x NVIDIA H200, 2026-11-22 (driver 580.159.04, CUDA 13.0, NCCL 2.28.9, "
+                               "torch 2.11.0)")
+    older = {k: v for k, v in prov.items() if k not in ("nccl", "cuda_runtime", "driver")}
+    assert p.caption(older).endswith("(driver not recorded, CUDA 13.1, NCCL not recorded, torch 2.11.0)")
+    assert "driver" not in p.caption(prov, live=True)                  # a live result: this machine, now
+    assert p.caption({"cited": True}) == "written from published facts, not measured"

@@ -152,7 +152,8 @@ def label(prov: dict) -> str:
 
 def caption(prov: Optional[dict], live: bool = False, source: Optional[str] = None) -> str:
     """Where a figure or table comes from, the one line the course labels it with everywhere:
-    "measured now on ...", "recorded on ...", "not recorded yet" (``source="missing"``), or,
+    "measured now on ...", "recorded on ... (driver ..., CUDA ..., NCCL ..., torch ...)" (:func:`versions`:
+    "not recorded" for a version the recording lacks), "not recorded yet" (``source="missing"``), or,
     for figures not measured, what they are instead. ``source`` ("live", "recorded",
     "missing") is a result's own word for it and overrides ``live``."""
     if source == "missing":
@@ -165,4 +166,19 @@ def caption(prov: Optional[dict], live: bool = False, source: Optional[str] = No
         return "written from published facts, not measured"
     if prov and prov.get("illustrative"):
         return "illustrative example, not a measurement"
-    return "recorded on " + where
+    return "recorded on " + where + (f" ({versions(prov)})" if prov else "")
+
+
+# What a recorded result's caption says it ran on, in this order; "not recorded" where a field is missing.
+VERSION_FIELDS = (("driver", ("driver",)), ("CUDA", ("cuda_runtime", "cuda_driver")), ("NCCL", ("nccl",)),
+                  ("torch", ("torch",)))
+
+
+def versions(prov: dict) -> str:
+    """'driver 580.159.04, CUDA 13.0, NCCL 2.28.9, torch 2.11.0' from a provenance: the software a
+    recorded result ran on, each field "not recorded" where the recording lacks it."""
+    parts = []
+    for name, keys in VERSION_FIELDS:
+        value = next((prov.get(k) for k in keys if prov.get(k)), None)
+        parts.append(f"{name} {value}" if value else f"{name} not recorded")
+    return ", ".join(parts)
