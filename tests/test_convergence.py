@@ -270,7 +270,7 @@ def test_recorder_parts_cover_the_gpu_points_and_merge_into_one_result(tmp_path,
     merged = cs.ConvergenceResult.from_dict(__import__("json").load(open(path)), source="recorded")
     labels = [r["label"] for r in merged.rows]
     assert labels == [p.label for p in rec.points_of("batch:none")] + [p.label for p in rec.points_of("workers")]
-    assert len(merged.runs) == 3 * len(labels) and "joined from 2 recording calls" in merged.notes[0]
+    assert len(merged.runs) == 3 * len(labels) and "joined from 2 parts, each recorded on its own" in merged.notes[0]
     assert merged.config["target"] == cs.SIZES["cuda"]["target"]
     with pytest.raises(SystemExit):
         rec.main([str(tmp_path), "batch:fast"])
