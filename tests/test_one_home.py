@@ -90,7 +90,7 @@ TWINS = [
 NOT_TWINS = [
     'env = nccl.get("shm").environment({"NCCL_DEBUG": "INFO"})',
     '"Two GPUs are joined by NVLink. You set NCCL_P2P_LEVEL=PIX. What does NCCL use between them?"',
-    '("NCCL_P2P_LEVEL=SYS", "NCCL_P2P_DISABLE=1", "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1"), 2,',
+    '"NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1 and NCCL_IB_DISABLE=1"), 2,',
     'argv = ["--paths", "default,shm", "--max-bytes", "64K"]',
     'rows.append(dict(path="1 worker", env={}, env_text=base_text))',
     'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1',

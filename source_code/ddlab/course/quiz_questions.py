@@ -40,7 +40,8 @@ QUIZ = (
         "NCCL_P2P_LEVEL is a maximum distance for using P2P (LOC < NVL < PIX < PXB < PHB < SYS). NVLink "
         "(NVL) is closer than PIX, so P2P over NVLink stays allowed. Only LOC switches P2P off.",
         {0: "The level does not choose a path; it caps how far apart two GPUs may be for P2P.",
-         2: "Shared memory is what NCCL_P2P_LEVEL=LOC (or NCCL_P2P_DISABLE=1) gives."}),
+         2: "P2P off (NCCL_P2P_LEVEL=LOC or NCCL_P2P_DISABLE=1) gives shared host memory, or NCCL's network "
+            "transport where a NIC close to the GPUs looks faster to it; PIX keeps P2P."}),
     Question(
         "`nvidia-smi topo -m` shows SYS between GPU0 and GPU5. What does that tell you?",
         ("they share a PCIe switch", "the path crosses the interconnect between NUMA nodes",
@@ -59,10 +60,18 @@ QUIZ = (
          2: "Never is NVLink peer-to-peer; host staging needs host memory, which sits behind PCIe."}),
     Question(
         "Which settings make two GPUs in one machine talk as if they were on different nodes without InfiniBand?",
-        ("NCCL_P2P_LEVEL=SYS", "NCCL_P2P_DISABLE=1", "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1"), 2,
-        "With both P2P and shared memory off, NCCL falls back to its network transport (sockets here).",
+        ("NCCL_P2P_LEVEL=SYS", "NCCL_P2P_DISABLE=1",
+         "NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1 and NCCL_IB_DISABLE=1"), 2,
+        "With P2P and shared memory off NCCL uses its network transport; on a machine with an InfiniBand or "
+        "RoCE adapter that would be NET/IB, so NCCL_IB_DISABLE=1 keeps it on TCP sockets (NET/Socket). The "
+        "course's socket path sets all three.",
         {0: "SYS is the widest level: it allows P2P at every distance.",
-         1: "With only P2P off, NCCL still uses shared host memory (SHM)."}),
+         1: "With only P2P off, NCCL falls back to shared host memory (SHM), unless an InfiniBand or RoCE "
+            "adapter close to the GPUs makes it judge its network faster: then it takes NET/IB inside the "
+            "machine (NCCL_NET_DISABLE_INTRA=1 or NCCL_IB_DISABLE=1 prevents that). The course's recordings ran "
+            "on a machine without an InfiniBand device (NCCL's log: 'NET/IB : No device found'), so their P2P-off "
+            "runs used SHM. The training runs' shm path also set NCCL_NET_DISABLE_INTRA=1; the all-reduce and "
+            "level sweeps did not. On your machine, read the transport in NCCL_DEBUG=INFO's log."}),
     Question(
         "Why does the small CNN (about 1.2M parameters) barely notice whether NCCL uses NVLink or shared host "
         "memory, while the wide model (about 76M) slows down a lot through host memory?",
