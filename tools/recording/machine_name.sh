@@ -3,7 +3,8 @@
 #   DDLAB_MACHINE  the label every result's provenance carries, e.g. "2x NVIDIA H200, NV18"
 #   NAME           the same as a file name, e.g. "2xh200-nv18"
 # Both come from `ddlab doctor --label --slug` (GPU count and model, and the GPU links that
-# `nvidia-smi topo -m` reports); set them yourself to override.
+# `nvidia-smi topo -m` reports); set them yourself to override (a provenance keeps a
+# DDLAB_MACHINE only when it names this machine's GPUs: ddlab.system.provenance.hardware_label).
 if [ -z "${DDLAB_MACHINE:-}" ] || [ -z "${NAME:-}" ]; then
   _ddlab_names=$("${PY:-python3}" -m ddlab doctor --label --slug) \
     || { echo "machine_name.sh: \`ddlab doctor --label --slug\` failed" >&2; return 1; }
