@@ -105,10 +105,10 @@ def test_sources_is_a_table_with_one_row_per_source():
     assert len(table) == len(rows) == len({r["says"] for r in rows})    # each source once
     assert [c.heading for c in table.columns] == ["source", "figures it supports", "reference"]
     by_source = {r["source"]: r for r in rows}
-    pcie = by_source["lukealonso/p2pmark README"]
+    pcie = by_source["lukealonso/p2pmark README, 'Example Output', 'Latency'"]
     assert pcie["supports"] == "latency of PCIe 3.0 x16, PCIe 4.0 x16, PCIe 5.0 x16"
     assert pcie["reference"] == "github.com/lukealonso/p2pmark" and "4.10 us" in pcie["says"]
-    nv = by_source["NVIDIA/cuda-samples issue #230"]
+    nv = by_source["NVIDIA/cuda-samples issue #230, its description"]
     assert nv["supports"] == "latency of NVLink 2 (V100), NVLink 3 (A100), NVLink 4 (H100/H200)"
     assert by_source["PCI-SIG, PCI Express Base Specification Revision 3.0 (2010)"]["reference"] == "the document named (no web address)"
     html = table._repr_html_()
@@ -117,3 +117,22 @@ def test_sources_is_a_table_with_one_row_per_source():
     assert text[0] == "Sources of the link figures"
     col = text[1].index("figures it supports")                  # the second column starts at one place
     assert all(ln[col - 2:col] == "  " and ln[col] != " " for ln in text[3:3 + len(rows)])
+
+
+def test_every_latency_says_what_it_measures_and_where_its_source_has_it():
+    for t in links.LINKS.values():
+        assert t.latency_measures, t.key
+    assert "adapter alone" in links.get("ib_hdr").latency_measures
+    assert "GPU to GPU" in links.get("nvlink4_x18").latency_measures
+    assert "round trip" in links.get("eth_10g").latency_measures
+    # the sources name the place in the document, not just the document
+    assert "'Introduction'" in links.LAT_IB and "sub-600ns latency" in links.LAT_IB
+    assert "P2P=Enabled Latency (P2P Writes) Matrix" in links.LAT_NVLINK and "'Example Output'" in links.LAT_PCIE
+    assert "first paragraph" in links.LAT_TCP and "No figure is cited for NDR" in links.LAT_IB_NDR
+    # the TCP figure is one way: half the round trip its source reports
+    assert links.get("eth_10g").latency_us == links.TCP_ROUND_TRIP_US / 2 == links.get("eth_100g").latency_us
+    table = links.table()
+    assert table.column("measures")[0] == links.get("pcie3_x16").latency_measures and "like for like" in str(table)
+    refs = {r["source"]: r["reference"] for r in links.source_rows()}
+    assert refs["NVIDIA ConnectX-6 adapter cards user manual, 'Introduction', second paragraph"] == \
+        "docs.nvidia.com/networking/display/ConnectX6EN/Introduction"

@@ -46,6 +46,11 @@ class LinkTech:
     raw_gbs: Optional[float] = None   # signalling rate per direction, where a source gives it (NVLink 4)
 
     @property
+    def latency_measures(self) -> str:
+        """What the latency figure measures (its source says where it comes from)."""
+        return LATENCY_MEASURES[self.family]
+
+    @property
     def bandwidth_Bps(self) -> float:
         return self.bandwidth_gbs * GB
 
@@ -97,24 +102,37 @@ ETH_SPEC = {
     10: "IEEE 802.3ae (10 Gigabit Ethernet): 10 Gb/s data rate",
     100: "IEEE 802.3ba / 802.3bj (100 Gigabit Ethernet): 100 Gb/s data rate",
 }
-# Published measurements and vendor figures (latency).
-LAT_NVLINK = ("NVIDIA/cuda-samples issue #230 (github.com/NVIDIA/cuda-samples/issues/230): "
-              "p2pBandwidthLatencyTest on 4 NVLink-connected GPUs, P2P=Enabled GPU latency 1.81-2.31 us; "
-              "without peer access the same pairs took 11-20 us (host staging)")
-LAT_PCIE = ("lukealonso/p2pmark README (github.com/lukealonso/p2pmark): best-pair GPU-to-GPU P2P latency "
-            "4.10 us on PCIe 5.0 GPUs (a kernel reading one 128-byte line from the peer). PCIe generations "
-            "raise the bandwidth, not this fixed cost; without peer access (host staging) expect 10-25 us "
-            "(NVIDIA/cuda-samples issue #230, NVIDIA/nccl issue #1127)")
-LAT_IB = ("NVIDIA ConnectX-6 VPI adapter user manual, Introduction (docs.nvidia.com/networking): "
-          "'sub-600ns latency' for the adapter itself, with no GPU in the path. A message between GPUs on two "
-          "nodes also crosses PCIe at both ends and passes through NCCL's software, so for GPU traffic do not read "
-          "this as lower than NVLink's latency")
-LAT_IB_NDR = (LAT_IB + ". NVIDIA's ConnectX-7 manual quotes no lower figure, so NDR keeps the same order "
-              "of magnitude here")
-LAT_TCP = ("order of magnitude, an assumption: a small message through the Linux kernel TCP stack (NCCL's "
-           "NET/Socket transport) costs tens of us; round trips of 110-220 us were reported through 1 GbE "
-           "NICs (serverfault.com/questions/791539). The kernel's cost, not the wire, sets this, so 10 and "
-           "100 GbE differ in bandwidth far more than in latency. Measure yours: `ddlab allreduce --paths socket`")
+# Published measurements and vendor figures (latency): each names its document, where in it the
+# figure stands, and what it measures. They measure different things (a copy between two GPUs
+# through the CUDA driver, a kernel reading a peer's memory, an adapter on its own, a TCP round
+# trip between hosts), so compare them as orders of magnitude, never as like for like.
+LAT_NVLINK = ("NVIDIA/cuda-samples issue #230 (github.com/NVIDIA/cuda-samples/issues/230), its description: the "
+              "'P2P=Enabled Latency (P2P Writes) Matrix (us)', GPU rows, of p2pBandwidthLatencyTest on 4 "
+              "NVLink-connected GPUs: 1.81-2.31 us between two GPUs ('P2P=Disabled', host staged: 11-20 us)")
+LAT_PCIE = ("lukealonso/p2pmark README (github.com/lukealonso/p2pmark), 'Example Output', 'Latency': 'P2P LATENCY: "
+            "4.10 us (best pair, isolated)' on PCIe 5.0 GPUs, rounded to 4 here; the README's 'Latency' mode says it "
+            "is a CUDA kernel reading one 128-byte line from the peer. No figure of their own is cited for PCIe 3.0 "
+            "and 4.0: they carry this one")
+LAT_IB = ("NVIDIA ConnectX-6 adapter cards user manual, 'Introduction' (docs.nvidia.com/networking/display/"
+          "ConnectX6EN/Introduction), second paragraph: ConnectX-6 VPI cards give 'up to two ports of 200Gb/s for "
+          "InfiniBand and Ethernet connectivity, sub-600ns latency'. A vendor figure for the adapter itself (the "
+          "manual does not say how it was measured): no GPU, no PCIe crossing at either end and no NCCL software "
+          "are in it, so it is not comparable with the GPU-to-GPU figures of NVLink and PCIe")
+LAT_IB_NDR = (LAT_IB + ". No figure is cited for NDR (ConnectX-7's manual introduction gives none): the NDR row "
+              "carries the HDR adapter's figure")
+LAT_TCP = ("Server Fault question 'Higher TCP latencies in the latest versions of Linux' "
+           "(serverfault.com/questions/791539), the question's first paragraph: a TCP round trip of 100-byte messages between two Linux hosts through Intel 1 GbE NICs "
+           "took about 110 us (Linux 2.6) and 220 us (Linux 3.x); the figure here is half the 110 us, one way. It "
+           "was not measured through a 10 or 100 GbE NIC: at 100 bytes the wire adds under a microsecond even at "
+           "1 Gb/s (800 bits / 1e9 bit/s), so the hosts' TCP stacks set it. Measure yours: `ddlab allreduce "
+           "--paths socket`")
+# What each latency measures, in a few words for the catalogue's table (the source says more).
+LATENCY_MEASURES = {
+    "PCIe": "GPU to GPU: a kernel reads 128 B from the peer (PCIe 5.0 GPUs)",
+    "NVLink": "GPU to GPU: a CUDA peer copy, p2pBandwidthLatencyTest",
+    "InfiniBand": "the adapter alone, vendor figure: no GPU, PCIe or NCCL",
+    "Ethernet": "half a host-to-host TCP round trip of 100 B, 1 GbE NICs",
+}
 
 
 # --------------------------------------------------------------------------- derivations
@@ -188,10 +206,13 @@ def _ib(name: str, gbit: int, latency_source: str) -> LinkTech:
         note="between nodes; NCCL's NET/IB transport, with GPUDirect RDMA when the NIC and GPU share a PCIe switch")
 
 
+TCP_ROUND_TRIP_US = 110.0   # LAT_TCP: the round trip reported there (Linux 2.6); one way is half of it
+
+
 def _eth(gbit: int) -> LinkTech:
     return LinkTech(
         key=f"eth_{gbit}g", name=f"{gbit} GbE (TCP sockets)", family="Ethernet", bandwidth_gbs=gbit / 8,
-        latency_us=10.0, derivation=f"{gbit} Gb/s / 8 = {gbit / 8:g} GB/s per direction",
+        latency_us=TCP_ROUND_TRIP_US / 2, derivation=f"{gbit} Gb/s / 8 = {gbit / 8:g} GB/s per direction",
         bandwidth_source=ETH_SPEC[gbit], latency_source=LAT_TCP,
         note="NCCL's NET/Socket transport; RDMA over Ethernet (RoCE) behaves like InfiniBand instead")
 
@@ -229,11 +250,14 @@ def get(link) -> LinkTech:
 
 
 def table(keys=None) -> Table:
-    """The catalogue as a table (name, GB/s per direction to four digits, latency)."""
+    """The catalogue as a table (name, GB/s per direction to four digits, latency and what it measures)."""
     rows = [get(k) for k in (keys or LINKS)]
     return Table([("link", "text"), ("bandwidth_gbs", lambda v: significant(v, 4), "GB/s per direction"),
-                  ("latency_us", "time:us", "latency")],
-                 [[t.name, t.bandwidth_gbs, t.latency_us] for t in rows], align={"bandwidth_gbs": "right"})
+                  ("latency_us", "time:us", "latency"), ("measures", "text", "the latency measures")],
+                 [[t.name, t.bandwidth_gbs, t.latency_us, t.latency_measures] for t in rows],
+                 align={"bandwidth_gbs": "right"},
+                 notes="The latencies measure different things (see each link's source, links.sources()): orders "
+                       "of magnitude, not like for like. An adapter's own latency is not a GPU-to-GPU latency.")
 
 
 _URL = re.compile(r"\s*\(((?:[\w-]+\.)+(?:com|org|io|net)(?:/[^)\s]*)?)\)")
@@ -266,7 +290,9 @@ def sources(keys=None):
     return Table([("source", "text"), ("supports", "text", "figures it supports"), ("reference", "text")],
                  source_rows(keys), title="Sources of the link figures",
                  notes="Bandwidth is derived from the specification (see each link's derivation in "
-                       "ddlab.system.links.LINKS); latency figures are published measurements, orders of magnitude.")
+                       "ddlab.system.links.LINKS); latency figures are published measurements or vendor figures, "
+                       "each source naming where in it the figure stands and what it measures "
+                       "(source_rows()'s 'says'): orders of magnitude.")
 
 
 # --------------------------------------------------------------------------- topology link kinds
