@@ -22,7 +22,8 @@ def fake_paths_result():
     return ExperimentResult("nccl-paths", rows, "live", prov, ["a note"], cfg, runs)
 
 
-STUCK_IN_CAPTURE = ("cuda-graph capture: start after 3 eager steps\n"
+STUCK_IN_CAPTURE = ('{"ddlab": "report/1", "rank": 0, "kind": "cuda_graph_capture", "state": "start", '
+                    '"eager_steps": 3}\n'
                     "Current thread 0x00007f00 (most recent call first):\n"
                     '  File "fmnist_torch.py", line 460 in main\n')
 

@@ -3,6 +3,7 @@ runs on CPU (ddlab.measure.collectives_worker), validation; the level sweep."""
 import pytest
 
 from _sweep_checks import QUICK, check_rows
+from ddlab.base import worker_report
 from ddlab.measure import collectives, collectives_run
 from ddlab.system import frameworks
 
@@ -50,6 +51,18 @@ def test_wrong_result_is_caught():
     # rank 1 receives global elements 8..15, summed over ranks: ((8 + 4) % 4093 + 1) * (1 + 2) = 39
     assert "got 40.0, expected 39.0 (1 of 8 elements wrong)" in msg
     assert "rank 0" not in msg
+
+
+def test_validation_failures_are_read_from_the_workers_reports_by_rank():
+    bad = [worker_report.encode(collectives.VALIDATION_KIND, rank=r, op="all_reduce", bytes=64,
+                                message=f"all_reduce rank {r} of 2: wrong") for r in (1, 0)]
+    output = "\n".join(["# all_reduce on 2 ranks (gloo), float32", "[rank1]:" + bad[0],
+                        worker_report.encode("smoke", rank=0, check="x", ok=True), bad[1],
+                        bad[1][:40],                          # a line cut short by the failure: passed over
+                        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"])
+    assert collectives_run.validation_failures(output) == ["all_reduce rank 0 of 2: wrong",
+                                                            "all_reduce rank 1 of 2: wrong"]
+    assert collectives_run.validation_failures("a crash, no report\n") == []
 
 
 # ----------------------------------------------------------------------------- level sweep

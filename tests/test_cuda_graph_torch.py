@@ -53,9 +53,15 @@ def test_eager_steps_before_the_capture():
     assert cuda_graph_torch.eager_steps_before("none") == cuda_graph_torch.EAGER_BEFORE_CAPTURE == 3
 
 
-def test_the_capture_markers_are_the_ones_runs_reads():
+def test_the_capture_reports_are_the_ones_runs_reads():
+    from ddlab.base import worker_report
     from ddlab.training import runs
-    assert cuda_graph_torch.CAPTURE_START == runs.CAPTURE_START
+    assert cuda_graph_torch.CAPTURE_KIND == runs.CAPTURE_KIND
+    start = worker_report.encode(cuda_graph_torch.CAPTURE_KIND, rank=1, state="start", eager_steps=20)
+    done = worker_report.encode(cuda_graph_torch.CAPTURE_KIND, rank=1, state="done")
+    assert runs.capture_started("phase imports: 1.0 s\n[rank1]:" + start + "\nKilled\n")
+    assert not runs.capture_started("phase imports: 1.0 s\n" + done + "\n")
+    assert not runs.capture_started("timeout\n" + start[:30] + "\n")     # cut short: no start reported
 
 
 class _FakeCuda:
@@ -113,17 +119,24 @@ def fake_cuda(monkeypatch):
     return use
 
 
-def test_captured_step_warm_up_capture_replay_release_on_cpu(fake_cuda):
-    """CPU twin of the GPU capture test below: the eager steps before the capture, its markers, the
+def _capture_reports(capsys):
+    from ddlab.base import worker_report
+    return [(r["rank"], r["state"], r.get("eager_steps"))
+            for r in worker_report.parse(capsys.readouterr().out, kind=cuda_graph_torch.CAPTURE_KIND)]
+
+
+def test_captured_step_warm_up_capture_replay_release_on_cpu(fake_cuda, capsys):
+    """CPU twin of the GPU capture test below: the eager steps before the capture, its reports, the
     static inputs a replay copies the batch into, and a release that is harmless twice."""
     fake = fake_cuda()
     step = cuda_graph_torch.CapturedStep("none")
     eager = []
     assert step.warm_up(eager.append) == 3 and eager == [0, 1, 2] and not step.captured
     lines, seen = [], []
+    capsys.readouterr()
     assert step.capture(lambda x, y: seen.append((x.shape, y.dtype)), (8, 4), torch.device("cpu"),
                         torch.contiguous_format, say=lambda s, **k: lines.append(s)) is None
-    assert step.captured and lines == ["cuda-graph capture: start after 3 eager steps", "cuda-graph capture: done"]
+    assert step.captured and lines == [] and _capture_reports(capsys) == [(0, "start", 3), (0, "done", None)]
     step.graph.fn, step.graph.args = (lambda x, y: seen.append(float(x.sum()))), (step.static_x, step.static_y)
     step.replay(torch.ones(8, 4), torch.zeros(8, dtype=torch.int64))
     assert seen[-1] == 32.0 and "replay" in fake.calls                # the batch was copied in, then replayed
@@ -150,12 +163,12 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 @pytest.mark.gpu
 @needs_gpu
-def test_a_captured_step_replays_what_the_eager_step_does():
+def test_a_captured_step_replays_what_the_eager_step_does(capsys):
     dev = torch.device("cuda")
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=0.1, fused=True, capturable=True)
-    step = cuda_graph_torch.CapturedStep("none")
+    step = cuda_graph_torch.CapturedStep("none", rank=2)
     x = torch.randn(8, 4, device=dev)
     y = torch.randint(0, 3, (8,), device=dev)
 
@@ -170,9 +183,10 @@ def test_a_captured_step_replays_what_the_eager_step_does():
     assert step.warm_up(eager) == 3 and not step.captured
     opt.zero_grad()
     lines = []
+    capsys.readouterr()
     assert step.capture(forward_backward, (8, 4), dev, torch.contiguous_format,
                         say=lambda s, **k: lines.append(s)) is None
-    assert step.captured and lines == ["cuda-graph capture: start after 3 eager steps", "cuda-graph capture: done"]
+    assert step.captured and lines == [] and _capture_reports(capsys) == [(2, "start", 3), (2, "done", None)]
     before = model.weight.detach().clone()
     step.replay(x, y)
     torch.cuda.synchronize()

@@ -1,9 +1,10 @@
 """The hands-on conversion: the step files and their diffs, the plan per GPU count, the
-RESULT lines and the table (fast); every script version run for real on CPU (slow)."""
+result reports and the table (fast); every script version run for real on CPU (slow)."""
 import os
 
 import pytest
 
+from ddlab.base import worker_report
 from ddlab.course import handson
 from ddlab.base.tables import Table
 
@@ -39,7 +40,7 @@ def test_each_step_is_a_small_visible_change(key, number):
 def test_the_single_device_script_stays_short_and_prints_its_result_line():
     text = handson.source("single_device")
     assert len(text.splitlines()) <= 75
-    assert 'print("RESULT "' in text and "import torch.distributed" not in text
+    assert 'worker_report.emit("result", rank=0,' in text and "import torch.distributed" not in text
 
 
 def test_steps_and_names_refuse_bad_input_with_a_message():
@@ -77,16 +78,22 @@ def test_launchers_per_script():
     assert handson.launcher_for("keras_hvd_2_device") == ("keras", "horovod")
 
 
+def _result(rank, **kw):
+    return worker_report.encode("result", rank=rank, **kw)
+
+
 def test_results_are_read_through_launcher_prefixes_and_tabled():
     out = ("epoch 0: loss 1.0\n"
-           '[1]<stdout>:RESULT {"rank": 1, "samples": 2000, "checksum": 3.5, "test_acc": 0.7, "img_s": 100.0}\n'
-           'RESULT {"rank": 0, "samples": 2000, "checksum": 3.5, "test_acc": 0.7, "img_s": 120.0}\n'
-           "RESULT {not json\n")
+           "[1]<stdout>:" + _result(1, samples=2000, checksum=3.5, test_acc=0.7, img_s=100.0) + "\n"
+           + _result(0, samples=2000, checksum=3.5, test_acc=0.7, img_s=120.0) + "\n"
+           + worker_report.encode("smoke", rank=0, check="other kind") + "\n")
     ranks = handson.parse_results(out)
-    assert [r["rank"] for r in ranks] == [0, 1]
-    glued = ('RESULT {"rank": 1, "samples": 5}test accuracy 0.3\n'       # two ranks' writes on one line
-             'RESULT {"rank": 0, "samples": 5}\n')
+    assert [r["rank"] for r in ranks] == [0, 1] and [r["img_s"] for r in ranks] == [120.0, 100.0]
+    glued = ("test accuracy 0.3" + _result(1, samples=5) + "\n"       # another rank's print without its newline
+             + _result(0, samples=5) + "\n")
     assert [r["rank"] for r in handson.parse_results(glued)] == [0, 1]
+    with pytest.raises(worker_report.WorkerReportError, match="line 3 "):
+        handson.parse_results(out.replace('"img_s": 120.0}', '"img_s": 120.'))   # a result cut short
     run = handson.Run("ddp_7_rank0.py", "torchrun", 2, "cpu", ranks, out, 5.0)
     assert run.same_weights() and run.row()["img_s"] == 220.0 and run.row()["samples"] == "2,000 / 2,000"
     apart = handson.Run("ddp_3_shard.py", "torchrun", 2, "cpu",
@@ -131,15 +138,14 @@ def test_every_version_runs_with_two_processes(key, number):
 
 
 class _FakeLaunch:
-    """Stands in for ddlab.measure.launch.run: records the call, answers with RESULT lines."""
+    """Stands in for ddlab.measure.launch.run: records the call, answers with result reports."""
 
     def __init__(self):
         self.calls = []
 
     def __call__(self, argv, launcher, nproc, env, timeout, check, python):
         self.calls.append(dict(argv=argv, launcher=launcher, nproc=nproc, env=env, timeout=timeout))
-        out = "".join(f'RESULT {{"rank": {r}, "samples": 10, "checksum": 1.0, "test_acc": 0.5, "img_s": 1.0}}\n'
-                      for r in range(nproc))
+        out = "".join(_result(r, samples=10, checksum=1.0, test_acc=0.5, img_s=1.0) + "\n" for r in range(nproc))
         from ddlab.measure.launch import LaunchResult
         return LaunchResult(command=[launcher], returncode=0, output=out, duration_s=1.0)
 

@@ -1,21 +1,21 @@
 """ddlab.measure.launch: real multi-process launches on CPU (Gloo), failures, and timeouts."""
 import os
-import re
 import sys
 import time
 
 import psutil
 import pytest
 
+from ddlab.base import worker_report
 from ddlab.measure import launch
 
 SMOKE = ["-m", "ddlab.measure.smoke"]
 
 
 def smoke_lines(output, check):
-    # launchers prefix worker lines (horovodrun: "[1]<stdout>:"), so look anywhere in the line
-    return [dict(re.findall(r"(\w+)=(\S+)", line[line.index("SMOKE "):])) for line in output.splitlines()
-            if f"SMOKE {check} " in line]
+    """The smoke reports of ``check`` in a launch's output, by rank (launchers' prefixes allowed)."""
+    return sorted((r for r in worker_report.parse(output, kind="smoke") if r["check"] == check),
+                  key=lambda r: r["rank"])
 
 
 def test_nccl_allreduce_check_needs_a_gpu_and_says_so():
@@ -25,7 +25,7 @@ def test_nccl_allreduce_check_needs_a_gpu_and_says_so():
                    env={"CUDA_VISIBLE_DEVICES": ""})
     assert r.returncode == 1, r.output
     [line] = smoke_lines(r.output, "nccl-allreduce")
-    assert line["ok"] == "False" and line["reason"] == "no-gpu" and line["cuda_devices"] == "0"
+    assert line["ok"] is False and line["reason"] == "no-gpu" and line["cuda_devices"] == 0 and line["rank"] == 0
 
 
 def test_smoke_usage():
@@ -117,7 +117,7 @@ def test_hung_collective_is_killed_within_timeout_and_nothing_is_left():
     assert res.timed_out and "timed out after 25 s" in str(ei.value)
     # Killing takes a few seconds of grace at most; the launch must not hang on.
     assert elapsed < 25 + 30, elapsed
-    pids = [int(p) for p in re.findall(r"SMOKE hang rank=\d+ pid=(\d+)", res.output)]
+    pids = [r["pid"] for r in smoke_lines(res.output, "hang") if r["started"]]
     assert len(pids) == 2, res.output  # both workers really started before the timeout
     time.sleep(0.5)
     assert not [p for p in pids if _alive(p)]
@@ -130,8 +130,8 @@ def test_torchrun_ddp_step_gives_equal_weights_on_both_ranks():
                    env={"CUDA_VISIBLE_DEVICES": ""})
     lines = smoke_lines(r.output, "ddp-step")
     assert len(lines) == 2, r.output
-    assert {l["rank"] for l in lines} == {"0", "1"}
-    assert all(l["ok"] == "True" and l["backend"] == "gloo" for l in lines)
+    assert [l["rank"] for l in lines] == [0, 1] and all(l["size"] == 2 for l in lines)
+    assert all(l["ok"] is True and l["backend"] == "gloo" for l in lines)
     assert lines[0]["checksum"] == lines[1]["checksum"]
 
 
@@ -141,7 +141,7 @@ def test_horovod_torch_allreduce_on_two_cpu_processes():
                    env={"CUDA_VISIBLE_DEVICES": ""})
     lines = smoke_lines(r.output, "hvd-torch")
     assert len(lines) == 2, r.output
-    assert all(l["ok"] == "True" and float(l["value"]) == 3.0 and l["gloo_built"] == "True" for l in lines)
+    assert all(l["ok"] is True and l["value"] == 3.0 and l["gloo_built"] is True for l in lines)
 
 
 @pytest.mark.slow
@@ -150,7 +150,7 @@ def test_horovod_tensorflow_allreduce_on_two_cpu_processes():
                    env={"CUDA_VISIBLE_DEVICES": ""})
     lines = smoke_lines(r.output, "hvd-tf")
     assert len(lines) == 2, r.output
-    assert all(l["ok"] == "True" and float(l["value"]) == 3.0 for l in lines)
+    assert all(l["ok"] is True and l["value"] == 3.0 for l in lines)
 
 
 # ----------------------------------------------------------------------------- diagnosing hangs

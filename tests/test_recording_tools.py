@@ -221,3 +221,17 @@ def test_pending_points_are_real_convergence_points_and_gpu_batch_takes_them_by_
     with tarfile.open(tmp_path / "out" / "results.tgz") as tar:
         packed = sorted(os.path.basename(n) for n in tar.getnames() if n.endswith(".json"))
     assert packed == points
+
+
+def test_record_horovod_smoke_keeps_each_ranks_smoke_report(tmp_path, monkeypatch):
+    from ddlab.base import worker_report
+    mod = load("record_horovod_smoke.py")
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "reference"))
+    w = work_folder(tmp_path, True)
+    reports = [worker_report.encode("smoke", rank=r, check="hvd-torch", size=2, ok=True, value=3.0) for r in (1, 0)]
+    with open(w / "hvd_smoke_default.log", "a") as f:       # horovodrun prefixes every worker line
+        f.write("".join(f"[1,{r}]<stdout>:{line}\n" for r, line in zip((1, 0), reports)))
+        f.write("[1,0]<stdout>:" + worker_report.encode("smoke", rank=0, check="hvd-tf", size=2, ok=True) + "\n")
+    assert mod.main([str(w), "--name", "x"]) == 0
+    smoke = json.load(open(tmp_path / "reference" / "horovod" / "x.json"))["smoke"]
+    assert smoke["default"]["lines"] == reports and smoke["shm"]["lines"] == []

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ddlab.base import worker_report
 from ddlab.course import handson, repair
 
 CPU = handson.plan(gpu_count=0)
@@ -18,9 +19,9 @@ def steps(shards_by_epoch, model=(1.0, 1.0), lr=LR * WORLD, start=None):
     (one step per epoch), ``model[rank]`` its weight checksum at every step."""
     ev = []
     for r in range(WORLD):
-        ev.append({"event": "start", "rank": r, "model": (start or model)[r]})
+        ev.append({"kind": "start", "rank": r, "model": (start or model)[r]})
         for ep, shards in enumerate(shards_by_epoch):
-            ev.append({"event": "step", "rank": r, "epoch": ep, "indices": shards[r], "model": model[r],
+            ev.append({"kind": "step", "rank": r, "epoch": ep, "indices": shards[r], "model": model[r],
                        "optimizer": lr})
     return ev
 
@@ -30,7 +31,7 @@ GOOD_SHARDS = [[[0, 2, 4, 6], [1, 3, 5, 7]], [[6, 1, 3, 0], [2, 7, 4, 5]]]
 
 def losses(local=(0.9, 0.7), reported=None):
     rep = sum(local) / len(local) if reported is None else reported
-    return [{"event": "loss", "rank": r, "epoch": 0, "local": local[r], "reported": rep} for r in range(WORLD)]
+    return [{"kind": "loss", "rank": r, "epoch": 0, "local": local[r], "reported": rep} for r in range(WORLD)]
 
 
 def verdicts(events):
@@ -108,9 +109,13 @@ def test_probe_writes_one_line_per_call_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setenv(repair.PROBE_ENV, str(tmp_path))
     monkeypatch.setenv("RANK", "1")
     repair.probe("step", epoch=0, optimizer=Optim(), local=1.5)
+    repair.probe("loss", epoch=0, local=1.5, reported=1.25)
     lines = (tmp_path / "rank1.jsonl").read_text().splitlines()
-    assert [json.loads(x) for x in lines] == [{"event": "step", "rank": 1, "epoch": 0, "optimizer": 0.25,
-                                                "local": 1.5}]
+    # each call one worker report, the event its kind: what check() reads back
+    assert [json.loads(x) for x in lines] == [
+        {"ddlab": "report/1", "rank": 1, "kind": "step", "epoch": 0, "optimizer": 0.25, "local": 1.5},
+        {"ddlab": "report/1", "rank": 1, "kind": "loss", "epoch": 0, "local": 1.5, "reported": 1.25}]
+    assert worker_report.parse("\n".join(lines)) == [json.loads(x) for x in lines]
 
 
 def test_start_exercise_keeps_the_learners_edits(tmp_path):

@@ -3,7 +3,6 @@
     torchrun --standalone --nproc-per-node=2 ddp_2_device.py --epochs 2 --train-samples 6000
 """
 import argparse
-import json
 import os
 import time
 
@@ -13,6 +12,7 @@ import torch.distributed.nn  # before init_process_group: see the end of this fi
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from ddlab.base import worker_report
 from ddlab.training import data, models_torch
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -79,8 +79,8 @@ if args.save:
 # checksum of its final weights (equal on all ranks when they hold the same model), test
 # accuracy and images/s.
 checksum = sum(p.double().sum().item() for p in model.parameters())
-print("RESULT " + json.dumps({"rank": rank, "samples": seen, "checksum": checksum,
-                              "test_acc": accuracy, "img_s": seen / elapsed}))
+worker_report.emit("result", rank=rank, samples=seen, checksum=checksum,
+                   test_acc=accuracy, img_s=seen / elapsed)
 dist.barrier()  # wait until every rank has finished before tearing the group down
 # Close the group. First drop what holds it (a DDP model and its optimizer), so that
 # destroy_process_group really closes it and stops Gloo's threads now: a group still open

@@ -3,7 +3,6 @@
     torchrun --standalone --nproc-per-node=2 ddp_6_metrics.py --epochs 2 --train-samples 6000
 """
 import argparse
-import json
 import os
 import time
 
@@ -15,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from ddlab.base import worker_report
 from ddlab.training import data, models_torch
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,8 +97,8 @@ if args.save:
 # checksum of its final weights (equal on all ranks when they hold the same model), test
 # accuracy and images/s.
 checksum = sum(p.double().sum().item() for p in model.parameters())
-print("RESULT " + json.dumps({"rank": rank, "samples": seen, "checksum": checksum,
-                              "test_acc": accuracy, "img_s": seen / elapsed}))
+worker_report.emit("result", rank=rank, samples=seen, checksum=checksum,
+                   test_acc=accuracy, img_s=seen / elapsed)
 dist.barrier()  # wait until every rank has finished before tearing the group down
 # Close the group. First drop what holds it (a DDP model and its optimizer), so that
 # destroy_process_group really closes it and stops Gloo's threads now: a group still open

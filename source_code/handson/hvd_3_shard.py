@@ -3,7 +3,6 @@
     horovodrun -np 2 -H localhost:2 python hvd_3_shard.py --epochs 2 --train-samples 6000
 """
 import argparse
-import json
 import time
 
 import horovod.torch as hvd
@@ -12,6 +11,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from ddlab.base import worker_report
 from ddlab.training import data, models_torch
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -81,5 +81,5 @@ if args.save:
 # checksum of its final weights (equal on all ranks when they hold the same model), test
 # accuracy and images/s.
 checksum = sum(p.double().sum().item() for p in model.parameters())
-print("RESULT " + json.dumps({"rank": rank, "samples": seen, "checksum": checksum,
-                              "test_acc": accuracy, "img_s": seen / elapsed}))
+worker_report.emit("result", rank=rank, samples=seen, checksum=checksum,
+                   test_acc=accuracy, img_s=seen / elapsed)

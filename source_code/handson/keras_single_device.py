@@ -3,11 +3,11 @@
     python keras_single_device.py --epochs 2 --train-samples 6000
 """
 import argparse
-import json
 import time
 
 import numpy as np
 
+from ddlab.base import worker_report
 from ddlab.training import data, models_keras
 
 keras = models_keras.keras()  # tf.keras from tf-keras: sets TF_USE_LEGACY_KERAS=1, then imports TensorFlow
@@ -55,5 +55,5 @@ if args.save:
 # checksum of its final weights (equal on all ranks when they hold the same model), test
 # accuracy and images/s.
 checksum = sum(float(np.sum(w, dtype=np.float64)) for w in model.get_weights())
-print("RESULT " + json.dumps({"rank": 0, "samples": seen, "checksum": checksum,
-                              "test_acc": accuracy, "img_s": seen / elapsed}))
+worker_report.emit("result", rank=0, samples=seen, checksum=checksum,
+                   test_acc=accuracy, img_s=seen / elapsed)

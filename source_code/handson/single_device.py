@@ -3,13 +3,13 @@
     python single_device.py --epochs 2 --train-samples 6000
 """
 import argparse
-import json
 import time
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from ddlab.base import worker_report
 from ddlab.training import data, models_torch
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -66,5 +66,5 @@ if args.save:
 # checksum of its final weights (equal on all ranks when they hold the same model), test
 # accuracy and images/s.
 checksum = sum(p.double().sum().item() for p in model.parameters())
-print("RESULT " + json.dumps({"rank": 0, "samples": seen, "checksum": checksum,
-                              "test_acc": accuracy, "img_s": seen / elapsed}))
+worker_report.emit("result", rank=0, samples=seen, checksum=checksum,
+                   test_acc=accuracy, img_s=seen / elapsed)

@@ -151,7 +151,7 @@ def train(args, workers: Workers, device: torch.device, use_graph: bool, graph_r
     phases.done("device and distributed init")
     notes = []
     # The step captured as a CUDA graph (--cuda-graph), after a few eager steps of the warm-up.
-    graph = cuda_graph_torch.CapturedStep(args.launcher, Failure) if use_graph else None
+    graph = cuda_graph_torch.CapturedStep(args.launcher, Failure, rank) if use_graph else None
     eager_needed = graph.eager_steps if graph else 0
 
     # ---- data: the real Fashion-MNIST, this rank's shard, resident on the device

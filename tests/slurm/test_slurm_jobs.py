@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ddlab.base import worker_report
 from ddlab.base.paths import REPO_ROOT
 
 REPO = Path(REPO_ROOT)
@@ -188,8 +189,9 @@ def _finished_ok(fields, output):
 
 
 def _smoke_lines(output, check):
-    return {int(m.group(1)): m.group(0) for m in
-            re.finditer(rf"^SMOKE {check} rank=(\d+) size=2 ok=True\b.*$", output, re.M)}
+    """{rank: its smoke report} of the ranks whose ``check`` passed on 2 ranks."""
+    return {r["rank"]: r for r in worker_report.parse(output, kind="smoke")
+            if r["check"] == check and r["size"] == 2 and r["ok"] is True}
 
 
 def _result(path):
@@ -223,7 +225,7 @@ def test_horovod_job_two_tasks(cluster, tmp_path):
     _finished_ok(fields, output)
     # preflight: every rank contributed rank+1 and read back the sum 3
     lines = _smoke_lines(output, "hvd-torch")
-    assert sorted(lines) == [0, 1] and all("value=3.0" in line for line in lines.values()), output[-4000:]
+    assert sorted(lines) == [0, 1] and all(r["value"] == 3.0 for r in lines.values()), output[-4000:]
     r = _result(result)
     assert r["launcher"] == "horovod" and r["backend"] == "horovod-gloo" and r["workers"] == 2
     assert len(r["rank_checksums"]) == 2 and r["ranks_agree"] is True

@@ -22,7 +22,7 @@ for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w"
 for path in default shm; do
   e=$(python3 -m ddlab.system.nccl env $path)
   env $e NCCL_DEBUG=INFO timeout 120 horovodrun -np 2 -H localhost:2 --gloo python3 -m ddlab.measure.smoke hvd-torch > "$W/hvd_smoke_$path.log" 2>&1
-  echo "hvd smoke $path rc=$?"; grep -h "SMOKE" "$W/hvd_smoke_$path.log"; grep -h " via " "$W/hvd_smoke_$path.log" | head -2
+  echo "hvd smoke $path rc=$?"; grep -h '"kind": "smoke"' "$W/hvd_smoke_$path.log"; grep -h " via " "$W/hvd_smoke_$path.log" | head -2
 done
 step "doctor and topology"
 python3 -m ddlab doctor > "$W/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$W/doctor.json" 2>&1

@@ -21,7 +21,13 @@ sys.path.insert(0, os.path.join(REPO, "source_code"))
 from ddlab.system import nccl, nccl_log, software, topology  # noqa: E402
 from ddlab.system.machine_name import machine_label, machine_slug  # noqa: E402
 from ddlab.system.provenance import hardware_label  # noqa: E402
-from ddlab.base import reference
+from ddlab.base import reference, worker_report  # noqa: E402
+
+
+def smoke_lines(text: str) -> list:
+    """The hvd-torch smoke reports of a log (ddlab.base.worker_report lines), each as its JSON text."""
+    return [worker_report.encode(r.pop("kind"), rank=r.pop("rank"), **{k: v for k, v in r.items() if k != "ddlab"})
+            for r in worker_report.parse(text, kind="smoke") if r.get("check") == "hvd-torch"]
 
 
 def main(argv=None) -> int:
@@ -51,7 +57,7 @@ def main(argv=None) -> int:
         log = nccl_log.parse(text)
         smoke[path] = {
             "env": dict(nccl.get(path).env),
-            "lines": [ln[ln.index("SMOKE"):] for ln in text.splitlines() if "SMOKE hvd-torch" in ln],
+            "lines": smoke_lines(text),
             "transport_counts": log.transport_counts(),
             "nccl_version": log.version,
             "date": dt.datetime.fromtimestamp(os.path.getmtime(log_path), dt.timezone.utc).isoformat(timespec="seconds"),

@@ -5,7 +5,7 @@ Every version is a real, runnable file under ``source_code/handson/``; :data:`CO
 lists them in order with a one-line reason per step. :func:`show` displays a script,
 :func:`step` the diff that one step makes, :func:`run` launches a script with the launcher its
 conversion needs (through :func:`ddlab.measure.launch.run`, with a timeout) and reads the one
-``RESULT {json}`` line each rank prints, and :func:`table` shows runs side by side: samples
+``result`` report each rank makes (:mod:`ddlab.base.worker_report`), and :func:`table` shows runs side by side: samples
 per rank, whether the ranks ended with the same weights, test accuracy, images/s.
 
 :func:`plan` decides how the scripts run on this machine from its GPU count: two processes
@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import difflib
 import html
-import json
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from ddlab.base import worker_report
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.measure import launch
 from ddlab.base.errors import CourseError
@@ -276,23 +275,13 @@ def plan(gpu_count: Optional[int] = None) -> Plan:
 
 
 # ----------------------------------------------------------------------------- running
-RESULT_PREFIX = "RESULT "
-# A flat JSON object after "RESULT ". Searched anywhere in a line: print() writes the text and
-# its newline in two writes, so another rank's output can follow on the same line.
-_RESULT = re.compile(r"RESULT (\{[^{}]*\})")
+RESULT_KIND = "result"      # the report each rank of a hands-on script makes at its end
 
 
 def parse_results(output: str) -> list:
-    """The ``RESULT {json}`` records of a run's output (launcher prefixes allowed), by rank."""
-    rows = []
-    for m in _RESULT.finditer(output):
-        try:
-            row = json.loads(m.group(1))
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "rank" in row:
-            rows.append(row)
-    return sorted(rows, key=lambda r: r["rank"])
+    """The ``result`` reports of a run's output (launcher prefixes allowed), by rank. A
+    malformed report line raises :class:`ddlab.base.worker_report.WorkerReportError` naming it."""
+    return sorted(worker_report.parse(output, kind=RESULT_KIND), key=lambda r: r["rank"])
 
 
 @dataclass
@@ -301,7 +290,7 @@ class Run:
     launcher: str            # "python", "torchrun" or "horovodrun"
     nproc: int
     device: str
-    ranks: list              # the RESULT of each rank
+    ranks: list              # the result report of each rank
     output: str
     seconds: float
 
@@ -381,7 +370,7 @@ def run_or_skip(name: str, plan_: Optional[Plan] = None, machine=None, **kw):
 def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeout: Optional[float] = None) -> Run:
     """Run a hands-on script the way this machine's :func:`plan` says; returns its :class:`Run`.
     Raises :class:`HandsOnError` (with the tail of the output) when it fails, hangs, lacks a
-    framework here, or prints no RESULT line for every rank, and
+    framework here, or makes no result report for every rank, and
     :class:`ddlab.training.data.DatasetError` before launching when Fashion-MNIST is missing."""
     from ddlab.training import data, experiments
     from ddlab.system.frameworks import TF_ENVIRONMENT
@@ -410,7 +399,7 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
         raise HandsOnError(f"{os.path.basename(file)} did not finish: {exc}") from None
     ranks = parse_results(res.output)
     if sorted(r["rank"] for r in ranks) != list(range(nproc)):
-        raise HandsOnError(f"{os.path.basename(file)} ran, but not every rank printed its RESULT line "
+        raise HandsOnError(f"{os.path.basename(file)} ran, but not every rank reported its result "
                            f"(got ranks {[r['rank'] for r in ranks]} of {nproc}). Last output:\n{res.tail()}")
     return Run(os.path.basename(file), launch_name, nproc, device, ranks, res.output, res.duration_s)
 

@@ -15,8 +15,10 @@ loss       the loss rank 0 reports is the mean over the ranks, not its own
 
 What the run did is recorded by :func:`probe`, one small call the script makes at a few
 places (the samples of a step, the weights, the learning rate, the loss it reports). It
-writes JSON lines to the folder named by ``DDLAB_PROBE_DIR`` when the check sets it, and
-does nothing otherwise. :func:`diagnose` turns those records into verdicts; it is pure, so
+writes each event as a worker report (:mod:`ddlab.base.worker_report`: one JSON line, its
+``kind`` the event) to a file per rank in the folder named by ``DDLAB_PROBE_DIR`` when the
+check sets it, and does nothing otherwise (a file, not standard output: a run records an event
+per step, which the learner's own output need not show). :func:`diagnose` turns those records into verdicts; it is pure, so
 the tests give it records directly.
 
 A script that crashes or hangs gets one message with the tail of its output, never a
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import glob
 import html
-import json
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from ddlab.base import worker_report
 from ddlab.base.paths import REPO_ROOT, SOURCE_DIR
 
 PROBE_ENV = "DDLAB_PROBE_DIR"
@@ -56,7 +58,7 @@ def probe(event: str, **values) -> None:
     if not folder:
         return
     rank = _rank()
-    record = {"event": event, "rank": rank}
+    record = {}
     for key, value in values.items():
         if hasattr(value, "parameters"):
             value = sum(p.detach().double().sum().item() for p in value.parameters())
@@ -66,7 +68,7 @@ def probe(event: str, **values) -> None:
             value = value.tolist()
         record[key] = value
     with open(os.path.join(folder, f"rank{rank}.jsonl"), "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+        f.write(worker_report.encode(event, rank=rank, **record) + "\n")
 
 
 def _rank() -> int:
@@ -150,7 +152,7 @@ def _close(a: float, b: float, rel: float = 1e-5) -> bool:
 def _by_rank(events: Sequence[dict], event: str) -> dict:
     out: dict = {}
     for e in events:
-        if e.get("event") == event:
+        if e.get("kind") == event:
             out.setdefault(int(e["rank"]), []).append(e)
     return out
 
@@ -161,7 +163,8 @@ def _missing(what: str, call: str) -> str:
 
 
 def diagnose(events: Sequence[dict], world: int, base_lr: float, train_samples: int) -> list:
-    """The :class:`Verdict` on each of :data:`BUGS` from the probe records of one run of
+    """The :class:`Verdict` on each of :data:`BUGS` from the probe records (worker reports,
+    their ``kind`` the event) of one run of
     ``world`` processes started with learning rate ``base_lr`` on ``train_samples`` images."""
     titles = dict(BUGS)
     steps = _by_rank(events, "step")
@@ -375,6 +378,6 @@ def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None) -> Re
         events = []
         for f in sorted(glob.glob(os.path.join(probe_dir, "rank*.jsonl"))):
             with open(f, encoding="utf-8") as fh:
-                events += [json.loads(line) for line in fh if line.strip()]
+                events += worker_report.parse(fh.read())
     verdicts = diagnose(events, nproc, CHECK_ARGS["--lr"], CHECK_ARGS["--train-samples"])
     return Report(name, verdicts, output=res.output)

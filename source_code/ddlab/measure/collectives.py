@@ -44,7 +44,7 @@ DTYPES = {
     "float16": ("half", 2, 2 ** 11),
     "bfloat16": ("bfloat16", 2, 2 ** 8),
 }
-VALIDATION_MARKER = "DDLAB_VALIDATION_FAILED"
+VALIDATION_KIND = "validation_error"     # the report a worker makes of a wrong result (ddlab.base.worker_report)
 RESULT_FORMAT = 1
 
 # Sweep defaults per backend: GPUs go to 1 GiB (NVLink reaches its peak only for large

@@ -15,11 +15,11 @@ import os
 import tempfile
 from typing import Mapping, Optional, Sequence
 
-from ddlab.base import files
+from ddlab.base import files, worker_report
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.base.units import format_bytes, parse_size
 from ddlab.measure import launch
-from ddlab.measure.collectives import (AUTO_ITERS, DEFAULT_MAX_BYTES, DTYPES, VALIDATION_MARKER,
+from ddlab.measure.collectives import (AUTO_ITERS, DEFAULT_MAX_BYTES, DTYPES, VALIDATION_KIND,
                                        CollectiveValidationError, SweepResult, check_op, message_sizes)
 from ddlab.system import frameworks, nccl
 
@@ -110,9 +110,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
             launched = launch.run(argv, launcher="torchrun", nproc=nproc, env=overrides,
                                   timeout=timeout, echo=echo)
         except launch.LaunchError as exc:
-            text = exc.result.output if exc.result is not None else ""
-            wrong = [ln.split(VALIDATION_MARKER, 1)[1].strip(" :") for ln in text.splitlines()
-                     if VALIDATION_MARKER in ln]
+            wrong = validation_failures(exc.result.output if exc.result is not None else "")
             if wrong:
                 raise CollectiveValidationError(
                     f"{op} returned wrong values, so no bandwidth is reported:\n  " + "\n  ".join(wrong)) from None
@@ -131,6 +129,14 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
                        provenance=prov, source="live", dtype=dtype,
                        nccl_log_text=launched.output if nccl_debug else None,
                        meta={k: v for k, v in worker.items() if k != "rows"})
+
+
+def validation_failures(output: str) -> list:
+    """What the workers of a failed sweep reported as wrong results (one text per rank that saw
+    one, by rank), from their reports in the launch's ``output``. A report line cut short by
+    the failure is passed over: the launch's own error is raised then."""
+    found = worker_report.parse(output, kind=VALIDATION_KIND, strict=False)
+    return [r["message"] for r in sorted(found, key=lambda r: r["rank"])]
 
 
 def compare_paths(paths: Sequence[str] = nccl.COMPARED, op: str = "all_reduce",

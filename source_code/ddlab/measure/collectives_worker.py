@@ -18,7 +18,8 @@ message size each worker
    kept too, as ``time_us_max``).
 
 It writes the rows (and the devices, torch and NCCL versions it saw) as JSON to ``--out``; a
-wrong element prints :data:`ddlab.measure.collectives.VALIDATION_MARKER` and exits 3.
+wrong element is reported (:mod:`ddlab.base.worker_report`, kind
+:data:`ddlab.measure.collectives.VALIDATION_KIND`, by the rank that saw it) and the worker exits 3.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ import sys
 import time
 from typing import Sequence
 
-from ddlab.base import files
-from ddlab.measure.collectives import DTYPES, OPS, VALIDATION_MARKER, bandwidths, format_time_us
+from ddlab.base import files, worker_report
+from ddlab.measure.collectives import DTYPES, OPS, VALIDATION_KIND, bandwidths, format_time_us
 
 
 def main(argv: Sequence[str]) -> int:
@@ -172,7 +173,7 @@ def main(argv: Sequence[str]) -> int:
         flag, probe = across_ranks([1.0 if bad else 0.0, probe], dist.ReduceOp.MAX)
         if flag:
             if bad:
-                print(f"{VALIDATION_MARKER}: {bad}", flush=True)
+                worker_report.emit(VALIDATION_KIND, rank=rank, op=a.op, bytes=nbytes, message=bad)
             dist.destroy_process_group()
             return 3
         del expected

@@ -14,7 +14,8 @@ Checks:
               reports ok=False and initialises nothing.
   hang        rank 0 waits forever in a collective that rank 1 never joins (for testing
               that a launch timeout kills everything).
-Each prints one line ``SMOKE <check> rank=<r> size=<n> ok=<bool> <details>``.
+Each rank reports one line (:mod:`ddlab.base.worker_report`, kind ``smoke``):
+``{"ddlab": "report/1", "rank": r, "kind": "smoke", "check": ..., "size": n, "ok": bool, ...details}``.
 ``--elements N`` sets the tensor length of the all-reduce checks (hvd-torch, hvd-tf,
 nccl-allreduce).
 """
@@ -24,13 +25,13 @@ import os
 import sys
 import time
 
+from ddlab.base import worker_report
+
+KIND = "smoke"
+
 
 def _line(check, rank, size, ok, **kw):
-    extra = " ".join(f"{k}={v}" for k, v in kw.items())
-    # One write() of the whole line: ranks share the launcher's pipe, and print() writes the
-    # text and its newline separately, so two ranks' lines could be glued together.
-    sys.stdout.flush()
-    os.write(sys.stdout.fileno(), (f"SMOKE {check} rank={rank} size={size} ok={ok} {extra}".rstrip() + "\n").encode())
+    worker_report.emit(KIND, rank=rank, check=check, size=size, ok=ok, **kw)
 
 
 def hvd_torch(n_elems: int = 1 << 20) -> bool:
@@ -96,7 +97,7 @@ def ddp_step() -> bool:
         gathered = [torch.zeros_like(checksum) for _ in range(size)]
         dist.all_gather(gathered, checksum)
     ok = all(torch.equal(gathered[0], c) for c in gathered)
-    _line("ddp-step", rank, size, ok, checksum=f"{float(checksum[0]):.12e}", loss=f"{loss.item():.4f}",
+    _line("ddp-step", rank, size, ok, checksum=float(checksum[0]), loss=float(loss.item()),
           backend=dist.get_backend())
     dist.destroy_process_group()
     return ok
@@ -129,7 +130,7 @@ def hang() -> bool:
     import torch.distributed as dist
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    print(f"SMOKE hang rank={rank} pid={os.getpid()} started", flush=True)
+    worker_report.emit(KIND, rank=rank, check="hang", size=dist.get_world_size(), started=True, pid=os.getpid())
     if rank == 0:
         dist.all_reduce(torch.ones(1))  # rank 1 never joins: blocks until killed
     else:

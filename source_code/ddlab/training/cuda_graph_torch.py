@@ -19,9 +19,9 @@ Adam update; with DDP also its all-reduce) and replayed, the step is one launch.
   destroyed: NCCL's destroy waits for every graph that captured its kernels (PyTorch issue
   115388).
 
-The script prints :data:`CAPTURE_START` and :data:`CAPTURE_DONE` (rank 0) right before and
-after the capture: :mod:`ddlab.training.runs` reads them to tell a run that failed or hung
-inside the capture from one that failed elsewhere.
+Every rank reports (:mod:`ddlab.base.worker_report`, kind :data:`CAPTURE_KIND`) state
+``"start"`` right before the capture and ``"done"`` after it: :mod:`ddlab.training.runs` reads
+them to tell a run that failed or hung inside the capture from one that failed elsewhere.
 """
 from __future__ import annotations
 
@@ -30,12 +30,13 @@ from typing import Callable, Optional, Sequence, Type
 
 import torch
 
+from ddlab.base import worker_report
 from ddlab.training.train_common import Failure
 
 DDP_EAGER_BEFORE_CAPTURE = 20  # PyTorch's CUDA-graph notes: >= 11 DDP iterations before capture;
 # DDP also times iterations 1-10 and every 100th with CUDA events, which must not fall in a capture.
 EAGER_BEFORE_CAPTURE = 3       # one process: warm cuDNN, cuBLAS and the optimizer state first
-CAPTURE_START, CAPTURE_DONE = "cuda-graph capture: start", "cuda-graph capture: done"
+CAPTURE_KIND = "cuda_graph_capture"     # the report around the capture: state "start", then "done"
 
 
 def eager_steps_before(launcher: str) -> int:
@@ -88,10 +89,11 @@ class CapturedStep:
     Make it before the model is wrapped: DDP must be built on :attr:`side`, the stream the
     capture uses. Then :meth:`warm_up` runs the eager steps, :meth:`capture` captures the
     step once, :meth:`replay` runs it on each batch, and :meth:`release` frees the graph
-    before the process group is destroyed."""
+    before the process group is destroyed. ``rank``: this worker's, for its reports."""
 
-    def __init__(self, launcher: str, error: Type[Failure] = Failure):
+    def __init__(self, launcher: str, error: Type[Failure] = Failure, rank: int = 0):
         self.launcher = launcher
+        self.rank = rank
         self.error = error
         self.eager_steps = eager_steps_before(launcher)
         self.side = torch.cuda.Stream()
@@ -119,13 +121,13 @@ class CapturedStep:
         if self.launcher == "ddp":
             say("note: capturing DDP's NCCL all-reduce in the CUDA graph (--cuda-graph on); "
                 "a hang would be killed by the launch timeout, with tracebacks.")
-        say(f"{CAPTURE_START} after {self.eager_steps} eager steps", flush=True)
+        worker_report.emit(CAPTURE_KIND, rank=self.rank, state="start", eager_steps=self.eager_steps)
         try:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, stream=self.side):
                 step_fn(self.static_x, self.static_y)
             self.graph = g
-            say(CAPTURE_DONE, flush=True)
+            worker_report.emit(CAPTURE_KIND, rank=self.rank, state="done")
             return None
         except Exception as exc:  # the reason is printed and recorded; the run goes on uncaptured
             if self.launcher == "ddp":

@@ -17,6 +17,7 @@ import tempfile
 import time
 from typing import Callable, Mapping, Optional
 
+from ddlab.base import worker_report
 from ddlab.measure import launch
 from ddlab.system.frameworks import gpu_count
 from ddlab.training import data
@@ -45,9 +46,15 @@ def spec_for(device: str = "auto", framework: str = "torch", model: str = "cnn",
 
 
 # ----------------------------------------------------------------------------- one run
-# Lines fmnist_torch.py prints (rank 0) around its CUDA-graph capture (its CAPTURE_START and
-# CAPTURE_DONE): a failed run whose output has the first was attempting a graph.
-CAPTURE_START = "cuda-graph capture: start"
+# The report fmnist_torch.py's ranks make around their CUDA-graph capture (cuda_graph_torch's
+# CAPTURE_KIND, state "start" then "done"): a failed run that reported a start was attempting a graph.
+CAPTURE_KIND = "cuda_graph_capture"
+
+
+def capture_started(output: str) -> bool:
+    """Whether a rank reported (:mod:`ddlab.base.worker_report`) that it started a CUDA-graph
+    capture, in the output of a run that failed (a line cut short by the failure is passed over)."""
+    return any(r.get("state") == "start" for r in worker_report.parse(output, kind=CAPTURE_KIND, strict=False))
 
 
 def describe(spec: RunSpec, env: Optional[Mapping] = None) -> str:
@@ -107,7 +114,7 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
             kind = "timed out" if isinstance(exc, launch.LaunchTimeout) else "failed"
             say(f"{_stamp()} {kind} after {time.monotonic() - t0:.1f} s: {what}")
             output = exc.result.output if exc.result is not None else ""
-            if not (graph_fallback and spec.graph_by_default and CAPTURE_START in output):
+            if not (graph_fallback and spec.graph_by_default and capture_started(output)):
                 raise
             tail = exc.result.tail(30)
             stuck = launch.hang_tracebacks(output)
