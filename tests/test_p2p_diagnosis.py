@@ -109,3 +109,32 @@ def test_helpers_check_their_arguments():
         p2p_diagnosis.best_ring_subset(np.ones((3, 3)), 4)
     with pytest.raises(ValueError, match="too many"):
         p2p_diagnosis.best_ring_subset(np.ones((16, 16)), 10)
+
+
+def test_the_live_runs_peaks_come_from_this_machines_topology_and_pcie_links():
+    from types import SimpleNamespace
+    from ddlab.system import links
+    from ddlab.system.topology import parse_topo_matrix
+    two = p2p_parse.parse(fixture("nvidia_sample_2gpu.txt"))
+    assert two.n == 2
+    nv18 = parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n")
+    inv = SimpleNamespace(gpus=[SimpleNamespace(name="NVIDIA H200"), SimpleNamespace(name="NVIDIA H200")])
+    peaks = p2p_diagnosis.peaks_here(two, inv, topo=nv18, pcie_link_list=[])
+    assert peaks.shape == (2, 2) and peaks[0, 1] == peaks[1, 0] == links.nvlink(4, 18).bandwidth_gbs
+    assert np.isnan(peaks[0, 0])
+    # a PCIe pair takes the lowest maximum generation of the GPUs' links
+    pix = parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tPIX\t X \n")
+    gen5 = [SimpleNamespace(gen_max=5), SimpleNamespace(gen_max=5)]
+    assert p2p_diagnosis.peaks_here(two, inv, topo=pix, pcie_link_list=gen5)[0, 1] == links.pcie_x16_gbs(5)
+    assert p2p_diagnosis.peaks_here(two, inv, topo=pix, pcie_link_list=[])[0, 1] == links.pcie_x16_gbs(4)
+    # more GPUs in the topology than in the run: one number when every pair has the same label, else None
+    four_same = parse_topo_matrix("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV12\tNV12\nGPU1\tNV12\t X \tNV12\n"
+                                  "GPU2\tNV12\tNV12\t X \n")
+    a100 = SimpleNamespace(gpus=[SimpleNamespace(name="NVIDIA A100-SXM4-80GB")])
+    assert p2p_diagnosis.peaks_here(two, a100, topo=four_same, pcie_link_list=[]) == links.nvlink(3, 12).bandwidth_gbs
+    mixed = parse_topo_matrix("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV1\tSYS\nGPU1\tNV1\t X \tSYS\nGPU2\tSYS\tSYS\t X \n")
+    assert p2p_diagnosis.peaks_here(two, a100, topo=mixed, pcie_link_list=[]) is None
+    # an NVLink whose generation the GPU names do not give: no peak, not a wrong one
+    unknown = SimpleNamespace(gpus=[SimpleNamespace(name="Some GPU")])
+    assert p2p_diagnosis.peaks_here(two, unknown, topo=nv18, pcie_link_list=[]) is None
+    assert links.nvlink_generation_of(["Tesla V100-SXM2-16GB"]) == 2 and links.nvlink_generation_of([]) is None

@@ -2,7 +2,8 @@
 faster one way than the other (:func:`asymmetric_pairs`), the best ``k`` GPUs for a ring
 (:func:`best_ring_subset`), all three with their typical causes (:func:`diagnose`); the paragraph
 that says what a :class:`ddlab.measure.p2p.P2PResult` shows (:func:`summary`); and the link's
-peak per pair from `nvidia-smi topo -m` labels (:func:`link_peaks`).
+peak per pair from `nvidia-smi topo -m` labels (:func:`link_peaks`), or from this machine's detected
+topology and PCIe links (:func:`peaks_here`).
 """
 from __future__ import annotations
 
@@ -327,3 +328,43 @@ def link_peaks(topo_labels, nvlink_generation: Optional[int] = None, pcie_genera
                                           pcie_generation=pcie_generation).bandwidth_gbs
     return peaks
 
+
+
+def topology_peaks(result: P2PResult, topo, gpu_names=(), pcie_generation: int = 4):
+    """The peak per direction (GB/s) of each pair of ``result`` from a topology's labels
+    (:func:`link_peaks`; NVLink at the GPUs' generation, :func:`ddlab.system.links.nvlink_generation_of`;
+    PCIe labels at ``pcie_generation``): an n x n matrix when the topology has the result's number of
+    GPUs, one number when it has another number (e.g. CUDA_VISIBLE_DEVICES chose some) but every pair
+    has the same label; otherwise, or for an NVLink of a generation the catalogue lacks, None."""
+    from ddlab.system import links
+    gpus = list(topo.gpus)
+    labels = [["X" if a == b else topo.link(a, b).label for b in gpus] for a in gpus]
+    try:
+        peaks = link_peaks(labels, nvlink_generation=links.nvlink_generation_of(gpu_names),
+                           pcie_generation=pcie_generation) if len(gpus) >= 2 else None
+    except ValueError:
+        return None
+    if peaks is None:
+        return None
+    if len(gpus) == result.n:
+        return peaks
+    distinct = {labels[i][j] for i in range(len(gpus)) for j in range(len(gpus)) if i != j}
+    return float(offdiag(peaks)[0]) if len(distinct) == 1 else None
+
+
+def peaks_here(result: P2PResult, inventory, topo=None, pcie_link_list=None):
+    """:func:`topology_peaks` for a run measured on this machine: its `nvidia-smi topo -m`, its GPUs'
+    names and the lowest maximum PCIe generation among its GPUs (:mod:`ddlab.system.pcie`; 4 when none
+    is read). ``topo`` and ``pcie_link_list`` stand in for the detected ones (tests). None when the
+    topology cannot be read."""
+    from ddlab.system import pcie, topology
+    if topo is None:
+        try:
+            topo = topology.Topology.from_system()
+        except Exception:  # noqa: BLE001 - no nvidia-smi topology here: no peaks, the caller says so
+            return None
+    if pcie_link_list is None:
+        pcie_link_list = pcie.pcie_links([])
+    gens = [ln.gen_max for ln in pcie_link_list if getattr(ln, "gen_max", None)]
+    names = [g.name for g in getattr(inventory, "gpus", [])]
+    return topology_peaks(result, topo, names, pcie_generation=min(gens) if gens else 4)

@@ -76,11 +76,7 @@ def nvlink_generation(gpu_names) -> Optional[int]:
     """The NVLink generation of these GPUs, from the catalogue's GPU column in :mod:`ddlab.system.links`
     ("H100/H200" -> 4); None when no catalogue entry names them."""
     from ddlab.system import links
-    for g in links.NVLINK_GENERATIONS:
-        models = g["gpu"].split("/")
-        if any(m in str(name) for name in gpu_names for m in models):
-            return int(g["generation"].split()[-1])
-    return None
+    return links.nvlink_generation_of(gpu_names)
 
 
 def link_peaks(topo_dict: Optional[dict], gpu_names) -> Optional[list]:

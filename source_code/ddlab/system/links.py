@@ -411,6 +411,16 @@ def legend_markdown(pcie_generation: int = 4, nvlink_generation: int = 4, nvlink
     return "\n".join(out)
 
 
+def nvlink_generation_of(gpu_names) -> Optional[int]:
+    """The NVLink generation of these GPUs from :data:`NVLINK_GENERATIONS`' GPU column ("NVIDIA H200"
+    -> 4, "Tesla V100-SXM2-16GB" -> 2); None when no generation names them."""
+    for g in NVLINK_GENERATIONS:
+        models = g["gpu"].split("/")
+        if any(m in str(name) for name in gpu_names for m in models):
+            return int(g["generation"].split()[-1])
+    return None
+
+
 def for_label(label: str, nvlink_generation: Optional[int] = None, pcie_generation: int = 4) -> LinkTech:
     """The catalogue entry that best describes a `nvidia-smi topo -m` label on a given machine.
 
