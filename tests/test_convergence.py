@@ -220,6 +220,15 @@ def test_gpu_sweep_is_not_recorded_yet_on_a_cpu_machine(monkeypatch):
         cs.live_or_recorded(source="live", machine=m)
 
 
+def test_live_sweep_passes_its_progress_on(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cs, "run_sweep", lambda points, device, **kw: seen.update(points=points, device=device, **kw))
+    m = policy.Machine(gpus=2, software=lambda f, la: (True, ""))
+    log, done = [].append, [].append
+    cs.live_or_recorded("live", machine=m, progress=log, done=done)
+    assert seen == {"points": cs.points_for("cuda", live=True), "device": "cuda", "progress": log, "done": done}
+
+
 # ----------------------------------------------------------------------------- a real run
 @pytest.mark.slow
 def test_two_process_run_scores_the_test_set_each_half_epoch_with_scaled_warmed_up_lr():

@@ -54,7 +54,9 @@ def test_notebook_2_teaches_the_model_and_fits_a_live_sweep():
     assert "UVA" in md and "bidirectional" in md and "per direction" in md
     assert 'collectives_run.sweep(backend="gloo", max_bytes="16M"' in src         # small sizes on CPU, past the latency-bound range
     assert 'collectives_run.sweep(backend="nccl"' in src
-    assert "alpha_beta.fit_sweep(mine)" in src and "fit.predict(" in src
+    assert "alpha_beta.fit_sweep(mine)" in src
+    # the learner predicts from the fit; the check compares with the fit and the measured row
+    assert "my_prediction_us = None" in src and "predictions.check_allreduce_time(my_prediction_us, fit, mine" in src
 
 
 def test_notebook_3_reads_topology_and_defines_node_and_sys_by_numa():
@@ -163,7 +165,7 @@ def test_notebook_9_claims_only_what_the_recordings_support():
     assert "case_studies.strong_scaling_predicted()" in src and "case_studies.strong_scaling_live()" in src
     assert "reproduces each" not in md and "Reproduced on one machine" not in md
     # held out is the headline, in-sample comes after it, labelled
-    assert src.index("validation.held_out()") < src.index("validation.validate()")
+    assert "validation.held_out()" in src and "validation.validate()" in md      # the in-sample table one call away
     assert "in-sample" in md.lower() and "for comparison only" in md
     # statements the recordings do not support
     for phrase in ("below about 1 the second GPU makes training slower", "97%", "between which the driver does not",

@@ -150,3 +150,14 @@ def test_prose_columns_may_wrap_in_html_and_nothing_else_does():
     assert "max-width" in cells[1] and "\n" not in str(t).splitlines()[2]
     with pytest.raises(ValueError, match="wrap names 'reason'"):
         Table([("name", "text")], [], wrap=("reason",))
+
+
+def test_where_keeps_the_rows_a_lesson_needs_and_says_how_to_see_all():
+    t = Table([("path", "text"), ("busbw", "rate:GB/s", "busbw")],
+              [{"path": "default", "busbw": 300.0}, {"path": "shm", "busbw": 28.0}, {"path": "socket", "busbw": 3.0}],
+              title="sweep", notes="a note", wrap=["path"])
+    slow = t.where(lambda r: r["busbw"] < 100, whole="collectives.summary(sweeps)")
+    assert slow.cells() == [["shm", "28 GB/s"], ["socket", "3 GB/s"]] and slow.title == "sweep" and slow.wrap == ("path",)
+    assert slow.notes == ["a note", "2 of 3 rows shown; all of them: `collectives.summary(sweeps)`."]
+    assert len(t) == 3 and t.notes == ["a note"]                     # the whole table is unchanged
+    assert t.where(lambda r: False, title=None).notes[-1] == "0 of 3 rows shown."

@@ -112,3 +112,15 @@ def test_link_effect_says_whether_the_path_decides_the_prediction():
     exposed = RecordedPoint("ddp", "wide", "slow", 2, 512, 3e-3, 3e-3, True, 0.3)
     assert val.link_effect(rec, hidden, readiness="flops") < val.PATH_INDEPENDENT
     assert val.link_effect(rec, exposed, readiness="flops") > 1
+
+
+def test_missed_picks_the_rows_outside_the_band_or_above_2x():
+    ok = {"measured": 1.9, "model_err": 4.0, "path_err": -9.9, "in_sample": 2.0, "model_pred": 1.8}
+    assert not val.missed(ok)
+    assert val.missed(dict(ok, path_err=-10.5))
+    assert val.missed(dict(ok, in_sample=12.0))
+    assert val.missed(dict(ok, measured=2.01))
+    assert not val.missed(dict(ok, model_err=None))          # not held out: no miss
+    table = val.held_out()
+    shown = table.where(val.missed)
+    assert 0 < len(shown) < len(table) and all(val.missed(r) for r in shown.rows)

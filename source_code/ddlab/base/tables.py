@@ -152,6 +152,15 @@ class Table:
             raise KeyError(f"no column {key!r}; columns: {', '.join(c.key for c in self.columns)}")
         return [r.get(key) for r in self.rows]
 
+    def where(self, keep, whole: str = "", title=_SAME) -> "Table":
+        """The rows for which ``keep(row)`` is true (a long table cut to the rows a lesson
+        needs), with this table's notes and one more saying how many rows it shows and, when
+        ``whole`` is given, the call that shows them all."""
+        rows = [r for r in self.rows if keep(r)]
+        shown = f"{len(rows)} of {len(self.rows)} rows shown" + (f"; all of them: `{whole}`" if whole else "") + "."
+        return Table(self.columns, rows, title=self.title if title is _SAME else title, notes=self.notes + [shown],
+                     missing=self.missing, header=self.header, wrap=self.wrap)
+
     def to_dict(self) -> dict:
         """Plain data: title, columns (key, label, kind), raw rows (dicts), notes."""
         return {"title": self.title,

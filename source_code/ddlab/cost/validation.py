@@ -253,6 +253,14 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
                  notes=held_out_notes(rows, schemes, rec))
 
 
+def missed(row) -> bool:
+    """Whether a row of :func:`held_out` is one the lesson reads: a prediction outside ±10% in any
+    column (held out or in-sample), or a measured speedup above 2x, which a model that only adds
+    costs cannot reach."""
+    errs = [v for k, v in row.items() if (k.endswith("_err") or k == "in_sample") and v is not None]
+    return any(abs(e) > 100 * TOLERANCE for e in errs) or (row.get("measured") or 0) > 2
+
+
 def hits(rows, key: str) -> tuple:
     """(within ±10%, predicted) over ``rows`` for the error column ``key``."""
     errs = [r[key] for r in rows if r.get(key) is not None]

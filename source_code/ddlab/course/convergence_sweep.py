@@ -485,11 +485,13 @@ def load_recorded(name: str = RECORDED_NAME) -> ConvergenceResult:
     return ConvergenceResult.from_dict(reference.load("experiments", name), source="recorded")
 
 
-def live_or_recorded(source: str = "auto", machine=None) -> ConvergenceResult:
+def live_or_recorded(source: str = "auto", machine=None, progress: Optional[Callable[[str], None]] = None,
+                     done: Optional[Callable[[str], None]] = None) -> ConvergenceResult:
     """The GPU sweep, as the course's one policy (:func:`ddlab.system.policy.decide`) says: live
     (the :data:`LIVE_GPU` points) on a machine with 2 GPUs and DDP, else the recording, else
     an empty result whose ``where()`` is "not recorded yet" and whose note says why.
-    ``source``: "auto", "live" or "recorded"."""
+    ``source``: "auto", "live" or "recorded"; ``progress`` and ``done`` go to :func:`run_sweep`
+    when it runs live."""
     from ddlab.system import policy
     if source not in ("auto", "live", "recorded"):
         raise ValueError(f"unknown source {source!r}; choose one of auto, live, recorded")
@@ -499,7 +501,7 @@ def live_or_recorded(source: str = "auto", machine=None) -> ConvergenceResult:
     if source == "live" and not decision.live:
         raise RuntimeError(f"cannot run convergence live here: {decision.why}")
     if decision.live:
-        return run_sweep(points_for("cuda", live=True), "cuda")
+        return run_sweep(points_for("cuda", live=True), "cuda", progress=progress, done=done)
     try:
         res = load_recorded()
     except FileNotFoundError:
