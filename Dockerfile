@@ -23,6 +23,9 @@ FROM ${BASE_IMAGE}
 # image builds, so they are named (80 = A100, 90 = H100/H200, 100 = B200).
 ARG HOROVOD_BUILD_CUDA_CC_LIST=80,90,100
 
+# NCCL_NVLS_ENABLE=0: NVLink multicast (NVLS) off, as in the course's recordings. On a machine whose GPUs meet
+# in an NVSwitch, NVLS could run the default path's all-reduce inside the switch, which the shm and socket
+# paths (multicast off too) cannot; the tables call the default path "NCCL default, NVLS off".
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TF_USE_LEGACY_KERAS=1 \
