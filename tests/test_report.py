@@ -288,3 +288,16 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     assert "needs 3 GPUs or more" in summary and "Skipped" not in summary
     # every GPU's host link measured, and the one behind a slower link stands out
     assert [i for i, _ in one["host"]] == [0, 1] and "slower: 50% of the fastest GPU" in summary
+
+
+def test_the_summary_shows_a_failed_training_path_shortened():
+    from ddlab.base import tables
+    first = ("rank 1 on host gpu-node-7.cluster.example.org died first: killed by SIGKILL (signal 9; the kernel's "
+             "out-of-memory killer, or a job scheduler)")
+    rows = [{"path": "1 worker", "images_per_s": 100.0}, {"path": "default", "speedup": 1.9},
+            {"path": "shm", "error": first}]
+    items = report_html.summary_items({"training": {"status": "done", "data": {"result": {"rows": rows},
+                                                                               "device": "cuda"}}})
+    [text] = [t for topic, t, _ in items if topic == "Training speedup over 1 worker"]
+    assert text.startswith("default: 1.90x; shm: failed (" + tables.shorten(first, 60) + ")")
+    assert tables.shorten(first, 60).endswith("\u2026") and first not in text

@@ -178,3 +178,20 @@ def test_socket_interface_is_what_the_socket_runs_reported():
     assert res.socket_interface() == "lo"
     res.rows[-1]["nccl_env_reported"] = {"NCCL_IB_DISABLE": "1"}
     assert res.socket_interface() is None                       # not set: NCCL picked one itself
+
+
+def test_a_failed_row_shows_its_error_shortened_and_keeps_it_whole():
+    import html
+    from ddlab.base import tables
+    first = ("rank 1 on host gpu-node-7.cluster.example.org died first: killed by SIGKILL (signal 9; the kernel's "
+             "out-of-memory killer, or a job scheduler)")
+    res = fake_paths_result()
+    res.rows[-1] = dict(res.rows[-1], error=first, error_detail="rank 0: stopped\nlast output:\nKilled")
+    text = res.table()
+    assert tables.shorten("failed: " + first) in text and first not in text      # the screen: shortened
+    assert html.escape("failed: " + first) in res._repr_html_()                  # the cell's title: whole
+    back = ExperimentResult.from_dict(json.loads(json.dumps(res.to_dict())))     # the data: whole
+    assert back.rows[-1]["error"] == first and back.rows[-1]["error_detail"].endswith("Killed")
+    summary = results.summary_table({"nccl-paths": res, "scaling": f"LaunchError: {first}\nmore lines"})
+    assert summary.count(tables.shorten(first)) == 1 and first not in summary
+    assert tables.shorten(f"LaunchError: {first}", 120) in summary and "more lines" not in summary

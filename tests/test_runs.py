@@ -103,3 +103,62 @@ def test_gpu_ddp_is_eager_by_default_and_captures_when_asked():
     assert r["cuda_graph"] is False and "opt-in" in r["cuda_graph_reason"] and r["ranks_agree"] is True
     r = runs.train(spec.with_(cuda_graph="on"))
     assert r["cuda_graph"] is True and r["ranks_agree"] is True
+
+
+# ----------------------------------------------------------------------------- failed runs' rows
+RANK_LINE = ("rank 1 on host gpu-node-7.cluster.example.org died first: killed by SIGKILL (signal 9; the kernel's "
+             "out-of-memory killer, or a job scheduler)")
+
+
+def _launch_error(n_output_lines=100, timeout=False):
+    out = "\n".join(f"output line {i}" for i in range(n_output_lines))
+    res = runs.launch.LaunchResult(command=["torchrun"], returncode=None if timeout else 1, output=out,
+                                   duration_s=3.0, timed_out=timeout)
+    msg = (f"{RANK_LINE}\nrank 0 on host gpu-node-7.cluster.example.org: stopped (its peer went away)\n"
+           f"torchrun launch of 2 process(es) failed with exit code 1.\ncommand: torchrun x.py\nlast output:\n"
+           + res.tail(n_output_lines))
+    return (runs.launch.LaunchTimeout if timeout else runs.launch.LaunchError)(msg, res, failure=object())
+
+
+def test_a_failure_row_keeps_the_rank_line_whole_and_a_bounded_detail():
+    row = runs.failure_row(_launch_error(100), path="shm", workers=2)
+    assert row["error"] == RANK_LINE and len(RANK_LINE) > 120          # not cut: rank, host and signal
+    detail = row["error_detail"].splitlines()
+    assert len(detail) == runs.ERROR_DETAIL_LINES
+    assert detail[:5] == ["rank 0 on host gpu-node-7.cluster.example.org: stopped (its peer went away)",
+                          "torchrun launch of 2 process(es) failed with exit code 1.", "command: torchrun x.py",
+                          "last output:", "... (65 lines left out)"]        # the summary, then the end of the output
+    assert detail[-1] == "output line 99" and detail[5] == "output line 65"
+    assert (row["path"], row["workers"]) == ("shm", 2) and "hang_traceback" not in row
+    short = runs.failure_row(_launch_error(3))
+    assert short["error_detail"].splitlines()[-3:] == ["output line 0", "output line 1", "output line 2"]
+    assert runs.failure_row(_launch_error(3, timeout=True))["hang_traceback"] == ""
+    assert runs.failure_row(RuntimeError("")) == {"error": "RuntimeError"}
+    assert runs.failure_row(RuntimeError("  one line  ")) == {"error": "one line"}
+
+
+def test_error_detail_without_a_launch_summary_keeps_the_end():
+    text = "\n".join(f"l{i}" for i in range(50))
+    assert runs.error_detail(text, 10).splitlines() == ["... (41 lines left out)"] + [f"l{i}" for i in range(41, 50)]
+    assert runs.error_detail("a\nb\n", 10) == "a\nb"
+    with pytest.raises(ValueError):
+        runs.error_detail(text, 2)
+
+
+def test_the_graph_rerun_note_names_the_rank_that_failed_first(monkeypatch):
+    calls = []
+
+    def fake_run(argv, launcher, nproc, env, timeout, echo, python):
+        calls.append(list(argv))
+        if len(calls) == 1:
+            exc = _launch_error(3)
+            exc.result.output += "\n" + STUCK_IN_CAPTURE + "RuntimeError: a later error line\n"
+            raise exc
+        with open(argv[argv.index("--json") + 1], "w") as f:
+            json.dump({"images_per_s": 5.0, "notes": [], "phase_s": {}}, f)
+        return runs.launch.LaunchResult(command=list(argv), returncode=0, output="", duration_s=1.0)
+
+    monkeypatch.setattr(runs.launch, "run", fake_run)
+    r = runs.train(RunSpec.for_device("cuda", "cnn"))
+    assert len(calls) == 2 and r["notes"][-1] == (f"the run with a CUDA graph failed: {RANK_LINE}; this is the rerun "
+                                                  "with --cuda-graph off")

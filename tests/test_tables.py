@@ -161,3 +161,34 @@ def test_where_keeps_the_rows_a_lesson_needs_and_says_how_to_see_all():
     assert slow.notes == ["a note", "2 of 3 rows shown; all of them: `collectives.summary(sweeps)`."]
     assert len(t) == 3 and t.notes == ["a note"]                     # the whole table is unchanged
     assert t.where(lambda r: False, title=None).notes[-1] == "0 of 3 rows shown."
+
+
+# ----------------------------------------------------------------------------- long cells shortened for display
+FAILURE = ("rank 1 on host gpu-node-7 died first: killed by SIGKILL (signal 9, the kernel's out-of-memory "
+           "killer?) while rank 0 waited in an all-reduce")
+
+
+def test_shorten_cuts_long_text_with_an_ellipsis_on_one_line():
+    assert tables.shorten("short") == "short"
+    cut = tables.shorten(FAILURE)
+    assert len(cut) <= tables.SHORT_CHARS == 80 and cut.endswith("\u2026") and FAILURE.startswith(cut[:-1])
+    assert tables.shorten("a\nb", 10) == "a b" and tables.shorten("abcdef", 4) == "abc\u2026"
+    with pytest.raises(ValueError, match="limit"):
+        tables.shorten("x", 1)
+
+
+def test_a_shortened_cell_is_cut_on_screen_and_whole_in_the_data_and_the_html_title():
+    import html
+    t = Table([("path", "text"), ("error", "text")],
+              [{"path": "shm", "error": tables.Shortened(FAILURE)},
+               {"path": "socket", "error": tables.Shortened("rank 0 exited 1")}])
+    text = str(t)
+    assert tables.shorten(FAILURE) in text and FAILURE not in text and "rank 0 exited 1" in text
+    assert t.column("error")[0] == FAILURE and t.to_dict()["rows"][0]["error"] == FAILURE   # stored whole
+    h = t._repr_html_()
+    assert f'<td title="{html.escape(FAILURE)}" ' in h and f">{html.escape(tables.shorten(FAILURE))}</td>" in h
+    assert h.count("title=") == 1                      # a cell shown whole needs no title
+    short = Table([("error", "text")], [{"error": tables.Shortened(FAILURE, limit=30)}])
+    assert len(short.cells()[0][0]) == 30
+    esc = Table([("error", "text")], [{"error": tables.Shortened('a "quoted" <b> ' + "x" * 100)}])._repr_html_()
+    assert 'title="a &quot;quoted&quot; &lt;b&gt; x' in esc

@@ -17,6 +17,11 @@ kind may name the unit the values are stored in after a colon: ``"rate:GB/s"``,
 ``"time:us"``, ``"bytes:MiB"``. A kind may also be a function of one value returning the text.
 Numbers are right-aligned, text left-aligned, unless ``align`` says otherwise. A missing value
 (``None``, NaN, or a key a row lacks) shows as ``missing`` (``n/a`` unless given).
+
+A long text cell, such as a failed run's error, is shown shortened where its value is a
+:class:`Shortened` (:func:`shorten`: about :data:`SHORT_CHARS` characters and an ellipsis); the
+value itself stays whole (``to_dict()``, ``column()``), and in HTML the cell's title (shown on
+hover) holds all of it. Shortening is for display only, never for what is stored.
 """
 from __future__ import annotations
 
@@ -36,6 +41,30 @@ _SCALES = {"bytes": units.SIZE_SCALE, "rate": units.RATE_SCALE, "time": units.TI
 _NUMERIC_KINDS = {"int", "number", "bytes", "rate", "time", "count", "ratio", "percent"}
 
 Kind = Union[None, str, Callable[[object], str]]
+SHORT_CHARS = 80        # how much of a long text cell (an error) a table shows
+ELLIPSIS = "\u2026"
+
+
+def shorten(text, limit: int = SHORT_CHARS) -> str:
+    """``text`` on one line, at most ``limit`` characters: cut, with an ellipsis at the end,
+    where it is longer. For display only."""
+    if limit < 2:
+        raise ValueError(f"limit must be at least 2 characters, got {limit}")
+    one = " ".join(str(text).split("\n"))
+    return one if len(one) <= limit else one[:limit - 1].rstrip() + ELLIPSIS
+
+
+class Shortened(str):
+    """A text value a table shows shortened (:func:`shorten` to ``limit``) and keeps whole: it
+    is the whole text itself, and an HTML cell's title holds it."""
+
+    def __new__(cls, text, limit: int = SHORT_CHARS):
+        obj = super().__new__(cls, str(text))
+        obj.limit = limit
+        return obj
+
+    def short(self) -> str:
+        return shorten(self, self.limit)
 
 
 @dataclass(frozen=True)
@@ -176,6 +205,8 @@ class Table:
         v = row.get(col.key)
         if units.is_missing(v):
             return self.missing
+        if isinstance(v, Shortened):
+            return v.short()
         fmt = _formatter(col.kind)
         if fmt is None:
             fmt = units.format_number if (col.kind is None and _is_number(v)) else str
@@ -226,10 +257,16 @@ class Table:
         right = [self._right(c) for c in self.columns]
         wraps = [c.key in self.wrap for c in self.columns]
 
-        def td(tag, text, r, w=False):
+        def td(tag, text, r, w=False, whole=None):
             style = "text-align: right; font-variant-numeric: tabular-nums" if r else "text-align: left"
             room = "white-space: normal; min-width: 14em; max-width: 34em" if w and tag == "td" else "white-space: nowrap"
-            return f"<{tag} style=\"{room}; {style}\">{esc(text)}</{tag}>"
+            title = f" title=\"{esc(whole)}\"" if whole is not None else ""
+            return f"<{tag}{title} style=\"{room}; {style}\">{esc(text)}</{tag}>"
+
+        def whole(row, col, text):
+            """The whole text of a cell shown shortened (its title), else None."""
+            v = row.get(col.key)
+            return str(v) if isinstance(v, Shortened) and text != str(v) else None
 
         parts = ["<table class=\"ddlab-table\">"]
         if self.title:
@@ -238,8 +275,9 @@ class Table:
             parts.append("<thead><tr>" + "".join(td("th", c.heading, r) for c, r in zip(self.columns, right))
                          + "</tr></thead>")
         parts.append("<tbody>")
-        for row in self.cells():
-            parts.append("<tr>" + "".join(td("td", x, r, w) for x, r, w in zip(row, right, wraps)) + "</tr>")
+        for raw, row in zip(self.rows, self.cells()):
+            parts.append("<tr>" + "".join(td("td", x, r, w, whole(raw, c, x))
+                                          for x, r, w, c in zip(row, right, wraps, self.columns)) + "</tr>")
         parts.append("</tbody></table>")
         parts += [f"<p style=\"margin-top: 0.3em; font-size: smaller\">{esc(n)}</p>" for n in self.notes]
         return "<div class=\"ddlab-table\">" + "".join(parts) + "</div>"

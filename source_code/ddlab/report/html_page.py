@@ -13,7 +13,7 @@ import os
 from typing import Optional
 
 from ddlab.base import units
-from ddlab.base.tables import Table
+from ddlab.base.tables import Table, shorten
 from ddlab.report import one_gpu_page
 from ddlab.report.context import done_data
 
@@ -174,7 +174,7 @@ def summary_items(steps: dict) -> list:
     if tr:
         rows = [r for r in tr["result"]["rows"] if r.get("path") != "1 worker"]
         items.append(("Training speedup over 1 worker", "; ".join(
-            f"{r['path']}: " + (f"failed ({str(r['error'])[:60]})" if r.get("error") else
+            f"{r['path']}: " + (f"failed ({shorten(r['error'], 60)})" if r.get("error") else
                                 units.format_ratio(r["speedup"]) if r.get("speedup") is not None else units.NA)
             for r in rows) + (" (2 CPU processes, gloo)" if tr.get("device") == "cpu" else " (2 GPUs)"), ""))
     items += one_gpu_page.summary_items(steps)

@@ -218,7 +218,9 @@ class ExperimentResult:
         for row in self.rows:
             if row.get("error"):
                 what = "not run" if row.get("not_run") else "failed"   # not_run: refused before any launch
-                cells = [_fmt(row.get(cols[0][1])), f"{what}: {row['error'][:70]}"] + [""] * (len(cols) - 2)
+                # shown shortened, whole in the data and in the HTML cell's title (ddlab.base.tables)
+                failed = tables.Shortened(f"{what}: {row['error']}")
+                cells = [_fmt(row.get(cols[0][1])), failed] + [""] * (len(cols) - 2)
             else:
                 cells = [path_name(row, self.provenance) if key == "path" and row.get("path")
                          else _fmt_cell(row, key, spread) for _, key in cols]
@@ -470,12 +472,12 @@ def summary_table(done: Mapping) -> str:
     lines = ["", "summary", f"{'result':<34} {'row':<30} {'images/s':>12} {'speedup':>8}  transport / note"]
     for name, res in done.items():
         if not isinstance(res, ExperimentResult):
-            lines.append(f"{name:<34} {str(res).splitlines()[0][:120]}")
+            lines.append(f"{name:<34} {tables.shorten((str(res).strip().splitlines() or [''])[0], 120)}")
             continue
         for r in res.rows:
             label = row_label(res.name, r, res.provenance)
             if r.get("error"):
-                lines.append(f"{name:<34} {label:<30} {'failed':>12}           {r['error'][:80]}")
+                lines.append(f"{name:<34} {label:<30} {'failed':>12}           {tables.shorten(r['error'])}")
                 # a timed-out run: where its workers were stuck (innermost frames first)
                 lines += ["    " + ln for ln in (r.get("hang_traceback") or "").splitlines()[:24]]
                 continue

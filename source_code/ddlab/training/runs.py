@@ -119,7 +119,9 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
             tail = exc.result.tail(30)
             stuck = launch.hang_tracebacks(output)
             errors = [ln.strip() for ln in tail.splitlines() if "rror" in ln]
-            why = f"{kind}: " + (errors[-1][:300] if errors else str(exc).splitlines()[0])
+            # the rank that failed first, its host and how (the message's first line), else the last error
+            why = f"{kind}: " + (errors[-1] if errors and getattr(exc, "failure", None) is None
+                                 else error_first_line(exc))
             say(f"{_stamp()} note: the run {kind} after starting its CUDA-graph "
                 f"capture; running it once more with --cuda-graph off (a second launch)")
             result = train(spec.with_(cuda_graph="off"), env, echo, keep_log, python, graph_fallback=False,
@@ -147,16 +149,41 @@ def slim(run: dict) -> dict:
     return {k: v for k, v in run.items() if k != "log"}
 
 
+ERROR_DETAIL_LINES = 40     # at most this many lines of a failure's message after its first
+
+
+def error_first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, whole (its type's name when the message is empty)."""
+    return (str(exc).strip().splitlines() or [""])[0].strip() or type(exc).__name__
+
+
+def error_detail(text: str, max_lines: int = ERROR_DETAIL_LINES) -> str:
+    """The rest of a failure's message, at most ``max_lines`` lines: when longer, its head up to
+    ``last output:`` (the other ranks' state, the launcher's lines: a launch error's summary, at
+    most half the lines), a line saying how many lines were left out, and the end of the output."""
+    if max_lines < 3:
+        raise ValueError(f"max_lines must be at least 3, got {max_lines}")
+    lines = text.strip("\n").splitlines()
+    if len(lines) <= max_lines:
+        return "\n".join(lines).rstrip()
+    mark = next((i for i, ln in enumerate(lines) if ln.strip() == "last output:"), -1)
+    head = lines[:min(mark + 1, max_lines // 2)]
+    tail = lines[len(lines) - (max_lines - len(head) - 1):]
+    left_out = len(lines) - len(head) - len(tail)
+    return "\n".join(head + [f"... ({left_out} lines left out)"] + tail).rstrip()
+
+
 def failure_row(exc: Exception, **fields) -> dict:
     """The row of a run that failed. ``error`` is the message's first line, whole: for a failed
     launch, which rank died first, on which host and how (signal name, exit status or its
     exception's last line). ``error_detail`` keeps the rest of the message (the other ranks'
-    state, the launcher's lines, the end of the output); for a timeout, ``hang_traceback`` says
-    where the workers were stuck."""
-    first, _, rest = str(exc).strip().partition("\n")
-    row = dict(fields, error=first.strip() or type(exc).__name__)
+    state, the launcher's lines, the end of the output), at most :data:`ERROR_DETAIL_LINES`
+    lines (:func:`error_detail`); for a timeout, ``hang_traceback`` says where the workers were
+    stuck. A table shows ``error`` shortened; the row keeps it whole."""
+    _, _, rest = str(exc).strip().partition("\n")
+    row = dict(fields, error=error_first_line(exc))
     if rest.strip():
-        row["error_detail"] = rest.rstrip()
+        row["error_detail"] = error_detail(rest)
     if isinstance(exc, launch.LaunchTimeout) and exc.result is not None:
         row["hang_traceback"] = launch.hang_tracebacks(exc.result.output)
     return row
