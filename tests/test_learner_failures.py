@@ -111,7 +111,7 @@ def test_an_experiment_without_the_data_shows_its_recording_and_says_why(no_data
     assert res.source == "missing" and "make data" in res.notes[0]       # nothing recorded: the empty result says why
 
 
-# ----------------------------------------------------------------------------- notebook 4: TensorFlow without GPUs
+# ----------------------------------------------------------------------------- notebook 5: TensorFlow without GPUs
 def test_tensorflow_without_gpu_support_is_not_live_on_a_two_gpu_machine():
     d = policy.decide(policy.Needs(gpus=2, framework="keras", launcher="horovod"), TWO_GPUS_CPU_TF)
     assert not d.live
@@ -121,7 +121,7 @@ def test_tensorflow_without_gpu_support_is_not_live_on_a_two_gpu_machine():
     assert policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), TWO_GPUS_CPU_TF).live
 
 
-def test_notebook_4_runs_keras_on_cpu_processes_and_says_why(machine, monkeypatch):
+def test_notebook_5_runs_keras_on_cpu_processes_and_says_why(machine, monkeypatch):
     machine(TWO_GPUS_CPU_TF)
     runs_asked = []
 
@@ -131,10 +131,11 @@ def test_notebook_4_runs_keras_on_cpu_processes_and_says_why(machine, monkeypatc
                                             config={"device": device})
     monkeypatch.setattr(experiments, "run_experiment", run)
     shown = []
-    ns = run_cells("notebooks/4.NCCL-P2P-Level-with-Horovod.ipynb", ["a6537ccd"],
+    ns = run_cells("notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb", ["a6537ccd"],
                    {"experiments": experiments, "policy": policy, "display": shown.append})
     assert runs_asked == [("keras", "cpu", {"test_samples": 1000})]          # TensorFlow on CPU, small
-    (res,) = shown
+    (view,) = shown                                                          # shown as its narrow tables
+    res = view.result
     assert res is ns["keras"] and res.config["device"] == "cpu"
     assert res.notes[0].startswith("live on CPU, small: this machine cannot run it on GPUs (it needs 2 GPU(s) and "
                                    "TensorFlow sees 0 of the 2 PyTorch sees")
@@ -334,16 +335,22 @@ def test_run_or_skip_runs_what_the_policy_allows(monkeypatch):
 
 def test_notebook_4_without_two_gpus_shows_the_recorded_level_sweep_and_why(machine, monkeypatch):
     from ddlab.measure import collectives, collectives_recorded, collectives_run
-    from ddlab.system import provenance
+    from ddlab.system import nccl, provenance, topology
     machine(NO_GPU)
     monkeypatch.setattr(collectives_run, "compare_levels", lambda *a, **k: pytest.fail("level sweep without 2 GPUs"))
     printed, shown = [], []
-    ns = {"policy": policy, "collectives": collectives, "collectives_run": collectives_run,
+    ns = {"policy": policy, "collectives": collectives, "collectives_run": collectives_run, "nccl": nccl,
+          "topology": topology, "display": shown.append,
+          "NCCL_LIVE": policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp")),   # the first cell's
           "collectives_recorded": collectives_recorded, "inv": hardware.Inventory(), "caption": provenance.caption,
           "NOW": provenance.collect(inventory=hardware.Inventory()),
           "tables": type("T", (), {"show": staticmethod(shown.append)}),
           "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
-    run_cells("notebooks/4.NCCL-P2P-Level-with-Horovod.ipynb", ["a551901b"], ns)
+    run_cells("notebooks/4.NCCL-Transports-and-P2P-Level.ipynb", ["a551901b"], ns)
     assert printed[0].startswith("recorded on 2x NVIDIA H200") and \
         printed[0].endswith("(not live here: it needs 2 GPU(s) and torch sees 0)")
-    assert len(shown) == 1 and ns["NCCL_LIVE"].live is False
+    assert ns["NCCL_LIVE"].live is False and len(shown) == 2          # the sweep, then the pair's path
+    predicted, measured = shown[1].rows
+    assert predicted["link"] == "NV18" and predicted["LOC"] == "no P2P" and predicted["PIX"] == "P2P"
+    assert measured["pairs"] == "measured" and measured["LOC"] == "SHM" and measured["SYS"] == "P2P"
+    assert printed[1].endswith("levels that gave others: LOC")           # on the recorded pair only LOC differs

@@ -224,3 +224,26 @@ def test_display_name_says_what_default_was():
     assert nccl.display_name("1 worker") == "1 worker" and nccl.display_name("gloo") == "gloo"
     assert nccl.multicast_was_off({"NCCL_NVLS_ENABLE": " 0"}) and not nccl.multicast_was_off({})
     assert "NCCL_NVLS_ENABLE=0" in nccl.MULTICAST_OFF_WHY and "Dockerfile" in nccl.MULTICAST_OFF_WHY
+
+
+def test_pair_levels_predict_each_kind_of_pair_under_each_level():
+    # a PCIe machine: a PIX pair, a PHB (NODE) pair and SYS pairs; no NVLink anywhere
+    topo = parse_topo_matrix("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tPIX\tSYS\nGPU1\tPIX\t X \tNODE\nGPU2\tSYS\tNODE\t X \n")
+    t = nccl.pair_levels(topo)
+    assert t.column("link") == ["PIX", "NODE", "SYS"] and t.column("kind") == ["PIX", "PHB", "SYS"]
+    assert t.column("pairs") == ["0-1", "1-2", "0-2"]
+    assert [r["PIX"] for r in t.rows] == ["P2P", "no P2P", "no P2P"]
+    assert [r["PHB"] for r in t.rows] == ["P2P", "P2P", "no P2P"] and {r["SYS"] for r in t.rows} == {"P2P"}
+    assert {r["LOC"] for r in t.rows} == {r["NVL"] for r in t.rows} == {"no P2P"}
+    # an NVLink pair: every level but LOC allows P2P; a measurement goes in as the last row
+    pair = parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n")
+    m = nccl.pair_levels(pair, measured={"LOC": "SHM", "NVL": "P2P"})
+    assert [m.rows[0][lvl] for lvl in nccl.P2P_LEVELS] == ["no P2P"] + ["P2P"] * 5
+    assert m.rows[1]["pairs"] == "measured" and m.rows[1]["LOC"] == "SHM" and m.rows[1]["SYS"] == "-"
+    assert "what NCCL reported" in m.text()
+    # many pairs of one kind are counted, not listed
+    eight = parse_topo_matrix("\t" + "\t".join(f"GPU{i}" for i in range(5)) + "\n" + "".join(
+        f"GPU{i}\t" + "\t".join(" X " if i == j else "SYS" for j in range(5)) + "\n" for i in range(5)))
+    assert nccl.pair_levels(eight).column("pairs") == ["0-1, 0-2, 0-3 and 7 more"]
+    with pytest.raises(ValueError, match="fewer than two GPUs"):
+        nccl.pair_levels(parse_topo_matrix("\tGPU0\nGPU0\t X \n"))

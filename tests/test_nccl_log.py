@@ -84,6 +84,18 @@ def test_h200x2_captures_show_the_expected_path(name, kind):
         assert log.env.get("NCCL_P2P_DISABLE") == "1" and log.env.get("NCCL_SHM_DISABLE") == "1"
 
 
+def test_the_socket_interface_is_read_and_shown_only_for_socket_connections():
+    both = "h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:192.0.2.2<0> [1]ib0:10.0.0.1<0>\n"
+    assert parse(both).socket_interfaces == ["eth0", "ib0"] and parse(both).to_dict()["socket_interfaces"]
+    assert parse("h:1:1 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>").socket_interfaces == ["lo"]
+    sock = both + "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0\n"
+    assert "NET/Socket ran over interface eth0, ib0" in parse(sock).table()
+    p2p = both + "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+    assert "interface" not in parse(p2p).table()                  # no socket traffic: nothing to say
+    recorded = nccl_log.parse_file(path("h200x2_socket.log"))
+    assert recorded.socket_interfaces and "NET/Socket ran over interface" in recorded.table()
+
+
 # ------------------------------------------------------------------------ line formats
 def test_collective_channels_are_read_from_the_init_line():
     line = "h:1:1 [0] NCCL INFO 24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p"

@@ -10,7 +10,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = {n: os.path.join(REPO, "notebooks", f) for n, f in {
     2: "2.Latency-and-Bandwidth.ipynb",
     3: "3.System-Topology.ipynb",
-    4: "4.NCCL-P2P-Level-with-Horovod.ipynb",
+    4: "4.NCCL-Transports-and-P2P-Level.ipynb",
+    5: "5.NCCL-Paths-with-Horovod-and-DDP.ipynb",
     6: "6.P2P-Bandwidth-Latency-Test.ipynb",
     7: "7.Hands-On-Horovod-and-DDP.ipynb",
     9: "9.Case-Studies.ipynb",
@@ -78,14 +79,26 @@ def test_notebook_4_states_the_nccl_facts_right():
     assert "NCCL counts it like `PHB`" in md
     assert "NET/IB" in md and "NCCL_IB_DISABLE=1" in md
     assert "NVLS" in md and "NCCL's own\ndefaults" in md
-    assert "collectives_run.compare_levels(" in src and "nccl.level_table(t)" in src
+    assert "collectives_run.compare_levels(" in src
     assert "NCCL_NET_DISABLE_INTRA=1" in md and "mode.live_or_recorded(\"nccl-logs\")" in src   # recorded logs, not test fixtures
     assert "tests/fixtures" not in src
-    assert "levels act only on GPUs" in md or "levels and paths act only on GPUs" in md
+    assert "NCCL levels act only between GPUs" in md
+    assert 'mode.live_or_recorded("allreduce")' in src                 # each path's all-reduce bandwidth
 
 
-def test_notebook_4_runs_horovod_and_ddp_live_and_flags_superlinear_speedups():
+def test_notebook_4_shows_the_levels_on_a_pcie_machine_and_says_the_recorded_pair_differs_only_at_loc():
     md, src = text(4), code(4)
+    assert 'for name in ("pcie-4gpu", "dgx1-v100")' in src and "nccl.pair_levels(t)" in src
+    assert "nccl.pair_levels(pair, measured=chose)" in src          # the pair's predicted path beside NCCL's report
+    assert "on the recorded pair only `LOC` differs" in md and "not measured" in md
+    # the socket path is loopback TCP on one host, and the log's interface is printed
+    assert "`NET/Socket` inside one machine is loopback TCP" in md and "socket_interfaces" in src
+    # which parts run live, per the course's policy, not "all live"
+    assert "policy.decide(policy.Needs(gpus=2" in src and "all live" not in md
+
+
+def test_notebook_5_runs_horovod_and_ddp_live_and_flags_superlinear_speedups():
+    md, src = text(5), code(5)
     assert '"torch", "horovod", model, cpu_run=(model == "cnn")' in src
     # on two GPUs Horovod's wide model runs live and its CNN comparison is the recording
     assert "hvd_live = policy.decide(policy.Needs(gpus=2, framework=\"torch\", launcher=\"horovod\")).live" in src
@@ -93,13 +106,14 @@ def test_notebook_4_runs_horovod_and_ddp_live_and_flags_superlinear_speedups():
     assert '"keras", "horovod", "cnn"' in src
     assert '"torch", "ddp", model, cpu_run=(model == "cnn")' in src
     assert "red flag" in md.lower() and 'r["speedup"] > r["workers"]' in src
-    assert "launchers_side_by_side(" in src and "cuda_graph=True" in src
+    assert "launchers_side_by_side(" in src and "cuda_graph=graph" in src
+    assert "res.narrow()" in src and "keras.narrow()" in src            # settings and numbers in two narrow tables
 
 
 def test_exercises_start_unanswered_and_are_checked():
     assert "my_best = None" in code(3) and "my_worst = None" in code(3)
     assert "checks.check_best_worst_pair(dgx1, my_best, my_worst)" in code(3)
-    assert "my_prediction = None" in code(4) and "checks.check_path_ordering(my_prediction" in code(4)
+    assert "my_prediction = None" in code(5) and "checks.check_path_ordering(my_prediction" in code(5)
 
 
 def test_notebook_6_compiles_runs_and_compares():
@@ -126,12 +140,18 @@ def test_no_measured_number_typed_into_the_text(n):
         assert phrase not in md, f"notebook {n} says {phrase!r}"
 
 
-def test_notebook_4_is_honest_about_what_is_recorded():
-    md, src = text(4), code(4)
+def test_notebook_5_is_honest_about_what_is_recorded_and_predicts_like_with_like():
+    md, src = text(5), code(5)
     assert "not recorded yet" in md and "if the course has recorded one" in md
     assert 'reference.load("horovod", "h200x2")' in src            # the Horovod GPU record is shown
-    assert 'load_recorded("perf-options", "torch", "none", "cnn")' in src
     assert src.count("missing_ok=True") >= 3
+    # the prediction takes each run's own one-worker step, never the speed-options runs
+    assert "widgets.StepCase.of_result(label, res)" in src and "perf-options" not in src
+    assert 'cuda_graph=graph, source="recorded"' in src
+    assert "dwarfs" not in md and 'r["share"]' in src                # the wide model's share is printed
+    # the socket rows: loopback TCP, and the interface each launcher's runs used
+    assert "loopback TCP" in md and "res.socket_interface()" in src and "NCCL_SOCKET_IFNAME" in md
+    assert "all live" not in md and "policy.decide(needs)" in src
 
 
 def test_no_notebook_refers_to_sections_of_the_old_single_notebook():

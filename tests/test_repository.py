@@ -321,7 +321,8 @@ def test_the_bootcamp_is_credited_and_the_licences_are_stated():
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert "[NOTICE](NOTICE)" in readme and "CC BY 4.0" in readme and "MIT" in readme
     for nb in ["Start_Here.ipynb", "notebooks/1.Data-Parallel-Training.ipynb", "notebooks/3.System-Topology.ipynb",
-               "notebooks/4.NCCL-P2P-Level-with-Horovod.ipynb", "notebooks/7.Hands-On-Horovod-and-DDP.ipynb",
+               "notebooks/4.NCCL-Transports-and-P2P-Level.ipynb", "notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb",
+               "notebooks/7.Hands-On-Horovod-and-DDP.ipynb",
                "notebooks/8.Convergence-at-Scale.ipynb"]:
         text = "\n".join("".join(c["source"]) for c in json.load(open(os.path.join(ROOT, nb)))["cells"])
         assert "github.com/openhackathons-org/gpubootcamp" in text and "CC BY 4.0" in text, nb

@@ -169,6 +169,10 @@ def test_narrow_tables_split_what_ran_from_what_it_measured():
     assert "p10-p90" in measured.text() and "P2P" in ran.text() and "P2P" not in measured.text()
     scaling = ExperimentResult("scaling", [dict(res.rows[0])], "live", res.provenance, [], res.config, [])
     assert [t.text() for t in scaling.narrow_tables()] == [scaling.as_table().text()]    # nothing to split
+    res.companion = scaling
+    view = res.narrow()
+    assert len(view.tables()) == 3 and str(view).count("NCCL settings") == 1 and "efficiency" in str(view)
+    assert view._repr_html_().count("<table") == 3
 
 
 def test_socket_interface_is_what_the_socket_runs_reported():

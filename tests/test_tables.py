@@ -152,6 +152,25 @@ def test_prose_columns_may_wrap_in_html_and_nothing_else_does():
         Table([("name", "text")], [], wrap=("reason",))
 
 
+def test_select_keeps_rows_and_formats_of_a_column_subset():
+    t = Table([("path", "text"), ("env", "text", "NCCL settings"), ("busbw", "rate:GB/s", "busbw"),
+               ("transport", "text")],
+              [{"path": "default", "env": "(defaults)", "busbw": 300.0, "transport": "P2P"},
+               {"path": "shm", "env": "NCCL_P2P_LEVEL=LOC", "busbw": 28.0, "transport": "SHM"}],
+              title="sweep", notes="a note", wrap=["env"])
+    ran = t.select(["path", "env", "transport"], notes=None)
+    got = t.select(["path", "busbw"], title=None)
+    assert [c.key for c in ran.columns] == ["path", "env", "transport"] and ran.wrap == ("env",)
+    assert ran.title == "sweep" and ran.notes == [] and got.title is None and got.notes == ["a note"]
+    assert got.cells() == [["default", "300 GB/s"], ["shm", "28 GB/s"]] and got.wrap == ()
+    assert "NCCL settings" in ran.text() and "busbw" not in ran.text() and "P2P" not in got.text()
+    assert t.select(["transport", "path"]).cells()[1] == ["SHM", "shm"]          # in the order asked
+    with pytest.raises(ValueError, match="no column 'spread' to select; columns: path, env, busbw, transport"):
+        t.select(["path", "spread"])
+    with pytest.raises(ValueError, match="at least one column"):
+        t.select([])
+
+
 def test_where_keeps_the_rows_a_lesson_needs_and_says_how_to_see_all():
     t = Table([("path", "text"), ("busbw", "rate:GB/s", "busbw")],
               [{"path": "default", "busbw": 300.0}, {"path": "shm", "busbw": 28.0}, {"path": "socket", "busbw": 3.0}],

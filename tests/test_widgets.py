@@ -198,7 +198,7 @@ def test_step_what_if_on_the_recorded_sweeps():
 
 # ----------------------------------------------------------------------------- the step calculator
 def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
-    from ddlab.cost import recorded_runs, validation
+    from ddlab.cost import wrapper_cost
     rec = widgets.recorded_step_s("wide")
     assert rec is not None and rec[1] == 512
     p = widgets.predict_training_step("wide", 512, 2, "recorded:default")
@@ -214,10 +214,10 @@ def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
     # a catalogue link goes through the ring formula; batch scales the step in proportion
     q = widgets.predict_training_step("wide", 1024, 4, "pcie4_x16")
     assert q.compute_s == pytest.approx(2 * rec[0]) and q.gpus == 4
-    # the wrapper's fitted cost adds overhead
-    h = widgets.predict_training_step("cnn", 512, 2, "recorded:default", wrapper="horovod")
-    over = validation.fit_all_overheads(recorded_runs.recorded_points())["horovod"]
-    assert h.wrapper_s == pytest.approx(over.total_s(len(h.step.buckets)))
+    # the wrapper's measured cost adds overhead (Horovod's: 0, not measurable on one worker)
+    h = widgets.predict_training_step("cnn", 512, 2, "recorded:default", wrapper="ddp")
+    over = wrapper_cost.measured("ddp")
+    assert h.wrapper_s == pytest.approx(over.total_s(len(h.step.buckets))) and h.wrapper_s > 0
     assert widgets.predict_training_step("mlp-small", 64, 2, "pcie3_x16", step_ms=0.5).compute_s == pytest.approx(5e-4)
 
 
@@ -281,3 +281,24 @@ def test_step_calculator_without_ipywidgets_prints_the_prediction(monkeypatch, c
     p = widgets.step_calculator("cnn", 512, 2, "recorded:shm")
     assert p.gpus == 2 and p.speedup > 1
     assert "ipywidgets is not installed" in capsys.readouterr().out
+
+
+def test_a_case_of_a_result_predicts_with_its_own_one_worker_step_beside_what_it_measured():
+    from ddlab.training.results import ExperimentResult
+    rows = [{"path": "1 worker", "workers": 1, "device": "cuda", "step_ms_median": 2.0, "speedup": 1.0},
+            {"path": "fast", "workers": 2, "device": "cuda", "step_ms_median": 2.1, "speedup": 1.9},
+            {"path": "slow", "workers": 2, "device": "cuda", "error": "timed out"}]
+    res = ExperimentResult("nccl-paths", rows, "recorded", {}, [], {"gradient_bytes_per_step": 1e6})
+    case = widgets.StepCase.of_result("m", res)
+    assert case.compute_s == pytest.approx(2e-3) and case.grad_bytes == 1e6 and case.measured == {"fast": 1.9}
+    sweeps = {"fast": _Sweep([(1e6, 10.0), (1e9, 10_000.0)]), "slow": _Sweep([(1e6, 1000.0), (1e9, 1e6)])}
+    what = widgets.step_what_if([case], sweeps)
+    assert what.row("m", "fast")["measured"] == 1.9 and what.row("m", "slow")["measured"] is None
+    assert what.row("m", "fast")["speedup"] == pytest.approx(2 * 2e-3 / (2e-3 + 10e-6))
+    assert "measured" in [c.key for c in what.table().columns] and "1.90x" in str(what.table())
+    # a result with no one-worker GPU run gives no step, and nothing measured shows no column
+    gpu_less = ExperimentResult("nccl-paths", rows[1:], "recorded", {}, [], {"gradient_bytes_per_step": 1e6})
+    assert widgets.StepCase.of_result("m", gpu_less).compute_s is None
+    assert "measured" not in [c.key for c in widgets.step_what_if([("m", 1e6, 2e-3)], sweeps).table().columns]
+    with pytest.raises(ValueError, match="gradient bytes"):
+        widgets.StepCase.of_result("m", ExperimentResult("nccl-paths", rows, "recorded", {}, [], {}))

@@ -8,6 +8,7 @@ column states::
               [{"path": "default", "busbw_gbps": 362.1, "speedup": 1.93}],
               title="All-reduce on 2 GPUs", notes="GB/s = 10^9 B/s, as nccl-tests reports.")
     show(t)        # Jupyter: an HTML table; a terminal: the aligned text of str(t)
+    show(t.select(["path", "speedup"]))    # some of its columns: a wide table split for a narrow screen
 
 Column kinds: ``"text"``; ``"bytes"`` (binary sizes); ``"rate"`` (SI, bytes per second);
 ``"time"`` (seconds); ``"count"`` (thousands separators); ``"ratio"`` (``1.85x``);
@@ -41,6 +42,7 @@ _SCALES = {"bytes": units.SIZE_SCALE, "rate": units.RATE_SCALE, "time": units.TI
 _NUMERIC_KINDS = {"int", "number", "bytes", "rate", "time", "count", "ratio", "percent"}
 
 Kind = Union[None, str, Callable[[object], str]]
+_SAME = object()       # Table.select: keep this table's title or notes
 SHORT_CHARS = 80        # how much of a long text cell (an error) a table shows
 ELLIPSIS = "\u2026"
 
@@ -180,6 +182,22 @@ class Table:
         if key not in [c.key for c in self.columns]:
             raise KeyError(f"no column {key!r}; columns: {', '.join(c.key for c in self.columns)}")
         return [r.get(key) for r in self.rows]
+
+    def select(self, keys: Sequence[str], title=_SAME, notes=_SAME) -> "Table":
+        """A table of the same rows with only the columns ``keys``, in that order: a table too
+        wide for a narrow screen shown as two or more narrower ones, each repeating the column
+        that names the row. ``title`` and ``notes``: this table's unless given (``None`` or
+        ``[]`` leaves them out)."""
+        known = [c.key for c in self.columns]
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise ValueError(f"no column {unknown[0]!r} to select; columns: {', '.join(known)}")
+        if not keys:
+            raise ValueError("select at least one column")
+        cols = [self.columns[known.index(k)] for k in keys]
+        return Table(cols, self.rows, title=self.title if title is _SAME else title,
+                     notes=self.notes if notes is _SAME else notes,
+                     missing=self.missing, header=self.header, wrap=[k for k in self.wrap if k in keys])
 
     def where(self, keep, whole: str = "", title=_SAME) -> "Table":
         """The rows for which ``keep(row)`` is true (a long table cut to the rows a lesson

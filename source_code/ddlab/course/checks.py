@@ -2,7 +2,7 @@
 
 * :func:`check_best_worst_pair` - notebook 3: name the best and the worst GPU pair of a
   machine from its ``nvidia-smi topo -m`` matrix.
-* :func:`check_path_ordering` - notebook 4: predict the order of the three NCCL paths
+* :func:`check_path_ordering` - notebook 5: predict the order of the three NCCL paths
   (default, shm, socket) before running the experiment.
 * :func:`check_p2p_diagnosis` - notebook 9: name the slow GPU and the asymmetric pair of a p2p
   bandwidth matrix (answers that name no GPU of the matrix get the valid choices, not an error).

@@ -201,6 +201,28 @@ HOST_STAGED_BOUND = Question(
     {0: "Without peer access the NVLink is not used at all.",
      2: "GPU memory is far faster than the PCIe hops the staged copy has to take."})
 
+SOCKET_LOOPBACK = Question(
+    "The course's socket path joins two GPUs of ONE machine through NCCL's TCP sockets. What does that traffic "
+    "cross?",
+    ("a network link, as between two nodes", "the kernel's TCP stack of that one host (loopback), whichever "
+     "interface NCCL names", "the NVLink between the GPUs"), 1,
+    "Both processes run on one host, so the sockets join the host to itself: GPU to a host buffer, through the "
+    "kernel's TCP stack, to a host buffer, to the other GPU. No packet leaves the machine, whether NCCL uses lo or "
+    "the machine's own address on eth0 (the kernel delivers a packet for its own address locally). The path "
+    "shows what NCCL's network transport and its host copies cost, not what a network adds between nodes.",
+    {0: "No packet leaves the machine: both ends of every socket are on it.",
+     2: "P2P is off on this path, so the NVLink carries nothing."})
+GRAPH_SHARE = Question(
+    "Capturing the training step as a CUDA graph halves one GPU's step time; the gradients, and so the all-reduce, "
+    "stay the same. How much does the NCCL path matter now?",
+    ("just as much: the all-reduce did not change", "more: the same all-reduce is a larger share of a shorter "
+     "step", "less: the graph speeds up the all-reduce too"), 1,
+    "The speedup depends on the share s = T_all-reduce / t: 2/(1+s) on two GPUs when nothing overlaps. Halving t "
+    "doubles s, so a slow path takes more of the second GPU. Every speed-up of the compute makes the interconnect "
+    "more important.",
+    {0: "The all-reduce takes as long as before, but it is weighed against a shorter step.",
+     2: "The graph removes the gaps between kernel launches; the bytes NCCL moves and the link's rate stay the same."})
+
 # Notebook 7 (hands-on).
 NO_SAMPLER = Question(
     "Two processes train with DDP, but the DataLoader has no `DistributedSampler` (`shuffle=True`, the same "
@@ -339,7 +361,8 @@ QUIZZES = {
     1: DATA_PARALLEL_QUIZ,
     2: (QUIZ[0], QUIZ[3], ALPHA_OF_A_CALL),
     3: (QUIZ[2], NODE_LABEL, RING_BOTTLENECK),
-    4: (QUIZ[1], LEVEL_UNSET, QUIZ[4], QUIZ[5], SUPERLINEAR),
+    4: (QUIZ[1], LEVEL_UNSET, QUIZ[4], SOCKET_LOOPBACK),
+    5: (QUIZ[5], GRAPH_SHARE, SUPERLINEAR),
     6: (QUIZ[6], HOST_STAGED_BOUND, BIDIRECTIONAL),
     7: HANDSON_QUIZ,
     8: CONVERGENCE_QUIZ,

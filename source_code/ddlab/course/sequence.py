@@ -30,12 +30,22 @@ NOTEBOOKS = {
         "multi-gpu": "this machine's `nvidia-smi topo -m`, parsed, ranked and drawn, and the pair experiment where "
                      "its pairs differ",
     }),
-    4: ("NCCL_P2P_LEVEL with Horovod on Fashion-MNIST", {
+    4: ("NCCL transports and NCCL_P2P_LEVEL", {
+        "cpu": "the level predictions for the recorded topologies; NCCL acts only between GPUs, so its logs, the "
+               "level sweep and the all-reduce under each NCCL path are recorded",
+        "single-gpu": "the level predictions for the recorded topologies; NCCL needs two GPUs, so its logs, the "
+                      "level sweep and the all-reduce under each NCCL path are recorded",
+        "multi-gpu": "NCCL's logs, the level sweep and the all-reduce under each NCCL path on this machine's GPUs, "
+                     "beside the level predictions for its topology and the recorded ones",
+    }),
+    5: ("Training under each NCCL path with Horovod and DDP", {
         "cpu": "Horovod (PyTorch and Keras) and DDP training on 2 CPU processes over Gloo; NCCL acts only on GPUs, "
-               "so its logs, the level sweep and the path comparison are recorded",
-        "single-gpu": "Horovod (PyTorch and Keras) and DDP training on 2 CPU processes over Gloo; NCCL needs two "
-                      "GPUs, so its logs, the level sweep and the path comparison are recorded",
-        "multi-gpu": "NCCL's logs, the level sweep and the training under each NCCL path, live on this machine's GPUs",
+               "so the training under each NCCL path is the recording, and so are the predictions' runs",
+        "single-gpu": "Horovod (PyTorch and Keras) and DDP training on 2 CPU processes over Gloo; the path "
+                      "comparison needs two GPUs, so it is the recording, and so are the predictions' runs",
+        "multi-gpu": "DDP training of both models and Horovod training of the wide model under each NCCL path, and "
+                     "Keras where TensorFlow sees the GPUs; Horovod's CNN comparison, the DDP-Horovod table and "
+                     "the runs the predictions use are the recordings",
     }),
     6: ("The compiled p2p bandwidth/latency test", {
         "cpu": "nothing of the GPU test: the compile command is shown and the recorded run drawn; the all-reduce "

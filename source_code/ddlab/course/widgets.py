@@ -258,10 +258,27 @@ def step_verdict(share: float, n: int = 2) -> str:
 @dataclass(frozen=True)
 class StepCase:
     """One model (or one way of running it) for :func:`step_what_if`: its gradient bytes per
-    step and, when known, how long one GPU takes for a training step (compute only)."""
+    step and, when known, how long one GPU takes for a training step (compute only), and the
+    speedup measured on each path (path -> speedup) of the same configuration."""
     label: str
     grad_bytes: float
     compute_s: Optional[float] = None
+    measured: Optional[dict] = None
+
+    @classmethod
+    def of_result(cls, label: str, result) -> "StepCase":
+        """The case an NCCL-path comparison (:class:`ddlab.training.results.ExperimentResult`)
+        measured: its gradient bytes per step, the step of its own one-worker GPU run (the same run
+        description as the 2-GPU runs: launcher, precision, batch, CUDA graph or not), and each
+        path's measured speedup. Without a one-worker GPU row the step is unknown (None)."""
+        rows = [r for r in result.rows if not r.get("error")]
+        one = [r for r in rows if r.get("workers") == 1 and r.get("device") == "cuda" and r.get("step_ms_median")]
+        grad = result.config.get("gradient_bytes_per_step")
+        if not grad:
+            raise ValueError(f"{label}: the result does not say its gradient bytes per step")
+        return cls(label, grad, one[0]["step_ms_median"] * 1e-3 if one else None,
+                   {r["path"]: r["speedup"] for r in rows
+                    if (r.get("workers") or 0) > 1 and r.get("speedup") is not None and r.get("device") == "cuda"})
 
 
 @dataclass
@@ -283,17 +300,20 @@ class StepWhatIf:
             return {"label": r["label"], "grad_bytes": r["grad_bytes"], "path": r["path"], "comm_s": r["comm_s"],
                     "compute_s": r["compute_s"] if known else "not recorded",
                     "share": r["share"] if known else "-", "speedup": r["speedup"] if known else "-",
-                    "verdict": r["verdict"] or "-"}
+                    "verdict": r["verdict"] or "-", "measured": r.get("measured") or "-"}
         cols = [("label", "text", "case"), ("grad_bytes", "bytes", "gradients"), ("path", "text"),
                 ("comm_s", _or_text(format_time), "all-reduce"), ("compute_s", _or_text(format_time), "1-GPU step"),
                 ("share", _or_text(lambda v: f"{v:.2f}"), "comm / step"),
-                ("speedup", _or_text(format_ratio), f"predicted {self.ranks}-GPU speedup"),
-                ("verdict", "text")]
+                ("speedup", _or_text(format_ratio), f"predicted {self.ranks}-GPU speedup")]
+        if any(r.get("measured") is not None for r in self.rows):
+            cols.append(("measured", _or_text(format_ratio), "measured"))
+        cols.append(("verdict", "text"))
         note = (f"comm / step = all-reduce time / one GPU's step time; predicted speedup = {self.ranks} x step / "
                 "(step + all-reduce), with no overlap of the all-reduce and the backward pass. Verdict: "
                 + "; ".join(f"{v} {rule}" for v, rule in VERDICT_RULES) + ".")
         return Table(cols, [cell(r) for r in self.rows],
-                     align={k: "right" for k in ("grad_bytes", "comm_s", "compute_s", "share", "speedup")},
+                     align={k: "right" for k in ("grad_bytes", "comm_s", "compute_s", "share", "speedup", "measured")
+                            if k in {c[0] for c in cols}},
                      title=f"One step's all-reduce on {self.ranks} GPUs, read off measured sweeps"
                            + (f" ({self.where})" if self.where else ""), notes=note)
 
@@ -333,7 +353,8 @@ def step_what_if(cases, sweeps, where: str = "") -> StepWhatIf:
         for path, sweep in sweeps.items():
             comm = sweep_time_s(sweep, c.grad_bytes)
             row = {"label": c.label, "grad_bytes": c.grad_bytes, "path": path, "comm_s": comm,
-                   "compute_s": c.compute_s, "share": None, "speedup": None, "verdict": None}
+                   "compute_s": c.compute_s, "share": None, "speedup": None, "verdict": None,
+                   "measured": (c.measured or {}).get(path)}
             if c.compute_s is not None:
                 t = c.compute_s
                 speedup = n * t / step_model.step_time(t, comm, overlap=0.0)
@@ -378,8 +399,8 @@ def predict_training_step(model: str = "wide", batch: int = 512, n_gpus: int = 2
     ``"recorded:<path>"`` (the alpha-beta fit of that path's recorded all-reduce sweep).
     ``step_ms``: one GPU's step at ``batch``; by default the recorded one-GPU step of the
     model scaled in proportion to the batch (an assumption: a small model's step is mostly
-    fixed launch cost and grows more slowly). ``wrapper``: "none", or the fixed costs fitted
-    to the recorded runs of "ddp" or "horovod"."""
+    fixed launch cost and grows more slowly). ``wrapper``: "none", or the framework whose
+    cost is added ("ddp": measured on one worker; "horovod": its fusion and cycle)."""
     from ddlab.training import models as _models
     _models.check(model)
     if isinstance(batch, bool) or int(batch) != batch or batch < 1:

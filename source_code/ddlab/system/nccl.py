@@ -371,6 +371,38 @@ def level_table(topology, nvb: bool = True) -> LevelTable:
     return LevelTable(tuple(rows), len(pairs), nvb_pairs=nvb_pairs, nvb=nvb)
 
 
+def pair_levels(topology, nvb: bool = True, measured: Optional[Mapping[str, str]] = None):
+    """What each NCCL_P2P_LEVEL lets NCCL use between each kind of GPU pair of ``topology``, as a
+    :class:`ddlab.base.tables.Table`: one row per link label (its pairs, the label, NCCL's path kind),
+    one column per level, "P2P" where the level allows it and "no P2P" where it does not (NCCL then
+    joins the pair through shared host memory, or its network where it judges that faster). A
+    prediction from the topology by :func:`level_allows`. ``measured``: level -> the transports NCCL
+    reported on this topology's pair (a two-GPU machine), added as a last row."""
+    from ddlab.base.tables import Table
+    gpus = list(topology.gpus)
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    if not pairs:
+        raise ValueError("this topology has fewer than two GPUs: no pair to use P2P between")
+    groups: dict = {}                          # label -> (path kind, rank, pairs)
+    for a, b in pairs:
+        ln, kind = topology.link(a, b), path_kind(topology, a, b, nvb)
+        label = f"{ln.label} via NVB" if kind == "NVB" else ln.label
+        groups.setdefault(label, (kind, ln.rank, []))[2].append(f"{a}-{b}")
+    rows = []
+    for label in sorted(groups, key=lambda lab: (PATH_KINDS.index(groups[lab][0]), -groups[lab][1])):
+        kind, _, names = groups[label]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        rows.append({"pairs": shown, "link": label, "kind": kind,
+                     **{lvl: "P2P" if level_allows(lvl, kind) else "no P2P" for lvl in P2P_LEVELS}})
+    if measured:
+        rows.append({"pairs": "measured", "link": "", "kind": "",
+                     **{lvl: measured.get(lvl, "-") for lvl in P2P_LEVELS}})
+    return Table([("pairs", "text", "GPU pairs"), ("link", "text", "topo -m"), ("kind", "text", "NCCL path"),
+                  *[(lvl, "text") for lvl in P2P_LEVELS]], rows,
+                 notes=["predicted from the topology: P2P where the path is no longer than the level"
+                        + ("; the last row is what NCCL reported" if measured else "")])
+
+
 # --------------------------------------------------------------------------- shell scripts
 def cli(argv: list) -> int:
     """``python -m ddlab.system.nccl env PATH [--multicast-off]``: the path's settings as ``K=V`` words

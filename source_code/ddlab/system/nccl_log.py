@@ -45,6 +45,9 @@ _NRANKS = re.compile(r"\bnranks\s+(\d+)", re.IGNORECASE)
 _COLL_CHANNELS = re.compile(r"\b(\d+) coll channels")
 _SOURCE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+NCCL\s")
 _MARK = re.compile(r"NCCL (?:INFO|WARN)\b|NCCL version\s+\d")
+# "NET/Socket : Using [0]eth0:192.0.2.2<0> [1]eth1:..." at init: the interfaces its sockets use.
+_SOCKET_USING = re.compile(r"NET/Socket\s*:\s*Using\s+(?P<ifs>.*)$")
+_SOCKET_IF = re.compile(r"\[\d+\]\s*(?P<name>[^\s:<\[]+)")
 
 
 def transport_kind(transport: str) -> str:
@@ -93,6 +96,7 @@ class NcclLog:
     warnings: list = field(default_factory=list)
     nccl_lines: int = 0
     coll_channels: Optional[int] = None     # channels of a collective (one GPU thread block each)
+    socket_interfaces: list = field(default_factory=list)   # the interfaces NET/Socket said it uses
 
     @property
     def empty(self) -> bool:
@@ -155,6 +159,8 @@ class NcclLog:
             if any(c.direction for c in self.connections):
                 parts.append(("text", "(a network connection is printed by both ends: [send] by the sender, "
                                       "[receive] by the receiver, so it is counted twice)"))
+        if self.socket_interfaces and "NET/Socket" in self.transport_counts():
+            parts.append(("text", f"NET/Socket ran over interface {', '.join(self.socket_interfaces)}"))
         if self.warnings:
             parts.append(("text", f"NCCL warnings ({len(self.warnings)}):\n"
                           + "\n".join(f"  {w}" for w in self.warnings[:10])))
@@ -178,7 +184,8 @@ class NcclLog:
         return {"version": self.version, "version_full": self.version_full, "nranks": self.nranks, "env": self.env,
                 "transport_counts": self.transport_counts(), "transports": self.transports(),
                 "connections": [asdict(c) for c in self.connections], "warnings": self.warnings,
-                "nccl_lines": self.nccl_lines, "empty": self.empty, "coll_channels": self.coll_channels}
+                "nccl_lines": self.nccl_lines, "empty": self.empty, "coll_channels": self.coll_channels,
+                "socket_interfaces": self.socket_interfaces}
 
 
 def parse(text: str) -> NcclLog:
@@ -204,6 +211,11 @@ def parse(text: str) -> NcclLog:
             log.nranks = max(log.nranks or 0, int(n))
         for n in _COLL_CHANNELS.findall(line):
             log.coll_channels = max(log.coll_channels or 0, int(n))
+        m = _SOCKET_USING.search(line)
+        if m:
+            for name in _SOCKET_IF.findall(m.group("ifs")):
+                if name not in log.socket_interfaces:
+                    log.socket_interfaces.append(name)
         if "NCCL WARN" in line:
             log.warnings.append(line[line.index("NCCL WARN") + len("NCCL WARN"):].strip())
         if conn:

@@ -8,7 +8,7 @@ than 2.0x faster than one; field ``above_linear`` on the row and a note under th
 and, for a recording, whether its run description is today's live default
 (:meth:`ExperimentResult.live_default_differences` and a note).
 
-A little over 400 lines, on purpose: the result, its table and plot, and the views over
+About 500 lines, on purpose: the result, its table and plot, and the views over
 several results all read the same rows; split, each half would need the other's helpers.
 """
 from __future__ import annotations
@@ -30,6 +30,25 @@ TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launcher
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
 _SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning", "strong-scaling")
 _BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.system.nccl's
+
+
+@dataclass
+class NarrowView:
+    """An :class:`ExperimentResult` shown as its narrow tables, then its companion's: HTML in Jupyter,
+    text in a terminal."""
+    result: "ExperimentResult"
+
+    def tables(self) -> list:
+        r = self.result
+        return r.narrow_tables() + (r.companion.narrow_tables() if r.companion is not None else [])
+
+    def _repr_html_(self) -> str:
+        return "".join(t._repr_html_() for t in self.tables())
+
+    def __str__(self) -> str:
+        return "\n\n".join(t.text() for t in self.tables())
+
+    __repr__ = __str__
 
 
 # ----------------------------------------------------------------------------- rows
@@ -233,15 +252,19 @@ class ExperimentResult:
         """:meth:`as_table` as two narrower tables that fit a 1280-pixel screen, each starting with
         the column that names the row: what ran (the NCCL settings, the transport NCCL chose) and
         what it measured (the rest); the title above the first, the notes below the second. A table
-        without settings or transport columns stays whole."""
+        without a settings column stays whole."""
         t = self.as_table()
         keys = [c.key for c in t.columns]
-        ran = [k for k in ("env_text", "flags", "transport") if k in keys]
-        if not ran:
+        if not {"env_text", "flags"} & set(keys):
             return [t]
+        ran = [k for k in ("env_text", "flags", "transport") if k in keys]
         first = keys[0]
         return [t.select([first] + ran, notes=[]),
                 t.select([first] + [k for k in keys[1:] if k not in ran], title=None)]
+
+    def narrow(self) -> "NarrowView":
+        """The result (and its companion below it) as :meth:`narrow_tables`, for ``display``."""
+        return NarrowView(self)
 
     def socket_interface(self) -> Optional[str]:
         """The network interface the socket path's runs told NCCL to use (``NCCL_SOCKET_IFNAME``
