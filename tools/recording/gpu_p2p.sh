@@ -78,8 +78,9 @@ rc=$?; expect no-gpu 2 $rc; cat "$OUT/no_gpu.txt"
 
 step "ddlab p2p --json (build if needed, run, parse, record with provenance)"
 "$PYTHON" -m ddlab p2p --json ${PEAK[@]+"${PEAK[@]}"} --record "$OUT/${NAME}_record.json" \
-    > "$OUT/ddlab_p2p.json" 2> "$OUT/ddlab_p2p.err"
+    > "$OUT/.ddlab_p2p.json.tmp" 2> "$OUT/ddlab_p2p.err"
 rc=$?; expect "ddlab p2p --json" 0 $rc; cat "$OUT/ddlab_p2p.err"
+mv -f "$OUT/.ddlab_p2p.json.tmp" "$OUT/ddlab_p2p.json"     # whole, or the command's partial output named as such
 [ $rc -eq 0 ] && "$PYTHON" -c 'import json,sys; print("   summary:", json.load(open(sys.argv[1]))["summary"])' \
     "$OUT/ddlab_p2p.json"
 

@@ -15,7 +15,7 @@ source tools/recording/gpu_setup.sh
 nvidia-smi topo -m > "$P/topo.txt" 2>&1
 nvidia-smi topo -m | cat -A | head -5 > "$P/topo_cat_A.txt"
 nvidia-smi nvlink --status > "$P/nvlink_status.txt" 2>&1
-python3 -m ddlab doctor > "$P/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$P/doctor.json" 2>&1
+python3 -m ddlab doctor > "$P/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$P/.doctor.json.tmp" 2>&1; mv -f "$P/.doctor.json.tmp" "$P/doctor.json"
 # Horovod GPU build from the sdist in .carry/
 t0=$(date +%s)
 PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_FILE HOROVOD_CACHE=/tmp/hvdcache bash tools/build_horovod.sh > "$P/hvd_build.txt" 2>&1

@@ -25,7 +25,7 @@ for path in default shm; do
   echo "hvd smoke $path rc=$?"; grep -h '"kind": "smoke"' "$W/hvd_smoke_$path.log"; grep -h " via " "$W/hvd_smoke_$path.log" | head -2
 done
 step "doctor and topology"
-python3 -m ddlab doctor > "$W/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$W/doctor.json" 2>&1
+python3 -m ddlab doctor > "$W/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$W/.doctor.json.tmp" 2>&1; mv -f "$W/.doctor.json.tmp" "$W/doctor.json"
 python3 -m ddlab topo > "$W/topo_report.txt" 2>&1; head -20 "$W/topo_report.txt"
 nvidia-smi topo -m > "$W/topo.txt" 2>&1
 python3 -m ddlab topo --save "$NAME" > "$W/topo_save.txt" 2>&1; tail -2 "$W/topo_save.txt"
