@@ -6,7 +6,7 @@ import pytest
 
 from ddlab.course import case_studies as cs
 from ddlab.course import checks
-from ddlab.cost import alpha_beta, recorded_runs, step_model, validation
+from ddlab.cost import alpha_beta, recorded_runs, step_model, wrapper_cost
 from ddlab.measure import p2p_diagnosis
 from ddlab.base import reference
 from ddlab.training.results import ExperimentResult
@@ -166,7 +166,7 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
     t = cs.second_gpu_live(Inventory(), machine=one_gpu)
     assert calls == [("mlp-small", "ddp", 1, 3, "cuda", (1,), "cuda")]
     rec = recorded_runs.recorded_points()
-    over = validation.fit_all_overheads(rec)["ddp"]
+    over = wrapper_cost.over_one_worker_step("ddp")      # DDP at world size 1: its cost is in the step
     rows = {r["path"]: r for r in t.to_dict()["rows"]}
     assert set(rows) == set(rec.fits) == {"default", "shm", "socket"}
     for path, fit in rec.fits.items():

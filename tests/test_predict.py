@@ -89,17 +89,35 @@ def test_a_sweep_file_is_fitted_and_carried_by_its_ranks(tmp_path):
     assert "sweep.json" in p.fits and "path shm" in p.sources["exposed communication"]
 
 
-def test_recorded_fits_and_the_fitted_wrapper_cost():
-    from ddlab.cost import recorded_runs, validation
+def test_recorded_fits_and_the_measured_wrapper_cost():
+    from ddlab.cost import wrapper_cost
     p = pr.predict("wide", step_ms=2.857, batch=512, path="shm")
-    rec = recorded_runs.recorded_points()
-    over = validation.fit_all_overheads(rec)["ddp"]
-    assert p.wrapper_s == pytest.approx(over.total_s(len(p.step.buckets)))
+    over = wrapper_cost.measured("ddp")
+    assert p.wrapper_s == pytest.approx(over.total_s(len(p.step.buckets))) and over.basis == "measured"
     assert p.bound == "exposed communication" and p.speedup < 1
     assert "recorded step profile of wide" in p.sources["exposed communication"]
-    assert "fitted to the recorded ddp runs" in p.sources["wrapper"]
+    assert "measured: DDP with world size 1 over the plain step" in p.sources["wrapper"]
+    assert p.step.term("wrapper").basis == "measured"
+    # Horovod: no hooks at size 1, so nothing measured on one worker: 0, and the reason given
     h = pr.predict("cnn", step_ms=2.0, batch=512, framework="horovod")
-    assert "not modelled yet" in h.sources["wrapper"] and h.wrapper_s > p.wrapper_s
+    assert h.wrapper_s == 0 and "hooks only when its size is above 1" in h.sources["wrapper"]
+    assert h.step.term("cycle wait").seconds == pytest.approx(0.5e-3)
+
+
+def test_horovod_fusion_and_cycle_by_hand():
+    # mlp 512-1024-512 (2,099,200 + 2,101,248 B) fits one 128 MiB fusion buffer: one all-reduce of
+    # 4,200,448 B at alpha 0.1 ms, beta 2.0992e9 B/s = 0.1 + 2.000976 ms, after half a 1 ms cycle: step 3 ms +
+    # 0.5 ms + 2.100976 ms = 5.600976 ms, nothing hidden; speedup 2 x 3 / 5.600976.
+    p = pr.predict(mlp=[512, 1024, 512], step_ms=3.0, batch=32, gpus=2, framework="horovod",
+                   fits={"default": AlphaBeta(1e-4, 2.0992e9)}, wrapper=Overheads())
+    assert [b.nbytes for b in p.step.buckets] == [4_200_448]
+    assert p.step.comm_s == pytest.approx(0.1e-3 + 4_200_448 / 2.0992e9)
+    assert p.exposed_comm_s == pytest.approx(0.5e-3 + p.step.comm_s) and p.step.hidden_comm_s == 0
+    assert p.speedup == pytest.approx(6.0 / (3.0 + 0.5 + 2.100976))
+    d = p.to_dict()
+    assert d["cycle_wait_ms"] == pytest.approx(0.5)
+    assert {t["name"] for t in d["terms"]} >= {"one-GPU step", "wrapper", "all-reduce", "cycle wait",
+                                               "exposed communication", "grows with the batch"}
 
 
 def test_measure_times_the_step_on_this_machine():
@@ -124,8 +142,10 @@ def test_the_command_json_has_speedup_step_and_terms(tmp_path, capsys):
     assert pr.cli(["--mlp", "100,100,10", "--step-ms", "1", "--batch", "64", "--gpus", "4", "--fits", f,
                    "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    for key in ("speedup", "step_ms", "compute_ms", "exposed_comm_ms", "wrapper_ms", "bound", "sources"):
+    for key in ("speedup", "step_ms", "compute_ms", "exposed_comm_ms", "wrapper_ms", "bound", "sources", "terms"):
         assert key in obj
+    assert all(t["source"] and t["basis"] for t in obj["terms"])
+    assert next(t for t in obj["terms"] if t["name"] == "grows with the batch")["basis"] == "assumed"
     assert obj["step_ms"] == pytest.approx(obj["compute_ms"] + obj["exposed_comm_ms"] + obj["wrapper_ms"])
     assert obj["exposed_comm_ms"] == pytest.approx((10e-6 + 44_440 * 1.5 / 1e9) * 1e3, rel=1e-6)
     assert obj["speedup"] == pytest.approx(4 * 1.0 / obj["step_ms"])

@@ -145,3 +145,45 @@ def test_a_step_profile_replaces_the_assumptions():
     with_prof = sm.predict_step("wide", 5e-3, link, profile=prof)
     assert with_prof.buckets[0].ready == pytest.approx(0.3)          # dense1's gradient, from the profile
     assert with_prof.exposed_comm_s < sm.predict_step("wide", 5e-3, link).exposed_comm_s
+
+
+def test_horovod_fuses_waits_half_a_cycle_and_overlaps_nothing_by_hand():
+    mb = 1024 * 1024
+    layers = [Layer("a", 10 * mb // 4, 1.0), Layer("b", 20 * mb // 4, 1.0)]     # 10 MiB and 20 MiB of gradients
+    link = AlphaBeta(50e-6, 30 * mb / 3e-3)                                    # 30 MiB in 3 ms
+    # one 30 MiB buffer (128 MiB threshold) after half of a 1 ms cycle: 2 ms + 0.5 ms + 50 us + 3 ms
+    p = sm.predict_step(layers, 2e-3, link, 2, framework="horovod")
+    assert [(b.layers, b.nbytes) for b in p.buckets] == [(("b", "a"), 30 * mb)]
+    assert p.cycle_wait_s == pytest.approx(0.5e-3) and p.comm_s == pytest.approx(3.05e-3)
+    assert p.total_s == pytest.approx(2e-3 + 0.5e-3 + 3.05e-3) and p.hidden_comm_s == 0
+    assert p.exposed_comm_s == pytest.approx(0.5e-3 + 3.05e-3) and p.overhead_s == 0
+    # a 16 MiB threshold: two buffers, one alpha more; a 4 ms cycle waits 2 ms
+    q = sm.predict_step(layers, 2e-3, link, 2, framework="horovod", fusion_threshold_bytes=16 * mb, cycle_s=4e-3)
+    assert [b.layers for b in q.buckets] == [("b",), ("a",)]
+    assert q.total_s == pytest.approx(2e-3 + 2e-3 + 0.1e-3 + 3e-3)
+    # device-bound (the GPU busy 3 ms of a 2 ms host step): the wait hides behind it, the all-reduce does not
+    d = sm.predict_step(layers, 2e-3, link, 2, framework="horovod", device_s=3e-3)
+    assert d.bound == "device" and d.total_s == pytest.approx(3e-3 + 3.05e-3)
+    # host-bound (GPU busy 1 ms): host 2 ms + wait 0.5 ms + the all-reduce
+    h = sm.predict_step(layers, 2e-3, link, 2, framework="horovod", device_s=1e-3)
+    assert h.bound == "host" and h.total_s == pytest.approx(5.55e-3)
+    assert h.term("cycle wait").basis == "modelled" and "HOROVOD_CYCLE_TIME 1 ms" in h.term("cycle wait").source
+    with pytest.raises(ValueError, match="framework"):
+        sm.predict_step(layers, 2e-3, link, 2, framework="deepspeed")
+
+
+def test_a_wrapper_already_in_the_one_gpu_step_is_not_added_again():
+    link = AlphaBeta(10e-6, 100e9)
+    over = sm.Overheads(per_step_s=1e-3, per_bucket_s=0.5e-3, source="measured on one worker", basis="measured")
+    added = sm.predict_step("cnn", 2e-3, link, 2, overheads=over)
+    inside = sm.predict_step("cnn", 2e-3, link, 2, overheads=over, wrapper_in_step=True)
+    assert added.total_s - inside.total_s == pytest.approx(2e-3)
+    assert added.term("wrapper").basis == "measured" and added.term("wrapper").source == "measured on one worker"
+    assert inside.term("wrapper").seconds == 0 and "in the one-GPU step already" in inside.term("wrapper").source
+    # every term says where its number came from; the batch term is assumed 0 unless given
+    assert all(t.source for t in added.terms)
+    assert added.term("grows with the batch").basis == "assumed"
+    grown = sm.predict_step("cnn", 2e-3, link, 2, batch_term_s=0.2e-3)
+    assert grown.total_s == pytest.approx(sm.predict_step("cnn", 2e-3, link, 2).total_s + 0.2e-3)
+    src = sm.predict_step("cnn", 2e-3, link, 2, sources={"one-GPU step": ("measured", "recorded")})
+    assert src.term("one-GPU step").basis == "measured" and src.terms_table().rows[0]["source"] == "recorded"

@@ -9,11 +9,13 @@ now), the framework and the gradients' type, and returns a :class:`Prediction`: 
 ``n`` GPUs split into compute, exposed communication and the wrapper's cost, the speedup over
 one GPU, the term that bounds the step, and where each term's number came from.
 
-The model underneath is :func:`ddlab.cost.step_model.predict_step` (DDP's buckets, each
-bucket's all-reduce from the path's alpha-beta fit carried to ``n`` GPUs by the ring factor
-2(n-1)/n, overlap with the backward pass); the wrapper's cost is the one fitted to the
-recorded runs (:func:`ddlab.cost.validation.fit_all_overheads`). :func:`cli` is the command;
-bad input ends it with one message and exit status 2.
+The model underneath is :func:`ddlab.cost.step_model.predict_step` (DDP's buckets, or
+Horovod's fusion buffers and cycle; each all-reduce from the path's alpha-beta fit carried to
+``n`` GPUs by the ring factor 2(n-1)/n; overlap with the backward pass); the wrapper's cost is
+the one measured on one worker (:func:`ddlab.cost.wrapper_cost.measured`): a given one-GPU
+step is taken as a plain step, without the wrapper. Every term of the result says where its
+number came from (``terms``). :func:`cli` is the command; bad input ends it with one message
+and exit status 2.
 
     python -m ddlab predict --mlp 847,256,128,64,1 --step-ms 0.41 --batch 64 --gpus 2 \\
         --path default --fits h200x2 [--framework ddp|horovod] [--dtype fp32|bf16] [--json]
@@ -31,7 +33,7 @@ from typing import Mapping, Optional, Sequence
 
 from ddlab.base.errors import CourseError
 from ddlab.base.units import format_bytes, format_time
-from ddlab.cost import recorded_runs, validation
+from ddlab.cost import recorded_runs, wrapper_cost
 from ddlab.cost.alpha_beta import AlphaBeta, fit_sweep
 from ddlab.cost.step_model import Overheads, StepPrediction, predict_step
 from ddlab.training.models import MODELS, Layer, model_layers
@@ -124,20 +126,16 @@ def recorded_fits(name: str = RECORDED) -> Fits:
 
 
 def file_fits(path: str) -> Fits:
-    """The fits of a sweep file written by ``ddlab allreduce --out``."""
+    """The fits of a sweep file written by ``ddlab allreduce --out`` (read and checked by
+    :func:`ddlab.measure.collectives.read_json`)."""
+    from ddlab.base import files
     from ddlab.measure import collectives
     try:
-        with open(path) as f:
-            obj = json.load(f)
+        sweeps = [s for s in collectives.read_json(path) if s.op == "all_reduce"]
     except OSError as exc:
         raise PredictError(f"cannot read the fit file {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise PredictError(f"{path} is not JSON ({exc.msg} at line {exc.lineno}): give a file written by "
-                           "`ddlab allreduce --out`") from None
-    try:
-        sweeps = [s for s in collectives.results_from_json(obj) if s.op == "all_reduce"]
-    except ValueError as exc:
-        raise PredictError(f"{path} is not a sweep file of `ddlab allreduce --out`: {exc}") from None
+    except (files.ResultFileError, ValueError) as exc:
+        raise PredictError(f"not a sweep file of `ddlab allreduce --out`: {exc}") from None
     if not sweeps:
         raise PredictError(f"{path} holds no all-reduce sweep")
     return _fits_of_sweeps(os.path.basename(path), {s.path: s for s in sweeps})
@@ -178,10 +176,15 @@ def recorded_set(name: str = RECORDED) -> recorded_runs.RecordedSet:
     return recorded_runs.recorded_points(sweeps=name)
 
 
-@functools.lru_cache(maxsize=2)
-def fitted_wrappers(name: str = RECORDED) -> dict:
-    """{framework: Overheads}: the wrapper's cost fitted to the recorded runs of ``name``."""
-    return validation.fit_all_overheads(recorded_set(name))
+def measured_wrapper(framework: str) -> Overheads:
+    """The wrapper's cost of ``framework`` measured on one worker (:func:`ddlab.cost.wrapper_cost.measured`);
+    none, said so, where the course has no such recording."""
+    from ddlab.base.reference import ReferenceMissing
+    try:
+        return wrapper_cost.measured(framework)
+    except ReferenceMissing:
+        return Overheads(launcher=framework, basis="none",
+                         source="none: no recorded measurement of the wrapper's cost on one worker")
 
 
 # ----------------------------------------------------------------------------- the prediction
@@ -231,6 +234,10 @@ class Prediction:
         return {"compute": self.compute_s, "exposed communication": self.exposed_comm_s,
                 "wrapper": self.wrapper_s}
 
+    def model_terms(self) -> list:
+        """Every term of the step model with its time, basis and where its number came from."""
+        return [t.to_dict() for t in self.step.terms]
+
     @property
     def bound(self) -> str:
         """The largest of the three terms: what bounds the step."""
@@ -246,18 +253,23 @@ class Prediction:
                 "buckets": len(self.step.buckets), "gradient_bytes": self.gradient_bytes,
                 "parameters": self.parameters, "model": self.model, "gpus": self.gpus, "scaling": self.scaling,
                 "batch_per_gpu": self.batch_per_gpu, "global_batch": self.global_batch, "path": self.path,
-                "fits": self.fits, "framework": self.framework, "dtype": self.dtype, "sources": dict(self.sources)}
+                "fits": self.fits, "framework": self.framework, "dtype": self.dtype, "sources": dict(self.sources),
+                "cycle_wait_ms": self.step.cycle_wait_s * ms, "terms": self.model_terms()}
 
     def describe(self) -> str:
         batch = (f"{self.batch_per_gpu} images per GPU (weak scaling)" if self.scaling == "weak" else
                  f"global batch {self.global_batch} split into {self.batch_per_gpu} per GPU (strong scaling)")
         lines = [f"{self.model}: {self.parameters:,} parameters, {format_bytes(self.gradient_bytes)} of {self.dtype} "
-                 f"gradients in {len(self.step.buckets)} bucket(s); {self.framework.upper() if self.framework == 'ddp' else 'Horovod'} "
+                 f"gradients in {len(self.step.buckets)} {'fused buffer(s)' if self.framework == 'horovod' else 'bucket(s)'}; {self.framework.upper() if self.framework == 'ddp' else 'Horovod'} "
                  f"on {self.gpus} GPUs over path {self.path}, {batch}",
                  f"  {'one GPU':<23} {format_time(self.one_gpu_step_s):>10}   {self.sources.get('one GPU', '')}"]
         for name, v in self.terms().items():
             lines.append(f"  {name:<23} {format_time(v):>10}   {self.sources.get(name, '')}")
         lines.append(f"  {'step on %d GPUs' % self.gpus:<23} {format_time(self.step_s):>10}")
+        lines.append("terms of the model:")
+        for t in self.step.terms:
+            v = "" if t.seconds is None else format_time(t.seconds)
+            lines.append(f"  {t.name:<23} {v:>10}   {t.basis}: {t.source}")
         lines.append(f"speedup {self.speedup:.2f}x over one GPU; the step is bound by {self.bound}.")
         return "\n".join(lines)
 
@@ -360,32 +372,36 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
         raise PredictError(f"{f.label} have no fit for path {path!r} (have: {', '.join(f.by_path) or 'none'})")
     link = f.by_path[path]
     rec = recorded_set()
-    over = wrapper if wrapper is not None else fitted_wrappers().get(framework, Overheads())
+    over = wrapper if wrapper is not None else measured_wrapper(framework)
     measured = {}
     if model is not None:
         measured = recorded_runs.measured_inputs(model, per_gpu, rec.profiles, f.channels.get(path), step_device)
     bytes_per_param = DTYPES[dtype]
+    how = (f"the alpha-beta fit of {f.label}, path {path} ({link.describe()}), carried to {gpus} GPUs by the "
+           f"ring's 2(n-1)/n" if isinstance(link, AlphaBeta) else
+           f"the ring formula on {getattr(link, 'name', link)} (its alpha and beta)")
+    basis = "measured" if measure else "given"
+    model_sources = {"one-GPU step": (basis, sources["compute"]), "all-reduce": how}
     try:
         step = predict_step(model_layers_, compute, link, gpus, batch=per_gpu, overheads=over,
-                            bytes_per_param=bytes_per_param, fit_ranks=f.ranks.get(path, 2), **measured)
+                            bytes_per_param=bytes_per_param, fit_ranks=f.ranks.get(path, 2), framework=framework,
+                            sources=model_sources, **measured)
     except ValueError as exc:
         raise PredictError(str(exc)) from None
     grad = sum(b.nbytes for b in step.buckets)
     hidden = step.hidden_comm_s if step.hidden_comm_s > 1e-12 else 0.0     # not rounding noise
-    how = (f"the alpha-beta fit of {f.label}, path {path} ({link.describe()}), carried to {gpus} GPUs by the "
-           f"ring's 2(n-1)/n" if isinstance(link, AlphaBeta) else
-           f"the ring formula on {getattr(link, 'name', link)} (its alpha and beta)")
-    ready = ("when each layer's gradient is ready: the recorded step profile of " + model if "profile" in measured
-             else "each layer's gradient taken ready in proportion to its FLOPs")
-    sources["exposed communication"] = (f"{len(step.buckets)} all-reduce(s), {format_time(step.comm_s)} in all, from "
-                                        f"{how}; {format_time(hidden)} of it hidden behind the backward "
-                                        f"pass ({ready})")
-    if wrapper is not None:
-        sources["wrapper"] = "given: " + over.describe()
+    if framework == "horovod":
+        sources["exposed communication"] = (f"{len(step.buckets)} fused all-reduce(s), {format_time(step.comm_s)} in "
+                                            f"all, from {how}, after a wait of half a cycle "
+                                            f"({format_time(step.cycle_wait_s)}; {wrapper_cost.horovod_source()}); "
+                                            "none of it hidden behind the backward pass")
     else:
-        sources["wrapper"] = (f"fitted to the recorded {framework} runs of {rec.machine or RECORDED}: {over.describe()}"
-                              + ("; one constant: Horovod's fusion buffer and cycle time are not modelled yet"
-                                 if framework == "horovod" else ""))
+        ready = ("when each layer's gradient is ready: the recorded step profile of " + model if "profile" in measured
+                 else "each layer's gradient taken ready in proportion to its FLOPs")
+        sources["exposed communication"] = (f"{len(step.buckets)} all-reduce(s), {format_time(step.comm_s)} in all, "
+                                            f"from {how}; {format_time(hidden)} of it hidden behind the backward "
+                                            f"pass ({ready})")
+    sources["wrapper"] = ("given: " + over.describe()) if wrapper is not None else f"{over.describe()}: {over.source}"
     return Prediction(label, sum(x.params for x in model_layers_), grad, gpus, "strong" if strong else "weak",
                       per_gpu, per_gpu * gpus, t1, step, path, f.label, framework, dtype, sources)
 

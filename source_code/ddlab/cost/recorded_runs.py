@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from ddlab.cost.alpha_beta import fit_sweep
 from ddlab.cost.step_model import Overheads, StepPrediction, predict_step
+from ddlab.cost.wrapper_cost import measured as measured_wrapper
 
 
 # The recorded NCCL-path comparisons the model is checked against: (launcher label,
@@ -42,6 +43,14 @@ class RecordedPoint:
     repeats: int = 1
     measured_min: Optional[float] = None     # the spread of the measured speedup over the repeats
     measured_max: Optional[float] = None
+    # the one-GPU step ran under the same wrapper: DDP with world size 1 keeps its hooks; Horovod
+    # registers none at size 1, so its one-GPU step is a plain step
+    wrapper_in_step: bool = False
+    device_source: str = ""
+
+    @property
+    def framework(self) -> str:
+        return "horovod" if self.launcher == "horovod" else "ddp"
 
 
 @dataclass
@@ -61,6 +70,12 @@ class RecordedSet:
     device_check: dict = field(default_factory=dict)
     profiles: dict = field(default_factory=dict)     # {model: StepProfile} recorded on a GPU
     channels: dict = field(default_factory=dict)     # {path: NCCL channels of its recorded sweep}
+    sweeps: str = ""                                 # the name of the recorded sweeps the fits came from
+
+    def wrappers(self, exclude_models=(), exclude_batches=()) -> dict:
+        """{framework: Overheads}: the wrapper's cost measured on one worker
+        (:func:`ddlab.cost.wrapper_cost.measured`), leaving out the rows of some models or batches."""
+        return {f: measured_wrapper(f, exclude_models, exclude_batches) for f in ("ddp", "horovod")}
 
 
 def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
@@ -134,12 +149,16 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
             gpu_model = gpu_model or (res.provenance or {}).get("gpu_model", "")
             one = step_of(base)
             device = one if variant == "graph" else device_step(model, base["global_batch"])
+            where = (f"this recording's own one-worker run ({machine})" if variant == "graph" else
+                     f"the one-worker CUDA-graph run of {model} on {device_elsewhere[model]}"
+                     if model in device_elsewhere else f"the one-worker CUDA-graph run of {model} ({machine})")
             for r in res.rows:
                 if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or r.get("path") not in fits:
                     continue
                 points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
                                             device, variant != "graph", float(r["speedup"]),
-                                            int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max")))
+                                            int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max"),
+                                            launcher == "ddp", where if device is not None else ""))
     profiles = {}
     for model in names:
         try:
@@ -148,7 +167,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
             continue
         if prof.device != "cpu" and (not gpu_model or prof.device == gpu_model):   # profiled on that GPU
             profiles[model] = prof
-    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles, channels)
+    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles, channels, sweeps)
 
 
 def nccl_channels(sweep) -> Optional[int]:
@@ -170,15 +189,25 @@ def _machine_text(prov: dict) -> str:
 
 
 def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] = None, profiles=None,
-                  channels=None, **kwargs) -> StepPrediction:
-    """:func:`predict_step` for one recorded run, with the fit of its path and, when
-    ``profiles`` ({model: StepProfile}) has one for its model, that measured profile (with
-    ``channels``, {path: NCCL channels}, the all-reduce's share of the GPU)."""
+                  channels=None, sweeps: str = "", **kwargs) -> StepPrediction:
+    """:func:`predict_step` for one recorded run, with the fit of its path, its launcher's
+    framework, the wrapper's cost ``overheads`` (left out where the one-GPU step ran under the
+    same wrapper) and, when ``profiles`` ({model: StepProfile}) has one for its model, that
+    measured profile (with ``channels``, {path: NCCL channels}, the all-reduce's share of the GPU)."""
     if p.path not in fits:
         raise ValueError(f"no all-reduce fit for path {p.path!r}; have {', '.join(fits) or 'none'}")
     kwargs = dict(measured_inputs(p.model, p.batch, profiles or {}, (channels or {}).get(p.path)), **kwargs)
-    return predict_step(p.model, p.compute_s, fits[p.path], p.n_gpus, batch=p.batch, device_s=p.device_s,
-                        overheads=overheads if p.host_work else None, **kwargs)
+    fit = fits[p.path]
+    sources = {"one-GPU step": ("measured", f"recorded: the one-worker run of the same {p.launcher} recording "
+                                            f"(global batch / images per second, median of {p.repeats} repeats)"),
+               "GPU busy time": ("measured", f"recorded: {p.device_source or 'a one-worker CUDA-graph run'}"),
+               "all-reduce": (f"the alpha-beta fit of the recorded {p.path} sweep"
+                              + (f" allreduce/{sweeps}" if sweeps else "")
+                              + (f" ({fit.describe()})" if hasattr(fit, "describe") else ""))}
+    kwargs.setdefault("sources", sources)
+    return predict_step(p.model, p.compute_s, fit, p.n_gpus, batch=p.batch, device_s=p.device_s,
+                        overheads=overheads if p.host_work else None, framework=p.framework,
+                        wrapper_in_step=p.wrapper_in_step, **kwargs)
 
 
 def measured_inputs(model: str, batch: int, profiles: dict, channels: Optional[int] = None,

@@ -1,16 +1,30 @@
 """What the alpha-beta model predicts for one data-parallel training step.
 
 :func:`step_time` is the simplest picture: compute plus communication, part of it hidden.
-:func:`predict_step` is the course's step model: the gradients all-reduced in DDP's buckets
-(:func:`gradient_buckets`), each bucket starting as soon as the backward pass has produced its
-gradients (so communication overlaps the rest of the backward pass), plus the data-parallel
-wrapper's own fixed cost per step and per bucket (:class:`Overheads`). The all-reduce of a
-bucket comes from an :class:`ddlab.cost.alpha_beta.AlphaBeta` fitted to a measured sweep or
-from a link of :mod:`ddlab.system.links` (:func:`bucket_allreduce_time`).
+:func:`predict_step` is the course's step model, built from terms that each say where their
+number came from (:class:`Term`, ``StepPrediction.terms``):
+
+* the one-GPU step (recorded or given) and, when known, the GPU's busy time in it (a CUDA-graph
+  recording);
+* the wrapper's own host cost per step and per bucket (:class:`ddlab.cost.wrapper_cost.Overheads`,
+  measured on one worker by :func:`ddlab.cost.wrapper_cost.measured`), or nothing where the
+  one-GPU step already ran under the same wrapper;
+* each all-reduce from the path's alpha-beta fit (:func:`bucket_allreduce_time`);
+* for DDP: the gradients in DDP's buckets (:func:`gradient_buckets`), each bucket starting as
+  soon as the backward pass has produced its gradients and the previous one is done, so
+  communication overlaps the rest of the backward pass (when each gradient is ready: a recorded
+  step profile, else counted by FLOPs), the overlapped backward slowed by the all-reduce's share
+  of the GPU;
+* for Horovod: the gradients fused into buffers of at most the fusion threshold
+  (:func:`ddlab.cost.wrapper_cost.fusion_buffers`), started at the next cycle of its background
+  thread, on average half a cycle after the last gradient; a fused buffer waits for all its
+  tensors, and the step waits in ``synchronize`` for the all-reduces, so they overlap nothing;
+* what grows with the batch on a multi-GPU step (input copies, synchronisation): 0, assumed,
+  unless given (``batch_term_s``).
 
 The recorded runs and the measured inputs the model takes from them are in
-:mod:`ddlab.cost.recorded_runs`; the wrapper's cost fitted to them and the predictions set
-beside the recorded speedups in :mod:`ddlab.cost.validation`.
+:mod:`ddlab.cost.recorded_runs`; the predictions set beside the recorded speedups in
+:mod:`ddlab.cost.validation`.
 """
 from __future__ import annotations
 
@@ -18,9 +32,15 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ddlab.base.units import format_time
+from ddlab.base.units import format_bytes, format_time
 from ddlab.cost.alpha_beta import check_link, check_ranks, ring_allreduce_time
+from ddlab.cost.wrapper_cost import (HOROVOD_CYCLE_TIME_S, HOROVOD_FUSION_THRESHOLD_BYTES, IN_STEP_SOURCE,
+                                     NO_OVERHEADS, Overheads, fusion_buffers, horovod_source)
 from ddlab.training.models import Layer, model_layers
+
+FRAMEWORKS = ("ddp", "horovod")
+BATCH_TERM_SOURCE = ("assumed 0: no recorded 2-GPU runs at more than one batch per GPU to fit what grows with the "
+                     "batch on two GPUs (input copies, synchronisation) from; the step profiles time one GPU only")
 
 
 def step_time(compute_s: float, comm_s: float, overlap: float = 0.0) -> float:
@@ -146,41 +166,31 @@ def bucket_allreduce_time(nbytes: float, n_gpus: int, path, fit_ranks: int = 2) 
     return alpha + nbytes * (2 * (n_gpus - 1) / n_gpus) / busbw
 
 
+
+
 @dataclass(frozen=True)
-class Overheads:
-    """The data-parallel wrapper's own cost on the host, beside the all-reduce itself: a
-    fixed time per step and per bucket (hooks, bookkeeping, a background thread's cycle),
-    fitted to recorded runs by :func:`ddlab.cost.validation.fit_overheads`. ``points``: how many runs the fit
-    used; ``note``: what it could and could not tell apart."""
-    per_step_s: float = 0.0
-    per_bucket_s: float = 0.0
-    launcher: str = ""
-    points: int = 0
-    note: str = ""
+class Term:
+    """One term of a predicted step: its name, its time in seconds (None where it is not a time
+    of its own, e.g. the overlap), ``basis`` (measured, modelled, assumed, given, fitted or none)
+    and ``source``: where its number came from."""
+    name: str
+    seconds: Optional[float]
+    basis: str
+    source: str
 
-    def __post_init__(self):
-        for name in ("per_step_s", "per_bucket_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
-
-    def total_s(self, n_buckets: int) -> float:
-        return self.per_step_s + self.per_bucket_s * n_buckets
-
-    def describe(self) -> str:
-        who = f"{self.launcher}: " if self.launcher else ""
-        return (f"{who}{format_time(self.per_step_s)} per step + {format_time(self.per_bucket_s)} per bucket"
-                + (f" (fitted to {self.points} recorded runs)" if self.points else ""))
-
-
-NO_OVERHEADS = Overheads()
+    def to_dict(self) -> dict:
+        return {"name": self.name, "ms": None if self.seconds is None else self.seconds * 1e3, "basis": self.basis,
+                "source": self.source}
 
 
 @dataclass(frozen=True)
 class StepPrediction:
     """One predicted data-parallel step (weak scaling: every GPU keeps the one-GPU batch).
     ``total_s = compute_s + exposed_comm_s + overhead_s``; ``comm_s`` is all the
-    all-reduce time, of which ``hidden_comm_s`` runs during the backward pass."""
+    all-reduce time, of which ``hidden_comm_s`` runs during the backward pass (for Horovod
+    ``exposed_comm_s`` includes ``cycle_wait_s``, the wait for its background thread's cycle).
+    ``terms``: every term with where its number came from. The all-reduces of Horovod overlap
+    nothing, so none of them is hidden."""
     n_gpus: int
     compute_s: float
     comm_s: float
@@ -190,6 +200,9 @@ class StepPrediction:
     buckets: tuple
     bound: str          # "serial", "device" or "host": what decides the step time
     batch: Optional[int] = None
+    framework: str = "ddp"
+    cycle_wait_s: float = 0.0
+    terms: tuple = ()
 
     @property
     def hidden_comm_s(self) -> float:
@@ -211,13 +224,29 @@ class StepPrediction:
         return {"compute": self.compute_s, "exposed communication": self.exposed_comm_s,
                 "overhead": self.overhead_s}
 
+    def term(self, name: str) -> Term:
+        for t in self.terms:
+            if t.name == name:
+                return t
+        raise KeyError(f"no term {name!r}; terms: {', '.join(t.name for t in self.terms)}")
+
+    def terms_table(self):
+        """The terms as a :class:`ddlab.base.tables.Table`: name, time, basis, source."""
+        from ddlab.base.tables import Table
+        return Table([("name", "text", "term"), ("seconds", "time", "time"), ("basis", "text"),
+                      ("source", "text", "where the number came from")],
+                     [{"name": t.name, "seconds": t.seconds, "basis": t.basis, "source": t.source} for t in self.terms],
+                     missing="-", wrap=["source"])
+
     def describe(self) -> str:
         t = self.total_s
+        unit = "fused buffer(s)" if self.framework == "horovod" else "bucket(s)"
         text = (f"{self.n_gpus} GPU(s): step {format_time(t)} = compute {format_time(self.compute_s)} "
                 f"+ exposed communication {format_time(self.exposed_comm_s)} "
                 f"+ overhead {format_time(self.overhead_s)}; all-reduce {format_time(self.comm_s)} in "
-                f"{len(self.buckets)} bucket(s), {format_time(self.hidden_comm_s)} of it hidden behind the "
-                f"backward pass; speedup {self.speedup:.2f}x over one GPU (efficiency {100 * self.efficiency:.0f}%)")
+                f"{len(self.buckets)} {unit}, {format_time(self.hidden_comm_s)} of it hidden behind the "
+                f"{'GPU' if self.framework == 'horovod' else 'backward pass'}; speedup {self.speedup:.2f}x over one GPU "
+                f"(efficiency {100 * self.efficiency:.0f}%)")
         if self.images_per_s:
             text += f", {self.images_per_s:,.0f} images/s"
         return text + "."
@@ -232,7 +261,10 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
                  bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
                  first_bucket_bytes: Optional[int] = DDP_FIRST_BUCKET_BYTES,
                  bytes_per_param: int = 4, readiness="flops", fit_ranks: int = 2,
-                 profile=None, comm_sm_share: float = 0.0) -> StepPrediction:
+                 profile=None, comm_sm_share: float = 0.0, framework: str = "ddp",
+                 wrapper_in_step: bool = False, fusion_threshold_bytes: Optional[int] = None,
+                 cycle_s: Optional[float] = None, batch_term_s: float = 0.0,
+                 sources: Optional[Mapping[str, str]] = None) -> StepPrediction:
     """Predict one data-parallel training step on ``n_gpus`` (weak scaling).
 
     * ``model``: a course model's name, a parameter count, or :class:`ddlab.training.models.Layer`
@@ -244,24 +276,42 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
       :func:`bucket_allreduce_time`).
     * ``device_s``: how long the GPU is busy in that step, when known (e.g. the step of a
       CUDA-graph run, where the host does no work per step). Then a step is the longer of
-      the device's path (``device_s`` + exposed communication) and the host's path
-      (``compute_s`` + the wrapper's ``overheads``): a host-bound step can hide
-      communication in the GPU's idle time, and a device-bound one can hide the wrapper's
-      host work. Without it the parts simply add up.
-    * The gradients go out in :func:`gradient_buckets` (DDP's defaults); each bucket's
-      all-reduce starts when its gradients are ready and the previous all-reduce is done (one
-      communication stream); the optimizer waits for the last one. The backward pass is
-      ``backward_fraction`` of the device step without the optimizer's ``optimizer_s``.
-    * ``profile``: a :class:`ddlab.training.step_profile.StepProfile` measured for this model; its
-      readiness of each layer, backward fraction and optimizer share of the step replace
-      ``readiness``, ``backward_fraction`` and ``optimizer_s``.
-    * ``comm_sm_share``: the share of the GPU's multiprocessors (SMs) the all-reduce kernels
-      hold while they run (NCCL runs one thread block per channel, so channels / SMs). The
-      backward work that overlaps an all-reduce runs that much slower: overlap hides
-      communication, but not for free. 0: overlap costs nothing.
+      the device's path and the host's path (``compute_s`` + the wrapper's ``overheads``): a
+      host-bound step can hide communication in the GPU's idle time, and a device-bound one can
+      hide the wrapper's host work. Without it the parts simply add up.
+    * ``overheads``: the wrapper's host cost per step and per bucket; ``wrapper_in_step``: the
+      one-GPU step already ran under the same wrapper (DDP with world size 1 runs the same hooks
+      and calls), so only what differs on ``n_gpus`` is added, modelled as nothing.
+    * ``framework`` "ddp": the gradients go out in :func:`gradient_buckets` (DDP's defaults);
+      each bucket's all-reduce starts when its gradients are ready and the previous all-reduce is
+      done (one communication stream); the optimizer waits for the last one. The backward pass
+      is ``backward_fraction`` of the device step without the optimizer's ``optimizer_s``.
+      ``profile``: a :class:`ddlab.training.step_profile.StepProfile` measured for this model;
+      its readiness of each layer, backward fraction and optimizer share of the step replace
+      ``readiness``, ``backward_fraction`` and ``optimizer_s``. ``comm_sm_share``: the share of
+      the GPU's SMs the all-reduce kernels hold while they run (NCCL runs one thread block per
+      channel); the backward work beside an all-reduce runs that much slower.
+    * ``framework`` "horovod": the gradients fused into buffers of ``fusion_threshold_bytes``
+      (default Horovod's), the buffers all-reduced one after another at the background thread's
+      next cycle, half of ``cycle_s`` on average after the last gradient (the cycle's phase
+      taken as random against the step); a buffer waits for all its tensors on the GPU and the
+      host waits for the all-reduces, so they overlap nothing: the step is
+      ``max(host + wait, device) + all-reduces``.
+    * ``batch_term_s``: what grows with the batch on a multi-GPU step beyond the one-GPU step
+      (input copies, synchronisation), added to the host's path; 0 unless given.
+    * ``sources``: {term name: where its number came from} for the inputs the caller knows
+      ("one-GPU step", "GPU busy time", "all-reduce", "batch term"; the rest the model says).
     """
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if not (math.isfinite(comm_sm_share) and 0 <= comm_sm_share < 1):
         raise ValueError(f"comm_sm_share is a share of the GPU between 0 and 1, got {comm_sm_share!r}")
+    if not (math.isfinite(batch_term_s) and batch_term_s >= 0):
+        raise ValueError(f"batch_term_s must be a number of seconds >= 0, got {batch_term_s!r}")
+    cycle = HOROVOD_CYCLE_TIME_S if cycle_s is None else cycle_s
+    if not (isinstance(cycle, (int, float)) and math.isfinite(cycle) and cycle >= 0):
+        raise ValueError(f"the cycle time must be a number of seconds >= 0, got {cycle_s!r}")
+    threshold = HOROVOD_FUSION_THRESHOLD_BYTES if fusion_threshold_bytes is None else fusion_threshold_bytes
     if profile is not None:
         readiness, backward_fraction = profile.ready, profile.backward_fraction
         optimizer_s = profile.optimizer_share * (compute_s if device_s is None else device_s)
@@ -278,11 +328,58 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
     if batch is not None and (int(batch) != batch or batch < 1):
         raise ValueError(f"batch must be a whole number >= 1, got {batch!r}")
     over = overheads or NO_OVERHEADS
+    src = dict(sources or {})
     buckets = gradient_buckets(model, bucket_cap_mb, first_bucket_bytes, bytes_per_param, readiness)
+    if framework == "horovod":
+        tensors = [(x.name, x.params * bytes_per_param) for x in reversed(_as_layers(model)) if x.params]
+        buckets = tuple(Bucket(b.tensors, b.nbytes, 1.0) for b in fusion_buffers(tensors, threshold))
+    terms = [Term("one-GPU step", compute_s, *_given(src, "one-GPU step", "given"))]
+    if device_s is not None:
+        terms.append(Term("GPU busy time", device_s, *_given(src, "GPU busy time", "given")))
     if n_gpus == 1:
-        return StepPrediction(1, compute_s, 0.0, 0.0, 0.0, compute_s, buckets, "serial", batch)
+        return StepPrediction(1, compute_s, 0.0, 0.0, 0.0, compute_s, buckets, "serial", batch, framework,
+                              terms=tuple(terms))
+    comm_each = [bucket_allreduce_time(b.nbytes, n_gpus, path, fit_ranks) for b in buckets]
+    comm_total = sum(comm_each)
+    overhead = 0.0 if wrapper_in_step else over.total_s(len(buckets))
+    if framework == "ddp":
+        exposed = _ddp_exposed(buckets, comm_each, dev, backward_fraction, optimizer_s, comm_sm_share)
+        wait = 0.0
+    else:
+        wait = cycle / 2
+    host_path = compute_s + overhead + batch_term_s
+    if framework == "ddp" and device_s is None:
+        total, bound, shown_exposed = host_path + exposed, "serial", exposed
+    elif framework == "ddp":
+        device_path = dev + exposed
+        total = max(device_path, host_path, compute_s)
+        bound = "device" if device_path >= host_path else "host"
+        shown_exposed = min(total - compute_s, max(0.0, device_path - compute_s))
+    else:   # Horovod: the wait for the cycle hides behind a GPU still busy with the step
+        start = host_path + wait if device_s is None else max(dev, host_path + wait)
+        total = start + comm_total
+        bound = "serial" if device_s is None else ("device" if dev >= host_path + wait else "host")
+        shown_exposed = total - compute_s if bound == "device" else wait + comm_total
+    shown_over = total - compute_s - shown_exposed
+    shown_over = 0.0 if abs(shown_over) < 1e-12 * max(1.0, total) else shown_over     # rounding, not a cost
+    terms += _model_terms(framework, buckets, comm_total, shown_exposed, wait, over, overhead, wrapper_in_step,
+                          batch_term_s, path, src, readiness, profile, comm_sm_share, threshold, cycle)
+    return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch,
+                          framework, wait, tuple(terms))
+
+
+def _given(src: Mapping, name: str, basis: str) -> tuple:
+    """(basis, source) of an input the caller describes: ``src[name]`` is a text (basis
+    ``basis``) or a (basis, text) pair."""
+    v = src.get(name, "given")
+    return tuple(v) if isinstance(v, (tuple, list)) else (basis, v)
+
+
+def _ddp_exposed(buckets, comm_each, dev, backward_fraction, optimizer_s, comm_sm_share) -> float:
+    """DDP: what the step loses to its bucketed all-reduces: the backward pass slowed beside them,
+    and the part of them after it."""
     backward = backward_fraction * (dev - optimizer_s)
-    comm_total, comm_free, now = 0.0, 0.0, 0.0      # times from the start of the backward pass
+    comm_free, now = 0.0, 0.0                       # times from the start of the backward pass
     done = [0.0]                                    # backward work done, in seconds of backward alone
     slow = 1.0 / (1.0 - comm_sm_share)              # time per unit of backward work beside an all-reduce
 
@@ -297,23 +394,47 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
                 t, done[0] = t + target - done[0], target
         return t
 
-    for b in buckets:
+    for b, t in zip(buckets, comm_each):
         now = work_until(b.ready * backward)
-        t = bucket_allreduce_time(b.nbytes, n_gpus, path, fit_ranks)
-        comm_total += t
         comm_free = max(now, comm_free) + t
     now = work_until(backward)
-    # what the step loses: the backward pass slowed beside the all-reduces, and the part of them after it
-    exposed = max(now, comm_free) - backward
-    overhead = over.total_s(len(buckets))
-    if device_s is None:
-        total, bound = compute_s + exposed + overhead, "serial"
-        shown_exposed, shown_over = exposed, overhead
+    return max(now, comm_free) - backward
+
+
+def _model_terms(framework, buckets, comm_total, exposed, wait, over, overhead, wrapper_in_step, batch_term_s,
+                 path, src, readiness, profile, comm_sm_share, threshold, cycle) -> list:
+    """The terms the model itself computes, each with where its number came from."""
+    sizes = ", ".join(format_bytes(b.nbytes) for b in buckets)
+    fit = src.get("all-reduce") or (f"the alpha-beta fit {path.describe()}" if hasattr(path, "describe") else
+                                    f"the ring formula on {getattr(path, 'name', path)}")
+    if wrapper_in_step:
+        wrapper = Term("wrapper", 0.0, "modelled", IN_STEP_SOURCE)
     else:
-        device_path, host_path = dev + exposed, compute_s + overhead
-        total = max(device_path, host_path, compute_s)
-        bound = "device" if device_path >= host_path else "host"
-        extra = total - compute_s
-        shown_exposed = min(extra, max(0.0, device_path - compute_s))
-        shown_over = extra - shown_exposed
-    return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch)
+        wrapper = Term("wrapper", overhead, over.basis,
+                       over.source or ("given: " + over.describe() if over.total_s(1) else "none given"))
+    if framework == "ddp":
+        if isinstance(readiness, Mapping):
+            ready = ("when each gradient is ready: the recorded step profile" + (f" ({profile.device})" if profile
+                                                                                 else ""))
+            basis = "measured"
+        else:
+            ready = f"when each gradient is ready: counted by {'FLOPs' if readiness == 'flops' else 'parameters'}"
+            basis = "assumed"
+        share = (f"; the overlapped backward slowed by the all-reduce's {100 * comm_sm_share:.0f}% of the SMs "
+                 "(NCCL channels / SMs)" if comm_sm_share else "")
+        comm = Term("all-reduce", comm_total, "measured", f"{len(buckets)} DDP bucket(s) ({sizes}), each from {fit}")
+        overlap = Term("exposed communication", exposed, "modelled",
+                       f"each bucket starts when its gradients are ready and the previous one is done; {ready} "
+                       f"({basis}){share}")
+        return [wrapper, comm, overlap, Term("grows with the batch", batch_term_s, "assumed" if not batch_term_s
+                                             else "given", src.get("batch term", BATCH_TERM_SOURCE))]
+    hsrc = horovod_source(threshold, cycle)
+    comm = Term("all-reduce", comm_total, "measured",
+                f"{len(buckets)} fused buffer(s) ({sizes}; fusion threshold {format_bytes(threshold)}), each from {fit}")
+    wait_t = Term("cycle wait", wait, "modelled", f"half of the cycle time {format_time(cycle)} on average ({hsrc})")
+    overlap = Term("exposed communication", exposed, "modelled",
+                   "the cycle wait plus the fused all-reduces: a buffer waits for all its tensors and the step waits "
+                   "for the all-reduces, so they overlap nothing; the wait hides behind a busy GPU")
+    return [wrapper, comm, wait_t, overlap,
+            Term("grows with the batch", batch_term_s, "assumed" if not batch_term_s else "given",
+                 src.get("batch term", BATCH_TERM_SOURCE))]

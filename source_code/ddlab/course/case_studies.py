@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ddlab.cost import alpha_beta, recorded_runs, step_model, validation
+from ddlab.cost import alpha_beta, recorded_runs, step_model, wrapper_cost
 from ddlab.cost import predict as _predict
 from ddlab.base import reference
 from ddlab.base.tables import Table
@@ -85,10 +85,10 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
     """Case 1 on the recorded 2-GPU machine: for every recorded model x path of ``launcher``
     ("ddp", "ddp-graph" or "horovod"), the one-GPU step, the all-reduce of the gradients on
     that path, the ratio of the two (the rule of thumb), the predicted 2-GPU step split and
-    speedup, and the measured median with its min-max over the repeats. The wrapper's cost
-    per step is the one :func:`ddlab.cost.validation.fit_all_overheads` fits for the launcher."""
+    speedup, and the measured median with its min-max over the repeats. The wrapper's cost is
+    the one measured on one worker (:meth:`ddlab.cost.recorded_runs.RecordedSet.wrappers`)."""
     rec = recorded or recorded_runs.recorded_points()
-    over = validation.fit_all_overheads(rec)
+    over = rec.wrappers()
     pts = [p for p in rec.points if p.launcher == launcher and (models is None or p.model in models)]
     if not pts:
         raise ValueError(f"no recorded 2-GPU runs for launcher {launcher!r}"
@@ -97,11 +97,11 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
     pts.sort(key=lambda p: (order.get(p.model, 99), p.path))
     rows = []
     for p in pts:
-        pred = recorded_runs.predict_point(p, rec.fits, over.get(p.launcher), profiles=rec.profiles,
-                                           channels=rec.channels)
+        pred = recorded_runs.predict_point(p, rec.fits, over.get(p.framework), profiles=rec.profiles,
+                                           channels=rec.channels, sweeps=rec.sweeps)
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
-    notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {over[launcher].describe() if launcher in over else 'none fitted'}."]
+    notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {pred.term('wrapper').source}."]
     return Table(_COLUMNS, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                  + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
 
@@ -202,7 +202,8 @@ def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches
     notes += ["Predicted, not measured: the two-GPU strong-scaling runs are not recorded yet, so the reports' "
               "experiment is not reproduced yet. Paths: shm = peer-to-peer off, through host memory (the reports' "
               "case); default = NCCL's choice on the recorded machine (NVLink).",
-              f"Wrapper: DDP's cost fitted to the recorded runs of {rec.machine or _predict.RECORDED}. The same "
+              f"Wrapper: DDP's cost measured on one worker ({_predict.measured_wrapper('ddp').describe()}), added to "
+              "the recorded one-GPU step, which ran DDP with world size 1 already: at most counted twice. The same "
               "prediction from the command line: " + "; ".join(commands[:1]) + "."]
     return Table(_STRONG_COLUMNS, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
                                               f"GPUs ({rec.machine or _predict.RECORDED})", notes=notes)
@@ -289,7 +290,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
     """Case 1 on a machine with one GPU: the one-GPU step of ``model`` measured now (DDP on
     this GPU, ``repeats`` times: the run behind the one-GPU row of a recorded comparison), and
     the step model's 2-GPU speedup over each path of the recorded machine (the alpha-beta fit
-    of its all-reduce sweep per path, and the DDP wrapper cost fitted to its recorded runs).
+    of its all-reduce sweep per path; the DDP wrapper's cost is in the step measured now).
     Nothing here can measure a second GPU, so the table has predictions and no measured
     column; the recorded table above has the measurements of the recorded machine."""
     from ddlab.training import experiments
@@ -300,11 +301,12 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
     (one,) = res.rows
     compute_s = one["global_batch"] / one["images_per_s"]
     rec = recorded or _predict.recorded_set()
-    over = _predict.fitted_wrappers().get("ddp")
+    over = wrapper_cost.over_one_worker_step("ddp")
     rows = []
     for path in rec.fits:
         pred = _predict.predict(model, step_ms=compute_s * 1e3, batch=one["global_batch"], gpus=2, path=path,
-                                fits=_predict.RECORDED, framework="ddp", step_device=res.config.get("device_name"))
+                                fits=_predict.RECORDED, framework="ddp", step_device=res.config.get("device_name"),
+                                wrapper=over)
         rows.append(dict(_row(model, path, compute_s, pred.step, None), batch=one["global_batch"]))
     gpu = res.config.get("device_name") or this_machine()[0]
     spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")
@@ -313,8 +315,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
              f"at {one['images_per_s']:,.0f} images/s" + (f" (min-max {spread})." if spread else "."),
              "The second GPU is predicted, not measured: this machine has one. Its links are those of the recorded "
              f"machine ({rec.machine or 'recorded'}): the alpha-beta fit of each path's recorded all-reduce sweep, "
-             f"and the DDP wrapper cost fitted to its recorded runs ({over.describe() if over else 'none'}); that "
-             "cost was measured with that machine's CPUs, so take it as an estimate here.",
+             f"and the DDP wrapper's cost {over.source}.",
              "The same model on two GPUs of the recorded machine: the recorded table above."]
     return Table(_PREDICTED_COLUMNS, rows,
                  title=f"Predicted, not measured: {model}, DDP, one GPU measured now and a second GPU "
@@ -327,12 +328,12 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
 
     With two GPUs or more: the NCCL-path comparison of ``model`` (1 GPU, then 2 under each
     path, ``repeats`` times) and the all-reduce sweep under each path, fitted to the
-    alpha-beta model; the wrapper's cost per step is the one fitted to the recorded runs.
+    alpha-beta model; the wrapper's cost is in the one-GPU step (DDP with world size 1).
     With one GPU: :func:`second_gpu_predicted` (the one-GPU step measured now, the second GPU
     predicted over the recorded machine's links).
     Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
     (default :data:`CPU_BATCHES`, the test pass cut to 1,000 images), predicted from a gloo
-    sweep; no wrapper cost is fitted for CPU processes, so the prediction leaves it out."""
+    sweep; no wrapper cost is measured for CPU processes, so the prediction leaves it out."""
     from ddlab.measure import collectives_run
     from ddlab.training import experiments
     from ddlab.system import hardware
@@ -348,10 +349,9 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
         res = experiments.nccl_path_comparison(spec, echo=echo)
         fits = {p: alpha_beta.fit_sweep(s) for p, s in collectives_run.compare_paths(inventory=inv).items()}
         rec = recorded_runs.recorded_points()
-        over = validation.fit_all_overheads(rec).get("ddp")
+        over = wrapper_cost.over_one_worker_step("ddp")
         t = predicted_vs_measured(res, fits, over, rec)
-        t.notes.append("Wrapper cost per step: the one fitted to the recorded DDP runs "
-                       f"({over.describe() if over else 'none'}).")
+        t.notes.append(f"Wrapper cost: {over.source}.")
         return t
     sweep = collectives_run.sweep(backend="gloo", max_bytes="16M", inventory=inv)
     fit = alpha_beta.fit_sweep(sweep)
@@ -364,7 +364,7 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
         rows += tables_[-1].rows
     t = Table(tables_[0].columns, rows, title=f"Predicted vs measured: {model}, DDP on 1 and 2 CPU processes (gloo)",
               notes=tables_[0].notes + [f"All-reduce fit of a gloo sweep between 2 CPU processes: {fit.describe()}.",
-                     "No wrapper cost is fitted for CPU processes: the prediction leaves it out. The two processes "
+                     "No wrapper cost is measured for CPU processes: the prediction leaves it out. The two processes "
                      "share this machine's cores, so compute slows down too, which the model does not know."])
     return t
 
@@ -431,7 +431,7 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
     if len(batches) < 2:
         return None, line
     rec = recorded_runs.recorded_points()
-    over = validation.fit_all_overheads(rec).get(launcher)
+    over = wrapper_cost.over_one_worker_step("horovod" if launcher == "horovod" else "ddp")
     rows, cols = [], None
     for res in results:
         t = predicted_vs_measured(res, rec.fits, over, rec)
