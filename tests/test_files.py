@@ -39,6 +39,64 @@ def test_a_corrupt_file_gets_one_message_naming_it_and_the_way_back(tmp_path):
         files.read_json(str(tmp_path / "absent.json"), "recorded result")
 
 
+def test_nan_is_refused_with_one_message_naming_the_field(tmp_path):
+    p = tmp_path / "r.json"
+    with pytest.raises(files.ResultFileError, match=r"not writing the result .*r\.json: rows\[1\]\.loss is NaN or "
+                                                    r"infinite.*left as it was"):
+        files.write_json(str(p), {"rows": [{"loss": 1.0}, {"loss": float("inf")}]})
+    assert not p.exists() and os.listdir(tmp_path) == []
+    assert files.non_finite_field({"a": [1, {"b": float("nan")}]}) == "a[1].b"
+    assert files.non_finite_field({"a": [1.5, None, "x"]}) is None
+    assert files.nan_to_null({"a": (1.0, float("nan")), "b": {"c": float("-inf")}}) == {"a": [1.0, None], "b": {"c": None}}
+    files.write_json(str(p), {"loss": float("nan")}, allow_nan=True)       # a worker's result to its parent only
+    assert "NaN" in p.read_text()
+
+
+def test_open_atomic_streams_into_a_temporary_file_and_keeps_the_old_one_on_error(tmp_path):
+    p = tmp_path / "data.gz"
+    p.write_bytes(b"old")
+    with pytest.raises(OSError):
+        with files.open_atomic(str(p), "wb") as f:
+            f.write(b"half of the ")
+            raise OSError("connection reset")
+    assert p.read_bytes() == b"old" and os.listdir(tmp_path) == ["data.gz"]
+    with files.open_atomic(str(p), "wb") as f:
+        f.write(b"new")
+    assert p.read_bytes() == b"new" and os.listdir(tmp_path) == ["data.gz"]
+    with pytest.raises(ValueError, match="mode 'w' or 'wb'"):
+        with files.open_atomic(str(p), "a"):
+            pass
+    assert files.write_bytes(str(tmp_path / "b.bin"), b"\x00\x01") and (tmp_path / "b.bin").read_bytes() == b"\x00\x01"
+
+
+def test_write_figure_saves_a_whole_png(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    ax.plot([1, 2])
+    p = tmp_path / "f.png"
+    assert files.write_figure(str(p), fig, dpi=50) == str(p)
+    plt.close(fig)
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.listdir(tmp_path) == ["f.png"]
+
+
+def test_read_and_write_json_check_a_schema(tmp_path):
+    p = tmp_path / "s.json"
+    good = {"format": 1, "step": "x", "status": "skipped", "why": "no GPU"}
+    files.write_json(str(p), good, schema="report-step")
+    assert files.read_json(str(p), "report step", schema="report-step") == good
+    with pytest.raises(files.ResultFileError, match=r"not writing the result .*s\.json: it does not match the "
+                                                    r"report-step recording format at status"):
+        files.write_json(str(p), dict(good, status="maybe"), schema="report-step")
+    assert json.loads(p.read_text()) == good
+    p.write_text(json.dumps(dict(good, why=3)))
+    with pytest.raises(files.ResultFileError, match=r"the report step .*s\.json does not match the report-step "
+                                                    r"recording format at why \(3 is not of type 'string'\); "
+                                                    r"record it again, or restore it from git"):
+        files.read_json(str(p), "report step", schema="report-step")
+
+
 WRITER = """
 import sys
 sys.path.insert(0, {source!r})
@@ -60,3 +118,86 @@ def test_a_writer_killed_mid_write_leaves_the_old_file_whole(tmp_path):
     # the old file or the new one, whole: never a truncated JSON
     rows = files.read_json(str(p))["rows"]
     assert rows in ([1, 2, 3], list(range(3_000_000)))
+
+
+# ----------------------------------------------------------------------------- no writer in place
+REPO = os.path.dirname(HERE)
+SCANNED = ["source_code/ddlab", "source_code/train", "source_code/handson", "tools", "tools/recording"]
+# (file, kind of write): why it may write in place. Keep it short: each entry is a file that is not a result.
+ALLOWED = {
+    ("source_code/ddlab/course/repair.py", "open(..., 'a')"):
+        "the probe's log: each rank of a live run appends one line per event while it runs, and the check "
+        "reads the lines back after the run has ended; it is not kept as a result",
+}
+
+
+def _writes_in_place(path: str) -> list:
+    """[(line, kind)] of every write in ``path`` that does not go through ddlab.base.files: open()
+    (or gzip.open, Path.open) for writing or appending, json.dump to a file object,
+    Path.write_text / write_bytes, savefig to a path, and a file's own rename (os.replace/os.rename)."""
+    import ast
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
+        owner = fn.value.id if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) else None
+        if name == "open":
+            mode = node.args[1] if len(node.args) > 1 and owner != "os" else \
+                next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"):
+                found.append((node.lineno, f"open(..., {mode.value!r})"))
+        elif name == "dump" and owner == "json":
+            found.append((node.lineno, "json.dump("))
+        elif name in ("write_text", "write_bytes") and owner != "files":
+            found.append((node.lineno, f".{name}("))
+        elif name == "savefig":
+            found.append((node.lineno, ".savefig("))
+        elif name in ("replace", "rename") and owner == "os":
+            found.append((node.lineno, f"os.{name}("))
+    return sorted(found)
+
+
+def _scanned_files() -> list:
+    out = []
+    for folder in SCANNED:
+        root = os.path.join(REPO, folder)
+        if folder == "source_code/ddlab":
+            out += [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".py")]
+        else:
+            out += [os.path.join(root, f) for f in os.listdir(root) if f.endswith(".py")]
+    return sorted(p for p in out if not p.endswith(os.path.join("ddlab", "base", "files.py")))
+
+
+def test_every_result_is_written_through_ddlab_base_files():
+    scanned = _scanned_files()
+    assert len(scanned) > 100 and any(p.endswith("fmnist_torch.py") for p in scanned)
+    bad, used = [], set()
+    for path in scanned:
+        rel = os.path.relpath(path, REPO)
+        for line, kind in _writes_in_place(path):
+            if (rel, kind) in ALLOWED:
+                used.add((rel, kind))
+            else:
+                bad.append(f"{rel}:{line}: {kind}")
+    assert not bad, ("written in place, not through ddlab.base.files (write_text, write_json, write_bytes, "
+                     "write_figure, open_atomic):\n" + "\n".join(bad))
+    assert used == set(ALLOWED), f"allowed but no longer there (remove them): {set(ALLOWED) - used}"
+
+
+def test_the_scan_finds_each_kind_of_write_in_place(tmp_path):
+    p = tmp_path / "w.py"
+    p.write_text("import json, os, gzip\n"
+                 "with open(a, 'w') as f:\n    json.dump(x, f)\n"
+                 "gzip.open(b, mode='wb')\n"
+                 "path.write_text('x')\n"
+                 "fig.savefig('a.png')\n"
+                 "os.replace(t, a)\n"
+                 "open(a, 'a')\n"
+                 "open(a)\nopen(a, 'rb')\nos.open(a, os.O_RDONLY)\nfiles.write_text(a, 'x')\njson.dumps(x)\n")
+    assert _writes_in_place(str(p)) == [(2, "open(..., 'w')"), (3, "json.dump("), (4, "open(..., 'wb')"),
+                                        (5, ".write_text("), (6, ".savefig("), (7, "os.replace("),
+                                        (8, "open(..., 'a')")]

@@ -12,7 +12,6 @@ the load average before and after.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "source_code"))
 
 from ddlab.system import provenance  # noqa: E402
+from ddlab.base import files  # noqa: E402
 from ddlab.base.tables import Table  # noqa: E402
 
 
@@ -63,10 +63,7 @@ def main(argv=None) -> int:
     record = {"benchmark": "ddlab doctor", "results": results, "cpu_count": os.cpu_count(),
               "loadavg_before": load_before, "loadavg_after": load_after,
               "provenance": provenance.collect([sys.executable, *sys.argv])}
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    files.write_json(a.json, record, what="benchmark record")
     print(f"wrote {a.json}")
     return 0
 

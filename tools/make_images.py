@@ -27,13 +27,15 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ddlab.base import files  # noqa: E402
+
 DPI = 110
 # PNG text chunks matplotlib would otherwise write; 'Software' carries its version.
 METADATA = {"Software": None}
 
 
 def _save(fig, path: str) -> str:
-    fig.savefig(path, dpi=DPI, metadata=METADATA, bbox_inches="tight", facecolor="white")
+    files.write_figure(path, fig, dpi=DPI, metadata=METADATA, bbox_inches="tight", facecolor="white")
     plt.close(fig)
     return path
 

@@ -30,6 +30,7 @@ import sys
 import time
 from typing import Mapping, Optional
 
+from ddlab.base import files
 from ddlab.base.errors import CourseError
 
 
@@ -125,10 +126,7 @@ def serve_rendezvous(hosts: str, port_file: str, timeout: float) -> int:
     server = RendezvousServer()
     port = server.start()
     server.init(plan(hosts))
-    tmp = port_file + ".part"
-    with open(tmp, "w") as f:
-        f.write(f"{port}\n")
-    os.replace(tmp, port_file)
+    files.write_text(port_file, f"{port}\n")        # whole: the workers poll for it
     print(f"ddlab.measure.slurm: Horovod rendezvous for {hosts} on port {port} (for at most {timeout:.0f} s)", flush=True)
     try:
         time.sleep(timeout)

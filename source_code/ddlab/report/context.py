@@ -52,6 +52,7 @@ class Context:
 
     def save_plot(self, fig, name: str) -> str:
         import matplotlib.pyplot as plt
-        fig.savefig(os.path.join(self.out, name), dpi=110, bbox_inches="tight")
+        from ddlab.base import files
+        files.write_figure(os.path.join(self.out, name), fig, dpi=110, bbox_inches="tight")
         plt.close(fig)
         return name

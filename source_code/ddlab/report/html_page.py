@@ -12,7 +12,7 @@ import json
 import os
 from typing import Optional
 
-from ddlab.base import units
+from ddlab.base import files, units
 from ddlab.base.tables import Table, shorten
 from ddlab.report import one_gpu_page
 from ddlab.report.context import done_data
@@ -42,8 +42,7 @@ def read_folder(path: str) -> dict:
     for name in STEP_ORDER:
         p = os.path.join(path, f"{name}.json")
         if os.path.exists(p):
-            with open(p) as f:
-                out[name] = json.load(f)
+            out[name] = files.read_json(p, "report step", schema="report-step")
     return out
 
 
@@ -371,6 +370,4 @@ def write(out: str, steps: dict, machine_label: str, plan=None, command: str = "
     """Write ``<out>/report.html``; returns its path."""
     path = os.path.join(out, "report.html")
     page = render(out, steps, machine_label, command, other, plan.total_s() if plan is not None else None)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(page)
-    return path
+    return files.write_text(path, page)

@@ -24,19 +24,20 @@ time plan :mod:`ddlab.report.plan`.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import sys
 import threading
 import time
 from typing import Optional
 
+from ddlab.base import files
 from ddlab.report.plan import plan
 from ddlab.report.context import Context, Skip
 from ddlab.report.steps import STEPS
 from ddlab.system import policy
 
 FORMAT = 1
+STEP_SCHEMA = "report-step"           # ddlab.base.schemas
 
 
 # ----------------------------------------------------------------------------- progress
@@ -105,20 +106,29 @@ def step_path(out: str, name: str) -> str:
     return os.path.join(out, f"{name}.json")
 
 
-def _write(path: str, obj: dict) -> None:
-    tmp = path + ".part"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
-        f.write("\n")
-    os.replace(tmp, path)          # a step's JSON is whole or absent, never half-written
+def _write(path: str, rec: dict) -> None:
+    """A step's JSON, whole or absent (never half-written), checked against the ``report-step``
+    schema. A figure that could not be measured (NaN, which JSON cannot hold) is written as null
+    and shown as missing; data that breaks the schema fails the step with that reason, not the report."""
+    try:
+        files.write_json(path, files.nan_to_null(rec), schema=STEP_SCHEMA, what="report step", default=str)
+    except files.ResultFileError as exc:
+        if rec.get("status") != "done":
+            raise
+        failed = {k: v for k, v in rec.items() if k != "data"}
+        failed.update(status="failed", why=f"its result could not be saved: {exc}")
+        rec.clear()
+        rec.update(failed)
+        files.write_json(path, rec, schema=STEP_SCHEMA, what="report step", default=str)
 
 
 def load_step(out: str, name: str) -> Optional[dict]:
+    """A step's JSON (None when it has none); a corrupt or malformed one raises
+    :class:`ddlab.base.files.ResultFileError` naming it."""
     p = step_path(out, name)
     if not os.path.exists(p):
         return None
-    with open(p) as f:
-        return json.load(f)
+    return files.read_json(p, "report step", schema=STEP_SCHEMA)
 
 
 def run_steps(ctx: Context, steps, resume: bool = False, progress: Optional[Progress] = None,
@@ -203,6 +213,9 @@ def main(out: Optional[str] = None, quick: bool = False, resume: bool = False, t
           f"estimated {_clock(pl.total_s())}", file=stream)
     try:
         run_steps(ctx, steps, resume=resume, command=command)
+    except files.ResultFileError as exc:          # --resume found a step's JSON it cannot read
+        print(f"ddlab report: {exc}", file=sys.stderr)
+        return 2
     except ReportInterrupted as exc:
         print(f"\nddlab report: interrupted during {exc}. The finished steps are kept in {out}; "
               f"rerun with --resume to skip them.", file=sys.stderr)

@@ -7,7 +7,7 @@ import json
 import sys
 
 from ddlab.measure import launch
-from ddlab.base import reference
+from ddlab.base import files, reference
 from ddlab.training import recording
 from ddlab.training.experiments import EXPERIMENTS, live_or_recorded, run_experiment
 from ddlab.training.runs import ExperimentError, spec_for, train
@@ -42,10 +42,8 @@ def cli_train(argv: list) -> int:
     except (RunSpecError, ExperimentError, launch.LaunchError) as exc:
         print(f"ddlab train: {exc}", file=sys.stderr)
         return 1
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+    if a.out:                      # whole or not at all; a diverged loss (NaN, not JSON) is written as null
+        files.write_json(a.out, files.nan_to_null(result), what="training result")
     if a.json:
         print(json.dumps(result, indent=1))
     return 0

@@ -25,6 +25,7 @@ from typing import Optional
 
 import numpy as np
 
+from ddlab.base import files
 from ddlab.base.paths import REPO_ROOT
 from ddlab.base.errors import CourseError
 
@@ -129,9 +130,8 @@ def write_idx(path: str, array: np.ndarray) -> None:
     """Write a uint8 array as an IDX file (gzipped when ``path`` ends in .gz). Used by tests."""
     a = np.ascontiguousarray(array, dtype=np.uint8)
     head = bytes([0, 0, 8, a.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in a.shape)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wb") as f:
-        f.write(head + a.tobytes())
+    data = head + a.tobytes()
+    files.write_bytes(path, gzip.compress(data, mtime=0) if path.endswith(".gz") else data)
 
 
 def _load_dir(d: str, verify: bool) -> tuple:
@@ -237,15 +237,12 @@ def download(dest: Optional[str] = None, base_url: str = CANONICAL_URL, timeout:
     os.makedirs(dest, exist_ok=True)
     for stem in FILES.values():
         target = os.path.join(dest, stem + ".gz")
-        tmp = target + ".part"
-        try:
-            with urllib.request.urlopen(base_url + stem + ".gz", timeout=timeout) as r, open(tmp, "wb") as f:
+        try:       # into a temporary file beside it, renamed when whole: a cut download leaves no half file
+            with urllib.request.urlopen(base_url + stem + ".gz", timeout=timeout) as r, \
+                    files.open_atomic(target, "wb") as f:
                 shutil.copyfileobj(r, f)
         except OSError as exc:
-            if os.path.exists(tmp):
-                os.remove(tmp)
             raise DatasetError(f"Could not download {base_url}{stem}.gz ({exc}). {HOW_TO_GET}") from None
-        os.replace(tmp, target)
     _load_dir(dest, verify=True)
     return dest
 

@@ -196,16 +196,16 @@ def reference_name(model: str, batch: int = 512) -> str:
 
 
 def record(out_dir: str, models: Sequence[str] = None, batch: int = 512, **kwargs) -> dict:
-    """Measure and write ``<out_dir>/step-<model>.json`` for each model; {model: profile}."""
-    import json
+    """Measure and write ``<out_dir>/step-<model>.json`` for each model (whole, checked against
+    the ``profiles`` schema); {model: profile}."""
     import os
+    from ddlab.base import files
     from ddlab.training.models import MODELS
-    os.makedirs(out_dir, exist_ok=True)
     done = {}
     for m in models or MODELS:
         prof = measure(m, batch, **kwargs)
-        with open(os.path.join(out_dir, reference_name(m, batch) + ".json"), "w") as f:
-            json.dump(prof.to_dict(), f, indent=1)
+        files.write_json(os.path.join(out_dir, reference_name(m, batch) + ".json"), prof.to_dict(),
+                         schema=REFERENCE_KIND, what="step profile")
         print(prof.table(), flush=True)
         done[m] = prof
     return done

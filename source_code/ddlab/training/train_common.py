@@ -15,7 +15,6 @@ their meaning are listed there, once for both scripts.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -362,10 +361,9 @@ def build_result(args: argparse.Namespace, *, framework: str, params: int, gradi
 
 
 def write_json(path: str, result: Mapping) -> None:
-    """Write the result whole or not at all: a reader never sees half a file (the write goes
-    to ``PATH.part``, renamed over PATH when complete)."""
-    tmp = path + ".part"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Write the result whole or not at all (:func:`ddlab.base.files.write_json`): a reader never
+    sees half a file. This file goes from the worker to its parent (:func:`ddlab.training.runs.train`)
+    only, which reads NaN back: a diverged run's loss stays NaN here, and what records it
+    (a recording, a convergence sweep) decides how JSON holds it."""
+    from ddlab.base import files
+    files.write_json(path, result, allow_nan=True)
