@@ -23,7 +23,6 @@ A little over 400 lines: the sweep's configurations for CPU and GPU, its runner,
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -34,6 +33,7 @@ from ddlab.base import files, tables
 from ddlab.training.runspec import RunSpec, RunSpecError
 
 RECORDED_NAME = "convergence-torch-ddp-cnn"
+SCHEMA = "experiments"              # a sweep is recorded beside the other experiments (ddlab.base.schemas)
 CHANCE = 0.1   # test accuracy of a guess among Fashion-MNIST's 10 balanced classes
 MIN_SEEDS = 3
 
@@ -404,9 +404,25 @@ class ConvergenceResult:
     def from_dict(cls, d: Mapping, source: Optional[str] = None) -> "ConvergenceResult":
         if d.get("experiment") != "convergence":
             raise ValueError("not a convergence result")
-        return cls(list(d["rows"]), list(d.get("runs", [])), source or d.get("source", "live"),
+        return cls(list(d["rows"]), [_nan_back(r) for r in d.get("runs", [])], source or d.get("source", "live"),
                    dict(d.get("provenance") or {}), dict(d.get("config") or {}), list(d.get("notes") or []))
 
+
+
+def _nan_back(run: Mapping) -> dict:
+    """A run read back from JSON: the losses and noise a diverged run saved as null are NaN again."""
+    run = dict(run)
+    evs = []
+    for ev in run.get("evaluations") or []:
+        ev = dict(ev)
+        if "test_loss" in ev and ev["test_loss"] is None:
+            ev["test_loss"] = float("nan")
+        if ev.get("noise"):
+            ev["noise"] = {k: float("nan") if v is None else v for k, v in ev["noise"].items()}
+        evs.append(ev)
+    if "evaluations" in run:
+        run["evaluations"] = evs
+    return run
 
 
 def _finite(v):
@@ -469,14 +485,19 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
 
 
 def save(result: ConvergenceResult, path: str) -> str:
-    """Write a sweep's result to ``path``, whole or not at all (a diverged run's loss is kept as
-    NaN, which Python's JSON reader takes back)."""
-    return files.write_text(path, json.dumps(result.to_dict(), indent=1, allow_nan=True) + "\n")
+    """Write a sweep's result to ``path``, whole or not at all, checked against its schema. JSON
+    has no NaN: a diverged run's loss is written as null, and :func:`load` reads it back as NaN."""
+    return files.write_json(path, files.nan_to_null(result.to_dict()), schema=SCHEMA, what="convergence result")
 
 
 def load(path: str) -> ConvergenceResult:
-    """A sweep's result saved at ``path`` (one clear message when it is missing or corrupt)."""
-    return ConvergenceResult.from_dict(files.read_json(path, "convergence result"))
+    """A sweep's result saved at ``path`` (one clear message when it is missing, corrupt, or
+    not a convergence sweep's)."""
+    obj = files.read_json(path, "convergence result", schema=SCHEMA)
+    if obj.get("experiment") != "convergence":
+        raise files.ResultFileError(f"{path} holds the experiment {obj.get('experiment')!r}, not a convergence "
+                                    "sweep: give a file written by ddlab.course.convergence_sweep.save")
+    return ConvergenceResult.from_dict(obj)
 
 
 def load_recorded(name: str = RECORDED_NAME) -> ConvergenceResult:

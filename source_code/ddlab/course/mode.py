@@ -9,10 +9,10 @@ its provenance.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 
+from ddlab.base import reference
 from ddlab.base.paths import REFERENCE_DIR
 from ddlab.system.policy import Decision, Machine, Needs, Shown, decide, measured_line, recorded_line
 from ddlab.system.topology import NoGPUError
@@ -28,8 +28,7 @@ PARTS = ("topology", "nccl-logs", "p2p", "allreduce", "scaling", "nccl-paths", "
 def recorded_nccl_logs(name: str = RECORDED) -> dict:
     """{path: NcclLog} recorded on the course's GPU machine, and their provenance."""
     from ddlab.system import nccl_log
-    with open(os.path.join(NCCL_LOG_DIR, f"{name}.json")) as f:
-        meta = json.load(f)
+    meta = reference.load("nccl_logs", name)
     logs = {path: nccl_log.parse_file(os.path.join(NCCL_LOG_DIR, fname)) for path, fname in meta["logs"].items()}
     return {"logs": logs, "provenance": meta["provenance"]}
 

@@ -244,14 +244,14 @@ def results_from_json(obj: Mapping, source: str = "live") -> list:
 
 def write_json(results: Iterable[SweepResult], path: str) -> str:
     """Write sweeps to ``path`` in the format of :func:`results_to_json` (atomically: the whole
-    file or none of it); returns ``path``."""
-    return files.write_json(path, results_to_json(results))
+    file or none of it, checked against the ``allreduce`` schema); returns ``path``."""
+    return files.write_json(path, results_to_json(results), schema="allreduce", what="all-reduce sweep file")
 
 
 def read_json(path: str, source: str = "live") -> list:
     """The sweeps in a file written by :func:`write_json` (``ddlab allreduce --out``); a missing
-    or corrupt file raises :class:`ddlab.base.files.ResultFileError`."""
-    return results_from_json(files.read_json(path, "all-reduce sweep file"), source=source)
+    or corrupt file, or one that breaks the ``allreduce`` schema, raises :class:`ddlab.base.files.ResultFileError`."""
+    return results_from_json(files.read_json(path, "all-reduce sweep file", schema="allreduce"), source=source)
 
 
 

@@ -466,7 +466,13 @@ def load_recorded(name: str) -> HostLinkResult:
 
 
 def save(result: HostLinkResult, path: str) -> str:
-    """Write ``result`` as JSON, whole or not at all."""
+    """Write ``result`` as JSON, whole or not at all, checked against the ``hostlink`` schema."""
     from ddlab.base import files
-    return files.write_json(path, result.to_dict())
+    return files.write_json(path, result.to_dict(), schema=RECORDED_KIND, what="host-link result")
+
+
+def load(path: str) -> HostLinkResult:
+    """A result saved by :func:`save` (one clear message when it is missing, corrupt or breaks the schema)."""
+    from ddlab.base import files
+    return HostLinkResult.from_json(files.read_json(path, "host-link result", schema=RECORDED_KIND))
 

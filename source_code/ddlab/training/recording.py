@@ -4,7 +4,8 @@ A recording is an :class:`~ddlab.training.results.ExperimentResult` saved as
 ``source_code/reference/experiments/<experiment>-<framework>-<launcher>-<model>[-<variant>].json``
 with its provenance (which names the machine by its hardware, :func:`ddlab.system.machine_name.machine_label`).
 Results are plain data: this module is the one that writes them (:func:`save`, atomically) and
-reads them back (:func:`load`, :func:`load_recorded`). What the course records, and how, is
+reads them back (:func:`load`, :func:`load_recorded`), both checked against the recording's
+JSON Schema (``experiments`` in :mod:`ddlab.base.schemas`). What the course records, and how, is
 :mod:`ddlab.training.recording_sets`.
 """
 from __future__ import annotations
@@ -36,13 +37,15 @@ def load_recorded(experiment: str, framework: str = "torch", launcher: str = "dd
 
 
 def save(result: ExperimentResult, path: str) -> str:
-    """Write ``result`` to ``path`` as JSON, whole or not at all; returns ``path``."""
-    return files.write_json(path, result.to_dict())
+    """Write ``result`` to ``path`` as JSON, whole or not at all; returns ``path``. A result that
+    breaks its schema, or holds NaN, is refused with one message and the old file is kept."""
+    return files.write_json(path, result.to_dict(), schema=REFERENCE_KIND, what="experiment result")
 
 
 def load(path: str, source: Optional[str] = None) -> ExperimentResult:
-    """The result saved at ``path`` (one clear message when it is missing or corrupt)."""
-    return ExperimentResult.from_dict(files.read_json(path, "experiment result"), source=source)
+    """The result saved at ``path`` (one clear message when it is missing, corrupt or breaks its schema)."""
+    return ExperimentResult.from_dict(files.read_json(path, "experiment result", schema=REFERENCE_KIND),
+                                      source=source)
 
 
 def save_reference(result: ExperimentResult, name: Optional[str] = None) -> str:
