@@ -60,7 +60,7 @@ def host_part(method: str, devices, a) -> dict:
                 r = host_link.measure_torch(i)
         except host_link.HostLinkNoGPU as exc:
             return {"status": "skipped", "why": str(exc)}
-        path = files.write_json(os.path.join(a.out, f"hostlink-{method}-gpu{i}.json"), r.to_dict())
+        path = host_link.save(r, os.path.join(a.out, f"hostlink-{method}-gpu{i}.json"))    # checked by its schema
         written.append(path)
         for line in host_link.summary(r):
             say(f"  GPU {i}: {line}")
