@@ -184,9 +184,10 @@ def test_notebook_9_claims_only_what_the_recordings_support():
     assert "not reproduced yet" in md and "strong" in md and "weak scaling" in md
     assert "case_studies.strong_scaling_predicted()" in src and "case_studies.strong_scaling_live()" in src
     assert "reproduces each" not in md and "Reproduced on one machine" not in md
-    # held out is the headline, in-sample comes after it, labelled
-    assert "validation.held_out()" in src and "validation.validate()" in md      # the in-sample table one call away
-    assert "in-sample" in md.lower() and "for comparison only" in md
+    # held out is the headline; nothing is fitted to the runs, and the terms say where each number came from
+    assert "validation.held_out()" in src and "validation.validate()" in md      # the plain table one call away
+    assert "Nothing in it is fitted" in md and "no in-sample table" in md
+    assert "validation.recorded_terms(" in src and "by how much and why" in md
     # statements the recordings do not support
     for phrase in ("below about 1 the second GPU makes training slower", "97%", "between which the driver does not",
                    "Small models on links without peer-to-peer lose", "each tuning alone and combined, on NCCL's\n"

@@ -148,3 +148,13 @@ def test_missed_picks_the_rows_outside_the_band_or_above_2x():
     table = val.held_out()
     shown = table.where(val.missed)
     assert 0 < len(shown) < len(table) and all(val.missed(r) for r in shown.rows)
+
+
+def test_recorded_terms_of_one_run():
+    t = val.recorded_terms("horovod", "cnn", "default")
+    names = [r["name"] for r in t.rows]
+    assert names[0] == "one-GPU step" and "cycle wait" in names and "grows with the batch" in names
+    assert all(r["source"] and r["basis"] in ("measured", "modelled", "assumed") for r in t.rows)
+    assert "predicted" in t.title and "measured" in t.title
+    with pytest.raises(ValueError, match="no recorded run"):
+        val.recorded_terms("ddp", "resnet", "default")

@@ -304,7 +304,7 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
       with the batch and the rest shrinks in proportion; default: all of it is fixed, as for a
       small-batch step on a GPU, which launching kernels bounds. ``measure`` times both batches);
     * ``path`` and ``fits``: see :func:`fits_of`; ``framework``: "ddp" or "horovod" (the
-      wrapper's cost fitted to that framework's recorded runs, unless ``wrapper`` gives one);
+      wrapper's cost measured on one worker for that framework, unless ``wrapper`` gives one);
       ``dtype``: the gradients' type on the wire ("fp32" or "bf16");
     * ``step_device``: what a given ``step_ms`` was measured on ("cpu" or a GPU's name), so that
       a recorded step profile of another device is not used.

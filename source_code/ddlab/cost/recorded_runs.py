@@ -199,7 +199,7 @@ def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] =
     kwargs = dict(measured_inputs(p.model, p.batch, profiles or {}, (channels or {}).get(p.path)), **kwargs)
     fit = fits[p.path]
     sources = {"one-GPU step": ("measured", f"recorded: the one-worker run of the same {p.launcher} recording "
-                                            f"(global batch / images per second, median of {p.repeats} repeats)"),
+                                            f"(its global batch over its images per second)"),
                "GPU busy time": ("measured", f"recorded: {p.device_source or 'a one-worker CUDA-graph run'}"),
                "all-reduce": (f"the alpha-beta fit of the recorded {p.path} sweep"
                               + (f" allreduce/{sweeps}" if sweeps else "")

@@ -277,6 +277,26 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
     return notes
 
 
+def recorded_terms(launcher: str = "ddp", model: str = "wide", path: str = "shm",
+                   recorded: Optional[RecordedSet] = None):
+    """The terms of the prediction for one recorded run, each with its time, how it is known
+    (measured, modelled, assumed) and where its number came from, as a
+    :class:`ddlab.base.tables.Table`."""
+    rec = recorded or recorded_points()
+    pts = [p for p in rec.points if (p.launcher, p.model, p.path) == (launcher, model, path)]
+    if not pts:
+        have = sorted({(p.launcher, p.model, p.path) for p in rec.points})
+        raise ValueError(f"no recorded run {launcher} {model} {path}; recorded: "
+                         + ", ".join(" ".join(h) for h in have))
+    p = pts[0]
+    pred = _predict(rec, p, rec.wrappers(), profiles=rec.profiles, channels=rec.channels)
+    t = pred.terms_table()
+    t.title = (f"The terms of one prediction: {launcher} {model} over {path}, predicted {format_ratio(pred.speedup)}, "
+               f"measured {format_ratio(p.measured)}")
+    t.notes = [f"Step on {p.n_gpus} GPUs {format_time(pred.total_s)}, decided by the {pred.bound} path."]
+    return t
+
+
 def validate(recorded: Optional[RecordedSet] = None, **kwargs):
     """Predicted against measured 2-GPU speedup for every recorded model x path x launcher,
     as a :class:`ddlab.base.tables.Table` (launcher, model, path, predicted, measured, error in
