@@ -9,7 +9,6 @@ run (GPUs, frameworks, Horovod's build) is asked of :mod:`ddlab.system.framework
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -17,7 +16,7 @@ import tempfile
 import time
 from typing import Callable, Mapping, Optional
 
-from ddlab.base import worker_report
+from ddlab.base import files, worker_report
 from ddlab.measure import launch
 from ddlab.system.frameworks import gpu_count
 from ddlab.training import data
@@ -133,8 +132,7 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
         if not os.path.exists(out_path):
             raise ExperimentError(f"{spec.framework} {spec.launcher} run of {spec.workers} worker(s) exited "
                                   f"cleanly but wrote no result.\nlast output:\n{res.tail()}")
-        with open(out_path) as f:
-            result = json.load(f)
+        result = files.read_json(out_path, "training run's result")   # one message if it is not whole JSON
     result["launch_s"] = res.duration_s
     say(f"{_stamp()} done in {res.duration_s:.1f} s: {what}: "
         f"{result['images_per_s']:,.0f} img/s; rank 0 took {result.get('wall_s', float('nan')):.1f} s "
