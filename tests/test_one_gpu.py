@@ -59,6 +59,7 @@ def test_wrapper_cost_is_the_step_over_the_plain_one(monkeypatch):
     assert ddp["buckets"] == 2 and ddp["cost_per_bucket_ms"] == pytest.approx(0.06)
     assert hvd["cost_ms"] == pytest.approx(0.25) and res.rows[4]["cost_ms"] == pytest.approx(0.10)
     assert "one worker, one process: nothing crosses a link" in res.notes[0]
+    assert one_gpu.HOROVOD_SIZE_ONE in res.notes          # Horovod's size-1 rows are said to measure nothing
     text = res.table()
     assert "batch 32, 128/worker" in text and "0.120" in text and "60.0%" in text
     # a recording of it carries its run description: DDP, the first model, the largest batch

@@ -34,6 +34,10 @@ from ddlab.training.runspec import PRECISIONS, RunSpec, RunSpecError
 ONE_GPU_MODELS = ("cnn", "mlp-small", "mlp-large")     # the CNN and the seed-sized MLPs
 WRAPPER_BATCHES = (32, 128, 512)
 WRAPPER_WARMUP = 10      # untimed steps before each timed run
+# Horovod 0.28.1's DistributedOptimizer registers its gradient hooks only when size() > 1
+# (horovod/torch/optimizer.py, in _DistributedOptimizer.__init__), so with one worker it adds nothing.
+HOROVOD_SIZE_ONE = ("Horovod with one worker registers no gradient hooks (its optimizer does so only when size() > 1), "
+                    "so its rows time the plain step: Horovod's own cost appears only with two or more workers")
 WRAPPERS = ("plain", "ddp", "horovod")
 Progress = Optional[Callable[[str], None]]
 
@@ -120,6 +124,8 @@ def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] 
              f"fixed cost; each step the median of {repeats} runs of {steps} steps, the variants' runs interleaved"]
     if "horovod" not in order:
         notes.append("Horovod not measured: " + availability("torch", "horovod")[1])
+    else:
+        notes.append(HOROVOD_SIZE_ONE)
     if device == "cpu":
         notes.append("CPU (DDP over gloo): the code path, not GPU figures")
     try:
