@@ -48,6 +48,7 @@ def test_a_one_gpu_machine_measures_its_gpu_and_skips_the_pair_steps(tmp_path, m
     assert "pinned, NUMA node 0 (the GPU&#x27;s), from 256 MiB up: h2d 55.0 GB/s (87%)" in summary
     assert "pinned h2d from NUMA node 1: 41.5 GB/s, 0.75x node 0&#x27;s" in page
     assert "every link at its maximum" in summary and "ddp at batch 512: +0.120 ms a step (60%" in summary
+    assert "horovod (a control: no hooks with one worker) at batch 512: -0.010 ms a step" in summary
     compare = page.split('<section id="compare">', 1)[1].split("</section>", 1)[0]
     assert "host link host-&gt;GPU pinned" in compare and "one GPU images/s, cnn bf16" in compare
 

@@ -90,7 +90,7 @@ def summary_items(steps: dict) -> list:
                                                      f"{units.format_count(r['images_per_s'])}" for r in rows), ""))
     wc = done_data(steps.get("wrapper-cost"))
     if wc:
-        parts = [f"{r['wrapper']} at batch {r['batch']}: +{r['cost_ms']:.3f} ms a step "
+        parts = [f"{_wrapper_name(r['wrapper'])} at batch {r['batch']}: {r['cost_ms']:+.3f} ms a step "
                  f"({units.format_percent(r['cost_share'])} of the plain step"
                  + (f", {r['cost_per_bucket_ms']:.3f} ms per bucket" if r.get("cost_per_bucket_ms") is not None
                     else "") + ")"
@@ -100,6 +100,11 @@ def summary_items(steps: dict) -> list:
             model = wc["result"]["rows"][0].get("model")
             items.append((f"Wrapper's cost on one worker ({model})", "; ".join(parts), ""))
     return items
+
+
+def _wrapper_name(wrapper: str) -> str:
+    """Horovod with one worker registers no gradient hooks: its row is a control, not a cost."""
+    return "horovod (a control: no hooks with one worker)" if wrapper == "horovod" else wrapper
 
 
 def key_figures(steps: dict) -> dict:
