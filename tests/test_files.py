@@ -22,6 +22,19 @@ def test_write_json_round_trips_and_leaves_no_temporary_file(tmp_path):
     assert p.read_text().endswith("\n")
 
 
+def test_a_new_file_follows_the_umask_and_an_existing_one_keeps_its_mode(tmp_path):
+    import stat
+    old = os.umask(0o022)
+    try:
+        p = files.write_text(str(tmp_path / "new.txt"), "x")
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o644          # not mkstemp's owner-only 0600
+        os.chmod(p, 0o640)
+        files.write_text(p, "y")
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o640
+    finally:
+        os.umask(old)
+
+
 def test_nan_is_refused_and_the_old_file_stays(tmp_path):
     p = tmp_path / "r.json"
     files.write_json(str(p), {"v": 1})

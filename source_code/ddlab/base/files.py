@@ -18,6 +18,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 import tempfile
 from typing import Optional
 
@@ -40,6 +41,7 @@ def open_atomic(path: str, mode: str = "w", encoding: Optional[str] = "utf-8"):
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
+        os.fchmod(fd, _mode_for(path))       # mkstemp makes it owner-only; a result is as readable as any file
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": encoding})) as f:
             yield f
             f.flush()
@@ -49,6 +51,16 @@ def open_atomic(path: str, mode: str = "w", encoding: Optional[str] = "utf-8"):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _mode_for(path: str) -> int:
+    """The permissions the file keeps (an existing file's own), or a new file's under the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_text(path: str, text: str) -> str:
