@@ -1,6 +1,7 @@
 """Record the training experiments on a 2-GPU machine, with the live defaults, repeated.
 
     python tools/recording/record_experiments.py OUT_DIR [JOB ...] [--repeats 3] [--timeout 240] [--batch N]
+        [--global-batches 4,8,16,32,64,128]
 
 JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide), launcher:model:graph
 (DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording),
@@ -10,7 +11,11 @@ scaling-torch-ddp-<model>-graph.json; then ddlab.training.step_profile's step-<m
 source_code/reference/profiles/), or tune:launcher:model[:path]
 (the communication tuning comparison, ddlab.course.tuning.tuning_comparison: the one-GPU untuned
 run, then every tuning of ddlab.course.tuning.TUNINGS for the launcher on 2 GPUs over NCCL path
-path, default "default"; e.g. tune:ddp:wide, tune:horovod:wide:shm). Default: ddp:cnn
+path, default "default"; e.g. tune:ddp:wide, tune:horovod:wide:shm), or strong:launcher:model[:path]
+(the field reports' experiment, ddlab.training.experiments.strong_scaling: each global batch
+of --global-batches on one GPU, then split over two over NCCL path path, default "shm", i.e.
+peer-to-peer off as in the reports; written as strong-scaling-torch-<launcher>-<model>-<path>.json;
+e.g. strong:ddp:mlp-small). Default: ddp:cnn
 ddp:wide horovod:cnn horovod:wide.
 
 Every run is ddlab.training.recording.gpu_spec(model): the same run description (batch, steps,
@@ -44,7 +49,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
 from ddlab.training import experiments, recording, recording_sets, runs, step_profile  # noqa: E402
-from ddlab.course import tuning
+from ddlab.course import case_studies, tuning
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
 from ddlab.training.runspec import MODELS  # noqa: E402
@@ -66,6 +71,14 @@ def parse_job(job: str) -> tuple:
             raise argparse.ArgumentTypeError(f"bad job {job!r}: expected step:model, e.g. step:mlp-small "
                                              f"(model one of {', '.join(MODELS)})")
         return "step", parts[1], False
+    if parts[0] == "strong":
+        if len(parts) not in (3, 4) or parts[1] not in ("ddp", "horovod") or parts[2] not in MODELS \
+                or (len(parts) == 4 and parts[3] not in PATHS):
+            raise argparse.ArgumentTypeError(f"bad job {job!r}: expected strong:launcher:model[:path], e.g. "
+                                             f"strong:ddp:mlp-small or strong:horovod:mlp-large:default (launcher "
+                                             f"ddp or horovod; model one of {', '.join(MODELS)}; path one of "
+                                             f"{', '.join(PATHS)})")
+        return parts[1], parts[2], ("strong", parts[3] if len(parts) == 4 else "shm")
     if parts[0] == "tune":
         if len(parts) not in (3, 4) or parts[1] not in tuning.LAUNCHERS or parts[2] not in MODELS \
                 or (len(parts) == 4 and parts[3] not in PATHS):
@@ -102,6 +115,16 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
     return {name: res}
 
 
+def _batches(text: str) -> tuple:
+    try:
+        out = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 2:
+        raise argparse.ArgumentTypeError(f"expected global batches like 4,32,128 (each at least 2), got {text!r}")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out", help="folder for the result JSON files")
@@ -113,6 +136,9 @@ def main(argv=None) -> int:
     p.add_argument("--echo", action="store_true", help="show the workers' output")
     p.add_argument("--batch", type=int, help="launcher:model jobs: this batch per GPU instead of the live default; "
                    "the result is written with the variant suffix -b<BATCH> (the batch sweep of case 1)")
+    p.add_argument("--global-batches", type=_batches, default=case_studies.REPORT_GLOBAL_BATCHES,
+                   help="strong JOBs: the global batches, comma-separated (default: the reports' "
+                        f"{','.join(map(str, case_studies.REPORT_GLOBAL_BATCHES))})")
     a = p.parse_args(argv)
     if a.batch is not None and a.batch < 1:
         p.error("--batch must be a whole number of images per GPU, at least 1")
@@ -131,7 +157,15 @@ def main(argv=None) -> int:
     for launcher, model, graph in jobs:
         t0 = time.monotonic()
         job = launcher if launcher == "perf" else f"{launcher}:{model}" + (":graph" if graph is True else "")
-        if isinstance(graph, tuple):
+        if isinstance(graph, tuple) and graph[0] == "strong":
+            job = f"strong:{job}:{graph[1]}"
+            ok, why = frameworks.availability("torch", launcher)
+            base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout)
+            say(f"\n== {job}: global batches {','.join(map(str, a.global_batches))} on 1 GPU, then split over 2, "
+                f"{base.steps} steps ({base.warmup_steps} warm-up), {base.precision}, {base.repeats} repeats")
+            done = (recording_sets.record_strong(a.out, base, a.global_batches, graph[1], a.echo, say) if ok else
+                    {f"strong-scaling-torch-{launcher}-{model}-{graph[1]}": f"skipped: {why}"})
+        elif isinstance(graph, tuple):
             job = f"tune:{job}:{graph[1]}"
             done = record_tuning(a.out, launcher, model, graph[1], a.repeats, a.timeout, a.echo)
         elif launcher == "step":

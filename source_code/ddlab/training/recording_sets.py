@@ -4,7 +4,8 @@
 (:func:`ddlab.training.recording.gpu_spec`) and at least
 :data:`ddlab.training.recording.MIN_REPEATS` repeats, so a recording and a live run are the same
 experiment; :func:`record_paths` one NCCL path comparison (and the scaling taken from it);
-:func:`record_one_gpu_step` one GPU's CUDA-graph step. Each result is written (by
+:func:`record_one_gpu_step` one GPU's CUDA-graph step; :func:`record_strong` the field reports'
+strong scaling. Each result is written (by
 :func:`ddlab.training.recording.save`) as soon as it exists.
 """
 from __future__ import annotations
@@ -70,6 +71,24 @@ def record_one_gpu_step(out_dir: str, base: RunSpec, echo: bool = False,
                                                                                     if suffix_batch else "")
     res = _attempt(done, name, lambda: experiments.throughput_scaling(spec, workers=(1,), echo=echo,
                                                                       progress=progress))
+    if res is not None:
+        _write(out_dir, name, res, done)
+    return done
+
+
+def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], path: str = "shm",
+                  echo: bool = False, progress: Optional[Callable[[str], None]] = None,
+                  done: Optional[dict] = None) -> dict:
+    """Records strong scaling as the field reports ran it (:func:`ddlab.training.experiments.strong_scaling`):
+    each of ``global_batches`` on one GPU, then split over ``base.workers`` GPUs over NCCL path
+    ``path``, ``base.repeats`` times each. Written as ``strong-scaling-<framework>-<launcher>-<model>-<path>``.
+    Returns ``done`` as :func:`record_paths`."""
+    done = {} if done is None else done
+    os.makedirs(out_dir, exist_ok=True)
+    name = reference_name("strong-scaling", base.framework, base.launcher, base.model) + f"-{path}"
+    res = _attempt(done, name, lambda: experiments.strong_scaling(base, global_batches=global_batches,
+                                                                  workers=base.workers, path=path, echo=echo,
+                                                                  progress=progress))
     if res is not None:
         _write(out_dir, name, res, done)
     return done
