@@ -256,8 +256,31 @@ def test_strong_scaling_prediction_is_ddlab_predict_with_a_global_batch():
     assert row["speedup"] == pytest.approx(same.speedup) and row["global"] == "4-128 (each)"
     assert row["speedup"] < 1 and row["bound"] == "compute"
     text = str(t)
-    assert "not reproduced yet" in text and "python -m ddlab predict --model mlp-small" in text
+    assert "strong_scaling_recorded()" in text and "python -m ddlab predict --model mlp-small" in text
     assert "--global-batch" in text and "busy" in text
+
+
+def test_strong_scaling_recorded_shows_each_split_with_its_one_gpu_step_and_names_what_is_missing():
+    recs = cs.strong_scaling_recordings()
+    assert recs, "the recorded strong-scaling run of the small MLP is committed"
+    t = cs.strong_scaling_recorded()
+    rows = t.to_dict()["rows"]
+    assert rows and all(r["per_gpu"] * 2 == r["global"] for r in rows)          # only the 2-GPU rows
+    res = recs[0]
+    two = [r for r in res.rows if r["workers"] == 2]
+    assert [r["speedup"] for r in rows[:len(two)]] == [r["speedup"] for r in two]
+    one = {r["global_batch"]: r["step_ms_median"] for r in res.rows if r["workers"] == 1}
+    assert all(r["one"] == one[r["global"]] for r in rows[:len(two)])
+    text = str(t)
+    assert res.provenance["machine"] in text and "Not recorded yet:" in text and "mlp-large ddp shm" in text
+    assert "MirroredStrategy" in text
+
+
+def test_strong_scaling_recorded_without_recordings_lists_everything_as_not_recorded(monkeypatch):
+    from ddlab.base import reference
+    monkeypatch.setattr(reference, "names", lambda kind: [])
+    t = cs.strong_scaling_recorded(models=("mlp-small",), launchers=("ddp",), paths=("shm",))
+    assert t.to_dict()["rows"] == [] and "Not recorded yet: mlp-small ddp shm." in str(t)
 
 
 def test_strong_scaling_live_runs_the_two_mlps_on_two_cpu_processes(monkeypatch):

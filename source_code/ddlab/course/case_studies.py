@@ -199,9 +199,9 @@ def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches
                              "step": p.step_s, "speedup": p.speedup, "bound": p.bound})
     if not rows:
         raise ValueError("none of the models has a recorded one-GPU step to predict from")
-    notes += ["Predicted, not measured: the two-GPU strong-scaling runs are not recorded yet, so the reports' "
-              "experiment is not reproduced yet. Paths: shm = peer-to-peer off, through host memory (the reports' "
-              "case); default = NCCL's choice on the recorded machine (NVLink).",
+    notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
+              "which machine: strong_scaling_recorded(). Paths: shm = peer-to-peer off, through host memory (the "
+              "reports' case); default = NCCL's choice on the recorded machine (NVLink).",
               f"Wrapper: DDP's cost measured on one worker ({_predict.measured_wrapper('ddp').describe()}), added to "
               "the recorded one-GPU step, which ran DDP with world size 1 already: at most counted twice. The same "
               "prediction from the command line: " + "; ".join(commands[:1]) + "."]
@@ -244,6 +244,60 @@ def strong_scaling_live(models: Sequence[str] = REPORT_MLPS, global_batch: int =
              "MirroredStrategy; this is the same experiment with PyTorch DDP."]
     return Table(cols, rows, title=f"The reports' experiment run now: a global batch of {global_batch} on one worker, "
                                    "then split over two", notes=notes)
+
+
+STRONG_RECORDED_PREFIX = "strong-scaling-torch-"
+
+
+def strong_scaling_recordings() -> list:
+    """The recorded runs of the reports' experiment (``record_experiments.py strong:launcher:model[:path]``),
+    as ExperimentResults, in name order; empty until one is recorded."""
+    from ddlab.training import recording
+    from ddlab.training.results import ExperimentResult
+    return [ExperimentResult.from_dict(reference.load(recording.REFERENCE_KIND, n), source="recorded")
+            for n in sorted(reference.names(recording.REFERENCE_KIND)) if n.startswith(STRONG_RECORDED_PREFIX)]
+
+
+def strong_scaling_recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
+                            paths: Sequence[str] = ("shm", "default", "socket")) -> Table:
+    """The reports' experiment as recorded: each global batch on one GPU, then split over two,
+    median speedup with its min-max over the repeats. Its notes name each machine and say which
+    of ``models`` x ``launchers`` x ``paths`` is not recorded yet."""
+    results = strong_scaling_recordings()
+    rows, notes, seen = [], [], set()
+    for res in results:
+        c, prov = res.config, res.provenance or {}
+        path = c.get("path") or "default"
+        seen.add((c.get("model"), c.get("launcher"), path))
+        machine = prov.get("machine") or "machine not recorded"
+        for r in res.rows:
+            if r.get("workers", 1) < 2:
+                continue
+            one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")),
+                       None)
+            rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": path,
+                         "global": r.get("global_batch"), "per_gpu": r.get("batch_per_worker"),
+                         "one": one["step_ms_median"] if one else None, "two": r.get("step_ms_median"),
+                         "speedup": r.get("speedup"),
+                         "spread": (f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-"),
+                         "machine": machine})
+        notes.append(f"{c.get('model')}, {c.get('launcher')}, {path}: {machine}, {c.get('precision')}, "
+                     f"{c.get('repeats')} repeats, recorded {str(prov.get('date', '?'))[:10]} "
+                     f"(driver {prov.get('driver') or 'not recorded'}, CUDA {prov.get('cuda_runtime') or 'not recorded'}, "
+                     f"NCCL {prov.get('nccl') or 'not recorded'}, torch {prov.get('torch') or 'not recorded'}).")
+    missing = [f"{m} {lc} {p}" for m in models for lc in launchers for p in paths if (m, lc, p) not in seen]
+    if missing:
+        notes.append("Not recorded yet: " + "; ".join(missing) + ".")
+    notes.append("The reports used TensorFlow's MirroredStrategy on two GeForce GPUs over PCIe; these runs split the "
+                 "same global batches of the same MLP widths with the framework named in each row.")
+    notes.append("Speedup: images/s on two GPUs over images/s on one at the same global batch (median of the "
+                 "repeats, min-max beside it); shm = peer-to-peer off, through host memory, as in the reports.")
+    cols = [("model", "text"), ("launcher", "text"), ("path", "text"), ("global", "int", "global batch"),
+            ("per_gpu", "int", "per GPU"), ("one", lambda v: "-" if v is None else f"{v:.3f}", "step ms (1 GPU)"),
+            ("two", lambda v: "-" if v is None else f"{v:.3f}", "step ms (2 GPUs)"), ("speedup", "ratio"),
+            ("spread", "text", "min-max")]
+    return Table(cols, rows, title="The reports' experiment recorded: a global batch on one GPU, then split over two",
+                 notes=notes)
 
 
 # ----------------------------------------------------------------------------- case 2
