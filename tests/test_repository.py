@@ -292,6 +292,36 @@ def test_minutes_agree_in_notebook_start_here_readme_and_guide():
     assert tables["Start_Here"] == tables["README"] == tables["instructor guide"]
 
 
+def test_start_here_states_the_course_total_that_the_table_adds_up_to_and_links_to_notebook_1():
+    cells = json.load(open(os.path.join(ROOT, "Start_Here.ipynb")))["cells"]
+    start = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    per_notebook = sum(_minutes_in_tables(start).values())
+    m = re.search(r"\*\*Time\.\*\*\s+About (\d+) minutes for this page\..*?about (\d+) minutes for the (\w+), so the "
+                  r"whole course is about (\d+) minutes", start, re.S)
+    assert m, "Start_Here states its own minutes, the notebooks' sum and the course's total in its Time line"
+    page, nine, count, total = int(m[1]), int(m[2]), m[3], int(m[4])
+    assert nine == per_notebook and total == page + per_notebook
+    assert count == {9: "nine", 10: "ten", 11: "eleven"}[len(notebooks()) - 1]
+    last = "".join(cells[-1]["source"])
+    assert cells[-1]["cell_type"] == "markdown" and "](notebooks/1.Data-Parallel-Training.ipynb)" in last
+
+
+# Notebooks whose stated minutes do not cover the estimate yet, each with what is to be done; the
+# test below fails when one of them comes to fit (take it off) or another stops fitting.
+KNOWN_OVER = {"7.Hands-On-Horovod-and-DDP.ipynb": "three conversions of 7-8 diffs each: to be split into a DDP "
+                                                  "and a Horovod notebook"}
+
+
+def test_stated_minutes_cover_reading_and_exercises():
+    from ddlab.course import minutes
+    over = {}
+    for nb in notebooks()[1:]:
+        row = minutes.estimate(nb)
+        if row["fits"] != "yes":
+            over[os.path.basename(nb)] = row["fits"]
+    assert set(over) == set(KNOWN_OVER), f"notebooks whose stated minutes do not cover the estimate: {over}"
+
+
 def test_minutes_parser_reads_each_table_shape():
     rows = ("| [2. Latency](notebooks/2.A.ipynb) | the model | 25 | cpu | gpu | gpus |\n"
             "| [3. Topology](../notebooks/3.B.ipynb) | 30 | stress |\n"

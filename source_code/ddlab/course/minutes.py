@@ -1,0 +1,158 @@
+"""How long a notebook takes a learner: reading, exercises and running its cells.
+
+Each notebook states its time once ("**Time.** About N minutes."), and Start_Here, the README and
+the instructor guide repeat it. This module estimates that time from the notebook itself, so a
+stated figure can be checked instead of guessed:
+
+* reading: the words of its Markdown cells at :data:`READING_WPM` words a minute;
+* exercises: the minutes :data:`EXERCISES` gives each kind of code cell a learner works in (a checked
+  answer or prediction, each quiz question, each step of the hands-on refactor, the repair exercise);
+* running: the seconds a Run All took, measured (``tools/notebook_minutes.py --run`` times each
+  notebook under nbval on this machine; ``--timings`` reads the JSON of
+  ``tools/recording/gpu_nbval.sh``).
+
+A section whose heading says "(optional" (up to the next heading of its level or above) is
+estimated apart: the stated time leaves it out, and the notebook says so.
+
+The estimate is a floor: discussion and re-running cells come on top.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from typing import Optional
+
+from ddlab.base.tables import Table
+
+READING_WPM = 200     # words a minute for technical prose read with care
+CODE_WPM = 100        # words a minute for a diff of code, read line by line
+# (pattern in a code cell, minutes per match, what it is); a quiz counts per question
+EXERCISES = [
+    (re.compile(r"\b(?:checks\.check_\w+|predictions\.check_\w+)\s*\("), 2.0, "a checked answer or prediction"),
+    (re.compile(r"\bchecks\.quiz\s*\(\s*(\d+)\s*\)"), 1.0, "a quiz question"),
+    (re.compile(r"\bhandson\.step\s*\(\s*[\"'](\w+)[\"']\s*,\s*(\d+)\s*\)"), None,
+     f"a step of the hands-on refactor: its reason and changed lines at {CODE_WPM} words a minute"),
+    (re.compile(r"\brepair\.start_exercise\s*\("), 5.0, "the repair exercise"),
+]
+NOTEBOOK_RANGE = (15, 30)
+
+_TIME_LINE = re.compile(r"\*\*Time\.\*\*\s+About (\d+) minutes")
+_MARKUP = re.compile(r"\$[^$]*\$|`[^`]*`|<[^>]+>|\]\([^)]*\)")
+
+
+class NotebookError(ValueError):
+    """A notebook file that cannot be read as a notebook."""
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            nb = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise NotebookError(f"{path}: cannot read it as a notebook ({exc})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise NotebookError(f"{path}: not a notebook (no list of cells)")
+    return nb
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*)$", re.M)
+
+
+def split_optional(nb: dict) -> tuple:
+    """(core cells, optional cells): a heading with "(optional" starts an optional part, which ends
+    at the next heading of the same level or above."""
+    core, optional, level = [], [], None
+    for c in nb["cells"]:
+        if c.get("cell_type") == "markdown":
+            for hashes, title in _HEADING.findall(_source(c)):
+                if "(optional" in title.lower():
+                    level = len(hashes)
+                elif level is not None and len(hashes) <= level:
+                    level = None
+        (optional if level is not None else core).append(c)
+    return {"cells": core}, {"cells": optional}
+
+
+def markdown_words(nb: dict) -> int:
+    """Words a learner reads: the Markdown cells, without formulas, inline code, tags and link targets."""
+    text = " ".join(_MARKUP.sub(" ", _source(c)) for c in nb["cells"] if c.get("cell_type") == "markdown")
+    return len(re.findall(r"[A-Za-z0-9][\w'.,%/-]*", text))
+
+
+def diff_words(conversion: str, number: int) -> int:
+    """Words a learner reads in a hands-on step: its reason and the lines it adds or removes (the
+    unchanged context was read in the step before)."""
+    from ddlab.course import handson
+    lines = str(handson.step(conversion, number)).splitlines()
+    changed = [ln[1:] for ln in lines[1:] if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    return len(lines[0].split()) + sum(len(ln.split()) for ln in changed)
+
+
+def exercise_minutes(nb: dict) -> tuple:
+    """(count, minutes) of what the learner works through in code cells, by :data:`EXERCISES`."""
+    from ddlab.course.checks import questions_of
+    count, minutes = 0, 0.0
+    for c in nb["cells"]:
+        if c.get("cell_type") != "code":
+            continue
+        for pattern, each, _ in EXERCISES:
+            for m in pattern.finditer(_source(c)):
+                if each is None:      # a hands-on step: the words of its reason and changed lines
+                    count += 1
+                    minutes += diff_words(m.group(1), int(m.group(2))) / CODE_WPM
+                    continue
+                n = len(questions_of(int(m.group(1)))) if m.groups() else 1
+                count, minutes = count + n, minutes + n * each
+    return count, minutes
+
+
+def stated_minutes(nb: dict) -> Optional[int]:
+    """The minutes the notebook states in its "**Time.** About N minutes." line (None without one)."""
+    found = [int(m) for c in nb["cells"] if c.get("cell_type") == "markdown" for m in _TIME_LINE.findall(_source(c))]
+    return found[0] if len(found) == 1 else None
+
+
+def estimate(path: str, run_s: Optional[float] = None) -> dict:
+    """One notebook's estimate: words, reading, exercises and (when measured) running, in minutes."""
+    whole = load(path)
+    nb, extra = split_optional(whole)
+    words, (ex, ex_min) = markdown_words(nb), exercise_minutes(nb)
+    row = {"notebook": os.path.basename(path), "words": words, "reading_min": words / READING_WPM,
+           "exercises": ex, "exercise_min": ex_min,
+           "run_min": None if run_s is None else run_s / 60.0, "stated_min": stated_minutes(whole),
+           "optional_min": markdown_words(extra) / READING_WPM + exercise_minutes(extra)[1]}
+    row["estimate_min"] = row["reading_min"] + row["exercise_min"] + (row["run_min"] or 0.0)
+    row["fits"] = fits(row)
+    return row
+
+
+def fits(row: dict) -> str:
+    """'yes' when the stated minutes cover the estimate and lie in the course's range, else why not."""
+    stated, lo, hi = row["stated_min"], *NOTEBOOK_RANGE
+    if stated is None:
+        return "no Time line"
+    if stated < math.ceil(row["estimate_min"]):
+        return f"states {stated}, needs {math.ceil(row['estimate_min'])}"
+    if not lo <= stated <= hi and row["notebook"] != "Start_Here.ipynb":
+        return f"outside {lo}-{hi}"
+    return "yes"
+
+
+def table(rows: list, machine: str = "") -> Table:
+    cols = [("notebook", "text"), ("words", "int"), ("reading_min", lambda v: f"{v:.1f}", "reading min"),
+            ("exercises", "int"), ("exercise_min", lambda v: f"{v:.0f}", "exercise min"),
+            ("run_min", lambda v: "-" if v is None else f"{v:.1f}", "Run All min"),
+            ("estimate_min", lambda v: f"{v:.1f}", "estimate min"), ("stated_min", "text", "stated min"),
+            ("optional_min", lambda v: f"{v:.1f}" if v else "-", "optional min"),
+            ("fits", "text")]
+    each = "; ".join(what if m is None else f"{what} {m:g} min" for _, m, what in EXERCISES)
+    notes = [f"Reading at {READING_WPM} words a minute; exercises: {each}; Run All as measured"
+             + (f" on {machine}" if machine else "") + "; discussion comes on top."]
+    return Table(cols, rows, title="Notebook minutes: estimated from the notebook vs stated", notes=notes)
