@@ -6,6 +6,8 @@ from ddlab.base.errors import TRACEBACK_HINT, CourseError
 from ddlab.base.files import ResultFileError
 from ddlab.base.reference import ReferenceMissing
 from ddlab.course.handson import HandsOnError
+from ddlab.measure.launch import LaunchError, LaunchTimeout
+from ddlab.measure.p2p_run import P2PBuildError, P2PNoGPU, P2PRunError
 from ddlab.system.topology import NoGPUError
 from ddlab.training.data import DatasetError
 from ddlab.training.runs import ExperimentError
@@ -13,7 +15,8 @@ from ddlab.training.runspec import RunSpecError
 
 
 @pytest.mark.parametrize("cls", [DatasetError, NoGPUError, HandsOnError, ExperimentError, RunSpecError,
-                                 ReferenceMissing, ResultFileError])
+                                 ReferenceMissing, ResultFileError, LaunchError, LaunchTimeout,
+                                 P2PBuildError, P2PNoGPU, P2PRunError])
 def test_the_learner_facing_errors_render_as_their_message(cls):
     err = cls("no Fashion-MNIST here: run `make data`")
     assert isinstance(err, CourseError)

@@ -214,3 +214,9 @@ def test_the_scan_finds_each_kind_of_write_in_place(tmp_path):
     assert _writes_in_place(str(p)) == [(2, "open(..., 'w')"), (3, "json.dump("), (4, "open(..., 'wb')"),
                                         (5, ".write_text("), (6, ".savefig("), (7, "os.replace("),
                                         (8, "open(..., 'a')")]
+
+
+def test_a_folder_or_unreadable_path_gets_one_message_not_an_oserror(tmp_path):
+    (tmp_path / "r.json").mkdir()
+    with pytest.raises(files.ResultFileError, match=r"cannot read the recording .*r\.json"):
+        files.read_json(str(tmp_path / "r.json"), "recording")

@@ -130,3 +130,16 @@ def test_a_gpu_nothing_here_can_measure_falls_back_to_the_recording(monkeypatch)
     monkeypatch.setattr(host_link, "measure", cannot)
     shown = mode.live_or_recorded("host-link", machine=ONE_GPU)
     assert not shown.live and "no GPU visible to PyTorch" in shown.line
+
+
+@pytest.mark.parametrize("error,reason", [("P2PBuildError", "'make' was not found"),
+                                          ("P2PNoGPU", "nvidia-smi was not found")])
+def test_the_p2p_test_that_cannot_be_built_or_run_falls_back_to_the_recording(monkeypatch, error, reason):
+    from ddlab.measure import p2p_run
+
+    def cannot(*a, **k):
+        raise getattr(p2p_run, error)(reason + "\nmore detail")
+    monkeypatch.setattr(p2p_run, "run", cannot)
+    shown = mode.live_or_recorded("p2p", machine=TWO_GPUS)
+    assert not shown.live and shown.value is not None
+    assert shown.line.startswith("recorded on 2x NVIDIA H200") and reason in shown.line and "\n" not in shown.line

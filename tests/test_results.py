@@ -199,3 +199,12 @@ def test_a_failed_row_shows_its_error_shortened_and_keeps_it_whole():
     summary = results.summary_table({"nccl-paths": res, "scaling": f"LaunchError: {first}\nmore lines"})
     assert summary.count(tables.shorten(first)) == 1 and first not in summary
     assert tables.shorten(f"LaunchError: {first}", 120) in summary and "more lines" not in summary
+
+
+def test_a_result_with_no_rows_says_where_and_why_in_its_empty_line():
+    res = ExperimentResult("nccl-paths", [], "recorded", {}, ["not live here: Horovod is not installed "
+                                                              "(`make horovod` builds it)"], {})
+    line = res.empty_line("Horovod with Keras")
+    first, why = line.splitlines()
+    assert first.startswith("Horovod with Keras: ") and why == "  not live here: Horovod is not installed " \
+                                                              "(`make horovod` builds it)"

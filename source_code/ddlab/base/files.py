@@ -114,6 +114,8 @@ def read_json(path: str, what: str = "result", schema: Optional[str] = None):
             obj = json.load(f)
     except FileNotFoundError:
         raise ResultFileError(f"no {what} at {path}") from None
+    except OSError as exc:               # a folder, no permission, an I/O error
+        raise ResultFileError(f"cannot read the {what} {path} ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ResultFileError(f"the {what} {path} is truncated or corrupt ({exc}); {_way_back(path)}") from None
     if schema is not None:

@@ -45,6 +45,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from ddlab.base.errors import CourseError
 from ddlab.measure import rank_failures
 from ddlab.system import nccl
 from ddlab.system.frameworks import executable
@@ -53,8 +54,8 @@ LAUNCHERS = ("python", "torchrun", "horovodrun", "mpirun")
 TAIL_LINES = 40
 
 
-class LaunchError(RuntimeError):
-    """A launch failed. ``.result`` holds the captured output and return code; ``.failure``
+class LaunchError(CourseError, RuntimeError):
+    """A launch failed (in a notebook: its message alone, which names the failed rank first). ``.result`` holds the captured output and return code; ``.failure``
     (a :class:`ddlab.measure.rank_failures.RankFailure`, or None) the rank that failed first."""
 
     def __init__(self, message: str, result: "LaunchResult" = None,

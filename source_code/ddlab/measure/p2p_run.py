@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from typing import Optional, Sequence
 
+from ddlab.base.errors import CourseError
 from ddlab.base import files
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.measure.p2p import P2PResult
@@ -25,7 +26,7 @@ EXIT_NO_GPU = 2          # the program's exit codes (see the .cu file)
 EXIT_VALIDATION = 3
 
 
-class P2PError(RuntimeError):
+class P2PError(CourseError, RuntimeError):
     """Building or running the p2p test failed."""
 
 

@@ -209,6 +209,11 @@ class ExperimentResult:
         from ddlab.system import provenance as prov
         return prov.caption(self.provenance, source=self.source)
 
+    def empty_line(self, label: str) -> str:
+        """For a result with no rows (not live here and not recorded): ``label``, where it would come
+        from, and its notes, which say why it is not here."""
+        return "\n".join([f"{label}: {self.where()}"] + [f"  {n}" for n in self.notes])
+
     def table_notes(self) -> list:
         """The notes under the table: the result's own, then what it says about itself."""
         lines = list(self.notes)
