@@ -143,3 +143,15 @@ def test_the_p2p_test_that_cannot_be_built_or_run_falls_back_to_the_recording(mo
     shown = mode.live_or_recorded("p2p", machine=TWO_GPUS)
     assert not shown.live and shown.value is not None
     assert shown.line.startswith("recorded on 2x NVIDIA H200") and reason in shown.line and "\n" not in shown.line
+
+
+def test_a_topology_matrix_that_cannot_be_parsed_falls_back_to_the_recording(monkeypatch):
+    from ddlab.system import topology
+    from ddlab.system.topology_parse import TopologyParseError
+
+    def garbled(cls, timeout=30.0):
+        raise TopologyParseError("line 2 (row GPU0, column GPU1): unknown link label 'NV99X'")
+    monkeypatch.setattr(topology.Topology, "from_system", classmethod(garbled))
+    shown = mode.live_or_recorded("topology", machine=TWO_GPUS)
+    assert not shown.live and shown.value is not None and "\n" not in shown.line
+    assert "cannot read" in shown.line and "NV99X" in shown.line and shown.line.startswith("recorded on 2x NVIDIA H200")

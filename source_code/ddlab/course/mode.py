@@ -35,8 +35,13 @@ def recorded_nccl_logs(name: str = RECORDED) -> dict:
 
 def _topology(live: bool, machine: Machine):
     from ddlab.system import topology
+    from ddlab.system.topology_parse import TopologyParseError
     if live:
-        return topology.Topology.from_system(), None
+        try:
+            return topology.Topology.from_system(), None
+        except TopologyParseError as exc:    # nvidia-smi printed something this parser cannot read
+            raise NoGPUError("`nvidia-smi topo -m` printed a matrix this course cannot read: "
+                             + str(exc).splitlines()[0]) from None
     t = topology.recorded(RECORDED)
     return t, t.provenance
 
