@@ -195,7 +195,7 @@ def test_notebook_3_without_a_gpu_skips_the_pair_experiment_in_one_line(machine,
     run_cells("notebooks/3.System-Topology.ipynb", ["e95c5e66", "245beeae", "6470f158"], ns)
     assert ns["here"] is None and ns["PAIR_LIVE"] is False
     assert printed == [
-        "No live matrix to read here (it needs 1 GPU(s) and this machine sees 0): the recorded machines below "
+        "No live matrix to read here (it needs 1 GPU(s) and torch sees 0): the recorded machines below "
         "stand in for it.",
         "No live pair experiment here: it needs 2 GPU(s) and torch sees 0.",
         "Live pair experiment skipped (the reason is above); the prediction above stands in for it."]

@@ -15,7 +15,7 @@ TWO_GPUS_NO_NVCC = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=Fal
 
 
 @pytest.mark.parametrize("machine,needs,live,why", [
-    (NO_GPU, policy.Needs(gpus=1), False, "it needs 1 GPU(s) and this machine sees 0"),
+    (NO_GPU, policy.Needs(gpus=1), False, "it needs 1 GPU(s) and torch sees 0"),
     (ONE_GPU, policy.Needs(gpus=1), True, ""),
     (ONE_GPU, policy.Needs(gpus=2, framework="torch", launcher="ddp"), False, "it needs 2 GPU(s) and torch sees 1"),
     (TWO_GPUS, policy.Needs(gpus=2, framework="torch", launcher="ddp"), True, ""),

@@ -34,15 +34,16 @@ class Machine:
     software: Callable[[str, str], tuple] = field(default=frameworks.availability, compare=False)
     # framework -> the GPUs it can use, for a framework other than PyTorch (None: ``gpus``).
     framework_gpus: Optional[Callable[[str], int]] = field(default=None, compare=False)
+    counted_by: str = "torch"     # who counted ``gpus``: PyTorch, or nvidia-smi where PyTorch is missing
 
     @classmethod
     def detect(cls) -> "Machine":
         # The GPUs PyTorch can use (CUDA_VISIBLE_DEVICES applied); without PyTorch, NVML's count.
-        n = frameworks.gpu_count("torch") if frameworks.has_module("torch") else \
-            hardware.inventory(software=False).gpu_count
+        has_torch = frameworks.has_module("torch")
+        n = frameworks.gpu_count("torch") if has_torch else hardware.inventory(software=False).gpu_count
         label = this_machine()[0] if n else "CPU only"
         return cls(gpus=n, label=label, nvcc=frameworks.nvcc_path() is not None,
-                   framework_gpus=frameworks.gpu_count)
+                   framework_gpus=frameworks.gpu_count, counted_by="torch" if has_torch else "nvidia-smi")
 
     def gpus_for(self, framework: Optional[str]) -> int:
         """The GPUs ``framework`` can use here: ``gpus`` (PyTorch's count), or TensorFlow's own
@@ -67,7 +68,8 @@ def decide(needs: Needs, machine: Optional[Machine] = None) -> Decision:
             return Decision(False, why)
     seen = m.gpus_for(needs.framework) if needs.gpus else m.gpus
     if seen < needs.gpus:
-        who = {"keras": "TensorFlow"}.get(needs.framework, needs.framework or "this machine")
+        # every part decides from the GPUs PyTorch can use (CUDA_VISIBLE_DEVICES applied; none for a CPU-only build)
+        who = {"keras": "TensorFlow"}.get(needs.framework, needs.framework or m.counted_by)
         why = f"it needs {needs.gpus} GPU(s) and {who} sees {seen}"
         if seen < m.gpus:
             why += (f" of the {m.gpus} PyTorch sees: this TensorFlow has no GPU support (tensorflow-cpu, or no "
