@@ -119,6 +119,34 @@ files.write_json({path!r}, {{"rows": list(range(3_000_000))}})
 """
 
 
+STALLED_WRITER = """
+import sys, time
+sys.path.insert(0, {source!r})
+from ddlab.base import files
+with files.open_atomic({path!r}) as f:
+    f.write('{{"rows": [' + ', '.join(map(str, range(100_000))))
+    f.flush()
+    print("half written", flush=True)
+    time.sleep(60)                     # a slow disk: killed here, in the middle of the file
+    f.write(']}}')
+"""
+
+
+def test_a_writer_killed_in_the_middle_of_its_file_leaves_the_old_one_whole(tmp_path):
+    p = tmp_path / "r.json"
+    files.write_json(str(p), {"rows": [1, 2, 3]})
+    proc = subprocess.Popen([sys.executable, "-c", STALLED_WRITER.format(source=SOURCE, path=str(p))],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "half written"
+        partial = [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+        assert len(partial) == 1 and os.path.getsize(tmp_path / partial[0]) > 100_000   # caught mid-write
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert files.read_json(str(p))["rows"] == [1, 2, 3]
+
+
 def test_a_writer_killed_mid_write_leaves_the_old_file_whole(tmp_path):
     p = tmp_path / "r.json"
     files.write_json(str(p), {"rows": [1, 2, 3]})
