@@ -1,4 +1,4 @@
-"""ddlab.course.case_studies: the tables of notebook 9 from recorded, cited and live results."""
+"""ddlab.course.case_studies: the tables of notebook 10 from recorded, cited and live results."""
 import json
 
 import numpy as np

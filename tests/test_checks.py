@@ -333,7 +333,7 @@ def test_every_quiz_question_is_asked_by_some_notebook():
     asked = {id(q) for qs in quiz_questions.QUIZZES.values() for q in qs}
     assert all(id(q) in asked for q in quiz_questions.QUIZ)
     with pytest.raises(ValueError, match="there is a quiz for notebooks"):
-        checks.quiz(10)
+        checks.quiz(11)
 
 
 def test_notebook_quiz_widget_checks_with_the_notebooks_numbering():

@@ -328,13 +328,13 @@ def test_recorder_keeps_finished_points_of_a_cut_call_and_goes_on_from_them(tmp_
 
 def test_convergence_quiz_checks_answers():
     from ddlab.course import checks, quiz_questions
-    qs = quiz_questions.QUIZZES[8]
+    qs = quiz_questions.QUIZZES[9]
     assert qs is quiz_questions.CONVERGENCE_QUIZ and all(0 <= q.answer < len(q.choices) for q in qs)
     assert all(set(q.why_not) == set(range(len(q.choices))) - {q.answer} for q in qs)   # every wrong choice explained
-    assert checks.check_quiz_answer(1, "b", 8).correct
-    wrong = checks.check_quiz_answer(1, "c", 8)
+    assert checks.check_quiz_answer(1, "b", 9).correct
+    wrong = checks.check_quiz_answer(1, "c", 9)
     assert not wrong.correct and "square-root" in wrong.message
-    assert "1. SGD trains well" in checks.quiz_text(8)
+    assert "1. SGD trains well" in checks.quiz_text(9)
 
 
 def test_fixed_steps_accuracy_falls_and_noise_table():

@@ -185,14 +185,18 @@ def test_a_failed_launch_is_one_clear_error(monkeypatch):
         handson.run("hvd_8_rank0", CPU)
 
 
-def test_the_notebook_6_quiz_checks_its_answers():
+def test_the_notebook_7_and_8_quizzes_check_their_answers():
     from ddlab.course import checks, quiz_questions
-    assert len(quiz_questions.HANDSON_QUIZ) >= 3
-    for n, q in enumerate(quiz_questions.HANDSON_QUIZ, 1):
-        assert checks.check_quiz_answer(n, q.answer, quiz_questions.HANDSON_QUIZ).correct
-        wrong = next(i for i in range(len(q.choices)) if i != q.answer)
-        assert not checks.check_quiz_answer(n, wrong, quiz_questions.HANDSON_QUIZ).correct
-        assert set(q.why_not) == set(range(len(q.choices))) - {q.answer}   # every wrong choice explained
+    assert quiz_questions.QUIZZES[7] is quiz_questions.HANDSON_QUIZ and quiz_questions.QUIZZES[8] is quiz_questions.HOROVOD_QUIZ
+    for quiz in (quiz_questions.HANDSON_QUIZ, quiz_questions.HOROVOD_QUIZ):
+        assert len(quiz) >= 3
+        for n, q in enumerate(quiz, 1):
+            assert checks.check_quiz_answer(n, q.answer, quiz).correct
+            wrong = next(i for i in range(len(q.choices)) if i != q.answer)
+            assert not checks.check_quiz_answer(n, wrong, quiz).correct
+            assert set(q.why_not) == set(range(len(q.choices))) - {q.answer}   # every wrong choice explained
+    # notebook 7 is about DDP; the Horovod and tf.keras questions are notebook 8's
+    assert not any("hvd" in q.prompt or "Horovod" in q.prompt for q in quiz_questions.HANDSON_QUIZ)
 
 
 # ----------------------------------------------------------------------------- teardown

@@ -275,7 +275,7 @@ def test_nvidia_sample_and_p2p_parts_follow_the_same_policy():
     assert "not live here" not in shown.line                  # recorded as asked: no reason to give
 
 
-# ----------------------------------------------------------------------------- notebook 7: Horovod missing
+# ----------------------------------------------------------------------------- notebook 8: Horovod missing
 class _Run:
     script = "ddp_7_rank0.py"
 
@@ -293,7 +293,7 @@ NOT_FOR = "Horovod is installed but not built for {} (`make horovod` rebuilds it
     (True, {"TensorFlow": "x.so"}, NOT_FOR.format("PyTorch"), None),
     (True, {"PyTorch": "x.so"}, None, NOT_FOR.format("TensorFlow")),
 ], ids=["not-installed", "without-pytorch", "without-tensorflow"])
-def test_notebook_6_without_horovod_says_which_and_goes_on(monkeypatch, installed, built, hvd_why, keras_why):
+def test_notebook_8_without_horovod_says_which_and_goes_on(monkeypatch, installed, built, hvd_why, keras_why):
     """Horovod missing or built without a framework: the Horovod cell and the Keras cell after it
     run what this build can, and each script it cannot is one line (no error, no undefined name)."""
     from test_handson import _FakeLaunch
@@ -304,8 +304,8 @@ def test_notebook_6_without_horovod_says_which_and_goes_on(monkeypatch, installe
     monkeypatch.setattr(frameworks, "executable", lambda name, python=None: __file__)      # horovodrun "found"
     monkeypatch.setattr(software, "horovod_extensions", lambda: built)
     monkeypatch.setattr(handson.launch, "run", _FakeLaunch())
-    ns = {"handson": handson, "PLAN": handson.plan(gpu_count=0), "ddp_runs": [_Run()], "display": print}
-    run_cells("notebooks/7.Hands-On-Horovod-and-DDP.ipynb", ["nb6-020", "nb6-024"], ns)
+    ns = {"handson": handson, "PLAN": handson.plan(gpu_count=0), "ddp_run": _Run(), "display": print}
+    run_cells("notebooks/8.Hands-On-Horovod.ipynb", ["nb6-020", "nb6-024"], ns)
     for name, why in (("hvd_run", hvd_why), ("keras_run", keras_why)):
         if why is None:
             assert isinstance(ns[name], handson.Run), name
@@ -314,7 +314,7 @@ def test_notebook_6_without_horovod_says_which_and_goes_on(monkeypatch, installe
         line = f"{script} is not run here: {why}. The steps above show its code; the notebook goes on without its run."
         assert isinstance(ns[name], handson.Skipped) and str(ns[name]) == line
     if hvd_why:
-        table = handson.table([ns["ddp_runs"][-1], ns["hvd_run"]])
+        table = handson.table([ns["ddp_run"], ns["hvd_run"]])
         assert len(table.rows) == 1 and table.notes[0].startswith("hvd_8_rank0.py is not run here")
         with pytest.raises(handson.HandsOnError, match=re.escape(hvd_why)):
             handson.run("hvd_8_rank0", ns["PLAN"])

@@ -1,4 +1,4 @@
-"""What notebooks 2-9 must teach and must not claim (each notebook is the source: it is edited as a notebook)."""
+"""What notebooks 2-10 must teach and must not claim (each notebook is the source: it is edited as a notebook)."""
 import glob
 import os
 import re
@@ -13,8 +13,9 @@ NOTEBOOKS = {n: os.path.join(REPO, "notebooks", f) for n, f in {
     4: "4.NCCL-Transports-and-P2P-Level.ipynb",
     5: "5.NCCL-Paths-with-Horovod-and-DDP.ipynb",
     6: "6.P2P-Bandwidth-Latency-Test.ipynb",
-    7: "7.Hands-On-Horovod-and-DDP.ipynb",
-    9: "9.Case-Studies.ipynb",
+    7: "7.Hands-On-DDP.ipynb",
+    8: "8.Hands-On-Horovod.ipynb",
+    10: "10.Case-Studies.ipynb",
 }.items()}
 
 
@@ -158,7 +159,7 @@ def test_no_notebook_refers_to_sections_of_the_old_single_notebook():
     for n in NOTEBOOKS:
         assert not re.search(r"\bsection [5-8]\b", text(n)), n
     assert sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb"))) == sorted(
-        p for p in glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")) if re.match(r"\d\.", os.path.basename(p)))
+        p for p in glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")) if re.match(r"\d+\.", os.path.basename(p)))
 
 
 ALL_NOTEBOOKS = [os.path.join(REPO, "Start_Here.ipynb")] + sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")))
@@ -178,8 +179,8 @@ def test_live_or_recorded_is_decided_by_the_one_policy(path):
                 f"{os.path.basename(path)} decides from NVML's count: {line.strip()}"
 
 
-def test_notebook_9_claims_only_what_the_recordings_support():
-    md, src = text(9), code(9)
+def test_notebook_10_claims_only_what_the_recordings_support():
+    md, src = text(10), code(10)
     # the field reports' experiment is strong scaling; what is recorded of it keeps their scaling mode, batches,
     # widths and path, not their hardware or framework, so the notebook does not call it reproduced
     assert "not reproduced yet" in md and "strong" in md and "weak scaling" in md
@@ -198,6 +199,18 @@ def test_notebook_9_claims_only_what_the_recordings_support():
     assert "2(n-1)" in md and "(n-1)" in md                      # the rule states the ring factor and overlap
     assert not re.search(r"\b\d+\.\d+x\b", md)                 # no speedup typed into the text
     from ddlab.course import quiz_questions, tuning
-    quiz = " ".join(q.explanation for q in quiz_questions.QUIZZES[9])
+    quiz = " ".join(q.explanation for q in quiz_questions.QUIZZES[10])
     assert "scale badly even on the fastest link" not in quiz
     assert "302 MB dense gradient is not changed" in tuning.TUNINGS["horovod"]["fusion 256 MB"].why
+
+
+def test_the_two_hands_on_notebooks_each_stand_on_their_own():
+    """Notebook 7 converts to DDP and holds the repair exercise; notebook 8 the Horovod conversions, with
+    its own set-up and its own run of the finished DDP script to compare with."""
+    src7, md8, src8 = code(7), text(8), code(8)
+    assert all(f'handson.step("ddp", {i})' in src7 for i in range(1, 8)) and "repair.start_exercise(" in src7
+    assert 'handson.step("horovod"' not in src7 and 'handson.step("keras"' not in src7
+    assert all(f'handson.step("{conv}", {i})' in src8 for conv in ("horovod", "keras") for i in range(1, 9))
+    assert "PLAN = handson.plan()" in src8 and "ddp_runs" not in src8
+    assert 'ddp_run = handson.run("ddp_7_rank0", PLAN)' in src8
+    assert "](7.Hands-On-DDP.ipynb)" in md8.split("**Time.**")[1]            # the intro names where it continues

@@ -21,7 +21,7 @@ def test_every_notebook_says_what_runs_in_every_mode(notebook):
 
 def test_unknown_notebook_or_mode_is_one_clear_message():
     with pytest.raises(ValueError, match="the course's notebooks are"):
-        sequence.live_here(10, Inv(0))
+        sequence.live_here(11, Inv(0))
     bad = Inv(0)
     bad.mode = "tpu"
     with pytest.raises(ValueError, match="unknown hardware mode"):

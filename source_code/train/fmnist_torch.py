@@ -35,7 +35,7 @@ Where the time of a run goes: rank 0 prints one ``phase <name>: <s> s`` line per
 result's ``phase_s``). On SIGTERM (a launch timeout) every worker prints its Python
 tracebacks (``ddlab.measure.launch.install_hang_traceback``), so a hang says where it was.
 
-Convergence runs (notebook 8, ``ddlab.course.convergence_sweep``): ``--lr-scaling linear|sqrt`` with
+Convergence runs (notebook 9, ``ddlab.course.convergence_sweep``): ``--lr-scaling linear|sqrt`` with
 ``--lr-ref-batch`` scales the learning rate for the global batch, ``--lr-warmup-epochs`` ramps
 it up from ``--lr`` (``ddlab.training.convergence.lr_at``, before every step); ``--train-samples``
 trains on a fixed subset; ``--eval-every EPOCHS`` (and ``--eval-steps``) scores the held-out

@@ -16,7 +16,8 @@ import conftest
 import lab_driver
 
 ROOT = lab_driver.ROOT
-COURSE = ["Start_Here.ipynb"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+COURSE = ["Start_Here.ipynb"] + sorted((os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb"))),
+                                      key=lambda p: (int(os.path.basename(p).split(".")[0]), p))     # 9 before 10
 SELF_CHECK = os.path.relpath(os.path.join(os.path.dirname(__file__), "fixtures", "misbehaving.ipynb"), ROOT)
 # Run All may take this long per code cell (plus a fixed allowance) before the test gives up.
 CELL_S = float(os.environ.get("BROWSER_CELL_S", "20"))

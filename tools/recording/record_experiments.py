@@ -25,7 +25,7 @@ times (at least 3) and the result keeps every value, the median and the min-max.
 machine is named by its hardware in the results' provenance (e.g. "2x NVIDIA H200, NV18").
 
 --batch N runs the launcher:model and step:model jobs at N images per GPU instead of the live
-default (the batch sweep of notebook 9's first case) and adds "-bN" to their names.
+default (the batch sweep of notebook 10's first case) and adds "-bN" to their names.
 
 Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph][-bN].json and, for an eager
 comparison at the default batch, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes

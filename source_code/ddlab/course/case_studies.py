@@ -1,4 +1,4 @@
-"""The case studies of notebook 9, as tables built from measurements and the step model.
+"""The case studies of notebook 10, as tables built from measurements and the step model.
 
 * **When a second GPU pays** (:func:`second_gpu_table`): every recorded model x NCCL path of a
   2-GPU recording, with the one-GPU step, the all-reduce of the model's gradients on that path

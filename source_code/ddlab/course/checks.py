@@ -4,7 +4,7 @@
   machine from its ``nvidia-smi topo -m`` matrix.
 * :func:`check_path_ordering` - notebook 5: predict the order of the three NCCL paths
   (default, shm, socket) before running the experiment.
-* :func:`check_p2p_diagnosis` - notebook 9: name the slow GPU and the asymmetric pair of a p2p
+* :func:`check_p2p_diagnosis` - notebook 10: name the slow GPU and the asymmetric pair of a p2p
   bandwidth matrix (answers that name no GPU of the matrix get the valid choices, not an error).
 * :func:`check_input_pipeline` - notebook 6: predict the order of the three ways to feed a GPU
   its batches from host memory (pageable, pinned, pinned + non_blocking) before measuring them.

@@ -1,4 +1,4 @@
-"""The hands-on conversion of notebook 7: a single-device Fashion-MNIST script turned, one
+"""The hands-on conversions of notebooks 7 and 8: a single-device Fashion-MNIST script turned, one
 change at a time, into a DDP script, a Horovod (PyTorch) script and a Horovod (tf.keras) script.
 
 Every version is a real, runnable file under ``source_code/handson/``; :data:`CONVERSIONS`

@@ -223,7 +223,7 @@ GRAPH_SHARE = Question(
     {0: "The all-reduce takes as long as before, but it is weighed against a shorter step.",
      2: "The graph removes the gaps between kernel launches; the bytes NCCL moves and the link's rate stay the same."})
 
-# Notebook 7 (hands-on).
+# Notebook 7 (hands-on: DDP).
 NO_SAMPLER = Question(
     "Two processes train with DDP, but the DataLoader has no `DistributedSampler` (`shuffle=True`, the same "
     "seed on both). What does each process train on?",
@@ -255,15 +255,39 @@ LINEAR_SCALING = Question(
     "each. What does the linear scaling rule give?",
     ("0.05", "0.2", "0.0125"), 1,
     "Each step averages 4 x 64 = 256 images, a 4 times larger batch, so the rule takes a 4 times larger step: "
-    "0.2. Large factors usually need a warm-up (the Keras script's LearningRateWarmupCallback) and fail beyond "
-    "some batch size; notebook 8 measures where.",
+    "0.2. Large factors usually need a warm-up (notebook 8's Keras script adds one with LearningRateWarmupCallback) "
+    "and fail beyond some batch size; notebook 9 measures where.",
     {0: "Unchanged, each step of 256 images moves as far as one of 64 did: training slows down per image.",
      2: "That divides where the rule multiplies."})
 # The self-check of notebook 7, in the order it asks them.
-HANDSON_QUIZ = (NO_SAMPLER, WHY_BROADCAST, NO_SET_EPOCH, LINEAR_SCALING)
+HANDSON_QUIZ = (NO_SAMPLER, NO_SET_EPOCH, LINEAR_SCALING)
+
+# Notebook 8 (hands-on: Horovod with PyTorch and tf.keras).
+HOROVOD_WRAPS_OPTIMIZER = Question(
+    "In a Horovod script for PyTorch, where are the gradients averaged over the ranks?",
+    ("in `hvd.DistributedOptimizer`, which all-reduces each gradient as soon as the backward pass has it",
+     "in the model, which `horovodrun` wraps as DDP wraps it", "by `horovodrun`, once at the end of every epoch"), 0,
+    "Horovod wraps the optimizer, not the model: `hvd.DistributedOptimizer` hooks every parameter's gradient, "
+    "starts its averaging all-reduce as soon as the backward pass produces it, and `optimizer.step()` waits for "
+    "them. The model stays a plain module.",
+    {1: "That is DDP's split of the work; with Horovod the model is not wrapped at all.",
+     2: "`horovodrun` only starts the processes and tells each its rank and size; the averaging happens in "
+        "every step."})
+NO_METRIC_AVERAGE = Question(
+    "A Horovod tf.keras script has every callback but `MetricAverageCallback`. What loss and accuracy does "
+    "rank 0 print at the end of each epoch?",
+    ("those of rank 0's own batches only", "the average over the ranks, because the gradients are averaged",
+     "none: Keras stops logging without it"), 0,
+    "Keras computes an epoch's metrics from the batches this process trained on. Averaged gradients keep the "
+    "weights equal but say nothing about the logged numbers; `MetricAverageCallback` all-reduces them at the "
+    "end of each epoch, and without it each rank logs its own shard's values.",
+    {1: "The averaged gradient makes the update common; each rank's loss is still measured on its own batches.",
+     2: "Keras logs as usual; the numbers are just one rank's."})
+# The self-check of notebook 8, in the order it asks them.
+HOROVOD_QUIZ = (HOROVOD_WRAPS_OPTIMIZER, WHY_BROADCAST, NO_METRIC_AVERAGE)
 
 
-# The self-check of notebook 8 (convergence at scale).
+# The self-check of notebook 9 (convergence at scale).
 CONVERGENCE_QUIZ = (
     Question(
         "SGD trains well at learning rate 0.1 with a global batch of 256. You move to 8 workers of 256 images "
@@ -311,6 +335,7 @@ CONVERGENCE_QUIZ = (
          2: "Below the noise scale two workers do reach the target sooner; it depends on the batch."}),
 )
 
+# The self-check of notebook 10 (case studies).
 CASE_STUDIES_QUIZ = (
     Question(
         "A model's one-GPU step takes 2 ms. All-reducing its gradients over the link takes 6 ms, and the "
@@ -365,6 +390,7 @@ QUIZZES = {
     5: (QUIZ[5], GRAPH_SHARE, SUPERLINEAR),
     6: (QUIZ[6], HOST_STAGED_BOUND, BIDIRECTIONAL),
     7: HANDSON_QUIZ,
-    8: CONVERGENCE_QUIZ,
-    9: CASE_STUDIES_QUIZ,
+    8: HOROVOD_QUIZ,
+    9: CONVERGENCE_QUIZ,
+    10: CASE_STUDIES_QUIZ,
 }

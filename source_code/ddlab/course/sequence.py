@@ -56,15 +56,22 @@ NOTEBOOKS = {
         "multi-gpu": "the compile, the p2p test on every GPU pair, GPU 0's host link, the PCIe links under load, "
                      "the input pipeline and the all-reduce sweep under the three NCCL paths, live",
     }),
-    7: ("Hands-on: from one device to many", {
-        "cpu": "every hands-on script (DDP, Horovod for PyTorch and tf.keras) on 2 CPU processes over Gloo, and "
-               "the repair check",
-        "single-gpu": "the single-device scripts on the GPU; two processes cannot share one GPU under NCCL, so the "
-                      "distributed scripts and the repair check run on 2 CPU processes over Gloo",
-        "multi-gpu": "the PyTorch scripts and the repair check on 2 GPUs over NCCL, one process per GPU; the Keras "
-                     "scripts on the GPUs where TensorFlow sees them",
+    7: ("Hands-on: from one device to DDP", {
+        "cpu": "the single-device script on the CPU, every DDP script on 2 CPU processes over Gloo, and the "
+               "repair check",
+        "single-gpu": "the single-device script on the GPU; two processes cannot share one GPU under NCCL, so the "
+                      "DDP scripts and the repair check run on 2 CPU processes over Gloo",
+        "multi-gpu": "the single-device script on one GPU, the DDP scripts and the repair check on 2 GPUs over "
+                     "NCCL, one process per GPU",
     }),
-    8: ("Convergence at scale", {
+    8: ("Hands-on: Horovod with PyTorch and tf.keras", {
+        "cpu": "the finished DDP script and the Horovod scripts (PyTorch and tf.keras) on 2 CPU processes over Gloo",
+        "single-gpu": "two processes cannot share one GPU under NCCL, so the finished DDP script and the Horovod "
+                      "scripts run on 2 CPU processes over Gloo",
+        "multi-gpu": "the finished DDP script and the Horovod script for PyTorch on 2 GPUs over NCCL, one process "
+                     "per GPU; the Keras script on the GPUs where TensorFlow sees them",
+    }),
+    9: ("Convergence at scale", {
         "cpu": "a small convergence sweep (the MLP on a subset of Fashion-MNIST, 1 and 2 CPU worker processes over "
                "Gloo, 3 seeds each); the 2-GPU sweep of the CNN is recorded",
         "single-gpu": "a small convergence sweep on CPU worker processes (Gloo), 3 seeds each: the sweep compares "
@@ -72,7 +79,7 @@ NOTEBOOKS = {
         "multi-gpu": "the convergence sweep of the CNN on 2 GPUs (a subset of the recorded points, 3 seeds each), "
                      "live, with the full recorded sweep beside it",
     }),
-    9: ("Case studies", {
+    10: ("Case studies", {
         "cpu": "a small real version of each case on 2 CPU processes (Gloo): the field reports' strong-scaling "
                "experiment, the step model against measured scaling, and the tuning options; the 2-GPU results "
                "are recorded",

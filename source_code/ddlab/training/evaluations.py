@@ -1,6 +1,6 @@
 """Evaluations during training (``fmnist_torch.py --eval-every EPOCHS --eval-steps STEP...``):
 when they happen, which test images each rank scores, and every rank's sums made into one
-record of the result's ``evaluations`` (notebook 8's convergence runs read them).
+record of the result's ``evaluations`` (notebook 9's convergence runs read them).
 
 Framework-free: the script scores the images and gathers every rank's sums; this module
 does the bookkeeping. An evaluation scores the held-out test set, all ranks together (each
