@@ -18,7 +18,7 @@ nvidia-smi nvlink --status > "$P/nvlink_status.txt" 2>&1
 python3 -m ddlab doctor > "$P/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$P/.doctor.json.tmp" 2>&1; mv -f "$P/.doctor.json.tmp" "$P/doctor.json"
 # Horovod GPU build from the sdist in .carry/
 t0=$(date +%s)
-PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_FILE HOROVOD_CACHE=/tmp/hvdcache bash tools/build_horovod.sh > "$P/hvd_build.txt" 2>&1
+PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache bash tools/build_horovod.sh > "$P/hvd_build.txt" 2>&1
 echo "build rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$P/hvd_build.txt"
 cp /tmp/hvdcache/build.log "$P/hvd_build_full.log" 2>/dev/null
 for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done

@@ -15,7 +15,7 @@ source tools/recording/machine_name.sh || exit 1
 T0=$(date +%s); step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 
 step "Horovod GPU build"
-PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_FILE HOROVOD_CACHE=/tmp/hvdcache \
+PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache \
   timeout 400 bash tools/build_horovod.sh > "$W/hvd_build.txt" 2>&1; echo "build rc=$?" | tee -a "$W/hvd_build.txt"
 tail -18 "$W/hvd_build.txt"; cp /tmp/hvdcache/build.log "$W/hvd_build_full.log" 2>/dev/null
 for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done

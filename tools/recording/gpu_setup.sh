@@ -18,7 +18,7 @@ export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
 # The machine's Python against the course's one range (pyproject.toml's requires-python).
 python3 tools/check_python.py | sed 's/^/[gpu_setup] /'
 # Horovod's version, named once; the recording scripts build from this sdist.
-export HOROVOD_SDIST_FILE=.carry/horovod-$(cat source_code/patches/HOROVOD_VERSION).tar.gz
+export DDLAB_HOROVOD_SDIST=.carry/horovod-$(cat source_code/patches/HOROVOD_VERSION).tar.gz
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
@@ -29,10 +29,10 @@ elif ls .carry/horovod-*.whl >/dev/null 2>&1; then
 elif ls .carry/horovod-*.whl.part* >/dev/null 2>&1; then
   w=$(ls .carry/horovod-*.whl.part* | head -1); w=${w%.part*}
   cat "$w".part* > "/tmp/$(basename "$w")" && python3 -m pip install -q --no-deps --no-index "/tmp/$(basename "$w")" && HVD_OK=1
-elif [ -f "$HOROVOD_SDIST_FILE" ]; then
+elif [ -f "$DDLAB_HOROVOD_SDIST" ]; then
   # No wheel in .carry/: build one from the sdist (about 90 s on 2x NVIDIA H200, NV18).
-  echo "[gpu_setup] building Horovod from $HOROVOD_SDIST_FILE"
-  PYTHON=python3 HOROVOD_SDIST=$HOROVOD_SDIST_FILE HOROVOD_CACHE=/tmp/hvdcache \
+  echo "[gpu_setup] building Horovod from $DDLAB_HOROVOD_SDIST"
+  PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache \
     bash tools/build_horovod.sh > /tmp/hvd_build.txt 2>&1 && HVD_OK=1 || tail -20 /tmp/hvd_build.txt
 fi
 export HVD_OK
