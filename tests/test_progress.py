@@ -81,3 +81,13 @@ def test_outside_jupyter_auto_is_text():
 def test_bad_total_is_one_message(total):
     with pytest.raises(ValueError, match="whole number of steps"):
         progress.Bar(total, "x", mode="text", stream=io.StringIO())
+
+
+def test_a_counter_logs_every_line_and_advances_on_each_end_line(tmp_path):
+    out = io.StringIO()
+    bar = progress.Bar(2, "launches", log=str(tmp_path / "l.log"), mode="text", stream=out)
+    take = bar.counter(" done in ")
+    for line in ["[ddlab 1] start: a", "[ddlab 1] done in 3.0 s: a", "[ddlab 2] start: b"]:
+        take(line)
+    assert bar.done == 1 and "start: a" not in out.getvalue()
+    assert (tmp_path / "l.log").read_text().splitlines()[1] == "[ddlab 1] done in 3.0 s: a"

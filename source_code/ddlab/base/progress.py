@@ -99,6 +99,15 @@ class Bar:
         self.done = min(self.total, self.done + 1)
         self._draw()
 
+    def counter(self, mark: str):
+        """A ``progress`` callback for work that only prints lines: each line goes to the log, and
+        a line holding ``mark`` (a unit's end line, e.g. ddlab.training.runs.DONE_MARK) advances the bar."""
+        def take(line: str) -> None:
+            self.log(line)
+            if mark in str(line):
+                self.advance()
+        return take
+
     def finish(self, failed: bool = False) -> str:
         """Print and return the one-line summary."""
         took = format_duration(time.monotonic() - self.started)

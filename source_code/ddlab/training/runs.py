@@ -134,7 +134,7 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
                                   f"cleanly but wrote no result.\nlast output:\n{res.tail()}")
         result = files.read_json(out_path, "training run's result")   # one message if it is not whole JSON
     result["launch_s"] = res.duration_s
-    say(f"{_stamp()} done in {res.duration_s:.1f} s: {what}: "
+    say(f"{_stamp()}{DONE_MARK}{res.duration_s:.1f} s: {what}: "
         f"{result['images_per_s']:,.0f} img/s; rank 0 took {result.get('wall_s', float('nan')):.1f} s "
         f"({_phases_text(result)})")
     if keep_log:
@@ -147,6 +147,7 @@ def slim(run: dict) -> dict:
     return {k: v for k, v in run.items() if k != "log"}
 
 
+DONE_MARK = " done in "    # in the line a launch prints when it has finished (progress.Bar.counter counts them)
 ERROR_DETAIL_LINES = 40     # at most this many lines of a failure's message after its first
 
 
