@@ -13,7 +13,7 @@ OUT=${OUT:-$PWD/nbval_out}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-nbs=${*:-Start_Here.ipynb notebooks/*.ipynb}
+nbs=${*:-Start_Here.ipynb $(ls notebooks/*.ipynb | sort -t/ -k2 -n)}   # 1, 2, ..., 10 in course order
 rc_all=0
 # nbval.json is written whole at the end (a temporary file, then renamed)
 TMP_JSON="$OUT/.nbval.json.tmp"
