@@ -248,3 +248,11 @@ def test_a_folder_or_unreadable_path_gets_one_message_not_an_oserror(tmp_path):
     (tmp_path / "r.json").mkdir()
     with pytest.raises(files.ResultFileError, match=r"cannot read the recording .*r\.json"):
         files.read_json(str(tmp_path / "r.json"), "recording")
+
+
+def test_a_value_json_cannot_hold_gets_one_message_and_the_old_file_stays(tmp_path):
+    p = tmp_path / "r.json"
+    files.write_json(str(p), {"rows": [1]})
+    with pytest.raises(files.ResultFileError, match=r"not writing the result .*r\.json: Object of type set"):
+        files.write_json(str(p), {"rows": {1, 2}})
+    assert files.read_json(str(p)) == {"rows": [1]}

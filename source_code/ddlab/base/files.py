@@ -100,6 +100,9 @@ def write_json(path: str, obj, indent: int = 1, *, schema: Optional[str] = None,
             raise
         raise ResultFileError(f"not writing the {what} {path}: {where} is NaN or infinite, which JSON cannot "
                               f"hold (the file is left as it was)") from None
+    except TypeError as exc:     # a value json cannot encode (an object, a set, bytes)
+        raise ResultFileError(f"not writing the {what} {path}: {exc}; this is a bug in what made it; the file "
+                              f"is left as it was") from None
     if schema is not None:
         _check(json.loads(text), schema, f"not writing the {what} {path}: it",
                "this is a bug in what made it; the file is left as it was")
