@@ -256,3 +256,15 @@ def test_a_value_json_cannot_hold_gets_one_message_and_the_old_file_stays(tmp_pa
     with pytest.raises(files.ResultFileError, match=r"not writing the result .*r\.json: Object of type set"):
         files.write_json(str(p), {"rows": {1, 2}})
     assert files.read_json(str(p)) == {"rows": [1]}
+
+
+def test_an_old_temporary_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_path):
+    p = tmp_path / "r.json"
+    old, fresh = tmp_path / ".r.json.abc123.tmp", tmp_path / ".r.json.def456.tmp"
+    old.write_text('{"rows": [1,')
+    fresh.write_text('{"rows": [2,')
+    hour_ago = time.time() - files.ORPHAN_AGE_S - 60
+    os.utime(old, (hour_ago, hour_ago))
+    files.write_json(str(p), {"rows": [3]})
+    assert not old.exists() and fresh.exists()      # a fresh one may belong to a writer still at work
+    assert files.read_json(str(p)) == {"rows": [3]}

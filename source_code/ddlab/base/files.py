@@ -20,6 +20,7 @@ import math
 import os
 import stat
 import tempfile
+import time
 from typing import Optional
 
 from ddlab.base import schemas
@@ -51,6 +52,24 @@ def open_atomic(path: str, mode: str = "w", encoding: Optional[str] = "utf-8"):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _remove_orphans(folder, "." + os.path.basename(path) + ".")
+
+
+ORPHAN_AGE_S = 3600     # a temporary file this old was left by a writer that was killed
+
+
+def _remove_orphans(folder: str, prefix: str) -> None:
+    """Removes the temporary files of earlier writers of the same file that were killed before
+    they could rename or remove theirs (a fresh one may be another writer's, still at work)."""
+    now = time.time()
+    for name in os.listdir(folder):
+        if name.startswith(prefix) and name.endswith(".tmp"):
+            full = os.path.join(folder, name)
+            try:
+                if now - os.stat(full).st_mtime > ORPHAN_AGE_S:
+                    os.unlink(full)
+            except OSError:
+                pass
 
 
 def _mode_for(path: str) -> int:
