@@ -98,3 +98,36 @@ def test_use_hardware_label_names_the_machine_by_its_hardware(monkeypatch):
     assert recording.use_hardware_label() == "2x NVIDIA H200, NV18"
     import os
     assert os.environ["DDLAB_MACHINE"] == "2x NVIDIA H200, NV18"
+
+
+def test_strong_scaling_is_written_after_each_global_batch_and_merged(tmp_path, monkeypatch):
+    from ddlab.training import experiments, recording, recording_sets
+    from ddlab.training.results import ExperimentResult
+    from ddlab.training.runspec import RunSpec
+    calls = []
+
+    def fake(base, global_batches, workers, path, echo, progress):
+        (g,) = global_batches
+        calls.append(g)
+        if g == 128:
+            raise RuntimeError("cut short")
+        rows = [{"workers": 1, "global_batch": g, "images_per_s": 10.0 * g, "runs": [0]},
+                {"workers": 2, "global_batch": g, "images_per_s": 9.0 * g, "runs": [1], "speedup": 0.9}]
+        return ExperimentResult("strong-scaling", rows, "live",
+                                {"command": f"strong_scaling(global_batches=[{g}], path={path!r})"},
+                                ["note"], {"global_batches": [g], "model": "mlp-small"},
+                                [{"global_batch": g, "workers": 1}, {"global_batch": g, "workers": 2}])
+    monkeypatch.setattr(experiments, "strong_scaling", fake)
+    written = []
+    monkeypatch.setattr(recording_sets, "_write", lambda out, name, res, done: written.append((name, res)))
+    spec = RunSpec.for_device("cpu", "mlp-small", launcher="ddp", workers=2)
+    done = recording_sets.record_strong(str(tmp_path), spec, (32, 4, 128), path="shm")
+    assert calls == [4, 32, 128] and len(written) == 2
+    # the job is reported as failed, and what finished before the cut was written
+    assert done["strong-scaling-torch-ddp-mlp-small-shm"] == "RuntimeError: cut short"
+    name, res = written[-1]
+    assert name == "strong-scaling-torch-ddp-mlp-small-shm"
+    # the merged result written before the cut holds the two finished batches, each row pointing at its own runs
+    assert [r["global_batch"] for r in res.rows] == [4, 4, 32, 32] and res.config["global_batches"] == [4, 32]
+    assert [res.runs[i]["global_batch"] for r in res.rows for i in r["runs"]] == [4, 4, 32, 32]
+    assert "global_batches=[4, 32]" in res.provenance["command"]

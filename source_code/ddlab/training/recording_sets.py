@@ -11,6 +11,7 @@ strong scaling. Each result is written (by
 from __future__ import annotations
 
 import os
+import re
 from typing import Callable, Optional, Sequence
 
 from ddlab.system import frameworks
@@ -81,17 +82,39 @@ def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], pa
                   done: Optional[dict] = None) -> dict:
     """Records strong scaling as the field reports ran it (:func:`ddlab.training.experiments.strong_scaling`):
     each of ``global_batches`` on one GPU, then split over ``base.workers`` GPUs over NCCL path
-    ``path``, ``base.repeats`` times each. Written as ``strong-scaling-<framework>-<launcher>-<model>-<path>``.
+    ``path``, ``base.repeats`` times each. Written as ``strong-scaling-<framework>-<launcher>-<model>-<path>``,
+    again after each global batch (:func:`merge_strong`), so a run cut short keeps the batches it finished.
     Returns ``done`` as :func:`record_paths`."""
     done = {} if done is None else done
     os.makedirs(out_dir, exist_ok=True)
     name = reference_name("strong-scaling", base.framework, base.launcher, base.model) + f"-{path}"
-    res = _attempt(done, name, lambda: experiments.strong_scaling(base, global_batches=global_batches,
-                                                                  workers=base.workers, path=path, echo=echo,
-                                                                  progress=progress))
-    if res is not None:
-        _write(out_dir, name, res, done)
+    parts = []
+    for g in sorted(set(global_batches)):      # written after each batch, so a run cut short keeps what finished
+        part = _attempt(done, name, lambda: experiments.strong_scaling(base, global_batches=(g,),
+                                                                       workers=base.workers, path=path, echo=echo,
+                                                                       progress=progress))
+        if part is None:
+            break
+        parts.append(part)
+        _write(out_dir, name, merge_strong(parts), done)
     return done
+
+
+def merge_strong(parts: Sequence[ExperimentResult]) -> ExperimentResult:
+    """One strong-scaling result from several (each of other global batches, same run description):
+    rows and runs in order, each row's run indices moved to the merged list; the provenance of the
+    last part, its command naming every global batch."""
+    rows, runs = [], []
+    for part in parts:
+        offset = len(runs)
+        runs += part.runs
+        rows += [dict(r, runs=[i + offset for i in r.get("runs", [])]) for r in part.rows]
+    batches = sorted({g for part in parts for g in part.config.get("global_batches", [])})
+    last = parts[-1]
+    prov = dict(last.provenance)
+    prov["command"] = re.sub(r"global_batches=\[[^\]]*\]", f"global_batches={batches}", prov.get("command", ""))
+    return ExperimentResult(last.name, rows, last.source, prov, list(parts[0].notes),
+                            dict(parts[0].config, global_batches=batches), runs)
 
 
 def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
