@@ -47,6 +47,11 @@ class RecordedPoint:
     # registers none at size 1, so its one-GPU step is a plain step
     wrapper_in_step: bool = False
     device_source: str = ""
+    path_label: str = ""     # the path as tables show it ("NCCL default, NVLS off" where the run had multicast off)
+
+    @property
+    def shown_path(self) -> str:
+        return self.path_label or self.path
 
     @property
     def framework(self) -> str:
@@ -72,10 +77,19 @@ class RecordedSet:
     channels: dict = field(default_factory=dict)     # {path: NCCL channels of its recorded sweep}
     sweeps: str = ""                                 # the name of the recorded sweeps the fits came from
 
+    def path_label(self, path: str) -> str:
+        """``path`` as this set's tables show it (its runs' own name for it, e.g. "NCCL default, NVLS off")."""
+        return next((p.path_label for p in self.points if p.path == path and p.path_label), path)
+
     def wrappers(self, exclude_models=(), exclude_batches=()) -> dict:
         """{framework: Overheads}: the wrapper's cost measured on one worker
         (:func:`ddlab.cost.wrapper_cost.measured`), leaving out the rows of some models or batches."""
         return {f: measured_wrapper(f, exclude_models, exclude_batches) for f in ("ddp", "horovod")}
+
+
+def path_labels(rec: "RecordedSet"):
+    """A table column's formatter: each path as ``rec``'s runs name it."""
+    return lambda path: rec.path_label(path) if isinstance(path, str) else str(path)
 
 
 def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
@@ -83,6 +97,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
     recorded all-reduce sweeps ``reference/allreduce/<sweeps>.json``, fitted per path."""
     from ddlab.measure import collectives_recorded
     from ddlab.training import models as _models, recording, step_profile
+    from ddlab.training.results import path_name
     from ddlab.base.reference import ReferenceMissing
     names = tuple(models) if models is not None else _models.MODELS
     for m in names:
@@ -158,7 +173,8 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
                 points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
                                             device, variant != "graph", float(r["speedup"]),
                                             int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max"),
-                                            launcher == "ddp", where if device is not None else ""))
+                                            launcher == "ddp", where if device is not None else "",
+                                            path_name(r, res.provenance)))
     profiles = {}
     for model in names:
         try:

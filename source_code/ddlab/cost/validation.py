@@ -38,7 +38,7 @@ from typing import Optional
 from ddlab.base.units import format_ratio, format_time
 
 from ddlab.cost.alpha_beta import AlphaBeta
-from ddlab.cost.recorded_runs import RecordedPoint, RecordedSet, predict_point, recorded_points
+from ddlab.cost.recorded_runs import RecordedPoint, RecordedSet, path_labels, predict_point, recorded_points
 
 TOLERANCE = 0.10     # a prediction within ±10% of the measured speedup counts as right
 # What a held-out check leaves out: every recorded run of one model, one path or one batch per
@@ -137,7 +137,7 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
             row[f"{by}_pred"] = held[by][i]
             row[f"{by}_err"] = _err(held[by][i], p.measured)
         rows.append(row)
-    cols = [("launcher", "text"), ("model", "text"), ("path", "text"), ("batch", "int", "batch/GPU"),
+    cols = [("launcher", "text"), ("model", "text"), ("path", path_labels(rec), "path"), ("batch", "int", "batch/GPU"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max")]
     for by in schemes:
         cols += [(f"{by}_pred", lambda v: "-" if v is None else format_ratio(v), f"{by} out"),
@@ -324,7 +324,7 @@ def validate(recorded: Optional[RecordedSet] = None, **kwargs):
     if sorted({p.repeats for p in rec.points}) == [1]:
         notes.append("Each recorded point is a single run: its spread between repeats is unknown.")
     notes += _input_notes(rec, kwargs)
-    cols = [("launcher", "text"), ("model", "text"), ("path", "text"),
+    cols = [("launcher", "text"), ("model", "text"), ("path", path_labels(rec), "path"),
             ("predicted", "ratio", "predicted speedup"), ("measured", "ratio", "measured speedup"),
             ("error_pct", lambda v: f"{v:+.1f}%", "error"), ("within", "text", f"within ±{100 * TOLERANCE:.0f}%"),
             ("bound", "text", "decided by")]

@@ -102,7 +102,8 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
     notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {pred.term('wrapper').source}."]
-    return Table(_COLUMNS, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
+    cols = [("path", recorded_runs.path_labels(rec), "path") if c[0] == "path" else c for c in _COLUMNS]
+    return Table(cols, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                  + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
 
 
