@@ -21,6 +21,7 @@ nccl-allreduce).
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -68,6 +69,7 @@ def hvd_tf(n_elems: int = 1 << 16) -> bool:
 def _init_torch_dist():
     import torch
     import torch.distributed as dist
+    import torch.distributed.nn  # noqa: F401  imported before the group exists, so it holds no reference to it
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
@@ -99,6 +101,13 @@ def ddp_step() -> bool:
     ok = all(torch.equal(gathered[0], c) for c in gathered)
     _line("ddp-step", rank, size, ok, checksum=float(checksum[0]), loss=float(loss.item()),
           backend=dist.get_backend())
+    dist.barrier()                 # every rank done before the group goes
+    # Drop what holds the group (the DDP wrapper, its optimizer and the graph of the loss) so that
+    # destroy_process_group really closes it: a group still held when Python exits leaves Gloo's
+    # threads running, and a finished process can then abort ("terminate called without an active
+    # exception"), as the training scripts learned.
+    del ddp, opt, loss, model
+    gc.collect()
     dist.destroy_process_group()
     return ok
 
