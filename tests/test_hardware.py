@@ -170,3 +170,16 @@ def test_nvml_inventory_reads_uuids_and_mig_devices(monkeypatch):
     gpus, driver, cuda = hardware._nvml_gpus([])
     assert [g.uuid for g in gpus] == [U0, U1] and [g.mig_uuids for g in gpus] == [[], ["MIG-c6d4"]]
     assert driver == "580.1" and cuda == "13.0"
+
+
+def test_minus_one_is_read_as_hiding_the_gpus_and_an_empty_inventory_is_not_blamed_on_cuda():
+    gpus = [hardware.GPU(i, "NVIDIA H100", uuid=f"GPU-{i}aaa") for i in range(2)]
+    seen = hardware.visible_gpus("-1", gpus)
+    assert seen.gpus == [] and "hides every GPU" in seen.warning and "CUDA sees 0 GPU(s)" in seen.warning
+    assert hardware.visible_gpus("1,-1", gpus).gpus == [gpus[1]]
+    with pytest.raises(ValueError, match="lists no GPU"):
+        hardware.nvml_gpu_for_cuda(0, [], None)
+    with pytest.raises(ValueError, match=r"lists only 2 GPU\(s\), so CUDA and NVML disagree"):
+        hardware.nvml_gpu_for_cuda(2, gpus, None)
+    with pytest.raises(ValueError, match="does not exist"):
+        hardware.nvml_gpu_for_cuda(1, gpus, "0")

@@ -306,6 +306,10 @@ def visible_gpus(value: Optional[str], gpus: list, device_order: Optional[str] =
                            f"{len(ordered)}: 0..{len(ordered) - 1}); CUDA ignores it and every entry after it")
                 break
             gpu, key = (ordered[i] if ordered else None), i
+        elif re.fullmatch(r"-\d+", e):
+            warning = (f"CUDA_VISIBLE_DEVICES={value!r}: entry {e!r} hides every GPU from there on (the usual way "
+                       f"to keep CUDA off the GPUs); CUDA sees {len(out)} GPU(s)")
+            break
         else:
             warning = (f"CUDA_VISIBLE_DEVICES={value!r}: entry {e!r} is neither a GPU index nor a UUID; "
                        "CUDA ignores it and every entry after it")
@@ -336,6 +340,12 @@ def nvml_gpu_for_cuda(index: int, gpus: list, value: Optional[str] = None,
     ``CUDA_VISIBLE_DEVICES=value`` (see :func:`visible_gpus`). Raises ValueError with one line
     when CUDA has no such device or the inventory cannot tell which GPU it is."""
     seen = visible_gpus(value, gpus, device_order)
+    if index >= 0 and not gpus:
+        raise ValueError(f"CUDA device {index}: the GPU inventory (NVML, nvidia-smi) lists no GPU, so it cannot say "
+                         "which GPU that is (nvidia-smi missing or not answering?)")
+    if 0 <= index and value is None and index >= len(gpus):
+        raise ValueError(f"CUDA device {index}: the GPU inventory (NVML) lists only {len(gpus)} GPU(s), so CUDA and "
+                         "NVML disagree about this machine (a driver and library mismatch, or GPUs NVML cannot read)")
     if not 0 <= index < len(seen.gpus):
         why = f" ({seen.warning})" if seen.warning else ""
         raise ValueError(f"CUDA device {index} does not exist: CUDA sees {len(seen.gpus)} GPU(s) under "
