@@ -144,7 +144,10 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
         rows.append(row)
     if not rows:
         raise ValueError("no row with 2 or more workers and a fit for its path")
-    cols = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:]
+    from ddlab.training.results import path_name
+    shown = {r.get("path"): path_name(r, result.provenance) for r in rows_in if isinstance(r.get("path"), str)}
+    cols = _COLUMNS[:1] + [("batch", "int", "batch")] + [
+        ("path", lambda v: shown.get(v, v), "path") if c[0] == "path" else c for c in _COLUMNS[1:]]
     return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
                  notes=[_LEGEND + " batch: per worker."])
 
@@ -372,7 +375,8 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
              f"machine ({rec.machine or 'recorded'}): the alpha-beta fit of each path's recorded all-reduce sweep, "
              f"and the DDP wrapper's cost {over.source}.",
              "The same model on two GPUs of the recorded machine: the recorded table above."]
-    return Table(_PREDICTED_COLUMNS, rows,
+    cols = [("path", recorded_runs.path_labels(rec), "path") if c[0] == "path" else c for c in _PREDICTED_COLUMNS]
+    return Table(cols, rows,
                  title=f"Predicted, not measured: {model}, DDP, one GPU measured now and a second GPU "
                        "over each recorded path", notes=notes)
 
