@@ -251,11 +251,14 @@ def test_strong_scaling_prediction_is_ddlab_predict_with_a_global_batch():
     rows = t.to_dict()["rows"]
     assert {(r["model"], r["path"]) for r in rows} == {(m, p) for m in cs.REPORT_MLPS for p in cs.REPORT_PATHS}
     one = next(p for p in recorded_runs.recorded_points().points if p.model == "mlp-small" and p.launcher == "ddp")
-    same = predict.predict("mlp-small", step_ms=one.compute_s * 1e3, global_batch=32, path="shm")
+    # the recorded one-GPU step ran DDP with world size 1: the wrapper's cost is in it, not added again
+    same = predict.predict("mlp-small", step_ms=one.compute_s * 1e3, global_batch=32, path="shm",
+                           wrapper=wrapper_cost.over_one_worker_step("ddp"))
     row = next(r for r in rows if (r["model"], r["path"]) == ("mlp-small", "shm"))
     assert row["speedup"] == pytest.approx(same.speedup) and row["global"] == "4-128 (each)"
     assert row["speedup"] < 1 and row["bound"] == "compute"
     text = str(t)
+    assert row["wrapper"] == 0 and "--step-has-wrapper" in text
     assert "strong_scaling_recorded()" in text and "python -m ddlab predict --model mlp-small" in text
     assert "--global-batch" in text and "busy" in text
 

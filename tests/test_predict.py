@@ -192,3 +192,19 @@ def test_the_function_raises_a_value_error_naming_the_input():
         pr.predict("cnn", step_ms=1, batch=4, dtype="fp8")
     with pytest.raises(ValueError, match="no fit for path 'shm'"):
         pr.predict("cnn", step_ms=1, batch=4, path="shm", fits={"default": AlphaBeta(1e-5, 1e9)})
+
+
+@pytest.mark.parametrize("framework,added", [("ddp", False), ("horovod", True)])
+def test_step_has_wrapper_adds_nothing_for_ddp_and_horovods_cost_for_horovod(tmp_path, capsys, framework, added):
+    """A one-GPU step that ran DDP with world size 1 holds DDP's cost; Horovod has no hooks at size 1."""
+    f = _sweep_file(tmp_path, 10e-6, 1e9)
+    args = ["--mlp", "100,100,10", "--step-ms", "1", "--batch", "64", "--fits", f, "--framework", framework, "--json"]
+    assert pr.cli(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert pr.cli(args + ["--step-has-wrapper"]) == 0
+    inside = json.loads(capsys.readouterr().out)
+    if added:     # Horovod: whatever its prediction holds for the wrapper, the flag leaves it as it is
+        assert inside["wrapper_ms"] == pytest.approx(plain["wrapper_ms"]) and inside["step_ms"] == plain["step_ms"]
+    else:         # DDP: the measured per-step cost is in the given step, so none is added
+        assert plain["wrapper_ms"] > 0 and inside["wrapper_ms"] == 0
+        assert inside["step_ms"] == pytest.approx(plain["step_ms"] - plain["wrapper_ms"])

@@ -457,6 +457,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fits", default=RECORDED, help=f"the all-reduce fits: a recorded machine ({RECORDED}), a JSON "
                                                     f"file of `ddlab allreduce --out`, or {LIVE} (measured now)")
     p.add_argument("--framework", default="ddp", choices=FRAMEWORKS)
+    p.add_argument("--step-has-wrapper", action="store_true",
+                   help="the one-GPU step ran under the same wrapper with one worker (DDP with world size 1): its "
+                        "cost is in --step-ms already, so it is not added again (Horovod registers no hooks with "
+                        "one worker, so its cost is still added)")
     p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES), help="the gradients' type on the wire")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
@@ -468,7 +472,8 @@ def cli(argv: list) -> int:
         a = parser().parse_args(argv)
         pred = predict(a.model, mlp=a.mlp, params=a.params, layers=a.layers, step_ms=a.step_ms, measure=a.measure,
                        batch=a.batch, global_batch=a.global_batch, gpus=a.gpus, path=a.path, fits=a.fits,
-                       framework=a.framework, dtype=a.dtype, fixed_ms=a.fixed_ms)
+                       framework=a.framework, dtype=a.dtype, fixed_ms=a.fixed_ms,
+                       wrapper=wrapper_cost.over_one_worker_step(a.framework) if a.step_has_wrapper else None)
     except ValueError as exc:            # PredictError and the checks under it
         print(f"ddlab predict: {exc}", file=sys.stderr)
         return 2

@@ -172,6 +172,7 @@ def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches
     recording shows how little of it is the GPU's own work (the notes print the share). Global
     batches with the same prediction share a row."""
     rec = _predict.recorded_set()
+    in_step = wrapper_cost.over_one_worker_step("ddp")   # the recorded one-GPU step ran DDP with world size 1
     rows, notes, commands = [], [], []
     for m in models:
         pts = [p for p in rec.points if p.model == m and p.launcher == "ddp"]
@@ -186,9 +187,10 @@ def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches
                          "with the batch: so the step is taken to be the same at these smaller global batches.")
         for path in paths:
             preds = [(g, _predict.predict(m, step_ms=one.compute_s * 1e3, global_batch=g, gpus=gpus, path=path,
-                                          fits=_predict.RECORDED, framework="ddp")) for g in global_batches]
+                                          fits=_predict.RECORDED, framework="ddp", wrapper=in_step))
+                     for g in global_batches]
             commands.append(f"python -m ddlab predict --model {m} --step-ms {one.compute_s * 1e3:.3f} --global-batch "
-                            f"{preds[0][0]} --gpus {gpus} --path {path} --fits {_predict.RECORDED}")
+                            f"{preds[0][0]} --gpus {gpus} --path {path} --fits {_predict.RECORDED} --step-has-wrapper")
             groups: list = []
             for g, p in preds:
                 if groups and abs(groups[-1][1].speedup - p.speedup) < 1e-9:
@@ -206,10 +208,10 @@ def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches
     notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
               "which machine: strong_scaling_recorded(). Paths: shm = peer-to-peer off, through host memory (the "
               "reports' case); default = NCCL's choice on the recorded machine (NVLink).",
-              f"Wrapper: DDP's cost measured on one worker ({_predict.measured_wrapper('ddp').describe()}), added to "
-              "the recorded one-GPU step, which ran DDP with world size 1 already: at most counted twice. The same "
-              "prediction from the command line: " + "; ".join(commands[:1]) + "."]
-    return Table(_STRONG_COLUMNS, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
+              f"Wrapper: {in_step.source}; so nothing is added for it (--step-has-wrapper). The same prediction "
+              "from the command line: " + "; ".join(commands[:1]) + "."]
+    cols = [("path", recorded_runs.path_labels(rec), "path") if c[0] == "path" else c for c in _STRONG_COLUMNS]
+    return Table(cols, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
                                               f"GPUs ({rec.machine or _predict.RECORDED})", notes=notes)
 
 
