@@ -61,8 +61,19 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def _with_path(job: str, parts: list, launchers, default_path: str, examples: str) -> tuple:
+    """A KIND:launcher:model[:path] JOB (strong, tune) as (launcher, model, (KIND, path))."""
+    kind = parts[0]
+    if len(parts) not in (3, 4) or parts[1] not in launchers or parts[2] not in MODELS \
+            or (len(parts) == 4 and parts[3] not in PATHS):
+        raise argparse.ArgumentTypeError(f"bad job {job!r}: expected {kind}:launcher:model[:path], e.g. {examples} "
+                                         f"(launcher {' or '.join(launchers)}; model one of {', '.join(MODELS)}; "
+                                         f"path one of {', '.join(PATHS)})")
+    return parts[1], parts[2], (kind, parts[3] if len(parts) == 4 else default_path)
+
+
 def parse_job(job: str) -> tuple:
-    """(launcher, model, variant): variant False, True (graph) or, for a tune JOB, ("tune", path)."""
+    """(launcher, model, variant): variant False, True (graph) or, for a strong or tune JOB, (KIND, path)."""
     if job == "perf":
         return ("perf", "cnn", False)
     parts = job.split(":")
@@ -72,21 +83,10 @@ def parse_job(job: str) -> tuple:
                                              f"(model one of {', '.join(MODELS)})")
         return "step", parts[1], False
     if parts[0] == "strong":
-        if len(parts) not in (3, 4) or parts[1] not in ("ddp", "horovod") or parts[2] not in MODELS \
-                or (len(parts) == 4 and parts[3] not in PATHS):
-            raise argparse.ArgumentTypeError(f"bad job {job!r}: expected strong:launcher:model[:path], e.g. "
-                                             f"strong:ddp:mlp-small or strong:horovod:mlp-large:default (launcher "
-                                             f"ddp or horovod; model one of {', '.join(MODELS)}; path one of "
-                                             f"{', '.join(PATHS)})")
-        return parts[1], parts[2], ("strong", parts[3] if len(parts) == 4 else "shm")
+        return _with_path(job, parts, ("ddp", "horovod"), "shm",
+                          "strong:ddp:mlp-small or strong:horovod:mlp-large:default")
     if parts[0] == "tune":
-        if len(parts) not in (3, 4) or parts[1] not in tuning.LAUNCHERS or parts[2] not in MODELS \
-                or (len(parts) == 4 and parts[3] not in PATHS):
-            raise argparse.ArgumentTypeError(f"bad job {job!r}: expected tune:launcher:model[:path], e.g. "
-                                             f"tune:ddp:wide or tune:horovod:wide:shm (launcher "
-                                             f"{' or '.join(tuning.LAUNCHERS)}; "
-                                             f"model one of {', '.join(MODELS)}; path one of {', '.join(PATHS)})")
-        return parts[1], parts[2], ("tune", parts[3] if len(parts) == 4 else "default")
+        return _with_path(job, parts, tuning.LAUNCHERS, "default", "tune:ddp:wide or tune:horovod:wide:shm")
     if len(parts) not in (2, 3) or parts[0] not in ("ddp", "horovod") or parts[1] not in MODELS \
             or parts[2:] not in ([], ["graph"]) or (parts[2:] == ["graph"] and parts[0] != "ddp"):
         raise argparse.ArgumentTypeError(f"bad job {job!r}: expected perf or launcher:model[:graph], e.g. ddp:cnn "
