@@ -74,6 +74,12 @@ _LEGEND_TERMS = ("grads: gradient bytes per step; step (1): the one-worker (one-
                  "wrapper's own cost per step")
 _LEGEND = (_LEGEND_TERMS + "; predicted and measured: speedup of 2 workers over 1 (measured: the median, min-max "
            "over the repeats).")
+
+def _named_paths(columns: list, name) -> list:
+    """``columns`` with the path column shown through ``name`` (e.g. "NCCL default, NVLS off"); rows keep their key."""
+    return [("path", name, "path") if c[0] == "path" else c for c in columns]
+
+
 # What the ratio can and cannot say (weak scaling: n GPUs, each with the one-GPU batch).
 RATIO_NOTE = ("The ratio is a first look, not the verdict: part of the all-reduce hides behind the backward pass, and on "
               "n GPUs each carries 2(n-1)/n of the gradients (1 for two GPUs). The speedup is n x step / (step + "
@@ -102,7 +108,7 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
     notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {pred.term('wrapper').source}."]
-    cols = [("path", recorded_runs.path_labels(rec), "path") if c[0] == "path" else c for c in _COLUMNS]
+    cols = _named_paths(_COLUMNS, recorded_runs.path_labels(rec))
     return Table(cols, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                  + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
 
@@ -146,8 +152,7 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
         raise ValueError("no row with 2 or more workers and a fit for its path")
     from ddlab.training.results import path_name
     shown = {r.get("path"): path_name(r, result.provenance) for r in rows_in if isinstance(r.get("path"), str)}
-    cols = _COLUMNS[:1] + [("batch", "int", "batch")] + [
-        ("path", lambda v: shown.get(v, v), "path") if c[0] == "path" else c for c in _COLUMNS[1:]]
+    cols = _named_paths(_COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:], lambda v: shown.get(v, v))
     return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
                  notes=[_LEGEND + " batch: per worker."])
 
@@ -210,7 +215,7 @@ def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches
               "reports' case); default = NCCL's choice on the recorded machine (NVLink).",
               f"Wrapper: {in_step.source}; so nothing is added for it (--step-has-wrapper). The same prediction "
               "from the command line: " + "; ".join(commands[:1]) + "."]
-    cols = [("path", recorded_runs.path_labels(rec), "path") if c[0] == "path" else c for c in _STRONG_COLUMNS]
+    cols = _named_paths(_STRONG_COLUMNS, recorded_runs.path_labels(rec))
     return Table(cols, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
                                               f"GPUs ({rec.machine or _predict.RECORDED})", notes=notes)
 
@@ -377,7 +382,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
              f"machine ({rec.machine or 'recorded'}): the alpha-beta fit of each path's recorded all-reduce sweep, "
              f"and the DDP wrapper's cost {over.source}.",
              "The same model on two GPUs of the recorded machine: the recorded table above."]
-    cols = [("path", recorded_runs.path_labels(rec), "path") if c[0] == "path" else c for c in _PREDICTED_COLUMNS]
+    cols = _named_paths(_PREDICTED_COLUMNS, recorded_runs.path_labels(rec))
     return Table(cols, rows,
                  title=f"Predicted, not measured: {model}, DDP, one GPU measured now and a second GPU "
                        "over each recorded path", notes=notes)
