@@ -52,12 +52,12 @@ def junit_seconds(path: str) -> dict:
     except (OSError, ET.ParseError) as exc:
         raise SystemExit(f"notebook_minutes: cannot read {path} as a JUnit XML report ({exc})")
     out: dict = {}
+    stems = {os.path.splitext(os.path.basename(nb))[0]: os.path.basename(nb) for nb in notebooks()}
     for case in root.iter("testcase"):
         name = case.get("classname", "") + "/" + case.get("name", "")
-        for nb in notebooks():
-            stem = os.path.splitext(os.path.basename(nb))[0]
+        for stem, file in stems.items():
             if stem in name and "Cell" in name:
-                out[os.path.basename(nb)] = out.get(os.path.basename(nb), 0.0) + float(case.get("time") or 0)
+                out[file] = out.get(file, 0.0) + float(case.get("time") or 0)
     return out
 
 
