@@ -231,6 +231,24 @@ def test_hang_tracebacks_picks_the_dumps_out_of_mixed_output():
     assert launch.hang_tracebacks(out, max_lines=2).splitlines()[-1] == "... (5 more lines in the full output)"
 
 
+def test_hang_tracebacks_keeps_a_dump_whose_frames_came_after_a_launcher_line():
+    # Two workers and torchrun share one pipe: torchrun's line came between the second
+    # worker's header and its frames (a CI run lost that worker's frames this way).
+    out = "\n".join([
+        "Current thread 0x00007f01 (most recent call first):",
+        '  File "/w/hang.py", line 9 in waiting',
+        "Current thread 0x00007f02 (most recent call first):",
+        "W1127 08:00:00.000 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 7 closing signal SIGTERM",
+        '  File "/w/hang.py", line 9 in waiting',
+        '  File "/w/hang.py", line 11 in <module>',
+        "one", "two", "three", "four", "five",
+        '  File "/w/late.py", line 1 in not_a_dump_any_more',
+    ])
+    got = launch.hang_tracebacks(out)
+    assert got.count("in waiting") == 2 and "Sending process" not in got
+    assert "not_a_dump_any_more" not in got
+
+
 def test_phase_clock_counts_from_process_start_and_reports(capsys):
     clock = launch.PhaseClock()
     before = clock.since_start()

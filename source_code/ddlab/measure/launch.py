@@ -334,24 +334,34 @@ _DUMP_HEADER = re.compile(r"(?:Current thread|Thread) 0x[0-9a-fA-F]+ .*\(most re
 _DUMP_FRAME = re.compile(r'^\s*(?:File ".*", line \d+ in \S+|<no Python frame>|\.\.\.)\s*$')
 
 
+# Lines of other processes that may land inside a dump: the workers and the launcher share
+# one pipe, and faulthandler writes a dump one line at a time, so torchrun's "Sending
+# process ... closing signal SIGTERM" can come between a worker's header and its frames.
+_INTERLEAVED_LINES = 4
+
+
 def hang_tracebacks(output: str, max_lines: int = 80) -> str:
     """The tracebacks :func:`install_hang_traceback` made the workers print, picked out of
     a launch's combined ``output`` (launcher prefixes kept); at most ``max_lines`` lines,
-    the first ones (each worker's innermost frames come first in a dump). "" if none."""
+    the first ones (each worker's innermost frames come first in a dump). "" if none.
+    A dump's frames are still picked when up to a few other lines were interleaved with it."""
     picked: list = []
-    in_dump = False
+    gap = None      # lines since the last line of a dump; None outside a dump
     for line in output.splitlines():
         m = _DUMP_HEADER.search(line)
         if m:
             picked.append(line.rstrip())
-            in_dump = True
+            gap = 0
             continue
-        if in_dump:
+        if gap is not None:
             frame = line[_prefix_end(line):]
             if _DUMP_FRAME.match(frame):
                 picked.append(line.rstrip())
+                gap = 0
                 continue
-            in_dump = False
+            gap += 1
+            if gap > _INTERLEAVED_LINES:
+                gap = None
     if len(picked) > max_lines:
         picked = picked[:max_lines] + [f"... ({len(picked) - max_lines} more lines in the full output)"]
     return "\n".join(picked)
