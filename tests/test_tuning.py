@@ -134,6 +134,19 @@ def _fake(monkeypatch, *outcomes):
     return fake
 
 
+@pytest.mark.parametrize("nvls, named", [("0", "NCCL default, NVLS off"), (None, "NCCL default")])
+def test_the_comparison_names_the_default_path_as_its_runs_had_it(monkeypatch, nvls, named):
+    if nvls is None:
+        monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    else:
+        monkeypatch.setenv("NCCL_NVLS_ENABLE", nvls)
+    _fake(monkeypatch, script_result(100.0), script_result(150.0, workers=2, tuning={"accumulate": 1}))
+    base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=1)
+    res = tuning.tuning_comparison(base=base, path="default", tunings=["untuned"])
+    assert any(n.startswith(f"two-worker runs on the path {named} (no NCCL variable set by the path)")
+               for n in res.notes), res.notes
+
+
 def test_comparison_runs_the_one_gpu_baseline_then_each_tuning_on_two_workers(monkeypatch):
     chosen = ["untuned", "batch x2", "accumulate 2"]
     outcomes = [script_result(v) for v in (100.0, 100.0)]
@@ -165,7 +178,7 @@ def test_comparison_runs_the_one_gpu_baseline_then_each_tuning_on_two_workers(mo
     assert res.config["path"] == "shm" and res.config["tunings"] == chosen and res.config["repeats"] == 2
     assert res.config["baseline_images_per_s"] == 100.0
     assert res.spec == base.with_(path="shm") and res.live_default_differences() == {}
-    assert any("NCCL path 'shm'" in n for n in res.notes)
+    assert any(n.startswith("two-worker runs on the path shm (NCCL_P2P_LEVEL=LOC") for n in res.notes), res.notes
     assert any(n.startswith("'batch x2', 'accumulate 2' process more images") for n in res.notes)
     text = res.table()
     assert "communication tuning: torch ddp, model wide" in text and "NCCL path shm" in text

@@ -393,9 +393,11 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
                          "apply on GPUs only")
         path = "default"
     else:
-        shown = " ".join(f"{k}={v}" for k, v in nccl.get(path).environment().items() if v is not None)
-        notes.append(f"two-worker runs on NCCL path {path!r} ({shown or 'NCCL defaults'}); the one-GPU "
-                     "baseline has no all-reduce")
+        path_env = nccl.get(path).environment()
+        shown = " ".join(f"{k}={v}" for k, v in path_env.items() if v is not None)
+        named = nccl.display_name(path, launch.worker_environment(path_env))   # "NCCL default, NVLS off" if so
+        notes.append(f"two-worker runs on the path {named} ({shown or 'no NCCL variable set by the path'}); "
+                     "the one-GPU baseline has no all-reduce")
     spec = spec.with_(path=path)
     common = dict(echo=echo, progress=progress)
     rows, all_runs = [], []
