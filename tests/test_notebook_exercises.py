@@ -16,6 +16,8 @@ EXERCISES = {
     "System-Topology": ("my_best = None", "checks.check_best_worst_pair(dgx1, my_best, my_worst)"),
     "P2P-Bandwidth-Latency-Test": ("my_ratio = None", "predictions.check_p2p_speedup(my_ratio, p2p_result"),
     "Hands-On-DDP": ('"ddp_3_shard": (None, None)', "predictions.check_ddp_runs(my_prediction, single, ddp_runs)"),
+    "Hands-On-Horovod": ('"horovod vs ddp": None',
+                         "predictions.check_finished_scripts(my_prediction, ddp_run, hvd_run, keras_run)"),
     "Convergence-at-Scale": ("my_prediction = None", "predictions.check_batch_rule(my_prediction, live, BATCH_POINTS)"),
     "Case-Studies": ("my_outlier = None", "checks.check_p2p_diagnosis(matrix, my_outlier, my_pair)"),
 }

@@ -5,7 +5,7 @@ import pytest
 from ddlab.course import predictions as pr
 from ddlab.course.checks import CheckResult
 from ddlab.course.convergence_sweep import ConvergenceResult
-from ddlab.course.handson import Run
+from ddlab.course.handson import Run, Skipped
 from ddlab.cost import allreduce_algorithms as ar
 from ddlab.cost.alpha_beta import AlphaBeta
 from ddlab.measure import p2p_recorded
@@ -144,6 +144,46 @@ def test_ddp_runs_right_partial_and_wrong():
 ])
 def test_ddp_runs_typos_get_one_message(bad, words):
     r = pr.check_ddp_runs(bad, SINGLE, RUNS)
+    assert not r and words in r.message
+
+
+# ----------------------------------------------------------------- the hands-on: the finished scripts compared
+DDP_DONE = _run("ddp_7_rank0", [4000, 4000], [-180.25, -180.25])
+HVD_DONE = _run("hvd_8_rank0", [4000, 4000], [-180.25, -180.25])
+KERAS_DONE = _run("keras_hvd_8_rank0", [4000, 4000], [-730.5, -730.5])
+RIGHT_PAIRS = {"horovod vs ddp": "same", "keras vs horovod": "different"}
+
+
+def test_finished_scripts_right_answers_are_set_beside_the_checksums():
+    r = pr.check_finished_scripts(RIGHT_PAIRS, DDP_DONE, HVD_DONE, KERAS_DONE)
+    assert r and r.message.startswith("Right. horovod vs ddp: right, same")
+    _says(r, "Measured: the same weights (checksums 0.0e+00 apart", "Measured: different weights (checksums 0.75")
+    # the same training summed in another order: a small gap still counts as the same training
+    nearly = _run("hvd_8_rank0", [4000, 4000], [-180.26, -180.26])
+    _says(pr.check_finished_scripts(RIGHT_PAIRS, DDP_DONE, nearly, KERAS_DONE), "summed in another order")
+    # the answer is what the scripts do; a run that diverged is shown as it is, not hidden
+    _says(pr.check_finished_scripts(RIGHT_PAIRS, DDP_DONE, KERAS_DONE, KERAS_DONE), "Measured: different weights")
+
+
+def test_finished_scripts_wrong_half_and_missing_runs():
+    r = pr.check_finished_scripts({"horovod vs ddp": "different", "keras vs horovod": "different"},
+                                  DDP_DONE, HVD_DONE, KERAS_DONE)
+    assert not r and "horovod vs ddp: not quite, same: same seed" in r.message
+    assert "keras vs horovod: right" in r.message
+    r = pr.check_finished_scripts({"horovod vs ddp": "same", "keras vs horovod": None}, DDP_DONE, HVD_DONE, KERAS_DONE)
+    assert not r and "Still to predict: keras vs horovod." in r.message
+    skipped = Skipped("keras_hvd_8_rank0.py", "TensorFlow is not installed")
+    r = pr.check_finished_scripts(RIGHT_PAIRS, DDP_DONE, HVD_DONE, skipped)
+    assert r and "not measured here (keras_hvd_8_rank0.py is not run here: TensorFlow is not installed" in r.message
+
+
+@pytest.mark.parametrize("bad, words", [
+    (None, "Not answered yet"), ({"horovod vs ddp": None, "keras vs horovod": None}, "Not answered yet"),
+    ({"hvd vs ddp": "same"}, "not asked"), ({"horovod vs ddp": "maybe"}, 'write "same" or "different"'),
+    ("same", "is a dict"),
+])
+def test_finished_scripts_typos_get_one_message(bad, words):
+    r = pr.check_finished_scripts(bad, DDP_DONE, HVD_DONE, KERAS_DONE)
     assert not r and words in r.message
 
 

@@ -311,6 +311,7 @@ class Run:
         return {"script": self.script, "processes": f"{self.nproc} x {self.device}",
                 "samples": " / ".join(f"{s:,}" for s in self.samples()),
                 "same": ("yes" if self.same_weights() else "no") if self.nproc > 1 else "-",
+                "checksum": r0.get("checksum"),
                 "spread": self.weight_spread() if self.nproc > 1 else None,
                 "acc": r0.get("test_acc"), "img_s": sum(r.get("img_s", 0.0) for r in self.ranks),
                 "seconds": self.seconds}
@@ -413,10 +414,12 @@ def table(runs: Sequence, title: str = "Hands-on runs"):
     cols = [("script", "text"), ("processes", "text", "processes"),
             ("samples", "text", "images trained on, per rank"),
             ("same", "text", "same weights on all ranks?"),
+            ("checksum", lambda v: "-" if v is None else f"{v:.6f}", "weight checksum"),
             ("spread", "number", "checksum spread"),
             ("acc", "percent", "test accuracy"), ("img_s", "count", "images/s, all ranks"),
             ("seconds", "time", "launch, wall")]
-    notes = ["checksum spread: largest difference between two ranks' sums of all weights (0: identical).",
+    notes = ["weight checksum: the sum of all of rank 0's weights at the end (two runs that trained alike show "
+             "the same); checksum spread: the largest difference between two ranks' sums (0: identical).",
              "images/s: images trained on over the training loop's wall time, summed over ranks; the loop's "
              "first steps (graph tracing in TensorFlow) included, so it is indicative only.",
              "launch, wall: the whole launch, start-up and imports included."]

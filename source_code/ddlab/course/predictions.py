@@ -16,7 +16,8 @@ from the data it is given, never from a typed number, and answers like the check
 :func:`check_ring_bytes` (notebook 1: the bytes one rank sends in a ring all-reduce),
 :func:`check_allreduce_time` (notebook 2: an all-reduce's time from the alpha-beta fit),
 :func:`check_p2p_speedup` (the p2p test: peer-to-peer against host staging),
-:func:`check_ddp_runs` (the hands-on: images per rank and equal weights of three DDP versions) and
+:func:`check_ddp_runs` (the hands-on: images per rank and equal weights of three DDP versions),
+:func:`check_finished_scripts` (the hands-on with Horovod: which finished scripts end with the same weights) and
 :func:`check_batch_rule` (convergence: which learning-rate rule keeps a large batch's accuracy).
 """
 from __future__ import annotations
@@ -258,6 +259,84 @@ def check_ddp_runs(prediction: Mapping, single, runs: Sequence, name: str = "my_
         msgs.append(f"{script}: " + "; ".join(parts) + ".")
     if not msgs:
         return not_answered(name, "a (share of images, same weights?) pair per script", DDP_EXAMPLE)
+    if missing:
+        ok = False
+        msgs.append("Still to predict: " + ", ".join(missing) + ".")
+    return CheckResult(ok, ("Right. " if ok else "") + " ".join(msgs))
+
+
+# --------------------------------------------------------------------------- the finished scripts compared
+SCRIPTS_EXAMPLE = '{"horovod vs ddp": "same", "keras vs horovod": "different"}'
+SAME_WEIGHTS_REL = 1e-6       # checksums closer than this, relative: the same weights (float64 sums of float32)
+CLOSE_WEIGHTS_REL = 1e-2      # closer than this: the same training, summed in another order
+
+SCRIPT_PAIRS = {
+    "horovod vs ddp": ("same", "same seed, the same DistributedSampler shards, the gradients averaged over the "
+                               "ranks and the rate scaled by the same factor: the same training; only the order in "
+                               "which each library sums the gradients may differ"),
+    "keras vs horovod": ("different", "Keras builds its own model with its own initialisers and slices its own "
+                                      "shards (every n-th image, reshuffled by shuffle()): another training, whose "
+                                      "checksum is not comparable; only its ranks' agreement with each other is"),
+}
+
+
+def _same_or_different(answer) -> Optional[str]:
+    word = str(answer).strip().lower()
+    return {"same": "same", "equal": "same", "yes": "same", "different": "different", "differ": "different",
+            "no": "different"}.get(word)
+
+
+def _checksum_gap(a, b) -> Optional[float]:
+    """Relative difference of two runs' rank-0 weight checksums; None when either did not run."""
+    ra, rb = getattr(a, "ranks", None), getattr(b, "ranks", None)
+    if not ra or not rb:
+        return None
+    x, y = ra[0]["checksum"], rb[0]["checksum"]
+    return abs(x - y) / max(1.0, abs(x), abs(y))
+
+
+def _gap_words(gap: Optional[float], runs) -> str:
+    if gap is None:
+        why = "; ".join(str(r) for r in runs if not getattr(r, "ranks", None)) or "a run is missing"
+        return f"not measured here ({why})"
+    if gap <= SAME_WEIGHTS_REL:
+        return f"the same weights (checksums {gap:.1e} apart, relative)"
+    if gap <= CLOSE_WEIGHTS_REL:
+        return (f"checksums {gap:.1e} apart (relative): the same training, summed in another order or with "
+                "non-deterministic GPU kernels")
+    return f"different weights (checksums {gap:.2g} apart, relative)"
+
+
+def check_finished_scripts(prediction, ddp_run, hvd_run, keras_run, name: str = "my_prediction") -> CheckResult:
+    """Two predictions about the finished scripts of the hands-on, each ``"same"`` or
+    ``"different"``: does the Horovod (PyTorch) script end with the DDP script's weights, and the
+    Keras script with the Horovod (PyTorch) script's? The answer comes from what the scripts do
+    (:data:`SCRIPT_PAIRS`); the runs' weight checksums are set beside it. A run that could not be
+    made here (a :class:`ddlab.course.handson.Skipped`) is named instead of a measurement."""
+    if prediction is None or (isinstance(prediction, Mapping) and all(v is None for v in prediction.values())):
+        return not_answered(name, '"same" or "different" for each pair', SCRIPTS_EXAMPLE)
+    if not isinstance(prediction, Mapping):
+        return CheckResult(False, f"`{name}` is a dict from pair to \"same\" or \"different\", for example "
+                                  f"`{name} = {SCRIPTS_EXAMPLE}`; got {prediction!r}.")
+    unknown = [k for k in prediction if k not in SCRIPT_PAIRS]
+    if unknown:
+        return CheckResult(False, f"`{name}` names {unknown[0]!r}, which is not asked: the pairs are "
+                                  f"{', '.join(map(repr, SCRIPT_PAIRS))}.")
+    gaps = {"horovod vs ddp": (_checksum_gap(hvd_run, ddp_run), (hvd_run, ddp_run)),
+            "keras vs horovod": (_checksum_gap(keras_run, hvd_run), (keras_run, hvd_run))}
+    msgs, ok, missing = [], True, []
+    for pair, (truth, why) in SCRIPT_PAIRS.items():
+        given = prediction.get(pair)
+        if given is None:
+            missing.append(pair)
+            continue
+        word = _same_or_different(given)
+        if word is None:
+            return CheckResult(False, f"`{name}[{pair!r}]` = {given!r}: write \"same\" or \"different\".")
+        right = word == truth
+        ok &= right
+        gap, runs = gaps[pair]
+        msgs.append(f"{pair}: {'right' if right else 'not quite'}, {truth}: {why}. Measured: {_gap_words(gap, runs)}.")
     if missing:
         ok = False
         msgs.append("Still to predict: " + ", ".join(missing) + ".")
