@@ -79,7 +79,8 @@ def test_notebook_4_states_the_nccl_facts_right():
     assert "attempts to select a value optimally based on the\narchitecture" in md        # unset, as NCCL's docs say
     assert "NCCL counts it like `PHB`" in md
     assert "NET/IB" in md and "NCCL_IB_DISABLE=1" in md
-    assert "NVLS" in md and "NCCL's own\ndefaults" in md
+    # the default path as recorded: NVLS off from the environment, and what a learner's shell gives
+    assert "NVLS" in md and "**Every recorded run of the course had NVLS off**" in md and "NCCL default, NVLS off" in md
     assert "collectives_run.compare_levels(" in src
     assert "NCCL_NET_DISABLE_INTRA=1" in md and "mode.live_or_recorded(\"nccl-logs\")" in src   # recorded logs, not test fixtures
     assert "tests/fixtures" not in src
@@ -90,6 +91,7 @@ def test_notebook_4_states_the_nccl_facts_right():
 def test_notebook_4_shows_the_levels_on_a_pcie_machine_and_says_the_recorded_pair_differs_only_at_loc():
     md, src = text(4), code(4)
     assert 'for name in ("pcie-4gpu", "dgx1-v100")' in src and "nccl.pair_levels(t)" in src
+    assert "predictions.check_lowest_levels(my_levels, TOPOS)" in src
     assert "nccl.pair_levels(pair, measured=chose)" in src          # the pair's predicted path beside NCCL's report
     assert "on the recorded pair only `LOC` differs" in md and "not measured" in md
     # the socket path is loopback TCP on one host, and the log's interface is printed

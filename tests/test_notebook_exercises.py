@@ -14,6 +14,8 @@ EXERCISES = {
     "Data-Parallel-Training": ("my_prediction = None", "predictions.check_ring_bytes(my_prediction, ring)"),
     "Latency-and-Bandwidth": ("my_prediction_us = None", "predictions.check_allreduce_time(my_prediction_us"),
     "System-Topology": ("my_best = None", "checks.check_best_worst_pair(dgx1, my_best, my_worst)"),
+    "NCCL-Transports-and-P2P-Level": ('"pcie-4gpu GPU0-GPU1": None', "predictions.check_lowest_levels(my_levels, TOPOS)"),
+    "NCCL-Paths-with-Horovod-and-DDP": ("my_prediction = None", "checks.check_path_ordering(my_prediction"),
     "P2P-Bandwidth-Latency-Test": ("my_ratio = None", "predictions.check_p2p_speedup(my_ratio, p2p_result"),
     "Hands-On-DDP": ('"ddp_3_shard": (None, None)', "predictions.check_ddp_runs(my_prediction, single, ddp_runs)"),
     "Hands-On-Horovod": ('"horovod vs ddp": None',
@@ -41,3 +43,9 @@ def test_the_prediction_comes_before_its_check(title):
     assert asked[0] <= checked[0], f"{title}: the check comes before the prediction"
     # no answer typed into the check cell: it reads the learner's variable
     assert not re.search(r"check_\w+\(\s*[\d'\"]", cells[checked[0]])
+
+
+def test_every_notebook_has_a_checked_prediction():
+    notebooks = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO_ROOT, "notebooks", "*.ipynb")))
+    missing = [nb for nb in notebooks if not any(title in nb for title in EXERCISES)]
+    assert not missing, f"no checked prediction listed for {missing}"

@@ -214,3 +214,53 @@ def test_batch_rule_follows_the_data_when_theory_loses():
     sweep, labels = _sweep({"1w B=512 lr none": (0.86, 0.855, 0.87), "1w B=512 lr linear": (0.10, 0.10, 0.10)})
     assert pr.check_batch_rule("none", sweep, labels)
     _says(pr.check_batch_rule("warm-up", sweep, labels), "not one of the rules")
+
+
+# ----------------------------------------------------------------- NCCL levels: the lowest that allows P2P
+def _level_topologies():
+    from ddlab.system import topology
+    return {name: topology.recorded(name) for name in ("pcie-4gpu", "dgx1-v100")}
+
+
+RIGHT_LEVELS = {"pcie-4gpu GPU0-GPU1": "PIX", "pcie-4gpu GPU1-GPU2": "SYS", "dgx1-v100 GPU0-GPU3": "NVL",
+                "dgx1-v100 GPU0-GPU5": "pix"}
+
+
+def test_lowest_levels_come_from_the_path_kind():
+    from ddlab.system import nccl
+    topos = _level_topologies()
+    assert pr.lowest_level(topos["pcie-4gpu"], 0, 1) == ("PIX", "PIX")
+    assert pr.lowest_level(topos["dgx1-v100"], 0, 5) == ("PIX", "NVB")   # SYS in topo -m, routed via GPU1
+    r = pr.check_lowest_levels(RIGHT_LEVELS, topos)
+    assert r and r.message.startswith("Right. pcie-4gpu GPU0-GPU1: right, PIX")
+    _says(r, "dgx1-v100 GPU0-GPU5: right, PIX: the path is NVLink through a third GPU", "to GPU1")
+    # every level at or above the answer allows the pair, none below: the answer is the lowest
+    for (name, a, b) in pr.LEVEL_PAIRS:
+        truth, kind = pr.lowest_level(topos[name], a, b)
+        allowed = [lvl for lvl in nccl.P2P_LEVELS if nccl.level_allows(lvl, kind)]
+        assert allowed and allowed[0] == truth and allowed == list(nccl.P2P_LEVELS[nccl.P2P_LEVELS.index(truth):])
+
+
+@pytest.mark.parametrize("pair, given, words", [
+    ("pcie-4gpu GPU0-GPU1", "SYS", "so does the lower PIX"),
+    ("pcie-4gpu GPU1-GPU2", "PHB", "under PHB NCCL refuses P2P here"),
+    ("dgx1-v100 GPU0-GPU3", "LOC", "LOC never allows P2P"),
+    ("dgx1-v100 GPU0-GPU5", "NVL", "NVB ranks after NVL"),
+    ("dgx1-v100 GPU0-GPU5", "SYS", "does not go across the CPUs"),
+])
+def test_a_wrong_level_gets_the_hint_for_that_slip(pair, given, words):
+    r = pr.check_lowest_levels(dict(RIGHT_LEVELS, **{pair: given}), _level_topologies())
+    assert not r and f"{pair}: not quite" in r.message and words in r.message
+    assert r.message.count("not quite") == 1          # the other three stay right
+
+
+@pytest.mark.parametrize("bad, words", [
+    (None, "Not answered yet"), ({k: None for k in RIGHT_LEVELS}, "Not answered yet"),
+    ({"pcie-4gpu GPU0-GPU1": "PIX"}, "Still to predict: pcie-4gpu GPU1-GPU2"),
+    ({"pcie-4gpu GPU0-GPU1": 1}, "the names, not the legacy integers"),
+    ({"pcie-4gpu GPU0-GPU1": "PCIE"}, "write one of LOC, NVL"),
+    ({"GPU0-GPU1": "PIX"}, "not asked"), ("PIX", "is a dict"),
+])
+def test_level_typos_and_half_answers_get_one_message(bad, words):
+    r = pr.check_lowest_levels(bad, _level_topologies())
+    assert not r and words in r.message

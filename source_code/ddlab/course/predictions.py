@@ -15,6 +15,7 @@ from the data it is given, never from a typed number, and answers like the check
 :func:`check_estimate` is the numeric core; one check per notebook builds on it:
 :func:`check_ring_bytes` (notebook 1: the bytes one rank sends in a ring all-reduce),
 :func:`check_allreduce_time` (notebook 2: an all-reduce's time from the alpha-beta fit),
+:func:`check_lowest_levels` (NCCL levels: the lowest NCCL_P2P_LEVEL that allows P2P for a pair),
 :func:`check_p2p_speedup` (the p2p test: peer-to-peer against host staging),
 :func:`check_ddp_runs` (the hands-on: images per rank and equal weights of three DDP versions),
 :func:`check_finished_scripts` (the hands-on with Horovod: which finished scripts end with the same weights) and
@@ -259,6 +260,86 @@ def check_ddp_runs(prediction: Mapping, single, runs: Sequence, name: str = "my_
         msgs.append(f"{script}: " + "; ".join(parts) + ".")
     if not msgs:
         return not_answered(name, "a (share of images, same weights?) pair per script", DDP_EXAMPLE)
+    if missing:
+        ok = False
+        msgs.append("Still to predict: " + ", ".join(missing) + ".")
+    return CheckResult(ok, ("Right. " if ok else "") + " ".join(msgs))
+
+
+# --------------------------------------------------------------------------- the lowest NCCL_P2P_LEVEL
+LEVEL_PAIRS = (("pcie-4gpu", 0, 1), ("pcie-4gpu", 1, 2), ("dgx1-v100", 0, 3), ("dgx1-v100", 0, 5))
+LEVELS_EXAMPLE = '{"pcie-4gpu GPU0-GPU1": "PXB", ...}'
+PATH_WORDS = {
+    "NVL": "their own NVLink",
+    "NVB": "NVLink through a third GPU (NVB: no NVLink of their own, but both have one to GPU{via})",
+    "PIX": "one PCIe switch",
+    "PXB": "several PCIe switches, not the CPU",
+    "PHB": "the CPU's PCIe host bridge, within one NUMA node",
+    "SYS": "the link between the CPUs (QPI/UPI): the GPUs hang off different NUMA nodes",
+}
+
+
+def pair_key(name: str, a: int, b: int) -> str:
+    """How the level exercise names a pair: "pcie-4gpu GPU0-GPU1"."""
+    return f"{name} GPU{a}-GPU{b}"
+
+
+def lowest_level(topology, a: int, b: int) -> tuple:
+    """(the lowest NCCL_P2P_LEVEL under which NCCL may use P2P between GPUs ``a`` and ``b``, NCCL's path
+    kind between them), from :func:`ddlab.system.nccl.path_kind` and :func:`~ddlab.system.nccl.level_allows`."""
+    from ddlab.system import nccl
+    kind = nccl.path_kind(topology, a, b)
+    return next(lvl for lvl in nccl.P2P_LEVELS if nccl.level_allows(lvl, kind)), kind
+
+
+def _level_feedback(given: str, truth: str, kind: str, via, levels: Sequence[str]) -> str:
+    path = PATH_WORDS[kind].format(via=via)
+    if given == truth:
+        return f"right, {truth}: the path is {path}"
+    if given == "LOC":
+        return f"not quite: LOC never allows P2P; the lowest that does is {truth} (the path is {path})"
+    if levels.index(given) < levels.index(truth):
+        extra = " NVB ranks after NVL, so NVL refuses it." if kind == "NVB" else ""
+        return f"not quite: under {given} NCCL refuses P2P here, since the path is {path}.{extra} Lowest: {truth}"
+    extra = " (NCCL does not go across the CPUs here: it routes over NVLink through the third GPU)" \
+        if kind == "NVB" else ""
+    return f"not quite: {given} allows it, but so does the lower {truth}: the path is {path}{extra}"
+
+
+def check_lowest_levels(prediction, topologies: Mapping, name: str = "my_levels") -> CheckResult:
+    """For each pair of :data:`LEVEL_PAIRS`, the learner's lowest ``NCCL_P2P_LEVEL`` under which NCCL may
+    use P2P, e.g. ``{"pcie-4gpu GPU0-GPU1": "PIX"}``; ``topologies`` maps each name to its
+    :class:`ddlab.system.topology.Topology`. The answer comes from the pair's NCCL path kind
+    (NVLink, NVB, then the `nvidia-smi topo -m` link); a level too low, too high or ``LOC`` gets a
+    hint that says why. A pair left at None is "still to predict"."""
+    from ddlab.system import nccl
+    keys = [pair_key(*p) for p in LEVEL_PAIRS]
+    if prediction is None or (isinstance(prediction, Mapping) and all(v is None for v in prediction.values())):
+        return not_answered(name, "the lowest level (a name: " + ", ".join(nccl.P2P_LEVELS) + ") for each pair",
+                            LEVELS_EXAMPLE)
+    if not isinstance(prediction, Mapping):
+        return CheckResult(False, f"`{name}` is a dict from pair to level name, for example `{name} = "
+                                  f"{LEVELS_EXAMPLE}`; got {prediction!r}.")
+    unknown = [k for k in prediction if k not in keys]
+    if unknown:
+        return CheckResult(False, f"`{name}` names {unknown[0]!r}, which is not asked: the pairs are "
+                                  f"{', '.join(map(repr, keys))}.")
+    msgs, ok, missing = [], True, []
+    for (topo_name, a, b), key in zip(LEVEL_PAIRS, keys):
+        given = prediction.get(key)
+        if given is None:
+            missing.append(key)
+            continue
+        level = str(given).strip().upper()
+        if level not in nccl.P2P_LEVELS:
+            legacy = " (the names, not the legacy integers)" if level.isdigit() else ""
+            return CheckResult(False, f"`{name}[{key!r}]` = {given!r}: write one of "
+                                      f"{', '.join(nccl.P2P_LEVELS)}{legacy}.")
+        topo = topologies[topo_name]
+        truth, kind = lowest_level(topo, a, b)
+        ok &= level == truth
+        msgs.append(f"{key}: " + _level_feedback(level, truth, kind, nccl.nvb_via(topo, a, b), nccl.P2P_LEVELS)
+                    + ".")
     if missing:
         ok = False
         msgs.append("Still to predict: " + ", ".join(missing) + ".")
