@@ -184,11 +184,12 @@ def test_cli_experiment_cuda_graph_reads_the_graph_recording(recorded, capsys):
 
 @pytest.fixture
 def fake_run(monkeypatch):
-    calls = []
 
     def run(experiment, framework, launcher, model, workers, device, **kw):
         calls.append((experiment, launcher, device))
+        calls.fields = kw
         return ex.ExperimentResult(experiment, [], source="live", config={"device": device})
+    calls = type("Calls", (list,), {})()
     monkeypatch.setattr(ex, "run_experiment", run)
     return calls
 
@@ -240,3 +241,13 @@ def test_no_training_script_imports_the_experiment_layer():
                                                    for n in names.split(",")}
         assert "provenance" in text and not modules & set(above), (name, modules & set(above))
         assert "ddlab.training.experiments" not in text, name
+
+
+def test_live_gpu_comparisons_repeat_three_times_unless_told(recorded, fake_run):
+    ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS)
+    assert fake_run.fields["repeats"] == ex.LIVE_GPU_REPEATS == 3
+    ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS, repeats=5)
+    assert fake_run.fields["repeats"] == 5
+    # the small CPU run beside a recording stays a single run (its notes say so)
+    ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=NO_GPU)
+    assert fake_run[-1][2] == "cpu" and "repeats" not in fake_run.fields

@@ -15,7 +15,7 @@ def test_single_gpu_throughput_runs_each_model_and_precision_eagerly(monkeypatch
     fake = FakeLaunches(step(1.0, params=1_199_882), step(0.8), step(0.3, params=242_762), step(0.25),
                         "a crash", step(0.4))
     monkeypatch.setattr(runs.launch, "run", fake)
-    res = one_gpu.single_gpu_throughput(device="cuda")
+    res = one_gpu.single_gpu_throughput(device="cuda", repeats=1)
     assert res.name == "one-gpu" and len(fake.argvs) == 6
     assert all("--cuda-graph" in a and a[a.index("--cuda-graph") + 1] == "off" for a in fake.argvs)
     assert all(a[a.index("--launcher") + 1] == "none" for a in fake.argvs)
@@ -26,6 +26,14 @@ def test_single_gpu_throughput_runs_each_model_and_precision_eagerly(monkeypatch
     assert any("mlp-large fp32 failed" in n for n in res.notes)
     text = res.table()
     assert "one GPU: torch none, models cnn, mlp-small, mlp-large" in text and "1,199,882" in text
+
+
+def test_single_gpu_throughput_on_a_gpu_repeats_each_run_three_times(monkeypatch):
+    fake = FakeLaunches(step(1.0), step(1.2), step(0.9), step(0.5), step(0.6), step(0.4))
+    monkeypatch.setattr(runs.launch, "run", fake)
+    res = one_gpu.single_gpu_throughput(models=["mlp-small"], device="cuda")
+    assert len(fake.argvs) == 6 and [r["precision"] for r in res.rows] == ["fp32", "bf16"]
+    assert res.rows[0]["step_ms_median"] == 1.0 and res.rows[1]["step_ms_median"] == 0.5   # median of 3
 
 
 def test_single_gpu_throughput_on_cpu_is_fp32_only(monkeypatch):
@@ -96,7 +104,7 @@ def test_wrapper_cost_bad_arguments(kwargs, match):
 def test_beside_the_recorded_two_gpu_runs(monkeypatch):
     fake = FakeLaunches(step(0.9, params=242_762))
     monkeypatch.setattr(runs.launch, "run", fake)
-    res = one_gpu.single_gpu_throughput(models=["mlp-small"], precisions=["bf16"])
+    res = one_gpu.single_gpu_throughput(models=["mlp-small"], precisions=["bf16"], repeats=1)
     t = one_gpu.beside_recorded(res)
     row = t.rows[0]
     assert row["here"] == pytest.approx(512 / 0.9 * 1000) and row["one"] > 0 and row["two"] > row["one"]

@@ -31,7 +31,7 @@ from ddlab.system.frameworks import availability, gpu_count  # noqa: F401  (name
 from ddlab.system.provenance import run_provenance
 from ddlab.training.experiment_kit import base_spec, config_of, keep_runs, repeat
 from ddlab.training.runs import ExperimentError, failure_row, spec_for, train  # noqa: F401  (names the notebooks use)
-from ddlab.training.runspec import MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_name  # noqa: F401
+from ddlab.training.runspec import LIVE_GPU_REPEATS, MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_name  # noqa: F401
 from ddlab.training.recording import load_recorded, reference_name  # noqa: F401
 
 EXPERIMENTS = ("scaling", "nccl-paths", "perf-options")
@@ -350,6 +350,8 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     if source == "live" and not ok:
         raise ExperimentError(f"cannot run {experiment} live here: {why}")
     if source != "recorded" and ok:
+        if fields.get("repeats") is None:
+            fields["repeats"] = LIVE_GPU_REPEATS
         res = run_experiment(experiment, framework, launcher, model, workers, "cuda", **fields)
         res.notes.insert(0, f"live: run just now on this machine's {need} GPU(s)")
         return res

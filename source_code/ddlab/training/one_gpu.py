@@ -29,7 +29,7 @@ from ddlab.training.experiment_kit import config_of, keep_runs, repeat
 from ddlab.training.models import MODELS
 from ddlab.training.results import ExperimentResult, median_run, row_of_repeats
 from ddlab.training.runs import ExperimentError, failure_row
-from ddlab.training.runspec import PRECISIONS, RunSpec, RunSpecError
+from ddlab.training.runspec import LIVE_GPU_REPEATS, PRECISIONS, RunSpec, RunSpecError
 
 ONE_GPU_MODELS = ("cnn", "mlp-small", "mlp-large")     # the CNN and the seed-sized MLPs
 WRAPPER_BATCHES = (32, 128, 512)
@@ -71,6 +71,8 @@ def single_gpu_throughput(models: Sequence[str] = ONE_GPU_MODELS, precisions: Se
         notes.append("CPU: fp32 only (bf16 is a GPU speed option here)")
     if device == "cuda":
         notes.append("one process, each step launched eagerly (no CUDA graph), like the recorded 2-GPU runs")
+        if fields.get("repeats") is None:
+            fields = dict(fields, repeats=LIVE_GPU_REPEATS)
     rows, all_runs, spec = [], [], None
     for model in models:
         for precision in precisions:

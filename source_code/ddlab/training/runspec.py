@@ -40,6 +40,10 @@ CPU_SIZES = {"batch": 64, "steps": 20, "warmup_steps": 5, "precision": "fp32", "
 CPU_SIZES_WIDE = dict(CPU_SIZES, batch=32, steps=8, warmup_steps=2, test_samples=1000)
 # A hung collective is killed well before a 10-minute budget is gone.
 DEFAULT_TIMEOUT = {"cuda": 240.0, "cpu": 600.0}
+# Live GPU runs that a table compares (speedups, paths, precisions) repeat this many times unless
+# told otherwise, so that each row shows its spread. The small CPU runs beside a recording stay
+# single runs (they show the code path, on cores the workers share) and their notes say so.
+LIVE_GPU_REPEATS = 3
 # The fields that make two runs "the same experiment" (what a recording is compared on).
 SIZE_FIELDS = ("batch", "steps", "warmup_steps", "precision")
 
