@@ -130,7 +130,7 @@ def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatc
     from ddlab.system.hardware import Inventory
     calls = []
 
-    def fake_scaling(spec, workers, device, echo=False):
+    def fake_scaling(spec, workers, device, echo=False, progress=None):
         calls.append((spec.batch, spec.repeats, spec.test_samples, tuple(workers), device))
         return _scaling_result(two=1200.0 + spec.batch)
 
@@ -155,7 +155,7 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
     from ddlab.system.hardware import Inventory
     calls = []
 
-    def fake_scaling(spec, workers, device, echo=False):
+    def fake_scaling(spec, workers, device, echo=False, progress=None):
         calls.append((spec.model, spec.launcher, spec.workers, spec.repeats, spec.device, tuple(workers), device))
         row = {"workers": 1, "images_per_s": 250000.0, "images_per_s_min": 240000.0, "images_per_s_max": 260000.0,
                "global_batch": 512, "speedup": 1.0, "repeats": 3}
@@ -291,7 +291,7 @@ def test_strong_scaling_live_runs_the_two_mlps_on_two_cpu_processes(monkeypatch)
     from ddlab.training import experiments
     calls = []
 
-    def fake(spec, global_batches, device, path, echo=False):
+    def fake(spec, global_batches, device, path, echo=False, progress=None):
         calls.append((spec.model, spec.repeats, spec.steps, tuple(global_batches), device, path, spec.limit_s))
         g = global_batches[0]
         rows = [{"workers": w, "global_batch": g, "batch_per_worker": g // w, "images_per_s": ips,
@@ -313,3 +313,36 @@ def test_strong_scaling_live_runs_the_two_mlps_on_two_cpu_processes(monkeypatch)
 def test_the_ratio_note_states_overlap_and_the_ring_factor():
     t = cs.second_gpu_table("ddp")
     assert cs.RATIO_NOTE in t.notes and "2(n-1)/n" in cs.RATIO_NOTE and "(n-1) steps" in cs.RATIO_NOTE
+
+
+def test_the_live_cases_show_one_bar_per_cell_and_log_each_launch(monkeypatch, tmp_path, capsys):
+    """With ``log``, each live case counts its launches on one progress bar (the lines go to the file)
+    and ends with one summary line; without it, nothing changes."""
+    from ddlab.course import tuning
+    from ddlab.system import policy
+    from ddlab.training import experiments
+    from ddlab.training.runs import DONE_MARK
+    launched = []
+
+    def fake(spec, global_batches, device, path, echo=False, progress=None):
+        for w in (1, 2):
+            for i in range(spec.repeats):
+                launched.append((spec.model, w))
+                if progress is not None:
+                    progress(f"[t] launch {spec.model} on {w} worker(s)")
+                    progress(f"[t]{DONE_MARK}1.0 s: {spec.model}, {w} worker(s), repeat {i + 1}")
+        return ExperimentResult("strong-scaling", [], "live", {}, [], {})
+    monkeypatch.setattr(experiments, "strong_scaling", fake)
+    log = tmp_path / "strong.log"
+    cs.strong_scaling_live(machine=policy.Machine(gpus=0), log=str(log))
+    out = capsys.readouterr().out
+    assert len(launched) == 12 and "strong scaling: mlp-small, mlp-large on 1 and 2 workers: 12 of 12 done" in out
+    assert log.read_text().count(DONE_MARK) == 12 and "launch mlp-large on 2 worker(s)" in log.read_text()
+    assert "launch mlp" not in out                          # the launches' lines are in the log, not on screen
+    cs.strong_scaling_live(machine=policy.Machine(gpus=0))
+    assert "12 of 12" not in capsys.readouterr().out      # no log: no bar
+    # the tuning bar counts only what runs here: the baseline and each tuning this PyTorch can run, 3 times
+    monkeypatch.setattr(tuning, "_skip_reason", lambda t: "needs CUDA" if "bf16" in t.flags else None)
+    assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 3
+    monkeypatch.setattr(tuning, "_skip_reason", lambda t: None)
+    assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 4

@@ -18,6 +18,7 @@
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Optional, Sequence
 
 import numpy as np
@@ -29,6 +30,18 @@ from ddlab.base.tables import Table
 
 CITED_KIND = "cited"
 
+
+@contextmanager
+def _launch_bar(total: int, title: str, log: Optional[str]):
+    """A progress bar over ``total`` training launches whose own lines go to the file ``log``; it
+    yields the ``progress`` callback to pass down. No bar (and None) when ``log`` is None."""
+    if log is None:
+        yield None
+        return
+    from ddlab.base import progress
+    from ddlab.training.runs import DONE_MARK
+    with progress.Bar(total, title, log=log) as bar:
+        yield bar.counter(DONE_MARK)
 
 # ----------------------------------------------------------------------------- cited figures
 def cited(name: str) -> Table:
@@ -221,23 +234,28 @@ def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches
 
 
 def strong_scaling_live(models: Sequence[str] = REPORT_MLPS, global_batch: int = CPU_GLOBAL_BATCH, repeats: int = 3,
-                        echo: bool = False, machine=None) -> Table:
+                        echo: bool = False, machine=None, log: Optional[str] = None) -> Table:
     """The reports' experiment run now: ``global_batch`` images per step on one worker, then
     split over two (:func:`ddlab.training.experiments.strong_scaling`), for each of ``models``,
     ``repeats`` times. With two GPUs: on the GPUs with peer-to-peer off (NCCL path shm), as in
-    the reports. Otherwise: two CPU processes over gloo, with small step counts."""
+    the reports. Otherwise: two CPU processes over gloo, with small step counts. ``log``: a
+    file for the launches' lines, with a progress bar instead of them (None: neither)."""
     from ddlab.training import experiments
     from ddlab.training.runspec import RunSpec
     gpus = _gpus_live("ddp", machine)
-    rows, device = [], "cuda" if gpus else "cpu"
-    for m in models:
-        if gpus:
-            spec = RunSpec.for_device("cuda", m, launcher="ddp", repeats=repeats)
-        else:
-            spec = RunSpec.for_device("cpu", m, launcher="ddp", steps=20, warmup_steps=5, repeats=repeats,
-                                      test_samples=500, timeout=120)
-        res = experiments.strong_scaling(spec, global_batches=(global_batch,), device=device,
-                                         path="shm" if gpus else "default", echo=echo)
+    rows, device, results = [], "cuda" if gpus else "cpu", []
+    with _launch_bar(len(models) * 2 * repeats, f"strong scaling: {', '.join(models)} on 1 and 2 workers",
+                     log) as progress:
+        for m in models:
+            if gpus:
+                spec = RunSpec.for_device("cuda", m, launcher="ddp", repeats=repeats)
+            else:
+                spec = RunSpec.for_device("cpu", m, launcher="ddp", steps=20, warmup_steps=5, repeats=repeats,
+                                          test_samples=500, timeout=120)
+            results.append((m, experiments.strong_scaling(spec, global_batches=(global_batch,), device=device,
+                                                          path="shm" if gpus else "default", echo=echo,
+                                                          progress=progress)))
+    for m, res in results:
         for r in res.rows:
             rows.append({"model": m, "global": r["global_batch"], "workers": r["workers"],
                          "per_worker": r["batch_per_worker"], "ips": r["images_per_s"],
@@ -351,7 +369,7 @@ _PREDICTED_COLUMNS = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:-3]
 
 
 def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool = False,
-                         recorded: Optional[recorded_runs.RecordedSet] = None) -> Table:
+                         recorded: Optional[recorded_runs.RecordedSet] = None, progress=None) -> Table:
     """Case 1 on a machine with one GPU: the one-GPU step of ``model`` measured now (DDP on
     this GPU, ``repeats`` times: the run behind the one-GPU row of a recorded comparison), and
     the step model's 2-GPU speedup over each path of the recorded machine (the alpha-beta fit
@@ -362,7 +380,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
     from ddlab.system.machine_name import this_machine
     from ddlab.training.runspec import RunSpec
     spec = RunSpec.for_device("cuda", model, launcher="ddp", workers=1, repeats=repeats)
-    res = experiments.throughput_scaling(spec, workers=(1,), device="cuda", echo=echo)
+    res = experiments.throughput_scaling(spec, workers=(1,), device="cuda", echo=echo, progress=progress)
     (one,) = res.rows
     compute_s = one["global_batch"] / one["images_per_s"]
     rec = recorded or _predict.recorded_set()
@@ -389,7 +407,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
 
 
 def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[Sequence[int]] = None,
-                    repeats: int = 3, echo: bool = False, machine=None) -> Table:
+                    repeats: int = 3, echo: bool = False, machine=None, log: Optional[str] = None) -> Table:
     """Case 1 run now on this machine, with the step model's prediction beside each point.
 
     With two GPUs or more: the NCCL-path comparison of ``model`` (1 GPU, then 2 under each
@@ -399,7 +417,8 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     predicted over the recorded machine's links).
     Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
     (default :data:`CPU_BATCHES`, the test pass cut to 1,000 images), predicted from a gloo
-    sweep; no wrapper cost is measured for CPU processes, so the prediction leaves it out."""
+    sweep; no wrapper cost is measured for CPU processes, so the prediction leaves it out.
+    ``log``: a file for the training launches' lines, with a progress bar instead of them."""
     from ddlab.measure import collectives_run
     from ddlab.training import experiments
     from ddlab.system import hardware
@@ -408,11 +427,14 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     machine = machine or policy.Machine.detect()
     two_gpus = _gpus_live("ddp", machine)
     if not two_gpus and _gpus_live("ddp", machine, gpus=1):
-        return second_gpu_predicted(model, repeats=repeats, echo=echo)
+        with _launch_bar(repeats, f"{model}: DDP on this GPU", log) as progress:
+            return second_gpu_predicted(model, repeats=repeats, echo=echo, progress=progress)
     inv = inventory or hardware.inventory(horovod_check=False)
     if two_gpus:
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
-        res = experiments.nccl_path_comparison(spec, echo=echo)
+        with _launch_bar((1 + len(experiments.COMPARED_PATHS)) * repeats,
+                         f"{model}: 1 GPU, then 2 under each NCCL path", log) as progress:
+            res = experiments.nccl_path_comparison(spec, echo=echo, progress=progress)
         fits = {p: alpha_beta.fit_sweep(s) for p, s in collectives_run.compare_paths(inventory=inv).items()}
         rec = recorded_runs.recorded_points()
         over = wrapper_cost.over_one_worker_step("ddp")
@@ -423,11 +445,14 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     fit = alpha_beta.fit_sweep(sweep)
     rows, tables_ = [], []
     rec = recorded_runs.recorded_points()
-    for b in (batches or CPU_BATCHES):
-        spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
-        res = experiments.throughput_scaling(spec, workers=(1, 2), device="cpu", echo=echo)
-        tables_.append(predicted_vs_measured(res, fit, recorded=rec))
-        rows += tables_[-1].rows
+    batches = batches or CPU_BATCHES
+    with _launch_bar(len(batches) * 2 * repeats, f"{model}: 1 and 2 CPU processes at batches "
+                     f"{', '.join(map(str, batches))}", log) as progress:
+        for b in batches:
+            spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
+            res = experiments.throughput_scaling(spec, workers=(1, 2), device="cpu", echo=echo, progress=progress)
+            tables_.append(predicted_vs_measured(res, fit, recorded=rec))
+            rows += tables_[-1].rows
     t = Table(tables_[0].columns, rows, title=f"Predicted vs measured: {model}, DDP on 1 and 2 CPU processes (gloo)",
               notes=tables_[0].notes + [f"All-reduce fit of a gloo sweep between 2 CPU processes: {fit.describe()}.",
                      "No wrapper cost is measured for CPU processes: the prediction leaves it out. The two processes "
@@ -460,18 +485,23 @@ def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATH
     return found, line
 
 
-def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None):
+def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None, log: Optional[str] = None):
     """Case 3 run now: with two GPUs, the wide model untuned and with every DDP fix combined
     (:data:`GPU_LIVE_TUNINGS`) on NCCL's default path; otherwise a small real version on two
     CPU processes over gloo: :data:`CPU_MODEL` with :data:`CPU_TUNINGS` (a tuning this
-    PyTorch cannot run shows its reason instead of a measurement)."""
+    PyTorch cannot run shows its reason instead of a measurement). ``log``: a file for the
+    launches' lines, with a progress bar instead of them."""
     from ddlab.course import tuning
     from ddlab.training.runspec import RunSpec
-    if _gpus_live(launcher, machine):
-        return tuning.tuning_comparison(TUNED_MODEL, launcher, "default", tunings=GPU_LIVE_TUNINGS, device="cuda",
-                                        repeats=repeats, echo=echo)
-    base = RunSpec.for_device("cpu", CPU_MODEL, launcher=launcher, workers=2, repeats=repeats, test_samples=1000)
-    return tuning.tuning_comparison(tunings=CPU_TUNINGS, base=base, echo=echo)
+    gpus = _gpus_live(launcher, machine)
+    chosen = GPU_LIVE_TUNINGS if gpus else CPU_TUNINGS
+    with _launch_bar(tuning.planned_launches(launcher, chosen, repeats), f"tunings: {', '.join(chosen)}",
+                     log) as progress:
+        if gpus:
+            return tuning.tuning_comparison(TUNED_MODEL, launcher, "default", tunings=chosen, device="cuda",
+                                            repeats=repeats, echo=echo, progress=progress)
+        base = RunSpec.for_device("cpu", CPU_MODEL, launcher=launcher, workers=2, repeats=repeats, test_samples=1000)
+        return tuning.tuning_comparison(tunings=chosen, base=base, echo=echo, progress=progress)
 
 
 # ----------------------------------------------------------------------------- case 1, batches

@@ -343,6 +343,12 @@ def _skip_reason(t: Tuning) -> Optional[str]:
     return None
 
 
+def planned_launches(launcher: str, tunings: Sequence[str], repeats: int) -> int:
+    """How many training launches :func:`tuning_comparison` makes for ``tunings``: the one-worker
+    baseline and each tuning this machine can run, ``repeats`` times each (a progress bar's total)."""
+    return repeats * (1 + sum(1 for name in tunings if not _skip_reason(TUNINGS[launcher][name])))
+
+
 def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "default",
                       tunings: Optional[Sequence[str]] = None, device: str = "auto", repeats: int = 3,
                       base=None, echo: bool = False, progress: Optional[Callable[[str], None]] = None):
