@@ -249,6 +249,20 @@ def test_recorded_text_check_recognises_leaks():
     assert recorded_text_hits(good) == []
 
 
+def test_the_recording_tools_say_what_they_do_not_how_they_were_run():
+    """tools/recording is product text: its scripts and README describe what each step records and
+    what an offline GPU machine needs, not the sessions or file transfers of those who recorded."""
+    folder = os.path.join(ROOT, "tools", "recording")
+    found = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            for i, line in enumerate(open(path, encoding="utf-8"), 1):
+                if RECORDING_WORDS.search(line):
+                    found.append(f"tools/recording/{name}:{i}: {line.strip()[:120]}")
+    assert os.path.isfile(os.path.join(folder, "prepare_offline.sh")) and not found, "\n".join(found)
+
+
 def test_recorded_data_names_hardware_and_no_issue_rental_host_or_machine_folder():
     files = recorded_data_files()
     assert any(f.endswith(os.path.join("allreduce", "h200x2.json")) for f in files), "no recording found"
@@ -394,7 +408,7 @@ def test_one_python_range_everywhere():
     docker = _read("Dockerfile")
     assert "COPY tools/check_python.py tools/" in docker and "RUN python tools/check_python.py" in docker
     assert "python3 tools/check_python.py" in _read("tools", "recording", "gpu_setup.sh")
-    default = re.search(r"^PYV=\$\{1:-(\d+)\.(\d+)\}$", _read("tools", "recording", "prepare_carry.sh"), re.M)
+    default = re.search(r"^PYV=\$\{1:-(\d+)\.(\d+)\}$", _read("tools", "recording", "prepare_offline.sh"), re.M)
     assert default and low <= (int(default.group(1)), int(default.group(2))) < high
     newest = f"{high[0]}.{high[1] - 1}"
     assert f"Python {low[0]}.{low[1]}-{newest}," in _read("README.md")
@@ -426,7 +440,7 @@ def test_horovod_version_is_named_once():
     assert patches == [f"horovod-{v}-ddlab.patch"]
     # what builds or installs Horovod reads the version from the file, never writes it out
     readers = ["Makefile", "tools/build_horovod.sh", "tools/wheelhouse.sh", "tools/recording/gpu_setup.sh",
-               "tools/recording/prepare_carry.sh", "tools/recording/record_horovod_smoke.py"]
+               "tools/recording/prepare_offline.sh", "tools/recording/record_horovod_smoke.py"]
     for path in readers + ["Dockerfile", "tools/recording/gpu_probe.sh", "tools/recording/gpu_record_benchmarks.sh"]:
         text = _read(path)
         assert v not in text, f"{path} names Horovod {v}; read source_code/patches/HOROVOD_VERSION"

@@ -16,7 +16,7 @@ nvidia-smi topo -m > "$P/topo.txt" 2>&1
 nvidia-smi topo -m | cat -A | head -5 > "$P/topo_cat_A.txt"
 nvidia-smi nvlink --status > "$P/nvlink_status.txt" 2>&1
 python3 -m ddlab doctor > "$P/doctor.txt" 2>&1; python3 -m ddlab doctor --json > "$P/.doctor.json.tmp" 2>&1; mv -f "$P/.doctor.json.tmp" "$P/doctor.json"
-# Horovod GPU build from the sdist in .carry/
+# Horovod GPU build from the sdist in .offline/
 t0=$(date +%s)
 PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache bash tools/build_horovod.sh > "$P/hvd_build.txt" 2>&1
 echo "build rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$P/hvd_build.txt"

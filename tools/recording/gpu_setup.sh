@@ -4,10 +4,10 @@
 #
 #   source tools/recording/gpu_setup.sh
 #
-# installs the wheels in .whl/ and Horovod (a wheel in .carry/, else a build from the sdist
+# installs the wheels in .whl/ and Horovod (a wheel in .offline/, else a build from the sdist
 # there), and keeps NVLink multicast off. What it needs beside the repository (all git-ignored;
-# prepare_carry.sh gathers them on a machine with internet):
-#   .carry/horovod-VERSION.tar.gz  (VERSION: source_code/patches/HOROVOD_VERSION; prepare_carry.sh
+# prepare_offline.sh gathers them on a machine with internet):
+#   .offline/horovod-VERSION.tar.gz  (VERSION: source_code/patches/HOROVOD_VERSION; prepare_offline.sh
 #                                   downloads it with pip download --no-deps --no-binary :all:)
 #   .whl/   cffi and pycparser for Python 3.12 (the build needs cffi), plus nbval and its
 #           Jupyter dependencies to run the notebooks there (tools/recording/README.md lists them)
@@ -18,19 +18,19 @@ export PYTHONPATH=$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}
 # The machine's Python against the course's one range (pyproject.toml's requires-python).
 python3 tools/check_python.py | sed 's/^/[gpu_setup] /'
 # Horovod's version, named once; the recording scripts build from this sdist.
-export DDLAB_HOROVOD_SDIST=.carry/horovod-$(cat source_code/patches/HOROVOD_VERSION).tar.gz
+export DDLAB_HOROVOD_SDIST=.offline/horovod-$(cat source_code/patches/HOROVOD_VERSION).tar.gz
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 HVD_OK=0
 if python3 -c 'import horovod.torch' 2>/dev/null; then HVD_OK=1
-elif ls .carry/horovod-*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-deps --no-index .carry/horovod-*.whl && HVD_OK=1
-elif ls .carry/horovod-*.whl.part* >/dev/null 2>&1; then
-  w=$(ls .carry/horovod-*.whl.part* | head -1); w=${w%.part*}
+elif ls .offline/horovod-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-deps --no-index .offline/horovod-*.whl && HVD_OK=1
+elif ls .offline/horovod-*.whl.part* >/dev/null 2>&1; then
+  w=$(ls .offline/horovod-*.whl.part* | head -1); w=${w%.part*}
   cat "$w".part* > "/tmp/$(basename "$w")" && python3 -m pip install -q --no-deps --no-index "/tmp/$(basename "$w")" && HVD_OK=1
 elif [ -f "$DDLAB_HOROVOD_SDIST" ]; then
-  # No wheel in .carry/: build one from the sdist (about 90 s on 2x NVIDIA H200, NV18).
+  # No wheel in .offline/: build one from the sdist (about 90 s on 2x NVIDIA H200, NV18).
   echo "[gpu_setup] building Horovod from $DDLAB_HOROVOD_SDIST"
   PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache \
     bash tools/build_horovod.sh > /tmp/hvd_build.txt 2>&1 && HVD_OK=1 || tail -20 /tmp/hvd_build.txt

@@ -52,7 +52,7 @@ if [ "${HVD_OK:-0}" != 1 ] && [[ " $sections " == *" horovod "* ]]; then
 fi
 
 "$PY" -m ddlab data --no-download || {
-  echo "gpu_train.sh: Fashion-MNIST is not on this machine: copy .cache/fashion-mnist (prepare_carry.sh gathers it) or set DDLAB_DATA_DIR"
+  echo "gpu_train.sh: Fashion-MNIST is not on this machine: copy .cache/fashion-mnist (prepare_offline.sh gathers it) or set DDLAB_DATA_DIR"
   exit 2; }
 "$PY" - <<'EOF' || exit 2
 import sys, torch

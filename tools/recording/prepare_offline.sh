@@ -3,11 +3,11 @@
 # source and the Fashion-MNIST data, in git-ignored folders (run where PyPI can be reached; from
 # any folder):
 #
-#   bash tools/recording/prepare_carry.sh [PYTHON_VERSION]     (default 3.12, the GPU machine's;
+#   bash tools/recording/prepare_offline.sh [PYTHON_VERSION]     (default 3.12, the GPU machine's;
 #                                                               within pyproject.toml's requires-python)
 #
 # writes
-#   .carry/horovod-VERSION.tar.gz  Horovod's source distribution, VERSION from
+#   .offline/horovod-VERSION.tar.gz  Horovod's source distribution, VERSION from
 #                                  source_code/patches/HOROVOD_VERSION (gpu_setup.sh builds it there)
 #   .whl/                          cffi and pycparser (the Horovod build needs cffi), nbval,
 #                                  ipykernel, ipywidgets and their dependencies (gpu_nbval.sh), as
@@ -28,13 +28,13 @@ from check_python import supported_range
 spec, low, high = supported_range()
 v = tuple(int(x) for x in sys.argv[1].split(".")[:2])
 if not low <= v < high:
-    sys.exit(f"[prepare_carry] Python {sys.argv[1]} is outside the course's range {spec} (pyproject.toml)")
+    sys.exit(f"[prepare_offline] Python {sys.argv[1]} is outside the course's range {spec} (pyproject.toml)")
 PYCHECK
 HOROVOD_VERSION=$(cat source_code/patches/HOROVOD_VERSION)
-mkdir -p .carry .whl .cache/fashion-mnist
+mkdir -p .offline .whl .cache/fashion-mnist
 
-if [ ! -f ".carry/horovod-$HOROVOD_VERSION.tar.gz" ]; then
-  "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d .carry
+if [ ! -f ".offline/horovod-$HOROVOD_VERSION.tar.gz" ]; then
+  "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d .offline
 fi
 
 # Wheels with their dependencies, resolved for the GPU machine's Python, not this one's.
@@ -58,11 +58,11 @@ done
 # the newest version of each name.
 for name in $(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d); do
   older=$(ls .whl/"$name"-*.whl | sort -V | head -n -1)
-  echo "[prepare_carry] two versions of $name: removing $(echo $older | xargs -n1 basename | tr '\n' ' ')" >&2
+  echo "[prepare_offline] two versions of $name: removing $(echo $older | xargs -n1 basename | tr '\n' ' ')" >&2
   rm -f $older
 done
 dups=$(ls .whl/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
-[ -z "$dups" ] || { echo "[prepare_carry] two versions of: $dups (remove the older from .whl/)" >&2; exit 1; }
+[ -z "$dups" ] || { echo "[prepare_offline] two versions of: $dups (remove the older from .whl/)" >&2; exit 1; }
 
 # Fashion-MNIST where `make data` finds or puts it (Debian's package, else a download), then
 # copied into the course cache, .cache/fashion-mnist/.
@@ -74,6 +74,6 @@ if [ "$(realpath "$dir")" != "$(realpath .cache/fashion-mnist)" ]; then
 fi
 DDLAB_DATA_DIR=$PWD/.cache/fashion-mnist "$PY" -m ddlab data --no-download
 
-echo "[prepare_carry] ready: $(du -sh .carry | cut -f1) .carry, $(ls .whl/*.whl | wc -l) wheels ($(du -sh .whl | cut -f1)) in .whl," \
+echo "[prepare_offline] ready: $(du -sh .offline | cut -f1) .offline, $(ls .whl/*.whl | wc -l) wheels ($(du -sh .whl | cut -f1)) in .whl," \
      "$(du -sh .cache/fashion-mnist | cut -f1) .cache/fashion-mnist"
-echo "[prepare_carry] copy .whl, .carry and .cache/fashion-mnist to the GPU machine with the repository"
+echo "[prepare_offline] copy .whl, .offline and .cache/fashion-mnist to the GPU machine with the repository"
