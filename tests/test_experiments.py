@@ -251,3 +251,17 @@ def test_live_gpu_comparisons_repeat_three_times_unless_told(recorded, fake_run)
     # the small CPU run beside a recording stays a single run (its notes say so)
     ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=NO_GPU)
     assert fake_run[-1][2] == "cpu" and "repeats" not in fake_run.fields
+
+
+def test_the_experiment_command_repeats_live_gpu_runs_three_times_unless_told(monkeypatch, capsys):
+    from ddlab.training import cli as training_cli
+    seen = []
+
+    def run(experiment, framework, launcher, model, workers, device, **kw):
+        seen.append((device, kw.get("repeats")))
+        return ex.ExperimentResult(experiment, [], source="live", config={"device": device})
+    monkeypatch.setattr(training_cli, "run_experiment", run)
+    for extra in ([], ["--repeats", "5"]):
+        assert training_cli.cli_experiment(["scaling", "--source", "live", "--device", "cuda", *extra]) == 0
+    assert training_cli.cli_experiment(["scaling", "--source", "live", "--device", "cpu"]) == 0
+    assert seen == [("cuda", 3), ("cuda", 5), ("cpu", None)]

@@ -12,7 +12,7 @@ from ddlab.training import recording
 from ddlab.training.experiments import EXPERIMENTS, live_or_recorded, run_experiment
 from ddlab.training.runs import ExperimentError, spec_for, train
 from ddlab.system.frameworks import FRAMEWORKS
-from ddlab.training.runspec import MODELS, RunSpecError
+from ddlab.training.runspec import LIVE_GPU_REPEATS, MODELS, RunSpecError
 
 
 def cli_train(argv: list) -> int:
@@ -73,7 +73,9 @@ def cli_experiment(argv: list) -> int:
     p.add_argument("--steps", type=int)
     p.add_argument("--warmup-steps", type=int)
     p.add_argument("--precision", choices=("fp32", "bf16"))
-    p.add_argument("--repeats", type=int, help="run each configuration this many times (median and min-max)")
+    p.add_argument("--repeats", type=int, help="run each configuration this many times (median and min-max; "
+                                               "default: 3 for a live run on GPUs, 1 for a small run on CPU "
+                                               "processes)")
     p.add_argument("--cuda-graph", action="store_true",
                    help="PyTorch scaling/nccl-paths: capture each step as a CUDA graph (opt-in for DDP); "
                         "with a recorded result, the one recorded so")
@@ -107,6 +109,8 @@ def cli_experiment(argv: list) -> int:
         if a.source == "live" and a.device != "auto":
             if a.cuda_graph:
                 kw["cuda_graph"] = "on"
+            if a.device == "cuda" and "repeats" not in kw:
+                kw["repeats"] = LIVE_GPU_REPEATS
             res = run_experiment(a.name, a.framework, "none" if a.name == "perf-options" else a.launcher, a.model, workers,
                        a.device, **kw)
         else:
