@@ -101,28 +101,6 @@ def test_exercise_matrix_has_one_slow_gpu_and_one_asymmetric_pair_and_the_check_
     assert "GPU3" in table and "not a measurement" in table
 
 
-def test_cited_tables_name_their_source_and_refuse_uncited_files(tmp_path, monkeypatch):
-    t = cs.cited("two-gpus-without-p2p")
-    text = str(t)
-    assert text.startswith("Cited, not measured by this course") and "Source: https://" in text
-    # every row names its section of the source; the report's text is not kept here, so nothing is cited yet
-    assert all(r["section"] for r in t.to_dict()["rows"])
-    assert not t.to_dict()["rows"] and "holds no copy of the report's text" in text
-    for gone in ("ViT-Large", "ResNet", "MobileNetV2", "45 min", "10M"):
-        assert gone not in text
-    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
-    (tmp_path / "cited").mkdir()
-    (tmp_path / "cited" / "mine.json").write_text(json.dumps(
-        {"columns": [["a", "text"]], "rows": [{"a": "x"}], "provenance": {"machine": "mine"}}))
-    with pytest.raises(ValueError, match="must say it is cited and name its source"):
-        cs.cited("mine")
-    (tmp_path / "cited" / "placed.json").write_text(json.dumps(
-        {"columns": [["a", "text"], ["section", "text"]], "rows": [{"a": "x", "section": "Results"}, {"a": "y"}],
-         "provenance": {"cited": True, "source": "https://example.org", "machine": "theirs"}}))
-    with pytest.raises(ValueError, match=r"row\(s\) 1 name no section"):
-        cs.cited("placed")
-
-
 def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatch):
     """The CPU branch, with the multi-process runs replaced by recorded-shaped results."""
     from ddlab.measure import collectives_run
@@ -244,105 +222,6 @@ def test_recorded_batch_sweep_joins_the_batch_variants(monkeypatch):
     assert small["compute"] < big["compute"] and small["ratio"] < big["ratio"]
 
 
-# ----------------------------------------------------------------------------- case 1 as the reports ran it
-def test_strong_scaling_prediction_is_ddlab_predict_with_a_global_batch():
-    from ddlab.cost import predict
-    t = cs.strong_scaling_predicted()
-    rows = t.to_dict()["rows"]
-    assert {(r["model"], r["path"]) for r in rows} == {(m, p) for m in cs.REPORT_MLPS for p in cs.REPORT_PATHS}
-    one = next(p for p in recorded_runs.recorded_points().points if p.model == "mlp-small" and p.launcher == "ddp")
-    # the recorded one-GPU step ran DDP with world size 1: the wrapper's cost is in it, not added again
-    same = predict.predict("mlp-small", step_ms=one.compute_s * 1e3, global_batch=32, path="shm",
-                           wrapper=wrapper_cost.over_one_worker_step("ddp"))
-    row = next(r for r in rows if (r["model"], r["path"]) == ("mlp-small", "shm"))
-    assert row["speedup"] == pytest.approx(same.speedup) and row["global"] == "4-128 (each)"
-    assert row["speedup"] < 1 and row["bound"] == "compute"
-    text = str(t)
-    assert row["wrapper"] == 0 and "--step-has-wrapper" in text
-    assert "strong_scaling_recorded()" in text and "python -m ddlab predict --model mlp-small" in text
-    assert "--global-batch" in text and "busy" in text
-
-
-def test_strong_scaling_recorded_shows_each_split_with_its_one_gpu_step_and_names_what_is_missing():
-    recs = cs.strong_scaling_recordings()
-    assert recs, "the recorded strong-scaling run of the small MLP is committed"
-    t = cs.strong_scaling_recorded()
-    rows = t.to_dict()["rows"]
-    assert rows and all(r["per_gpu"] * 2 == r["global"] for r in rows)          # only the 2-GPU rows
-    res = recs[0]
-    two = [r for r in res.rows if r["workers"] == 2]
-    assert [r["speedup"] for r in rows[:len(two)]] == [r["speedup"] for r in two]
-    one = {r["global_batch"]: r["step_ms_median"] for r in res.rows if r["workers"] == 1}
-    assert all(r["one"] == one[r["global"]] for r in rows[:len(two)])
-    text = str(t)
-    assert res.provenance["machine"] in text and "Not recorded yet:" in text and "mlp-large ddp shm" in text
-    assert "MirroredStrategy" in text
-
-
-def test_strong_scaling_recorded_without_recordings_lists_everything_as_not_recorded(monkeypatch):
-    from ddlab.base import reference
-    monkeypatch.setattr(reference, "names", lambda kind: [])
-    t = cs.strong_scaling_recorded(models=("mlp-small",), launchers=("ddp",), paths=("shm",))
-    assert t.to_dict()["rows"] == [] and "Not recorded yet: mlp-small ddp shm." in str(t)
-
-
-def test_strong_scaling_live_runs_the_two_mlps_on_two_cpu_processes(monkeypatch):
-    from ddlab.system import policy
-    from ddlab.training import experiments
-    calls = []
-
-    def fake(spec, global_batches, device, path, echo=False, progress=None):
-        calls.append((spec.model, spec.repeats, spec.steps, tuple(global_batches), device, path, spec.limit_s))
-        g = global_batches[0]
-        rows = [{"workers": w, "global_batch": g, "batch_per_worker": g // w, "images_per_s": ips,
-                 "images_per_s_min": ips * 0.9, "images_per_s_max": ips * 1.1, "speedup": ips / 1000.0,
-                 "speedup_min": ips * 0.9 / 1000.0, "speedup_max": ips * 1.1 / 1000.0, "step_ms_median": 1.0}
-                for w, ips in ((1, 1000.0), (2, 700.0))]
-        return ExperimentResult("strong-scaling", rows, "live", {}, [], {})
-    monkeypatch.setattr(experiments, "strong_scaling", fake)
-    t = cs.strong_scaling_live(machine=policy.Machine(gpus=0))
-    assert [c[:6] for c in calls] == [(m, 3, 20, (32,), "cpu", "default") for m in cs.REPORT_MLPS]
-    assert all(c[6] == 120 for c in calls)                       # each launch keeps its timeout
-    rows = t.to_dict()["rows"]
-    assert [(r["model"], r["workers"], r["per_worker"]) for r in rows] == [
-        ("mlp-small", 1, 32), ("mlp-small", 2, 16), ("mlp-large", 1, 32), ("mlp-large", 2, 16)]
-    assert rows[1]["speedup"] == pytest.approx(0.7) and rows[1]["spread"] == "0.63-0.77"
-    assert "gloo" in str(t) and "MirroredStrategy" in str(t)
-
-
 def test_the_ratio_note_states_overlap_and_the_ring_factor():
     t = cs.second_gpu_table("ddp")
     assert cs.RATIO_NOTE in t.notes and "2(n-1)/n" in cs.RATIO_NOTE and "(n-1) steps" in cs.RATIO_NOTE
-
-
-def test_the_live_cases_show_one_bar_per_cell_and_log_each_launch(monkeypatch, tmp_path, capsys):
-    """With ``log``, each live case counts its launches on one progress bar (the lines go to the file)
-    and ends with one summary line; without it, nothing changes."""
-    from ddlab.course import tuning
-    from ddlab.system import policy
-    from ddlab.training import experiments
-    from ddlab.training.runs import DONE_MARK
-    launched = []
-
-    def fake(spec, global_batches, device, path, echo=False, progress=None):
-        for w in (1, 2):
-            for i in range(spec.repeats):
-                launched.append((spec.model, w))
-                if progress is not None:
-                    progress(f"[t] launch {spec.model} on {w} worker(s)")
-                    progress(f"[t]{DONE_MARK}1.0 s: {spec.model}, {w} worker(s), repeat {i + 1}")
-        return ExperimentResult("strong-scaling", [], "live", {}, [], {})
-    monkeypatch.setattr(experiments, "strong_scaling", fake)
-    log = tmp_path / "strong.log"
-    cs.strong_scaling_live(machine=policy.Machine(gpus=0), log=str(log))
-    out = capsys.readouterr().out
-    assert len(launched) == 12 and "strong scaling: mlp-small, mlp-large on 1 and 2 workers: 12 of 12 done" in out
-    assert log.read_text().count(DONE_MARK) == 12 and "launch mlp-large on 2 worker(s)" in log.read_text()
-    assert "launch mlp" not in out                          # the launches' lines are in the log, not on screen
-    cs.strong_scaling_live(machine=policy.Machine(gpus=0))
-    assert "12 of 12" not in capsys.readouterr().out      # no log: no bar
-    # the tuning bar counts only what runs here: the baseline and each tuning this PyTorch can run, 3 times
-    monkeypatch.setattr(tuning, "_skip_reason", lambda t: "needs CUDA" if "bf16" in t.flags else None)
-    assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 3
-    monkeypatch.setattr(tuning, "_skip_reason", lambda t: None)
-    assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 4

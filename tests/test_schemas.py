@@ -13,7 +13,7 @@ import pytest
 
 from ddlab.base import files, reference, schemas
 from ddlab.base.paths import REFERENCE_DIR
-from ddlab.course import case_studies, mode
+from ddlab.course import field_reports, mode
 from ddlab.course import convergence_sweep as cs
 from ddlab.cost import predict
 from ddlab.measure import collectives, host_link, p2p_recorded
@@ -38,7 +38,7 @@ LOADERS = {
     "topologies": topology.recorded,
     "horovod": lambda name: reference.load("horovod", name),
     "nccl_logs": mode.recorded_nccl_logs,
-    "cited": case_studies.cited,
+    "cited": field_reports.cited,
 }
 
 

@@ -49,7 +49,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
 from ddlab.training import experiments, recording, recording_sets, runs, step_profile  # noqa: E402
-from ddlab.course import case_studies, tuning
+from ddlab.course import field_reports, tuning
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
 from ddlab.training.runspec import MODELS  # noqa: E402
@@ -136,9 +136,9 @@ def main(argv=None) -> int:
     p.add_argument("--echo", action="store_true", help="show the workers' output")
     p.add_argument("--batch", type=int, help="launcher:model jobs: this batch per GPU instead of the live default; "
                    "the result is written with the variant suffix -b<BATCH> (the batch sweep of case 1)")
-    p.add_argument("--global-batches", type=_batches, default=case_studies.REPORT_GLOBAL_BATCHES,
+    p.add_argument("--global-batches", type=_batches, default=field_reports.REPORT_GLOBAL_BATCHES,
                    help="strong JOBs: the global batches, comma-separated (default: the reports' "
-                        f"{','.join(map(str, case_studies.REPORT_GLOBAL_BATCHES))})")
+                        f"{','.join(map(str, field_reports.REPORT_GLOBAL_BATCHES))})")
     a = p.parse_args(argv)
     if a.batch is not None and a.batch < 1:
         p.error("--batch must be a whole number of images per GPU, at least 1")

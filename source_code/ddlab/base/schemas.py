@@ -94,7 +94,7 @@ TOPOLOGY = _obj({"text": _STR, "provenance": _OBJ},
                  "links": {"type": "object", "additionalProperties": _STR}})
 NCCL_LOGS = _obj({"logs": {"type": "object", "additionalProperties": _STR, "minProperties": 1}, "provenance": _OBJ},
                  {"what": _STR})
-# (that it is cited and names its source: course.case_studies.cited says so in its own words)
+# (that it is cited and names its source: course.field_reports.cited says so in its own words)
 CITED = _obj({"columns": _rows_of(_ARR), "rows": _rows_of(_OBJ), "provenance": _OBJ},
              {"title": _STR, "notes": _rows_of(_STR)})
 

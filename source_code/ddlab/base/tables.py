@@ -301,6 +301,16 @@ class Table:
         return "<div class=\"ddlab-table\">" + "".join(parts) + "</div>"
 
 
+def formatted(columns: Sequence, key: str, fmt) -> list:
+    """``columns`` (Table column specs) with column ``key`` shown through ``fmt`` (a format name
+    or a function of the value), its header kept; the rows keep their values."""
+    out = []
+    for c in columns:
+        c = tuple(c)
+        out.append((c[0], fmt, c[2] if len(c) > 2 else c[0]) if c[0] == key else c)
+    return out
+
+
 def in_notebook() -> bool:
     """Whether this runs in a Jupyter kernel (where ``display`` renders HTML)."""
     try:

@@ -13,12 +13,11 @@
   reads it, and :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
 * **Tuning when communication dominates**: :func:`recorded_tunings` (the recorded
   :mod:`ddlab.course.tuning` comparisons, and a line naming those missing) and :func:`tuning_live`.
-* **Cited figures** (:func:`cited`): results other people published, kept under
-  ``source_code/reference/cited/`` with their source, shown as cited, never as ours.
+
+The field reports' own experiment (strong scaling, their cited figures) is :mod:`ddlab.course.field_reports`.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Optional, Sequence
 
 import numpy as np
@@ -26,43 +25,8 @@ import numpy as np
 from ddlab.cost import alpha_beta, recorded_runs, step_model, wrapper_cost
 from ddlab.cost import predict as _predict
 from ddlab.base import reference
-from ddlab.base.tables import Table
-
-CITED_KIND = "cited"
-
-
-@contextmanager
-def _launch_bar(total: int, title: str, log: Optional[str]):
-    """A progress bar over ``total`` training launches whose own lines go to the file ``log``; it
-    yields the ``progress`` callback to pass down. No bar (and None) when ``log`` is None."""
-    if log is None:
-        yield None
-        return
-    from ddlab.base import progress
-    from ddlab.training.runs import DONE_MARK
-    with progress.Bar(total, title, log=log) as bar:
-        yield bar.counter(DONE_MARK)
-
-# ----------------------------------------------------------------------------- cited figures
-def cited(name: str) -> Table:
-    """A cited result (``reference/cited/<name>.json``) as a table whose title names its
-    source. The file holds ``columns`` (key, format, header), ``rows`` and a provenance with
-    ``cited: true``, ``source`` (a URL), ``machine`` and ``retrieved``. Every row names the
-    ``section`` of the source its figures come from (a figure without one is not cited); a
-    file may hold no rows, and its notes then say why."""
-    obj = reference.load(CITED_KIND, name)
-    prov = obj["provenance"]
-    if not prov.get("cited") or not prov.get("source"):
-        raise ValueError(f"reference/{CITED_KIND}/{name} must say it is cited and name its source")
-    unplaced = [i for i, r in enumerate(obj["rows"]) if not str(r.get("section") or "").strip()]
-    if unplaced:
-        raise ValueError(f"reference/{CITED_KIND}/{name}: row(s) {', '.join(map(str, unplaced))} name no section of "
-                         "the source (a cited figure must be found at a named place in it)")
-    cols = [tuple(c) for c in obj["columns"]]
-    title = f"Cited, not measured by this course: {obj.get('title', name)}"
-    notes = [f"Source: {prov['source']} (retrieved {prov.get('retrieved', '?')}).",
-             f"Their machine: {prov.get('machine', 'not stated')}."] + list(obj.get("notes", []))
-    return Table(cols, obj["rows"], title=title, notes=notes)
+from ddlab.base.tables import Table, formatted
+from ddlab.training.runs import launch_bar
 
 
 # ----------------------------------------------------------------------------- case 1
@@ -87,11 +51,6 @@ _LEGEND_TERMS = ("grads: gradient bytes per step; step (1): the one-worker (one-
                  "wrapper's own cost per step")
 _LEGEND = (_LEGEND_TERMS + "; predicted and measured: speedup of 2 workers over 1 (measured: the median, min-max "
            "over the repeats).")
-
-def _named_paths(columns: list, name) -> list:
-    """``columns`` with the path column shown through ``name`` (e.g. "NCCL default, NVLS off"); rows keep their key."""
-    return [("path", name, "path") if c[0] == "path" else c for c in columns]
-
 
 # What the ratio can and cannot say (weak scaling: n GPUs, each with the one-GPU batch).
 RATIO_NOTE = ("The ratio is a first look, not the verdict: part of the all-reduce hides behind the backward pass, and on "
@@ -121,7 +80,7 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
     notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {pred.term('wrapper').source}."]
-    cols = _named_paths(_COLUMNS, recorded_runs.path_labels(rec))
+    cols = formatted(_COLUMNS, "path", recorded_runs.path_labels(rec))
     return Table(cols, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                  + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
 
@@ -165,168 +124,9 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
         raise ValueError("no row with 2 or more workers and a fit for its path")
     from ddlab.training.results import path_name
     shown = {r.get("path"): path_name(r, result.provenance) for r in rows_in if isinstance(r.get("path"), str)}
-    cols = _named_paths(_COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:], lambda v: shown.get(v, v))
+    cols = formatted(_COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:], "path", lambda v: shown.get(v, v))
     return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
                  notes=[_LEGEND + " batch: per worker."])
-
-
-# ----------------------------------------------------------------------------- case 1, as the reports ran it
-REPORT_MLPS = ("mlp-small", "mlp-large")          # the course's models with the reports' MLP widths
-REPORT_GLOBAL_BATCHES = (4, 8, 16, 32, 64, 128)  # the global batches the reports split over two GPUs
-REPORT_PATHS = ("shm", "default")                # P2P off (the reports' case), then NCCL's default here
-CPU_GLOBAL_BATCH = 32
-_STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
-                   ("per_gpu", "text", "per GPU"), ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"),
-                   ("exposed", "time", "exposed"), ("wrapper", "time", "wrapper"), ("step", "time", "step (2 GPUs)"),
-                   ("speedup", "ratio", "predicted"), ("bound", "text", "bound by")]
-
-
-def strong_scaling_predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int] = REPORT_GLOBAL_BATCHES,
-                             paths: Sequence[str] = REPORT_PATHS, gpus: int = 2) -> Table:
-    """The field reports' experiment predicted for the recorded machine: each global batch
-    split over ``gpus`` GPUs (strong scaling), with :func:`ddlab.cost.predict.predict` (``ddlab
-    predict --global-batch``). The one-GPU step is the recorded DDP one-GPU step of each model
-    at its recorded batch, taken as the step at every one of these smaller global batches: the
-    recording shows how little of it is the GPU's own work (the notes print the share). Global
-    batches with the same prediction share a row."""
-    rec = _predict.recorded_set()
-    in_step = wrapper_cost.over_one_worker_step("ddp")   # the recorded one-GPU step ran DDP with world size 1
-    rows, notes, commands = [], [], []
-    for m in models:
-        pts = [p for p in rec.points if p.model == m and p.launcher == "ddp"]
-        if not pts:
-            notes.append(f"{m}: no recorded one-GPU step, so no prediction.")
-            continue
-        one = pts[0]
-        if one.device_s:
-            notes.append(f"{m}: the recorded one-GPU step is {one.compute_s * 1e3:.3f} ms at {one.batch} images; the "
-                         f"GPU is busy {one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%, "
-                         "from a CUDA-graph recording), the rest is the host launching kernels, which does not shrink "
-                         "with the batch: so the step is taken to be the same at these smaller global batches.")
-        for path in paths:
-            preds = [(g, _predict.predict(m, step_ms=one.compute_s * 1e3, global_batch=g, gpus=gpus, path=path,
-                                          fits=_predict.RECORDED, framework="ddp", wrapper=in_step))
-                     for g in global_batches]
-            commands.append(f"python -m ddlab predict --model {m} --step-ms {one.compute_s * 1e3:.3f} --global-batch "
-                            f"{preds[0][0]} --gpus {gpus} --path {path} --fits {_predict.RECORDED} --step-has-wrapper")
-            groups: list = []
-            for g, p in preds:
-                if groups and abs(groups[-1][1].speedup - p.speedup) < 1e-9:
-                    groups[-1][0].append(g)
-                else:
-                    groups.append(([g], p))
-            for gs, p in groups:
-                span = str(gs[0]) if len(gs) == 1 else f"{gs[0]}-{gs[-1]} (each)"
-                per = str(gs[0] // gpus) if len(gs) == 1 else f"{gs[0] // gpus}-{gs[-1] // gpus}"
-                rows.append({"model": m, "path": path, "global": span, "per_gpu": per, "one": p.one_gpu_step_s,
-                             "compute": p.compute_s, "exposed": p.exposed_comm_s, "wrapper": p.wrapper_s,
-                             "step": p.step_s, "speedup": p.speedup, "bound": p.bound})
-    if not rows:
-        raise ValueError("none of the models has a recorded one-GPU step to predict from")
-    notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
-              "which machine: strong_scaling_recorded(). Paths: shm = peer-to-peer off, through host memory (the "
-              "reports' case); default = NCCL's choice on the recorded machine (NVLink).",
-              f"Wrapper: {in_step.source}; so nothing is added for it (--step-has-wrapper). The same prediction "
-              "from the command line: " + "; ".join(commands[:1]) + "."]
-    cols = _named_paths(_STRONG_COLUMNS, recorded_runs.path_labels(rec))
-    return Table(cols, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
-                                              f"GPUs ({rec.machine or _predict.RECORDED})", notes=notes)
-
-
-def strong_scaling_live(models: Sequence[str] = REPORT_MLPS, global_batch: int = CPU_GLOBAL_BATCH, repeats: int = 3,
-                        echo: bool = False, machine=None, log: Optional[str] = None) -> Table:
-    """The reports' experiment run now: ``global_batch`` images per step on one worker, then
-    split over two (:func:`ddlab.training.experiments.strong_scaling`), for each of ``models``,
-    ``repeats`` times. With two GPUs: on the GPUs with peer-to-peer off (NCCL path shm), as in
-    the reports. Otherwise: two CPU processes over gloo, with small step counts. ``log``: a
-    file for the launches' lines, with a progress bar instead of them (None: neither)."""
-    from ddlab.training import experiments
-    from ddlab.training.runspec import RunSpec
-    gpus = _gpus_live("ddp", machine)
-    rows, device, results = [], "cuda" if gpus else "cpu", []
-    with _launch_bar(len(models) * 2 * repeats, f"strong scaling: {', '.join(models)} on 1 and 2 workers",
-                     log) as progress:
-        for m in models:
-            if gpus:
-                spec = RunSpec.for_device("cuda", m, launcher="ddp", repeats=repeats)
-            else:
-                spec = RunSpec.for_device("cpu", m, launcher="ddp", steps=20, warmup_steps=5, repeats=repeats,
-                                          test_samples=500, timeout=120)
-            results.append((m, experiments.strong_scaling(spec, global_batches=(global_batch,), device=device,
-                                                          path="shm" if gpus else "default", echo=echo,
-                                                          progress=progress)))
-    for m, res in results:
-        for r in res.rows:
-            rows.append({"model": m, "global": r["global_batch"], "workers": r["workers"],
-                         "per_worker": r["batch_per_worker"], "ips": r["images_per_s"],
-                         "ips_spread": f"{r['images_per_s_min']:,.0f}-{r['images_per_s_max']:,.0f}",
-                         "speedup": r["speedup"],
-                         "spread": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-",
-                         "step_ms": r["step_ms_median"]})
-    cols = [("model", "text"), ("global", "int", "global batch"), ("workers", "int"),
-            ("per_worker", "int", "per worker"), ("ips", lambda v: f"{v:,.0f}", "images/s"),
-            ("ips_spread", "text", "min-max"), ("speedup", "ratio", "speedup vs 1"), ("spread", "text", "min-max"),
-            ("step_ms", lambda v: f"{v:.3f}", "step ms")]
-    where = ("two GPUs, NCCL path shm (peer-to-peer off)" if gpus else
-             "two CPU processes over gloo (they share this machine's cores)")
-    notes = [f"Measured now: {where}; DDP, median of {repeats} runs (min-max beside it). The reports used TensorFlow's "
-             "MirroredStrategy; this is the same experiment with PyTorch DDP."]
-    return Table(cols, rows, title=f"The reports' experiment run now: a global batch of {global_batch} on one worker, "
-                                   "then split over two", notes=notes)
-
-
-STRONG_RECORDED_PREFIX = "strong-scaling-torch-"
-
-
-def strong_scaling_recordings() -> list:
-    """The recorded runs of the reports' experiment (``record_experiments.py strong:launcher:model[:path]``),
-    as ExperimentResults, in name order; empty until one is recorded."""
-    from ddlab.training import recording
-    from ddlab.training.results import ExperimentResult
-    return [ExperimentResult.from_dict(reference.load(recording.REFERENCE_KIND, n), source="recorded")
-            for n in sorted(reference.names(recording.REFERENCE_KIND)) if n.startswith(STRONG_RECORDED_PREFIX)]
-
-
-def strong_scaling_recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
-                            paths: Sequence[str] = ("shm", "default", "socket")) -> Table:
-    """The reports' experiment as recorded: each global batch on one GPU, then split over two,
-    median speedup with its min-max over the repeats. Its notes name each machine and say which
-    of ``models`` x ``launchers`` x ``paths`` is not recorded yet."""
-    results = strong_scaling_recordings()
-    rows, notes, seen = [], [], set()
-    for res in results:
-        c, prov = res.config, res.provenance or {}
-        path = c.get("path") or "default"
-        seen.add((c.get("model"), c.get("launcher"), path))
-        machine = prov.get("machine") or "machine not recorded"
-        for r in res.rows:
-            if r.get("workers", 1) < 2:
-                continue
-            one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")),
-                       None)
-            rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": path,
-                         "global": r.get("global_batch"), "per_gpu": r.get("batch_per_worker"),
-                         "one": one["step_ms_median"] if one else None, "two": r.get("step_ms_median"),
-                         "speedup": r.get("speedup"),
-                         "spread": (f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-"),
-                         "machine": machine})
-        notes.append(f"{c.get('model')}, {c.get('launcher')}, {path}: {machine}, {c.get('precision')}, "
-                     f"{c.get('repeats')} repeats, recorded {str(prov.get('date', '?'))[:10]} "
-                     f"(driver {prov.get('driver') or 'not recorded'}, CUDA {prov.get('cuda_runtime') or 'not recorded'}, "
-                     f"NCCL {prov.get('nccl') or 'not recorded'}, torch {prov.get('torch') or 'not recorded'}).")
-    missing = [f"{m} {lc} {p}" for m in models for lc in launchers for p in paths if (m, lc, p) not in seen]
-    if missing:
-        notes.append("Not recorded yet: " + "; ".join(missing) + ".")
-    notes.append("The reports used TensorFlow's MirroredStrategy on two GeForce GPUs over PCIe; these runs split the "
-                 "same global batches of the same MLP widths with the framework named in each row.")
-    notes.append("Speedup: images/s on two GPUs over images/s on one at the same global batch (median of the "
-                 "repeats, min-max beside it); shm = peer-to-peer off, through host memory, as in the reports.")
-    cols = [("model", "text"), ("launcher", "text"), ("path", "text"), ("global", "int", "global batch"),
-            ("per_gpu", "int", "per GPU"), ("one", lambda v: "-" if v is None else f"{v:.3f}", "step ms (1 GPU)"),
-            ("two", lambda v: "-" if v is None else f"{v:.3f}", "step ms (2 GPUs)"), ("speedup", "ratio"),
-            ("spread", "text", "min-max")]
-    return Table(cols, rows, title="The reports' experiment recorded: a global batch on one GPU, then split over two",
-                 notes=notes)
 
 
 # ----------------------------------------------------------------------------- case 2
@@ -400,7 +200,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
              f"machine ({rec.machine or 'recorded'}): the alpha-beta fit of each path's recorded all-reduce sweep, "
              f"and the DDP wrapper's cost {over.source}.",
              "The same model on two GPUs of the recorded machine: the recorded table above."]
-    cols = _named_paths(_PREDICTED_COLUMNS, recorded_runs.path_labels(rec))
+    cols = formatted(_PREDICTED_COLUMNS, "path", recorded_runs.path_labels(rec))
     return Table(cols, rows,
                  title=f"Predicted, not measured: {model}, DDP, one GPU measured now and a second GPU "
                        "over each recorded path", notes=notes)
@@ -427,12 +227,12 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     machine = machine or policy.Machine.detect()
     two_gpus = _gpus_live("ddp", machine)
     if not two_gpus and _gpus_live("ddp", machine, gpus=1):
-        with _launch_bar(repeats, f"{model}: DDP on this GPU", log) as progress:
+        with launch_bar(repeats, f"{model}: DDP on this GPU", log) as progress:
             return second_gpu_predicted(model, repeats=repeats, echo=echo, progress=progress)
     inv = inventory or hardware.inventory(horovod_check=False)
     if two_gpus:
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
-        with _launch_bar((1 + len(experiments.COMPARED_PATHS)) * repeats,
+        with launch_bar((1 + len(experiments.COMPARED_PATHS)) * repeats,
                          f"{model}: 1 GPU, then 2 under each NCCL path", log) as progress:
             res = experiments.nccl_path_comparison(spec, echo=echo, progress=progress)
         fits = {p: alpha_beta.fit_sweep(s) for p, s in collectives_run.compare_paths(inventory=inv).items()}
@@ -446,7 +246,7 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     rows, tables_ = [], []
     rec = recorded_runs.recorded_points()
     batches = batches or CPU_BATCHES
-    with _launch_bar(len(batches) * 2 * repeats, f"{model}: 1 and 2 CPU processes at batches "
+    with launch_bar(len(batches) * 2 * repeats, f"{model}: 1 and 2 CPU processes at batches "
                      f"{', '.join(map(str, batches))}", log) as progress:
         for b in batches:
             spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
@@ -495,7 +295,7 @@ def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, mac
     from ddlab.training.runspec import RunSpec
     gpus = _gpus_live(launcher, machine)
     chosen = GPU_LIVE_TUNINGS if gpus else CPU_TUNINGS
-    with _launch_bar(tuning.planned_launches(launcher, chosen, repeats), f"tunings: {', '.join(chosen)}",
+    with launch_bar(tuning.planned_launches(launcher, chosen, repeats), f"tunings: {', '.join(chosen)}",
                      log) as progress:
         if gpus:
             return tuning.tuning_comparison(TUNED_MODEL, launcher, "default", tunings=chosen, device="cuda",

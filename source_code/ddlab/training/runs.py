@@ -14,6 +14,7 @@ import shlex
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from typing import Callable, Mapping, Optional
 
 from ddlab.base import files, worker_report
@@ -148,6 +149,19 @@ def slim(run: dict) -> dict:
 
 
 DONE_MARK = " done in "    # in the line a launch prints when it has finished (progress.Bar.counter counts them)
+
+
+@contextmanager
+def launch_bar(total: int, title: str, log: Optional[str]):
+    """One progress bar over ``total`` training launches; each launch's own lines go to the file
+    ``log``. Yields the ``progress`` callback to pass to :func:`train` (and the experiments that
+    call it); a line with :data:`DONE_MARK` advances the bar. No bar, and None, when ``log`` is None."""
+    if log is None:
+        yield None
+        return
+    from ddlab.base import progress
+    with progress.Bar(total, title, log=log) as bar:
+        yield bar.counter(DONE_MARK)
 ERROR_DETAIL_LINES = 40     # at most this many lines of a failure's message after its first
 
 

@@ -1,0 +1,260 @@
+"""The field reports' experiment: two small dense networks trained on two GPUs without
+peer-to-peer, one global batch split over the two (strong scaling), slower than on one GPU.
+
+* :func:`cited`: what the reports published, each figure with the section of the source it
+  stands in (``source_code/reference/cited/``), shown as cited, never as the course's;
+* :func:`predicted`: the step model's prediction of the same experiment for the course's
+  recorded machine (:func:`ddlab.cost.predict.predict`, ``ddlab predict --global-batch``);
+* :func:`beside_cited`: the reports' speedups and that prediction side by side, per model and
+  global batch, with what the course recorded of the experiment where it has it;
+* :func:`recordings` and :func:`recorded`: the course's own runs of it
+  (``tools/recording/record_experiments.py strong:launcher:model[:path]``);
+* :func:`live`: the same experiment run now, on two GPUs with peer-to-peer off, or on two
+  CPU processes over gloo.
+
+The course's ``mlp-small`` and ``mlp-large`` have the reports' layer widths; the reports used
+TensorFlow's MirroredStrategy on GeForce cards, the course runs PyTorch DDP (and Horovod).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ddlab.base import reference
+from ddlab.base.tables import Table, formatted
+from ddlab.cost import predict as _predict
+from ddlab.cost import recorded_runs, wrapper_cost
+from ddlab.training.runs import launch_bar
+
+CITED_KIND = "cited"
+REPORTS = "two-gpus-without-p2p"      # reference/cited/<REPORTS>.json: the reports' figures
+REPORT_MLPS = ("mlp-small", "mlp-large")          # the course's models with the reports' MLP widths
+REPORT_GLOBAL_BATCHES = (4, 8, 16, 32, 64, 128)  # the global batches the reports split over two GPUs
+REPORT_PATHS = ("shm", "default")                # P2P off (the reports' case), then NCCL's default here
+CPU_GLOBAL_BATCH = 32
+_STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
+                   ("per_gpu", "text", "per GPU"), ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"),
+                   ("exposed", "time", "exposed"), ("wrapper", "time", "wrapper"), ("step", "time", "step (2 GPUs)"),
+                   ("speedup", "ratio", "predicted"), ("bound", "text", "bound by")]
+
+
+def cited(name: str = REPORTS) -> Table:
+    """A cited result (``reference/cited/<name>.json``) as a table whose title names its
+    source. The file holds ``columns`` (key, format, header), ``rows`` and a provenance with
+    ``cited: true``, ``source`` (a URL), ``machine`` and ``retrieved``. Every row names the
+    ``section`` of the source its figures come from (a figure without one is not cited); a
+    file may hold no rows, and its notes then say why."""
+    obj = reference.load(CITED_KIND, name)
+    prov = obj["provenance"]
+    if not prov.get("cited") or not prov.get("source"):
+        raise ValueError(f"reference/{CITED_KIND}/{name} must say it is cited and name its source")
+    unplaced = [i for i, r in enumerate(obj["rows"]) if not str(r.get("section") or "").strip()]
+    if unplaced:
+        raise ValueError(f"reference/{CITED_KIND}/{name}: row(s) {', '.join(map(str, unplaced))} name no section of "
+                         "the source (a cited figure must be found at a named place in it)")
+    cols = [tuple(c) for c in obj["columns"]]
+    title = f"Cited, not measured by this course: {obj.get('title', name)}"
+    notes = [f"Source: {prov['source']} (retrieved {prov.get('retrieved', '?')}).",
+             f"Their machine: {prov.get('machine', 'not stated')}."] + list(obj.get("notes", []))
+    return Table(cols, obj["rows"], title=title, notes=notes)
+
+
+def _one_gpu_step(rec, model: str):
+    """The recorded DDP one-GPU step of ``model`` (a :class:`ddlab.cost.recorded_runs.RecordedPoint`), or None."""
+    return next((p for p in rec.points if p.model == model and p.launcher == "ddp"), None)
+
+
+def _predict_split(rec, one, model: str, global_batch: int, path: str, gpus: int = 2):
+    """:func:`ddlab.cost.predict.predict` of ``global_batch`` split over ``gpus`` GPUs on ``path`` of the
+    recorded machine, from the recorded one-GPU step ``one`` (DDP at world size 1: its wrapper is in it)."""
+    return _predict.predict(model, step_ms=one.compute_s * 1e3, global_batch=global_batch, gpus=gpus, path=path,
+                            fits=_predict.RECORDED, framework="ddp", wrapper=wrapper_cost.over_one_worker_step("ddp"))
+
+
+def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int] = REPORT_GLOBAL_BATCHES,
+                             paths: Sequence[str] = REPORT_PATHS, gpus: int = 2) -> Table:
+    """The field reports' experiment predicted for the recorded machine: each global batch
+    split over ``gpus`` GPUs (strong scaling), with :func:`ddlab.cost.predict.predict` (``ddlab
+    predict --global-batch``). The one-GPU step is the recorded DDP one-GPU step of each model
+    at its recorded batch, taken as the step at every one of these smaller global batches: the
+    recording shows how little of it is the GPU's own work (the notes print the share). Global
+    batches with the same prediction share a row."""
+    rec = _predict.recorded_set()
+    in_step = wrapper_cost.over_one_worker_step("ddp")   # the recorded one-GPU step ran DDP with world size 1
+    rows, notes, commands = [], [], []
+    for m in models:
+        one = _one_gpu_step(rec, m)
+        if one is None:
+            notes.append(f"{m}: no recorded one-GPU step, so no prediction.")
+            continue
+        if one.device_s:
+            notes.append(f"{m}: the recorded one-GPU step is {one.compute_s * 1e3:.3f} ms at {one.batch} images; the "
+                         f"GPU is busy {one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%, "
+                         "from a CUDA-graph recording), the rest is the host launching kernels, which does not shrink "
+                         "with the batch: so the step is taken to be the same at these smaller global batches.")
+        for path in paths:
+            preds = [(g, _predict_split(rec, one, m, g, path, gpus)) for g in global_batches]
+            commands.append(f"python -m ddlab predict --model {m} --step-ms {one.compute_s * 1e3:.3f} --global-batch "
+                            f"{preds[0][0]} --gpus {gpus} --path {path} --fits {_predict.RECORDED} --step-has-wrapper")
+            groups: list = []
+            for g, p in preds:
+                if groups and abs(groups[-1][1].speedup - p.speedup) < 1e-9:
+                    groups[-1][0].append(g)
+                else:
+                    groups.append(([g], p))
+            for gs, p in groups:
+                span = str(gs[0]) if len(gs) == 1 else f"{gs[0]}-{gs[-1]} (each)"
+                per = str(gs[0] // gpus) if len(gs) == 1 else f"{gs[0] // gpus}-{gs[-1] // gpus}"
+                rows.append({"model": m, "path": path, "global": span, "per_gpu": per, "one": p.one_gpu_step_s,
+                             "compute": p.compute_s, "exposed": p.exposed_comm_s, "wrapper": p.wrapper_s,
+                             "step": p.step_s, "speedup": p.speedup, "bound": p.bound})
+    if not rows:
+        raise ValueError("none of the models has a recorded one-GPU step to predict from")
+    notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
+              "which machine: field_reports.recorded(). Paths: shm = peer-to-peer off, through host memory (the "
+              "reports' case); default = NCCL's choice on the recorded machine (NVLink).",
+              f"Wrapper: {in_step.source}; so nothing is added for it (--step-has-wrapper). The same prediction "
+              "from the command line: " + "; ".join(commands[:1]) + "."]
+    cols = formatted(_STRONG_COLUMNS, "path", recorded_runs.path_labels(rec))
+    return Table(cols, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
+                                              f"GPUs ({rec.machine or _predict.RECORDED})", notes=notes)
+
+
+def live(models: Sequence[str] = REPORT_MLPS, global_batch: int = CPU_GLOBAL_BATCH, repeats: int = 3,
+                        echo: bool = False, machine=None, log: Optional[str] = None) -> Table:
+    """The reports' experiment run now: ``global_batch`` images per step on one worker, then
+    split over two (:func:`ddlab.training.experiments.strong_scaling`), for each of ``models``,
+    ``repeats`` times. With two GPUs: on the GPUs with peer-to-peer off (NCCL path shm), as in
+    the reports. Otherwise: two CPU processes over gloo, with small step counts. ``log``: a
+    file for the launches' lines, with a progress bar instead of them (None: neither)."""
+    from ddlab.system import policy
+    from ddlab.training import experiments
+    from ddlab.training.runspec import RunSpec
+    gpus = policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), machine).live
+    rows, device, results = [], "cuda" if gpus else "cpu", []
+    with launch_bar(len(models) * 2 * repeats, f"strong scaling: {', '.join(models)} on 1 and 2 workers",
+                     log) as progress:
+        for m in models:
+            if gpus:
+                spec = RunSpec.for_device("cuda", m, launcher="ddp", repeats=repeats)
+            else:
+                spec = RunSpec.for_device("cpu", m, launcher="ddp", steps=20, warmup_steps=5, repeats=repeats,
+                                          test_samples=500, timeout=120)
+            results.append((m, experiments.strong_scaling(spec, global_batches=(global_batch,), device=device,
+                                                          path="shm" if gpus else "default", echo=echo,
+                                                          progress=progress)))
+    for m, res in results:
+        for r in res.rows:
+            rows.append({"model": m, "global": r["global_batch"], "workers": r["workers"],
+                         "per_worker": r["batch_per_worker"], "ips": r["images_per_s"],
+                         "ips_spread": f"{r['images_per_s_min']:,.0f}-{r['images_per_s_max']:,.0f}",
+                         "speedup": r["speedup"],
+                         "spread": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-",
+                         "step_ms": r["step_ms_median"]})
+    cols = [("model", "text"), ("global", "int", "global batch"), ("workers", "int"),
+            ("per_worker", "int", "per worker"), ("ips", lambda v: f"{v:,.0f}", "images/s"),
+            ("ips_spread", "text", "min-max"), ("speedup", "ratio", "speedup vs 1"), ("spread", "text", "min-max"),
+            ("step_ms", lambda v: f"{v:.3f}", "step ms")]
+    where = ("two GPUs, NCCL path shm (peer-to-peer off)" if gpus else
+             "two CPU processes over gloo (they share this machine's cores)")
+    notes = [f"Measured now: {where}; DDP, median of {repeats} runs (min-max beside it). The reports used TensorFlow's "
+             "MirroredStrategy; this is the same experiment with PyTorch DDP."]
+    return Table(cols, rows, title=f"The reports' experiment run now: a global batch of {global_batch} on one worker, "
+                                   "then split over two", notes=notes)
+
+
+STRONG_RECORDED_PREFIX = "strong-scaling-torch-"
+
+
+def recordings() -> list:
+    """The recorded runs of the reports' experiment (``record_experiments.py strong:launcher:model[:path]``),
+    as ExperimentResults, in name order; empty until one is recorded."""
+    from ddlab.training import recording
+    from ddlab.training.results import ExperimentResult
+    return [ExperimentResult.from_dict(reference.load(recording.REFERENCE_KIND, n), source="recorded")
+            for n in sorted(reference.names(recording.REFERENCE_KIND)) if n.startswith(STRONG_RECORDED_PREFIX)]
+
+
+def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
+                            paths: Sequence[str] = ("shm", "default", "socket")) -> Table:
+    """The reports' experiment as recorded: each global batch on one GPU, then split over two,
+    median speedup with its min-max over the repeats. Its notes name each machine and say which
+    of ``models`` x ``launchers`` x ``paths`` is not recorded yet."""
+    results = recordings()
+    rows, notes, seen = [], [], set()
+    for res in results:
+        c, prov = res.config, res.provenance or {}
+        path = c.get("path") or "default"
+        seen.add((c.get("model"), c.get("launcher"), path))
+        machine = prov.get("machine") or "machine not recorded"
+        for r in res.rows:
+            if r.get("workers", 1) < 2:
+                continue
+            one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")),
+                       None)
+            rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": path,
+                         "global": r.get("global_batch"), "per_gpu": r.get("batch_per_worker"),
+                         "one": one["step_ms_median"] if one else None, "two": r.get("step_ms_median"),
+                         "speedup": r.get("speedup"),
+                         "spread": (f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-"),
+                         "machine": machine})
+        notes.append(f"{c.get('model')}, {c.get('launcher')}, {path}: {machine}, {c.get('precision')}, "
+                     f"{c.get('repeats')} repeats, recorded {str(prov.get('date', '?'))[:10]} "
+                     f"(driver {prov.get('driver') or 'not recorded'}, CUDA {prov.get('cuda_runtime') or 'not recorded'}, "
+                     f"NCCL {prov.get('nccl') or 'not recorded'}, torch {prov.get('torch') or 'not recorded'}).")
+    missing = [f"{m} {lc} {p}" for m in models for lc in launchers for p in paths if (m, lc, p) not in seen]
+    if missing:
+        notes.append("Not recorded yet: " + "; ".join(missing) + ".")
+    notes.append("The reports used TensorFlow's MirroredStrategy on two GeForce GPUs over PCIe; these runs split the "
+                 "same global batches of the same MLP widths with the framework named in each row.")
+    notes.append("Speedup: images/s on two GPUs over images/s on one at the same global batch (median of the "
+                 "repeats, min-max beside it); shm = peer-to-peer off, through host memory, as in the reports.")
+    cols = [("model", "text"), ("launcher", "text"), ("path", "text"), ("global", "int", "global batch"),
+            ("per_gpu", "int", "per GPU"), ("one", lambda v: "-" if v is None else f"{v:.3f}", "step ms (1 GPU)"),
+            ("two", lambda v: "-" if v is None else f"{v:.3f}", "step ms (2 GPUs)"), ("speedup", "ratio"),
+            ("spread", "text", "min-max")]
+    return Table(cols, rows, title="The reports' experiment recorded: a global batch on one GPU, then split over two",
+                 notes=notes)
+
+
+def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
+    """The reports' speedups (:func:`cited`) beside the step model's prediction of the same split
+    on the course's recorded machine over ``path`` (``shm``: peer-to-peer off, as in the reports)
+    and, where the course recorded that model, global batch and path (:func:`recordings`), the
+    measured median with its min-max. Three machines and two frameworks: the columns are set side
+    by side, none is a check of another."""
+    rec = _predict.recorded_set()
+    measured = {}
+    for res in recordings():
+        c = res.config
+        if c.get("launcher") == launcher and (c.get("path") or "default") == path:
+            for r in res.rows:
+                if r.get("workers", 1) >= 2:
+                    spread = f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-"
+                    measured[(c.get("model"), r.get("global_batch"))] = (r.get("speedup"), spread,
+                                                                        (res.provenance or {}).get("machine"))
+    rows, machines = [], []
+    for r in reference.load(CITED_KIND, REPORTS)["rows"]:
+        m, g = r["course_model"], int(r["batch"])
+        one = _one_gpu_step(rec, m)
+        pred = _predict_split(rec, one, m, g, path) if one is not None else None
+        got = measured.get((m, g))
+        if got and got[2] not in machines:
+            machines.append(got[2])
+        rows.append({"model": m, "global": g, "per_gpu": g // 2, "cited": r["speedup"],
+                     "predicted": pred.speedup if pred else None, "bound": pred.bound if pred else "-",
+                     "measured": got[0] if got else None, "spread": got[1] if got else "-"})
+    named = rec.path_label(path)
+    notes = [f"cited: the reports' speedup of 2 GPUs over 1 ({cited().notes[1][len('Their machine: '):].split(';')[0]}, "
+             "TensorFlow); sections in cited().",
+             f"predicted: ddlab predict for the course's recorded machine ({rec.machine or _predict.RECORDED}), path "
+             f"{named}, {launcher}, from its recorded one-GPU step (predicted()).",
+             "measured: the course's recording of the same split, model and path, median with its min-max over the "
+             "repeats, on " + (", ".join(machines) if machines else "no machine yet: not recorded") + " (recorded()).",
+             "Three machines and two frameworks: set side by side, none checks another. What they share is the "
+             "experiment: the same hidden widths and global batches, split over two GPUs with peer-to-peer off."]
+    cols = [("model", "text"), ("global", "int", "global batch"), ("per_gpu", "int", "per GPU"),
+            ("cited", "text", "cited (theirs)"), ("predicted", "ratio", f"predicted ({named})"),
+            ("bound", "text", "bound by"), ("measured", lambda v: "-" if v is None else f"{v:.3g}x", f"measured ({named})"),
+            ("spread", "text", "min-max")]
+    return Table(cols, rows, title="The reports' experiment: their speedups beside the course's prediction and "
+                                   "recording", notes=notes)
