@@ -162,3 +162,17 @@ def test_the_graph_rerun_note_names_the_rank_that_failed_first(monkeypatch):
     r = runs.train(RunSpec.for_device("cuda", "cnn"))
     assert len(calls) == 2 and r["notes"][-1] == (f"the run with a CUDA graph failed: {RANK_LINE}; this is the rerun "
                                                   "with --cuda-graph off")
+
+
+def test_launch_bar_counts_the_launches_that_finished_and_logs_their_lines(tmp_path, capsys):
+    log = tmp_path / "launches.log"
+    with runs.launch_bar(3, "three launches", str(log)) as progress:
+        for i in range(2):
+            progress(f"[t] start {i}")
+            progress(f"[t]{runs.DONE_MARK}1.0 s: launch {i}")
+    out = capsys.readouterr().out
+    assert "three launches: 2 of 3 done" in out and "start 0" not in out
+    assert log.read_text().count(runs.DONE_MARK) == 2 and "[t] start 1" in log.read_text()
+    with runs.launch_bar(3, "no log", None) as progress:
+        assert progress is None
+    assert capsys.readouterr().out == ""

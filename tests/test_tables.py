@@ -211,3 +211,13 @@ def test_a_shortened_cell_is_cut_on_screen_and_whole_in_the_data_and_the_html_ti
     assert len(short.cells()[0][0]) == 30
     esc = Table([("error", "text")], [{"error": tables.Shortened('a "quoted" <b> ' + "x" * 100)}])._repr_html_()
     assert 'title="a &quot;quoted&quot; &lt;b&gt; x' in esc
+
+
+def test_formatted_shows_one_column_through_a_new_format_and_keeps_the_rest():
+    cols = [("model", "text"), ("path", "text", "NCCL path"), ("speedup", "ratio")]
+    out = tables.formatted(cols, "path", lambda v: v.upper())
+    assert out[0] == ("model", "text") and out[2] == ("speedup", "ratio")
+    assert out[1][0] == "path" and out[1][2] == "NCCL path"
+    t = tables.Table(out, [{"model": "cnn", "path": "shm", "speedup": 1.5}])
+    assert "SHM" in str(t) and t.to_dict()["rows"][0]["path"] == "shm"      # shown changed, value kept
+    assert tables.formatted([("a", "text")], "a", "int")[0] == ("a", "int", "a")

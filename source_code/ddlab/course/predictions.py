@@ -306,6 +306,22 @@ def _level_feedback(given: str, truth: str, kind: str, via, levels: Sequence[str
     return f"not quite: {given} allows it, but so does the lower {truth}: the path is {path}{extra}"
 
 
+def _keyed_answer_problem(prediction, keys: Sequence[str], name: str, what: str, value: str,
+                          example: str) -> Optional[CheckResult]:
+    """The one message for a dict answer keyed by ``keys`` that cannot be checked yet: not answered
+    (``None``, or every value None), not a dict, or a key not asked. None when it can be checked."""
+    if prediction is None or (isinstance(prediction, Mapping) and all(v is None for v in prediction.values())):
+        return not_answered(name, what, example)
+    if not isinstance(prediction, Mapping):
+        return CheckResult(False, f"`{name}` is a dict from pair to {value}, for example `{name} = {example}`; "
+                                  f"got {prediction!r}.")
+    unknown = [k for k in prediction if k not in keys]
+    if unknown:
+        return CheckResult(False, f"`{name}` names {unknown[0]!r}, which is not asked: the pairs are "
+                                  f"{', '.join(map(repr, keys))}.")
+    return None
+
+
 def check_lowest_levels(prediction, topologies: Mapping, name: str = "my_levels") -> CheckResult:
     """For each pair of :data:`LEVEL_PAIRS`, the learner's lowest ``NCCL_P2P_LEVEL`` under which NCCL may
     use P2P, e.g. ``{"pcie-4gpu GPU0-GPU1": "PIX"}``; ``topologies`` maps each name to its
@@ -314,16 +330,10 @@ def check_lowest_levels(prediction, topologies: Mapping, name: str = "my_levels"
     hint that says why. A pair left at None is "still to predict"."""
     from ddlab.system import nccl
     keys = [pair_key(*p) for p in LEVEL_PAIRS]
-    if prediction is None or (isinstance(prediction, Mapping) and all(v is None for v in prediction.values())):
-        return not_answered(name, "the lowest level (a name: " + ", ".join(nccl.P2P_LEVELS) + ") for each pair",
-                            LEVELS_EXAMPLE)
-    if not isinstance(prediction, Mapping):
-        return CheckResult(False, f"`{name}` is a dict from pair to level name, for example `{name} = "
-                                  f"{LEVELS_EXAMPLE}`; got {prediction!r}.")
-    unknown = [k for k in prediction if k not in keys]
-    if unknown:
-        return CheckResult(False, f"`{name}` names {unknown[0]!r}, which is not asked: the pairs are "
-                                  f"{', '.join(map(repr, keys))}.")
+    problem = _keyed_answer_problem(prediction, keys, name, "the lowest level (a name: " + ", ".join(nccl.P2P_LEVELS)
+                                    + ") for each pair", "level name", LEVELS_EXAMPLE)
+    if problem is not None:
+        return problem
     msgs, ok, missing = [], True, []
     for (topo_name, a, b), key in zip(LEVEL_PAIRS, keys):
         given = prediction.get(key)
@@ -394,15 +404,10 @@ def check_finished_scripts(prediction, ddp_run, hvd_run, keras_run, name: str = 
     Keras script with the Horovod (PyTorch) script's? The answer comes from what the scripts do
     (:data:`SCRIPT_PAIRS`); the runs' weight checksums are set beside it. A run that could not be
     made here (a :class:`ddlab.course.handson.Skipped`) is named instead of a measurement."""
-    if prediction is None or (isinstance(prediction, Mapping) and all(v is None for v in prediction.values())):
-        return not_answered(name, '"same" or "different" for each pair', SCRIPTS_EXAMPLE)
-    if not isinstance(prediction, Mapping):
-        return CheckResult(False, f"`{name}` is a dict from pair to \"same\" or \"different\", for example "
-                                  f"`{name} = {SCRIPTS_EXAMPLE}`; got {prediction!r}.")
-    unknown = [k for k in prediction if k not in SCRIPT_PAIRS]
-    if unknown:
-        return CheckResult(False, f"`{name}` names {unknown[0]!r}, which is not asked: the pairs are "
-                                  f"{', '.join(map(repr, SCRIPT_PAIRS))}.")
+    problem = _keyed_answer_problem(prediction, list(SCRIPT_PAIRS), name, '"same" or "different" for each pair',
+                                    '"same" or "different"', SCRIPTS_EXAMPLE)
+    if problem is not None:
+        return problem
     gaps = {"horovod vs ddp": (_checksum_gap(hvd_run, ddp_run), (hvd_run, ddp_run)),
             "keras vs horovod": (_checksum_gap(keras_run, hvd_run), (keras_run, hvd_run))}
     msgs, ok, missing = [], True, []
