@@ -225,3 +225,12 @@ def test_recorded_batch_sweep_joins_the_batch_variants(monkeypatch):
 def test_the_ratio_note_states_overlap_and_the_ring_factor():
     t = cs.second_gpu_table("ddp")
     assert cs.RATIO_NOTE in t.notes and "2(n-1)/n" in cs.RATIO_NOTE and "(n-1) steps" in cs.RATIO_NOTE
+
+
+def test_a_wrapper_column_of_zeros_is_left_out_with_a_note_and_kept_otherwise():
+    t = cs.second_gpu_table("ddp")          # DDP: the wrapper's cost is in the one-worker step
+    assert "overhead" not in [c.key for c in t.columns]
+    assert any(n.startswith("wrapper: 0 s in every row") for n in t.notes)
+    rows = [{"model": "m", "path": "shm", "overhead": 0.0}, {"model": "m", "path": "shm", "overhead": 1e-4}]
+    kept = cs._case_table(list(cs._COLUMNS), rows, "t", [])
+    assert "overhead" in [c.key for c in kept.columns] and kept.notes == []

@@ -96,7 +96,7 @@ NCCL_LOGS = _obj({"logs": {"type": "object", "additionalProperties": _STR, "minP
                  {"what": _STR})
 # (that it is cited and names its source: course.field_reports.cited says so in its own words)
 CITED = _obj({"columns": _rows_of(_ARR), "rows": _rows_of(_OBJ), "provenance": _OBJ},
-             {"title": _STR, "notes": _rows_of(_STR)})
+             {"title": _STR, "notes": _rows_of(_STR), "wrap": _rows_of(_STR)})
 
 # ---------------------------------------------------------------- ddlab report
 REPORT_STEP = _obj({"status": {"enum": ["done", "skipped", "failed"]}},

@@ -58,6 +58,15 @@ RATIO_NOTE = ("The ratio is a first look, not the verdict: part of the all-reduc
               "exposed + wrapper), so n GPUs are slower than one only when exposed + wrapper exceed (n-1) steps.")
 
 
+def _case_table(columns: list, rows: list, title: str, notes: list) -> Table:
+    """A case table; the wrapper column is left out (and a note says so) when it is 0 in every row,
+    as for DDP, whose cost is in the one-worker step, so the table fits the notebook's width."""
+    if rows and all(not r.get("overhead") for r in rows):
+        columns = [c for c in columns if c[0] != "overhead"]
+        notes = notes + ["wrapper: 0 s in every row (nothing is added for it), so its column is left out."]
+    return Table(columns, rows, title=title, notes=notes)
+
+
 def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
                      recorded: Optional[recorded_runs.RecordedSet] = None) -> Table:
     """Case 1 on the recorded 2-GPU machine: for every recorded model x path of ``launcher``
@@ -81,8 +90,8 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
                          p.repeats))
     notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {pred.term('wrapper').source}."]
     cols = formatted(_COLUMNS, "path", recorded_runs.path_labels(rec))
-    return Table(cols, rows, title=f"When a second GPU pays: {launcher}, 2 GPUs over 1"
-                 + (f" ({rec.machine})" if rec.machine else ""), notes=notes)
+    return _case_table(cols, rows, f"When a second GPU pays: {launcher}, 2 GPUs over 1"
+                       + (f" ({rec.machine})" if rec.machine else ""), notes)
 
 
 def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads] = None,
@@ -125,8 +134,8 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
     from ddlab.training.results import path_name
     shown = {r.get("path"): path_name(r, result.provenance) for r in rows_in if isinstance(r.get("path"), str)}
     cols = formatted(_COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:], "path", lambda v: shown.get(v, v))
-    return Table(cols, rows, title=f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
-                 notes=[_LEGEND + " batch: per worker."])
+    return _case_table(cols, rows, f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
+                       [_LEGEND + " batch: per worker."])
 
 
 # ----------------------------------------------------------------------------- case 2
@@ -201,9 +210,8 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
              f"and the DDP wrapper's cost {over.source}.",
              "The same model on two GPUs of the recorded machine: the recorded table above."]
     cols = formatted(_PREDICTED_COLUMNS, "path", recorded_runs.path_labels(rec))
-    return Table(cols, rows,
-                 title=f"Predicted, not measured: {model}, DDP, one GPU measured now and a second GPU "
-                       "over each recorded path", notes=notes)
+    return _case_table(cols, rows, f"Predicted, not measured: {model}, DDP, one GPU measured now and a second "
+                       "GPU over each recorded path", notes)
 
 
 def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[Sequence[int]] = None,

@@ -32,9 +32,8 @@ REPORT_GLOBAL_BATCHES = (4, 8, 16, 32, 64, 128)  # the global batches the report
 REPORT_PATHS = ("shm", "default")                # P2P off (the reports' case), then NCCL's default here
 CPU_GLOBAL_BATCH = 32
 _STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
-                   ("per_gpu", "text", "per GPU"), ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"),
-                   ("exposed", "time", "exposed"), ("wrapper", "time", "wrapper"), ("step", "time", "step (2 GPUs)"),
-                   ("speedup", "ratio", "predicted"), ("bound", "text", "bound by")]
+                   ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"), ("exposed", "time", "exposed"),
+                   ("step", "time", "step (2 GPUs)"), ("speedup", "ratio", "predicted"), ("bound", "text", "bound by")]
 
 
 def cited(name: str = REPORTS) -> Table:
@@ -55,7 +54,7 @@ def cited(name: str = REPORTS) -> Table:
     title = f"Cited, not measured by this course: {obj.get('title', name)}"
     notes = [f"Source: {prov['source']} (retrieved {prov.get('retrieved', '?')}).",
              f"Their machine: {prov.get('machine', 'not stated')}."] + list(obj.get("notes", []))
-    return Table(cols, obj["rows"], title=title, notes=notes)
+    return Table(cols, obj["rows"], title=title, notes=notes, wrap=obj.get("wrap", ()))
 
 
 def _one_gpu_step(rec, model: str):
@@ -112,7 +111,8 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
     notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
               "which machine: field_reports.recorded(). Paths: shm = peer-to-peer off, through host memory (the "
               "reports' case); default = NCCL's choice on the recorded machine (NVLink).",
-              f"Wrapper: {in_step.source}; so nothing is added for it (--step-has-wrapper). The same prediction "
+              f"Wrapper: {in_step.source}; so nothing is added for it (--step-has-wrapper), and the table has no "
+              "wrapper column. The same prediction "
               "from the command line: " + "; ".join(commands[:1]) + "."]
     cols = formatted(_STRONG_COLUMNS, "path", recorded_runs.path_labels(rec))
     return Table(cols, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
@@ -257,4 +257,4 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
             ("bound", "text", "bound by"), ("measured", lambda v: "-" if v is None else f"{v:.3g}x", f"measured ({named})"),
             ("spread", "text", "min-max")]
     return Table(cols, rows, title="The reports' experiment: their speedups beside the course's prediction and "
-                                   "recording", notes=notes)
+                                   "recording", notes=notes, align={"cited": "right", "measured": "right"})

@@ -412,15 +412,16 @@ def table(runs: Sequence, title: str = "Hands-on runs"):
     skipped = [r for r in runs if isinstance(r, Skipped)]
     runs = [r for r in runs if not isinstance(r, Skipped)]
     cols = [("script", "text"), ("processes", "text", "processes"),
-            ("samples", "text", "images trained on, per rank"),
-            ("same", "text", "same weights on all ranks?"),
-            ("checksum", lambda v: "-" if v is None else f"{v:.6f}", "weight checksum"),
-            ("spread", "number", "checksum spread"),
-            ("acc", "percent", "test accuracy"), ("img_s", "count", "images/s, all ranks"),
+            ("samples", "text", "images/rank"),
+            ("same", "text", "ranks agree?"),
+            ("checksum", lambda v: "-" if v is None else f"{v:.6f}", "checksum"),
+            ("spread", "number", "spread"),
+            ("acc", "percent", "test acc"), ("img_s", "count", "images/s"),
             ("seconds", "time", "launch, wall")]
-    notes = ["weight checksum: the sum of all of rank 0's weights at the end (two runs that trained alike show "
-             "the same); checksum spread: the largest difference between two ranks' sums (0: identical).",
-             "images/s: images trained on over the training loop's wall time, summed over ranks; the loop's "
+    notes = ["images/rank: the images each rank trained on; ranks agree?: the same weights on every rank; "
+             "checksum: the sum of all of rank 0's weights at the end (two runs that trained alike show the same); "
+             "spread: the largest difference between two ranks' checksums (0: identical).",
+             "images/s: images trained on over the training loop's wall time, summed over all ranks; the loop's "
              "first steps (graph tracing in TensorFlow) included, so it is indicative only.",
              "launch, wall: the whole launch, start-up and imports included."]
     notes = [s.line for s in skipped] + notes

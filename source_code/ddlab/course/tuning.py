@@ -455,5 +455,6 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     return ExperimentResult(EXPERIMENT, rows, "live", run_provenance(
         f"ddlab.course.tuning.tuning_comparison(model={spec.model!r}, launcher={launcher!r}, path={path!r}, "
         f"tunings={chosen})"), notes,
-        config_of(spec, (base_runs or all_runs)[0], workers=spec.workers, path=path, tunings=chosen,
-                baseline_images_per_s=base_ips), all_runs)
+        config_of(spec, (base_runs or all_runs)[0], workers=spec.workers,
+                  path=None if spec.device == "cpu" else path,      # gloo on CPU: no NCCL path to name
+                  tunings=chosen, baseline_images_per_s=base_ips), all_runs)
