@@ -71,7 +71,8 @@ def test_html_is_a_table_escaped_and_unwrapped():
     assert "&lt;b&gt;&amp;x&lt;/b&gt;" in h and "<b>&x" not in h
     assert "<caption" in h and "A &amp; B" in h
     assert "first &lt;note&gt;" in h and "second" in h
-    assert h.count("white-space: nowrap") == 4                 # every th and td
+    assert h.count("white-space: nowrap") == 2                 # every td stays on one line
+    assert h.count("<th style=\"white-space: normal; vertical-align: bottom") == 2   # a heading may break
     assert "text-align: right; font-variant-numeric: tabular-nums\">12,345</td>" in h
     assert "text-align: left\">&lt;b&gt;" in h
 
@@ -221,3 +222,10 @@ def test_formatted_shows_one_column_through_a_new_format_and_keeps_the_rest():
     t = tables.Table(out, [{"model": "cnn", "path": "shm", "speedup": 1.5}])
     assert "SHM" in str(t) and t.to_dict()["rows"][0]["path"] == "shm"      # shown changed, value kept
     assert tables.formatted([("a", "text")], "a", "int")[0] == ("a", "int", "a")
+
+
+def test_a_compact_table_has_tighter_cells_and_keeps_it_when_cut_down():
+    t = Table([("a", "text"), ("b", "text")], [{"a": "NV12", "b": "PIX"}], compact=True)
+    assert t._repr_html_().count("padding: 0.2em 0.35em") == 4        # 2 headings, 2 cells
+    assert t.select(["a"]).compact and t.where(lambda r: True).compact
+    assert "padding" not in Table([("a", "text")], [{"a": 1}])._repr_html_()

@@ -198,7 +198,7 @@ _STATE_JS = """() => {
 
 _OUTPUTS_JS = """() => {
   const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
-  const found = {stderr: [], plainResults: [], brokenWidgets: []};
+  const found = {stderr: [], plainResults: [], brokenWidgets: [], cutTables: []};
   cells.forEach((cell, i) => {
     const prompt = cell.querySelector('.jp-InputArea-prompt');
     const label = `cell ${i + 1}` + (prompt ? ' ' + prompt.textContent.trim() : '');
@@ -208,6 +208,15 @@ _OUTPUTS_JS = """() => {
       const o = r.querySelector('.jp-OutputArea-output');
       if (o && o.getAttribute('data-mime-type') === 'text/plain')
         found.plainResults.push([label, o.textContent.slice(0, 300)]);
+    });
+    // a table wider than its output area: JupyterLab cuts it at the right edge (a scroll bar the reader may miss)
+    cell.querySelectorAll('.jp-OutputArea-output[data-mime-type="text/html"]').forEach(o => {
+      const t = o.querySelector('table');
+      if (t && o.scrollWidth > o.clientWidth + 2) {
+        const cap = t.querySelector('caption');
+        found.cutTables.push([label, (cap ? cap.textContent : t.textContent).trim().slice(0, 120),
+                              o.scrollWidth - o.clientWidth]);
+      }
     });
     cell.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.widget-view+json"]')
       .forEach(o => { if (!o.querySelector('.jupyter-widgets')) found.brokenWidgets.push([label, o.textContent.slice(0, 300)]); });
@@ -257,6 +266,7 @@ class NotebookReport:
     errors: list = field(default_factory=list)
     stderr: list = field(default_factory=list)
     plain_results: list = field(default_factory=list)
+    cut_tables: list = field(default_factory=list)          # (cell label, caption, pixels cut)
     broken_widgets: list = field(default_factory=list)
     sliders: list = field(default_factory=list)
     screenshots: list = field(default_factory=list)
@@ -367,6 +377,7 @@ class NotebookRun:
         found = self.page.evaluate(_OUTPUTS_JS)
         self.report.stderr = found["stderr"]
         self.report.plain_results = found["plainResults"]
+        self.report.cut_tables = found["cutTables"]
         self.report.broken_widgets = found["brokenWidgets"]
         self.report.dialogs = self.report.dialogs or self._dialogs()
 

@@ -1,7 +1,8 @@
 """Start_Here and every notebook, as a learner meets them: JupyterLab (the server `make lab`
 starts) in Chromium. Each notebook must open unmodified on the course kernel, with no news
-pop-up; Run All must finish with no error and no bare text result (a stray ``Out[1]: 0``);
-every widget must render, and every slider must change its widget's output when moved.
+pop-up; Run All must finish with no error, no bare text result (a stray ``Out[1]: 0``) and no
+table wider than the notebook (cut at its right edge); every widget must render, and every
+slider must change its widget's output when moved.
 
 Run with `make browser-test` (kept out of `make test`); screenshots go to results/browser/
 (or $BROWSER_SCREENSHOTS), and the summary prints the time each notebook took.
@@ -73,6 +74,8 @@ def problems(r: lab_driver.NotebookReport) -> list:
         found.append(f"code cells left unrun: {r.unexecuted}")
     for label, text in r.plain_results:
         found.append(f"{label} leaves a bare result {text!r} (print it, display it, or end the line with ';')")
+    for label, caption, pixels in r.cut_tables:
+        found.append(f"{label}: a table is {pixels} px wider than the notebook and is cut at the right: {caption!r}")
     for label, text in r.broken_widgets:
         found.append(f"{label}: a widget did not render: {text!r}")
     for s in r.sliders:
@@ -106,5 +109,6 @@ def test_the_checks_catch_a_misbehaving_notebook(browser, lab, shots_dir, notebo
     live, dead = r.sliders
     assert live.moved and live.output_changed, live
     assert dead.moved and not dead.output_changed, dead
-    assert r.unexecuted == [6], r.unexecuted          # Run All stops at the error
-    assert len(problems(r)) == 4, problems(r)
+    assert [(c[1], c[2] > 0) for c in r.cut_tables] == [("too wide", True)], r.cut_tables
+    assert r.unexecuted == [7], r.unexecuted          # Run All stops at the error
+    assert len(problems(r)) == 5, problems(r)

@@ -136,12 +136,13 @@ class Table:
     them) below it. ``align``: a dict key -> ``"left"``/``"right"`` overriding the columns'.
     ``header=False`` leaves out the column headings (a list of names and values). ``wrap``: keys
     of prose columns whose HTML cells may wrap within a readable width (every other cell stays on
-    one line; the text form never wraps).
+    one line, and a heading may break between its words; the text form never wraps). ``compact``:
+    tighter HTML cell padding, for a dense matrix of short labels.
     """
 
     def __init__(self, columns: Sequence, rows: Sequence = (), title: Optional[str] = None,
                  notes: Union[None, str, Sequence[str]] = None, align: Optional[dict] = None,
-                 missing: str = units.NA, header: bool = True, wrap: Sequence[str] = ()):
+                 missing: str = units.NA, header: bool = True, wrap: Sequence[str] = (), compact: bool = False):
         cols = [_column(c) for c in columns]
         if not cols:
             raise ValueError("a table needs at least one column")
@@ -163,6 +164,7 @@ class Table:
         self.notes = [notes] if isinstance(notes, str) else list(notes or [])
         self.missing = missing
         self.header = header
+        self.compact = compact
 
     def _row(self, row, i: int) -> dict:
         if isinstance(row, dict):
@@ -197,7 +199,8 @@ class Table:
         cols = [self.columns[known.index(k)] for k in keys]
         return Table(cols, self.rows, title=self.title if title is _SAME else title,
                      notes=self.notes if notes is _SAME else notes,
-                     missing=self.missing, header=self.header, wrap=[k for k in self.wrap if k in keys])
+                     missing=self.missing, header=self.header, wrap=[k for k in self.wrap if k in keys],
+                     compact=self.compact)
 
     def where(self, keep, whole: str = "", title=_SAME) -> "Table":
         """The rows for which ``keep(row)`` is true (a long table cut to the rows a lesson
@@ -206,7 +209,7 @@ class Table:
         rows = [r for r in self.rows if keep(r)]
         shown = f"{len(rows)} of {len(self.rows)} rows shown" + (f"; all of them: `{whole}`" if whole else "") + "."
         return Table(self.columns, rows, title=self.title if title is _SAME else title, notes=self.notes + [shown],
-                     missing=self.missing, header=self.header, wrap=self.wrap)
+                     missing=self.missing, header=self.header, wrap=self.wrap, compact=self.compact)
 
     def to_dict(self) -> dict:
         """Plain data: title, columns (key, label, kind), raw rows (dicts), notes."""
@@ -277,7 +280,14 @@ class Table:
 
         def td(tag, text, r, w=False, whole=None):
             style = "text-align: right; font-variant-numeric: tabular-nums" if r else "text-align: left"
-            room = "white-space: normal; min-width: 14em; max-width: 34em" if w and tag == "td" else "white-space: nowrap"
+            if tag == "th":       # a heading may break between its words, so it is never what widens a column
+                room = "white-space: normal; vertical-align: bottom"
+            elif w:
+                room = "white-space: normal; overflow-wrap: anywhere; min-width: 14em; max-width: 34em"
+            else:
+                room = "white-space: nowrap"
+            if self.compact:
+                room += "; padding: 0.2em 0.35em"
             title = f" title=\"{esc(whole)}\"" if whole is not None else ""
             return f"<{tag}{title} style=\"{room}; {style}\">{esc(text)}</{tag}>"
 

@@ -139,13 +139,33 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
         rows.append(row)
     cols = [("launcher", "text"), ("model", "text"), ("path", path_labels(rec), "path"), ("batch", "int", "batch/GPU"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max")]
-    for by in schemes:
-        cols += [(f"{by}_pred", lambda v: "-" if v is None else format_ratio(v), f"{by} out"),
-                 (f"{by}_err", _err_text, "error")]
+    notes = held_out_notes(rows, schemes, rec)
+    for group in _same_predictions(rows, schemes):
+        named = " or ".join(group) if len(group) < 3 else ", ".join(group[:-1]) + " or " + group[-1]
+        cols += [(f"{group[0]}_pred", lambda v: "-" if v is None else format_ratio(v), f"{named} out"),
+                 (f"{group[0]}_err", _err_text, "error")]
+        if len(group) > 1:
+            notes.append(f"Leaving out its {named} gives the same prediction for every row, so one column shows "
+                         "them (the rows keep each: " + ", ".join(f"{by}_pred" for by in group) + ").")
     cols += [("bound", "text", "decided by"), ("path_matters", "text", "depends on path")]
     return Table(cols, rows, title="Held out: each recorded 2-GPU run predicted from measured terms, its model, "
                                    "then its path left out" + (f" ({rec.machine})" if rec.machine else ""),
-                 notes=held_out_notes(rows, schemes, rec))
+                 notes=notes)
+
+
+def _same_predictions(rows, schemes) -> list:
+    """``schemes`` grouped where they give the same held-out prediction for every row (in order)."""
+    def same(a, b):
+        return (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 1e-12 * max(1.0, abs(a)))
+    groups: list = []
+    for by in schemes:
+        for g in groups:
+            if all(same(r[f"{g[0]}_pred"], r[f"{by}_pred"]) for r in rows):
+                g.append(by)
+                break
+        else:
+            groups.append([by])
+    return groups
 
 
 def missed(row) -> bool:

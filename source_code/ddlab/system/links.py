@@ -288,7 +288,7 @@ def sources(keys=None):
     source says in full is in :func:`source_rows` (``says``)."""
     from ddlab.base.tables import Table
     return Table([("source", "text"), ("supports", "text", "figures it supports"), ("reference", "text")],
-                 source_rows(keys), title="Sources of the link figures",
+                 source_rows(keys), title="Sources of the link figures", wrap=("source", "supports", "reference"),
                  notes="Bandwidth is derived from the specification (see each link's derivation in "
                        "ddlab.system.links.LINKS); latency figures are published measurements or vendor figures, "
                        "each source naming where in it the figure stands and what it measures "

@@ -158,7 +158,7 @@ class Topology:
             ex = self.extras.get(r, {})
             row += [ex.get(k) or ("-" if GPU_COLUMN.fullmatch(r) else "") for k, _ in extra_titles]
             rows.append(row)
-        return Table([(f"c{i}", "text", head) for i, head in enumerate(rows[0])], rows[1:], missing="")
+        return Table([(f"c{i}", "text", head) for i, head in enumerate(rows[0])], rows[1:], missing="", compact=True)
 
     def to_dict(self) -> dict:
         """Everything needed to rebuild it (the raw text) plus the parsed facts for readers."""
