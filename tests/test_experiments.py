@@ -184,12 +184,11 @@ def test_cli_experiment_cuda_graph_reads_the_graph_recording(recorded, capsys):
 
 @pytest.fixture
 def fake_run(monkeypatch):
+    calls = []
 
     def run(experiment, framework, launcher, model, workers, device, **kw):
         calls.append((experiment, launcher, device))
-        calls.fields = kw
         return ex.ExperimentResult(experiment, [], source="live", config={"device": device})
-    calls = type("Calls", (list,), {})()
     monkeypatch.setattr(ex, "run_experiment", run)
     return calls
 
@@ -243,25 +242,34 @@ def test_no_training_script_imports_the_experiment_layer():
         assert "ddlab.training.experiments" not in text, name
 
 
-def test_live_gpu_comparisons_repeat_three_times_unless_told(recorded, fake_run):
+@pytest.fixture
+def fake_experiments(monkeypatch):
+    """The experiments run_experiment dispatches to, faked: each call's device and fields."""
+    calls = []
+
+    def fake(name):
+        def run(**kw):
+            calls.append(kw)
+            return ex.ExperimentResult(name, [], source="live", config={"device": kw.get("device")})
+        return run
+    monkeypatch.setattr(ex, "nccl_path_comparison", fake("nccl-paths"))
+    monkeypatch.setattr(ex, "throughput_scaling", fake("scaling"))
+    return calls
+
+
+def test_live_gpu_comparisons_repeat_three_times_unless_told(recorded, fake_experiments):
     ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS)
-    assert fake_run.fields["repeats"] == ex.LIVE_GPU_REPEATS == 3
+    assert fake_experiments[-1]["repeats"] == ex.LIVE_GPU_REPEATS == 3
     ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS, repeats=5)
-    assert fake_run.fields["repeats"] == 5
+    assert fake_experiments[-1]["repeats"] == 5
     # the small CPU run beside a recording stays a single run (its notes say so)
     ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=NO_GPU)
-    assert fake_run[-1][2] == "cpu" and "repeats" not in fake_run.fields
+    assert fake_experiments[-1]["device"] == "cpu" and "repeats" not in fake_experiments[-1]
 
 
-def test_the_experiment_command_repeats_live_gpu_runs_three_times_unless_told(monkeypatch, capsys):
+def test_the_experiment_command_repeats_live_gpu_runs_three_times_unless_told(fake_experiments, capsys):
     from ddlab.training import cli as training_cli
-    seen = []
-
-    def run(experiment, framework, launcher, model, workers, device, **kw):
-        seen.append((device, kw.get("repeats")))
-        return ex.ExperimentResult(experiment, [], source="live", config={"device": device})
-    monkeypatch.setattr(training_cli, "run_experiment", run)
     for extra in ([], ["--repeats", "5"]):
         assert training_cli.cli_experiment(["scaling", "--source", "live", "--device", "cuda", *extra]) == 0
     assert training_cli.cli_experiment(["scaling", "--source", "live", "--device", "cpu"]) == 0
-    assert seen == [("cuda", 3), ("cuda", 5), ("cpu", None)]
+    assert [(c["device"], c.get("repeats")) for c in fake_experiments] == [("cuda", 3), ("cuda", 5), ("cpu", None)]

@@ -12,7 +12,7 @@ from ddlab.training import recording
 from ddlab.training.experiments import EXPERIMENTS, live_or_recorded, run_experiment
 from ddlab.training.runs import ExperimentError, spec_for, train
 from ddlab.system.frameworks import FRAMEWORKS
-from ddlab.training.runspec import LIVE_GPU_REPEATS, MODELS, RunSpecError
+from ddlab.training.runspec import MODELS, RunSpecError
 
 
 def cli_train(argv: list) -> int:
@@ -109,8 +109,6 @@ def cli_experiment(argv: list) -> int:
         if a.source == "live" and a.device != "auto":
             if a.cuda_graph:
                 kw["cuda_graph"] = "on"
-            if a.device == "cuda" and "repeats" not in kw:
-                kw["repeats"] = LIVE_GPU_REPEATS
             res = run_experiment(a.name, a.framework, "none" if a.name == "perf-options" else a.launcher, a.model, workers,
                        a.device, **kw)
         else:

@@ -287,7 +287,11 @@ def performance_options(base: Optional[RunSpec] = None, options: Optional[Sequen
 
 # ----------------------------------------------------------------------------- live or recorded
 def run_experiment(experiment: str, framework: str, launcher: str, model: str, workers, device: str, **kw) -> ExperimentResult:
-    """Run the named experiment live (``ddlab experiment`` and :func:`live_or_recorded` call it)."""
+    """Run the named experiment live (``ddlab experiment`` and :func:`live_or_recorded` call it). On
+    GPUs (``device="cuda"``) each configuration runs :data:`LIVE_GPU_REPEATS` times unless ``repeats``
+    is given, so that a compared row shows its spread; on CPU processes it runs once."""
+    if device == "cuda" and kw.get("repeats") is None:
+        kw["repeats"] = LIVE_GPU_REPEATS
     if experiment == "scaling":
         return throughput_scaling(workers=workers or (1, 2), device=device, framework=framework, launcher=launcher,
                                   model=model, **kw)
@@ -350,8 +354,6 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     if source == "live" and not ok:
         raise ExperimentError(f"cannot run {experiment} live here: {why}")
     if source != "recorded" and ok:
-        if fields.get("repeats") is None:
-            fields["repeats"] = LIVE_GPU_REPEATS
         res = run_experiment(experiment, framework, launcher, model, workers, "cuda", **fields)
         res.notes.insert(0, f"live: run just now on this machine's {need} GPU(s)")
         return res
