@@ -50,10 +50,6 @@ class RecordedPoint:
     path_label: str = ""     # the path as tables show it ("NCCL default, NVLS off" where the run had multicast off)
 
     @property
-    def shown_path(self) -> str:
-        return self.path_label or self.path
-
-    @property
     def framework(self) -> str:
         return "horovod" if self.launcher == "horovod" else "ddp"
 
