@@ -62,15 +62,24 @@ def _one_gpu_step(rec, model: str):
     return next((p for p in rec.points if p.model == model and p.launcher == "ddp"), None)
 
 
-def _predict_split(rec, one, model: str, global_batch: int, path: str, gpus: int = 2):
+# The recorded one-GPU step ran DDP with world size 1: the wrapper's cost is in it, so none is added.
+IN_STEP = wrapper_cost.over_one_worker_step("ddp")
+
+
+def _predict_split(one, model: str, global_batch: int, path: str, gpus: int = 2):
     """:func:`ddlab.cost.predict.predict` of ``global_batch`` split over ``gpus`` GPUs on ``path`` of the
-    recorded machine, from the recorded one-GPU step ``one`` (DDP at world size 1: its wrapper is in it)."""
+    recorded machine, from the recorded one-GPU step ``one`` (DDP at world size 1: :data:`IN_STEP`)."""
     return _predict.predict(model, step_ms=one.compute_s * 1e3, global_batch=global_batch, gpus=gpus, path=path,
-                            fits=_predict.RECORDED, framework="ddp", wrapper=wrapper_cost.over_one_worker_step("ddp"))
+                            fits=_predict.RECORDED, framework="ddp", wrapper=IN_STEP)
+
+
+def _spread(row: dict) -> str:
+    """A row's speedup min-max over its repeats, or "-" when it has none."""
+    return f"{row['speedup_min']:.2f}-{row['speedup_max']:.2f}" if "speedup_min" in row else "-"
 
 
 def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int] = REPORT_GLOBAL_BATCHES,
-                             paths: Sequence[str] = REPORT_PATHS, gpus: int = 2) -> Table:
+              paths: Sequence[str] = REPORT_PATHS, gpus: int = 2) -> Table:
     """The field reports' experiment predicted for the recorded machine: each global batch
     split over ``gpus`` GPUs (strong scaling), with :func:`ddlab.cost.predict.predict` (``ddlab
     predict --global-batch``). The one-GPU step is the recorded DDP one-GPU step of each model
@@ -78,7 +87,6 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
     recording shows how little of it is the GPU's own work (the notes print the share). Global
     batches with the same prediction share a row."""
     rec = _predict.recorded_set()
-    in_step = wrapper_cost.over_one_worker_step("ddp")   # the recorded one-GPU step ran DDP with world size 1
     rows, notes, commands = [], [], []
     for m in models:
         one = _one_gpu_step(rec, m)
@@ -91,7 +99,7 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
                          "from a CUDA-graph recording), the rest is the host launching kernels, which does not shrink "
                          "with the batch: so the step is taken to be the same at these smaller global batches.")
         for path in paths:
-            preds = [(g, _predict_split(rec, one, m, g, path, gpus)) for g in global_batches]
+            preds = [(g, _predict_split(one, m, g, path, gpus)) for g in global_batches]
             commands.append(f"python -m ddlab predict --model {m} --step-ms {one.compute_s * 1e3:.3f} --global-batch "
                             f"{preds[0][0]} --gpus {gpus} --path {path} --fits {_predict.RECORDED} --step-has-wrapper")
             groups: list = []
@@ -102,16 +110,15 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
                     groups.append(([g], p))
             for gs, p in groups:
                 span = str(gs[0]) if len(gs) == 1 else f"{gs[0]}-{gs[-1]} (each)"
-                per = str(gs[0] // gpus) if len(gs) == 1 else f"{gs[0] // gpus}-{gs[-1] // gpus}"
-                rows.append({"model": m, "path": path, "global": span, "per_gpu": per, "one": p.one_gpu_step_s,
-                             "compute": p.compute_s, "exposed": p.exposed_comm_s, "wrapper": p.wrapper_s,
-                             "step": p.step_s, "speedup": p.speedup, "bound": p.bound})
+                rows.append({"model": m, "path": path, "global": span, "one": p.one_gpu_step_s,
+                             "compute": p.compute_s, "exposed": p.exposed_comm_s, "step": p.step_s,
+                             "speedup": p.speedup, "bound": p.bound})
     if not rows:
         raise ValueError("none of the models has a recorded one-GPU step to predict from")
     notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
               "which machine: field_reports.recorded(). Paths: shm = peer-to-peer off, through host memory (the "
               "reports' case); default = NCCL's choice on the recorded machine (NVLink).",
-              f"Wrapper: {in_step.source}; so nothing is added for it (--step-has-wrapper), and the table has no "
+              f"Wrapper: {IN_STEP.source}; so nothing is added for it (--step-has-wrapper), and the table has no "
               "wrapper column. The same prediction "
               "from the command line: " + "; ".join(commands[:1]) + "."]
     cols = formatted(_STRONG_COLUMNS, "path", recorded_runs.path_labels(rec))
@@ -120,7 +127,7 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
 
 
 def live(models: Sequence[str] = REPORT_MLPS, global_batch: int = CPU_GLOBAL_BATCH, repeats: int = 3,
-                        echo: bool = False, machine=None, log: Optional[str] = None) -> Table:
+         echo: bool = False, machine=None, log: Optional[str] = None) -> Table:
     """The reports' experiment run now: ``global_batch`` images per step on one worker, then
     split over two (:func:`ddlab.training.experiments.strong_scaling`), for each of ``models``,
     ``repeats`` times. With two GPUs: on the GPUs with peer-to-peer off (NCCL path shm), as in
@@ -148,8 +155,7 @@ def live(models: Sequence[str] = REPORT_MLPS, global_batch: int = CPU_GLOBAL_BAT
                          "per_worker": r["batch_per_worker"], "ips": r["images_per_s"],
                          "ips_spread": f"{r['images_per_s_min']:,.0f}-{r['images_per_s_max']:,.0f}",
                          "speedup": r["speedup"],
-                         "spread": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-",
-                         "step_ms": r["step_ms_median"]})
+                         "spread": _spread(r), "step_ms": r["step_ms_median"]})
     cols = [("model", "text"), ("global", "int", "global batch"), ("workers", "int"),
             ("per_worker", "int", "per worker"), ("ips", lambda v: f"{v:,.0f}", "images/s"),
             ("ips_spread", "text", "min-max"), ("speedup", "ratio", "speedup vs 1"), ("spread", "text", "min-max"),
@@ -175,7 +181,7 @@ def recordings() -> list:
 
 
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
-                            paths: Sequence[str] = ("shm", "default", "socket")) -> Table:
+             paths: Sequence[str] = ("shm", "default", "socket")) -> Table:
     """The reports' experiment as recorded: each global batch on one GPU, then split over two,
     median speedup with its min-max over the repeats. Its notes name each machine and say which
     of ``models`` x ``launchers`` x ``paths`` is not recorded yet."""
@@ -194,9 +200,7 @@ def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("d
             rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": path,
                          "global": r.get("global_batch"), "per_gpu": r.get("batch_per_worker"),
                          "one": one["step_ms_median"] if one else None, "two": r.get("step_ms_median"),
-                         "speedup": r.get("speedup"),
-                         "spread": (f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-"),
-                         "machine": machine})
+                         "speedup": r.get("speedup"), "spread": _spread(r), "machine": machine})
         notes.append(f"{c.get('model')}, {c.get('launcher')}, {path}: {machine}, {c.get('precision')}, "
                      f"{c.get('repeats')} repeats, recorded {str(prov.get('date', '?'))[:10]} "
                      f"(driver {prov.get('driver') or 'not recorded'}, CUDA {prov.get('cuda_runtime') or 'not recorded'}, "
@@ -229,14 +233,14 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
         if c.get("launcher") == launcher and (c.get("path") or "default") == path:
             for r in res.rows:
                 if r.get("workers", 1) >= 2:
-                    spread = f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if "speedup_min" in r else "-"
-                    measured[(c.get("model"), r.get("global_batch"))] = (r.get("speedup"), spread,
+                    measured[(c.get("model"), r.get("global_batch"))] = (r.get("speedup"), _spread(r),
                                                                         (res.provenance or {}).get("machine"))
     rows, machines = [], []
-    for r in reference.load(CITED_KIND, REPORTS)["rows"]:
+    theirs = reference.load(CITED_KIND, REPORTS)
+    for r in theirs["rows"]:
         m, g = r["course_model"], int(r["batch"])
         one = _one_gpu_step(rec, m)
-        pred = _predict_split(rec, one, m, g, path) if one is not None else None
+        pred = _predict_split(one, m, g, path) if one is not None else None
         got = measured.get((m, g))
         if got and got[2] not in machines:
             machines.append(got[2])
@@ -244,7 +248,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
                      "predicted": pred.speedup if pred else None, "bound": pred.bound if pred else "-",
                      "measured": got[0] if got else None, "spread": got[1] if got else "-"})
     named = rec.path_label(path)
-    notes = [f"cited: the reports' speedup of 2 GPUs over 1 ({cited().notes[1][len('Their machine: '):].split(';')[0]}, "
+    notes = [f"cited: the reports' speedup of 2 GPUs over 1 ({theirs['provenance']['machine'].split(';')[0]}, "
              "TensorFlow); sections in cited().",
              f"predicted: ddlab predict for the course's recorded machine ({rec.machine or _predict.RECORDED}), path "
              f"{named}, {launcher}, from its recorded one-GPU step (predicted()).",
