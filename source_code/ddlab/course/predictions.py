@@ -63,6 +63,14 @@ def _close(a: float, b: float, rel_tol: float, factor: Optional[float]) -> bool:
     return abs(a - b) <= rel_tol * abs(b)
 
 
+def _verdict(ok: bool, msgs: Sequence[str], missing: Sequence[str]) -> CheckResult:
+    """A check of several parts: right only when every part answered is right and none is missing;
+    the parts' messages, then what is still to predict."""
+    msgs = list(msgs) + (["Still to predict: " + ", ".join(missing) + "."] if missing else [])
+    ok = ok and not missing
+    return CheckResult(ok, ("Right. " if ok else "") + " ".join(msgs))
+
+
 def not_answered(name: str, what: str, example: str) -> CheckResult:
     """The placeholder's answer: what to write, where, with an example."""
     return CheckResult(False, f"Not answered yet: set `{name}` to {what}, for example `{name} = {example}`, run "
@@ -260,10 +268,7 @@ def check_ddp_runs(prediction: Mapping, single, runs: Sequence, name: str = "my_
         msgs.append(f"{script}: " + "; ".join(parts) + ".")
     if not msgs:
         return not_answered(name, "a (share of images, same weights?) pair per script", DDP_EXAMPLE)
-    if missing:
-        ok = False
-        msgs.append("Still to predict: " + ", ".join(missing) + ".")
-    return CheckResult(ok, ("Right. " if ok else "") + " ".join(msgs))
+    return _verdict(ok, msgs, missing)
 
 
 # --------------------------------------------------------------------------- the lowest NCCL_P2P_LEVEL
@@ -350,10 +355,7 @@ def check_lowest_levels(prediction, topologies: Mapping, name: str = "my_levels"
         ok &= level == truth
         msgs.append(f"{key}: " + _level_feedback(level, truth, kind, nccl.nvb_via(topo, a, b), nccl.P2P_LEVELS)
                     + ".")
-    if missing:
-        ok = False
-        msgs.append("Still to predict: " + ", ".join(missing) + ".")
-    return CheckResult(ok, ("Right. " if ok else "") + " ".join(msgs))
+    return _verdict(ok, msgs, missing)
 
 
 # --------------------------------------------------------------------------- the finished scripts compared
@@ -423,10 +425,7 @@ def check_finished_scripts(prediction, ddp_run, hvd_run, keras_run, name: str = 
         ok &= right
         gap, runs = gaps[pair]
         msgs.append(f"{pair}: {'right' if right else 'not quite'}, {truth}: {why}. Measured: {_gap_words(gap, runs)}.")
-    if missing:
-        ok = False
-        msgs.append("Still to predict: " + ", ".join(missing) + ".")
-    return CheckResult(ok, ("Right. " if ok else "") + " ".join(msgs))
+    return _verdict(ok, msgs, missing)
 
 
 # --------------------------------------------------------------------------- which rule keeps a large batch

@@ -162,6 +162,8 @@ def launch_bar(total: int, title: str, log: Optional[str]):
     from ddlab.base import progress
     with progress.Bar(total, title, log=log) as bar:
         yield bar.counter(DONE_MARK)
+
+
 ERROR_DETAIL_LINES = 40     # at most this many lines of a failure's message after its first
 
 
