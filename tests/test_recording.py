@@ -131,3 +131,30 @@ def test_strong_scaling_is_written_after_each_global_batch_and_merged(tmp_path, 
     assert [r["global_batch"] for r in res.rows] == [4, 4, 32, 32] and res.config["global_batches"] == [4, 32]
     assert [res.runs[i]["global_batch"] for r in res.rows for i in r["runs"]] == [4, 4, 32, 32]
     assert "global_batches=[4, 32]" in res.provenance["command"]
+
+
+def test_a_result_that_cannot_be_saved_is_kept_aside_and_the_next_still_runs(tmp_path, monkeypatch, capsys):
+    import json
+    from ddlab.base import schemas
+    from ddlab.training import recording
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(frameworks, "availability", lambda framework, launcher: (True, ""))
+    monkeypatch.setattr(experiments, "nccl_path_comparison", lambda base, **kw: fake_paths_result())
+
+    def no_validator(obj, name):      # as on a machine where jsonschema is not installed
+        raise ModuleNotFoundError("No module named 'jsonschema'")
+    monkeypatch.setattr(schemas, "first_error", no_validator)
+    done = recording_sets.record_gpu_set(str(tmp_path), sections=("ddp",), models=("cnn", "wide"))
+    # both models were measured; neither was saved as a recording, each was kept whole beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "nccl-paths-torch-ddp-cnn.unsaved.json", "nccl-paths-torch-ddp-wide.unsaved.json",
+        "scaling-torch-ddp-cnn.unsaved.json", "scaling-torch-ddp-wide.unsaved.json"]
+    msg = done["nccl-paths-torch-ddp-wide"]
+    assert msg.startswith("not saved: ModuleNotFoundError: No module named 'jsonschema'")
+    assert str(tmp_path / "nccl-paths-torch-ddp-wide.unsaved.json") in msg
+    kept = json.loads((tmp_path / "nccl-paths-torch-ddp-wide.unsaved.json").read_text())
+    assert kept["rows"] == fake_paths_result().to_dict()["rows"]
+    monkeypatch.undo()
+    # once the cause is mended, the kept file loads as the recording it is
+    assert recording.load(str(tmp_path / "nccl-paths-torch-ddp-wide.unsaved.json")).rows == kept["rows"]
+    assert "not saved" in capsys.readouterr().out

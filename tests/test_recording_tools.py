@@ -235,3 +235,24 @@ def test_record_horovod_smoke_keeps_each_ranks_smoke_report(tmp_path, monkeypatc
     assert mod.main([str(w), "--name", "x"]) == 0
     smoke = json.load(open(tmp_path / "reference" / "horovod" / "x.json"))["smoke"]
     assert smoke["default"]["lines"] == reports and smoke["shm"]["lines"] == []
+
+
+@pytest.mark.parametrize("script, args", [("record_experiments.py", ["ddp:cnn"]), ("record_convergence.py", []),
+                                          ("record_host_link.py", [])])
+def test_a_recording_script_without_the_validator_stops_before_measuring(script, args, tmp_path, monkeypatch, capsys):
+    from ddlab.base import schemas
+    from ddlab.system import frameworks
+    mod = load(script)
+    monkeypatch.setattr(schemas, "validator_missing", lambda: "jsonschema is not installed")
+    monkeypatch.setattr(frameworks, "gpu_count", lambda *a: pytest.fail("measured without a validator"))
+    with pytest.raises(SystemExit) as stop:
+        mod.main([str(tmp_path / "out"), *args])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "jsonschema is not installed" in err and "prepare_offline.sh" in err and ".whl/" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_validator_is_there_here():
+    from ddlab.base import schemas
+    assert schemas.validator_missing() is None

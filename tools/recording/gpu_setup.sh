@@ -9,8 +9,8 @@
 # prepare_offline.sh gathers them on a machine with internet):
 #   .offline/horovod-VERSION.tar.gz  (VERSION: source_code/patches/HOROVOD_VERSION; prepare_offline.sh
 #                                   downloads it with pip download --no-deps --no-binary :all:)
-#   .whl/   cffi and pycparser for Python 3.12 (the build needs cffi), plus nbval and its
-#           Jupyter dependencies to run the notebooks there (tools/recording/README.md lists them)
+#   .whl/   cffi and pycparser for Python 3.12 (the build needs cffi), jsonschema (ddlab checks
+#           every recording with it), plus nbval and its Jupyter dependencies to run the notebooks there (tools/recording/README.md lists them)
 #   .cache/fashion-mnist/          (the four .gz files) for the training experiments
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -22,6 +22,10 @@ export DDLAB_HOROVOD_SDIST=.offline/horovod-$(cat source_code/patches/HOROVOD_VE
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
+# ddlab checks every recording against its schema when it saves it: without jsonschema the
+# recording scripts stop before measuring anything.
+python3 -c 'import jsonschema' 2>/dev/null || echo "[gpu_setup] jsonschema is missing, so the record_*.py" \
+  "scripts will refuse to start: copy .whl/ (prepare_offline.sh gathers it) beside the repository"
 HVD_OK=0
 if python3 -c 'import horovod.torch' 2>/dev/null; then HVD_OK=1
 elif ls .offline/horovod-*.whl >/dev/null 2>&1; then

@@ -111,6 +111,18 @@ SCHEMAS = {
 }
 
 
+def validator_missing() -> Optional[str]:
+    """None when recordings can be checked on save and load (jsonschema imports); otherwise one
+    message saying what is missing and how to install it. A recording script asks first, before
+    it spends any time measuring what it could not then save."""
+    try:
+        import jsonschema  # noqa: F401
+    except ImportError:
+        return ("jsonschema is not installed, and every recording is checked against its schema when it is "
+                "saved: install it (pip install jsonschema; it is one of ddlab's dependencies in pyproject.toml)")
+    return None
+
+
 def first_error(obj, name: str) -> Optional[tuple]:
     """Where ``obj`` first breaks the schema ``name``: ``(field, what is wrong)`` with the field
     as a path (``rows[2].images_per_s``; ``(top)`` for the object itself), or None when it fits.

@@ -19,6 +19,9 @@ from ddlab.training.runspec import RunSpec
 
 REFERENCE_KIND = "experiments"
 MIN_REPEATS = 3
+# Where a recording machine without a package registry gets what ddlab needs, said after a missing package.
+OFFLINE_HINT = ("; on a machine without a package registry, tools/recording/prepare_offline.sh gathers the wheels "
+                "in .whl/ and `source tools/recording/gpu_setup.sh` installs them")
 
 
 def reference_name(experiment: str, framework: str, launcher: str, model: str) -> str:

@@ -14,6 +14,7 @@ import os
 import re
 from typing import Callable, Optional, Sequence
 
+from ddlab.base import files
 from ddlab.system import frameworks
 from ddlab.training import experiments
 from ddlab.training.recording import MIN_REPEATS, gpu_spec, reference_name, save
@@ -24,9 +25,29 @@ GPU_SECTIONS = ("ddp", "horovod", "perf")
 
 
 def _write(out_dir: str, name: str, res: ExperimentResult, done: dict) -> None:
-    save(res, os.path.join(out_dir, name + ".json"))
+    """Saves ``res`` as ``<name>.json``, checked by its schema. If that fails (a missing validator,
+    a full disk, a result the schema refuses) the measurement is not lost: it is kept unchecked as
+    ``<name>.unsaved.json`` and ``done[name]`` says why, so the next measurements still run."""
+    path = os.path.join(out_dir, name + ".json")
+    try:
+        save(res, path)
+    except Exception as exc:  # reported in the summary, the measurement kept aside
+        done[name] = f"not saved: {type(exc).__name__}: {exc}" + _kept_aside(out_dir, name, res)
+        print(f"\n{name}: {done[name]}\n" + res.table() + "\n", flush=True)
+        return
     done[name] = res
     print("\n" + res.table() + "\n", flush=True)
+
+
+def _kept_aside(out_dir: str, name: str, res: ExperimentResult) -> str:
+    """Writes ``res`` without its schema check as ``<name>.unsaved.json``; says where, or why not."""
+    aside = os.path.join(out_dir, name + ".unsaved.json")
+    try:
+        files.write_json(aside, files.nan_to_null(res.to_dict()), default=str)
+    except Exception as exc:  # nothing more to try: the table printed next is what is left
+        return f"; could not keep it aside either ({type(exc).__name__}: {exc}): its table follows"
+    return (f"; what was measured is kept, unchecked, in {aside} (once the cause is mended, "
+            "ddlab.training.recording.load checks it; then rename it without .unsaved)")
 
 
 def _attempt(done: dict, name: str, make):
