@@ -24,7 +24,7 @@ def test_validate_on_the_recorded_runs():
     # captured, over NVLink and over shared memory, is inside the band
     assert all(r["within"] == "yes" for r in rows if r["launcher"].startswith("ddp") and r["model"] == "wide"
                and r["path"] in ("default", "shm"))
-    assert "same GPU model" in notes
+    assert "same GPU model" not in notes      # every graph run is the two-GPU machine's own
     assert "in proportion to its FLOPs" in " ".join(val.validate(rec, readiness="flops").notes)
     assert t.title.startswith("Predicted vs measured")
 
@@ -163,3 +163,11 @@ def test_recorded_terms_of_one_run():
     assert "predicted" in t.title and "measured" in t.title
     with pytest.raises(ValueError, match="no recorded run"):
         val.recorded_terms("ddp", "resnet", "default")
+
+
+def test_a_gpu_time_from_another_machine_is_named():
+    from ddlab.cost.recorded_runs import RecordedSet
+    rec = RecordedSet([], {}, device_elsewhere={"mlp-small": "1x NVIDIA H200"}, device_check={"cnn": 1.02})
+    text = " ".join(val._input_notes(rec, {}))
+    assert "mlp-small comes from one-GPU CUDA-graph runs on 1x NVIDIA H200 (the same GPU model)" in text
+    assert "+2.0% (cnn)" in text

@@ -11,11 +11,13 @@
 #   reduce_scatter_$NAME.json   reduce-scatter, default path
 #   reference_allreduce_$NAME.json  all of the above in one file, ready to commit as
 #                               source_code/reference/allreduce/$NAME.json
+#   levels_$NAME.json           a 256 MiB all-reduce under each NCCL_P2P_LEVEL, for
+#                               source_code/reference/allreduce/$NAME-levels.json (notebook 4)
 #   nccl_{default,shm,socket}.log  the NCCL_DEBUG=INFO output of each all-reduce path (parser fixtures)
 #   nccl_all_gather_default.log, nccl_reduce_scatter_default.log
-#   allreduce.txt, all_gather.txt, reduce_scatter.txt  the printed tables; summary.txt; topo.txt
+#   allreduce.txt, all_gather.txt, reduce_scatter.txt, levels.txt  the printed tables; summary.txt; topo.txt
 #
-# Time: about 1-2 minutes on 2x NVIDIA H200, NV18. The socket path (about 3.5 GB/s) stays short because the
+# Time: about 1-2 minutes on 2x NVIDIA H200, NV18, and about 65 s more for the level sweep. The socket path (about 3.5 GB/s) stays short because the
 # sweep picks its iterations per size (at least 5 timed calls, about 0.2 s of work per size);
 # every launch also has its own timeout.
 set -euo pipefail
@@ -59,7 +61,13 @@ for op in all_gather reduce_scatter; do
         || { echo "gpu_allreduce.sh: $op sweep failed (exit $?)"; failed=1; }
 done
 
-# 3. One file for source_code/reference/allreduce/, and the summary.
+# 3. The NCCL_P2P_LEVEL sweep of notebook 4: one 256 MiB all-reduce under each level, with NCCL's log
+#    (the transport it chose). About 65 s on 2x NVIDIA H200, NV18.
+timeout 200 "$PY" -m ddlab allreduce --paths LOC,NVL,PIX,PXB,PHB,SYS --min-bytes 256M --max-bytes 256M \
+    --nccl-debug --timeout 60 --out "$OUT/levels_$NAME.json" | tee "$OUT/levels.txt" \
+    || { echo "gpu_allreduce.sh: NCCL_P2P_LEVEL sweep failed (exit $?)"; failed=1; }
+
+# 4. One file for source_code/reference/allreduce/, and the summary.
 OUT="$OUT" NAME="$NAME" "$PY" - <<'EOF' | tee "$OUT/summary.txt"
 import os
 from ddlab.measure import collectives as c
