@@ -22,6 +22,10 @@ PYTHON ?= $(VPY)
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 PYTEST_TIMEOUT ?= 1200
+# make test and make browser-test run in this many processes (pytest-xdist; 0: one process). In
+# make test each notebook's cells and each test module stay in one process, in order (--dist
+# loadscope); the browser test gives each process its own JupyterLab and Chromium.
+TEST_WORKERS ?= 2
 # Offline: `make setup WHEELHOUSE=DIR` installs every wheel (Horovod's too) and the data from a
 # folder that `make wheelhouse` filled; pip then never asks an index.
 WHEELHOUSE ?=
@@ -112,7 +116,7 @@ setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
 # lint-imports checks the package's layers (contracts in pyproject.toml) before any test runs.
 test: setup
 	cd source_code && $(abspath $(VENV))/bin/lint-imports --config ../pyproject.toml --no-cache
-	$(VPY) -m pytest --timeout=$(PYTEST_TIMEOUT) --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=$(PYTEST_TIMEOUT) --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
 
 lab: setup
 	@echo "Starting JupyterLab on http://$(LAB_IP):$(LAB_PORT) (Ctrl-C stops it)."
@@ -136,7 +140,7 @@ chromium:
 # (or BROWSER_SCREENSHOTS=...). A timeout bounds the whole run.
 browser-test: setup chromium
 	CHROMIUM=$(CHROMIUM) timeout --kill-after=60 $(BROWSER_TEST_TIMEOUT) \
-	  $(VPY) -m pytest tests/browser
+	  $(VPY) -m pytest -n $(TEST_WORKERS) --dist worksteal tests/browser
 
 images: $(STAMPS)/ddlab
 	$(VPY) tools/make_images.py

@@ -17,7 +17,8 @@ import record_host_link  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _machine_name_restored(monkeypatch):
-    monkeypatch.delenv("DDLAB_MACHINE", raising=False)     # the script sets it; put it back after
+    monkeypatch.setenv("DDLAB_MACHINE", "")     # recorded first, so that monkeypatch removes what the code sets
+    monkeypatch.delenv("DDLAB_MACHINE")
 
 
 def test_the_dry_run_skips_each_gpu_part_with_its_reason(tmp_path, monkeypatch, capsys):

@@ -94,7 +94,8 @@ def test_record_gpu_set_reports_a_failure_and_goes_on(tmp_path, monkeypatch, cap
 def test_use_hardware_label_names_the_machine_by_its_hardware(monkeypatch):
     from ddlab.system import machine_name
     monkeypatch.setattr(machine_name, "this_machine", lambda: ("2x NVIDIA H200, NV18", "2xh200-nv18"))
-    monkeypatch.delenv("DDLAB_MACHINE", raising=False)
+    monkeypatch.setenv("DDLAB_MACHINE", "")     # recorded first, so that monkeypatch removes what the code sets
+    monkeypatch.delenv("DDLAB_MACHINE")
     assert recording.use_hardware_label() == "2x NVIDIA H200, NV18"
     import os
     assert os.environ["DDLAB_MACHINE"] == "2x NVIDIA H200, NV18"

@@ -23,6 +23,14 @@ def load(name):
     return mod
 
 
+@pytest.fixture(autouse=True)
+def machine_label_put_back(monkeypatch):
+    """The scripts' main() names the machine in DDLAB_MACHINE (recording.use_hardware_label); recorded
+    here first, so that monkeypatch removes it after each test and no later test sees it."""
+    monkeypatch.setenv("DDLAB_MACHINE", "")
+    monkeypatch.delenv("DDLAB_MACHINE")
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 @pytest.mark.parametrize("script", sorted(f for f in os.listdir(RECORDING) if f.endswith(".sh")))
 def test_shell_scripts_parse(script):
@@ -56,7 +64,6 @@ def work_folder(tmp_path, with_topo):
                                                   (False, "2x NVIDIA H200", "2xh200")])
 def test_record_horovod_smoke_names_the_machine_from_its_hardware(tmp_path, monkeypatch, with_topo, label, slug):
     mod = load("record_horovod_smoke.py")
-    monkeypatch.delenv("DDLAB_MACHINE", raising=False)
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "reference"))
     assert mod.main([str(work_folder(tmp_path, with_topo))]) == 0
     obj = json.load(open(tmp_path / "reference" / "horovod" / f"{slug}.json"))

@@ -1,5 +1,6 @@
-"""Fixtures of the real-browser test: one JupyterLab server and one Chromium for the session,
-both stopped on every exit path (normal end, failure, timeout, SIGTERM)."""
+"""Fixtures of the real-browser test: one JupyterLab server and one Chromium for the session
+(for each process, when pytest-xdist runs the notebooks side by side), both stopped on every exit
+path (normal end, failure, timeout, SIGTERM)."""
 import os
 import signal
 import sys
@@ -10,7 +11,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lab_driver  # noqa: E402
 
 SHOTS = os.path.abspath(os.environ.get("BROWSER_SCREENSHOTS") or os.path.join(lab_driver.ROOT, "results", "browser"))
-TIMINGS = []   # (notebook, code cells, open s, run-all s, sliders) in the order they ran
+TIMINGS = []   # (notebook, code cells, open s, run-all s, sliders) in the order they finished
+TIMING = "browser_timing"     # the user property a test reports its row of TIMINGS in
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")     # "gw0", "gw1", ... under pytest-xdist, else ""
 
 
 def _sigterm(signum, frame):
@@ -21,18 +24,25 @@ def _sigterm(signum, frame):
 signal.signal(signal.SIGTERM, _sigterm)
 
 
+def pytest_configure(config):
+    # The last run's screenshots go once, before any test: in the main process, not in each worker
+    # (a worker starting late would delete what the other has taken).
+    if not hasattr(config, "workerinput"):
+        os.makedirs(SHOTS, exist_ok=True)
+        for name in os.listdir(SHOTS):
+            if name.endswith(".png"):
+                os.remove(os.path.join(SHOTS, name))
+
+
 @pytest.fixture(scope="session")
 def shots_dir():
     os.makedirs(SHOTS, exist_ok=True)
-    for name in os.listdir(SHOTS):
-        if name.endswith(".png"):
-            os.remove(os.path.join(SHOTS, name))
     return SHOTS
 
 
 @pytest.fixture(scope="session")
 def lab(shots_dir):
-    server = lab_driver.LabServer(log_path=os.path.join(shots_dir, "jupyterlab.log"))
+    server = lab_driver.LabServer(log_path=os.path.join(shots_dir, f"jupyterlab{'-' + WORKER if WORKER else ''}.log"))
     try:
         yield server
     finally:
@@ -50,6 +60,25 @@ def browser():
             yield b
         finally:
             b.close()
+
+
+# The notebooks whose Run All takes longest (their live multi-process runs): when several processes
+# share the notebooks (pytest-xdist), these start first, so that no process is left with a long one
+# at the end. One process keeps the course's order.
+LONGEST_FIRST = ("notebooks/10.Case-Studies.ipynb", "notebooks/9.Convergence-at-Scale.ipynb")
+
+
+def pytest_collection_modifyitems(config, items):
+    if getattr(config.option, "numprocesses", None):
+        first = {nb: i for i, nb in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: first.get(item.callspec.params.get("notebook") if hasattr(item, "callspec")
+                                              else None, len(first)))
+
+
+def pytest_runtest_logreport(report):
+    # Runs where the summary is printed (the main process): each test's timing row comes with its report.
+    if report.when == "call":
+        TIMINGS.extend(tuple(value) for name, value in report.user_properties if name == TIMING)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -38,7 +38,7 @@ def sha(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def run_notebook(browser, lab, shots_dir, notebook) -> lab_driver.NotebookReport:
+def run_notebook(browser, lab, shots_dir, notebook, request) -> lab_driver.NotebookReport:
     digest = sha(notebook)
     run = lab_driver.NotebookRun(browser, lab, notebook, shots_dir)
     try:
@@ -50,7 +50,8 @@ def run_notebook(browser, lab, shots_dir, notebook) -> lab_driver.NotebookReport
     finally:
         run.close()
         r = run.report
-        conftest.TIMINGS.append((notebook, r.code_cells, r.open_s, r.run_all_s, len(r.sliders)))
+        request.node.user_properties.append((conftest.TIMING, (notebook, r.code_cells, r.open_s, r.run_all_s,
+                                                               len(r.sliders))))
     assert sha(notebook) == digest, f"{notebook} was written to while the test ran it (autosave?)"
     return run.report
 
@@ -88,8 +89,8 @@ def problems(r: lab_driver.NotebookReport) -> list:
 
 
 @pytest.mark.parametrize("notebook", params(COURSE))
-def test_notebook_in_browser(browser, lab, shots_dir, notebook):
-    r = run_notebook(browser, lab, shots_dir, notebook)
+def test_notebook_in_browser(browser, lab, shots_dir, notebook, request):
+    r = run_notebook(browser, lab, shots_dir, notebook, request)
     for label, text in r.stderr:   # warnings are not failures, but a reader of the log should see them
         print(f"{notebook} {label} wrote to stderr: {text[:300]!r}")
     found = problems(r)
@@ -97,10 +98,10 @@ def test_notebook_in_browser(browser, lab, shots_dir, notebook):
 
 
 @pytest.mark.parametrize("notebook", params([SELF_CHECK]))
-def test_the_checks_catch_a_misbehaving_notebook(browser, lab, shots_dir, notebook):
+def test_the_checks_catch_a_misbehaving_notebook(browser, lab, shots_dir, notebook, request):
     """A notebook that does each wrong thing once: the checks above must report every one of them,
     and must not count a warning on stderr as an error."""
-    r = run_notebook(browser, lab, shots_dir, notebook)
+    r = run_notebook(browser, lab, shots_dir, notebook, request)
     assert r.dirty_on_open, "old-style metadata (language_info without the kernel's fields) must show as modified"
     assert [e[1:] for e in r.errors] == [("ZeroDivisionError", "division by zero")], r.errors
     assert any("UserWarning: a warning, not an error" in text for _, text in r.stderr), r.stderr
