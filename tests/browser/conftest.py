@@ -26,8 +26,8 @@ signal.signal(signal.SIGTERM, _sigterm)
 
 def pytest_configure(config):
     # The last run's screenshots go once, before any test: in the main process, not in each worker
-    # (a worker starting late would delete what the other has taken).
-    if not hasattr(config, "workerinput"):
+    # (a worker starting late would delete what the other has taken), and not for --collect-only.
+    if not hasattr(config, "workerinput") and not config.option.collectonly:
         os.makedirs(SHOTS, exist_ok=True)
         for name in os.listdir(SHOTS):
             if name.endswith(".png"):
@@ -69,7 +69,9 @@ LONGEST_FIRST = ("notebooks/10.Case-Studies.ipynb", "notebooks/9.Convergence-at-
 
 
 def pytest_collection_modifyitems(config, items):
-    if getattr(config.option, "numprocesses", None):
+    # Under pytest-xdist the workers collect (each the same order), and the main process hands out
+    # tests in that order.
+    if hasattr(config, "workerinput") or getattr(config.option, "numprocesses", None):
         first = {nb: i for i, nb in enumerate(LONGEST_FIRST)}
         items.sort(key=lambda item: first.get(item.callspec.params.get("notebook") if hasattr(item, "callspec")
                                               else None, len(first)))
