@@ -34,7 +34,6 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
 from ddlab.course import convergence_sweep as cs  # noqa: E402
-from ddlab.base import schemas
 from ddlab.system import frameworks
 from ddlab.training import recording
 
@@ -130,8 +129,9 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=list(cs.SIZES["cuda"]["seeds"]))
     p.add_argument("--merge", action="store_true", help="only join the parts recorded in OUT into one result")
     a = p.parse_args(argv)
-    if schemas.validator_missing():      # asked before any measurement: nothing measured is then lost
-        p.error(schemas.validator_missing() + recording.OFFLINE_HINT)
+    why = recording.cannot_save()      # asked before any measurement: nothing measured is then lost
+    if why:
+        p.error(why)
     bad = [x for x in a.parts if x not in PARTS]
     if bad:
         p.error(f"unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")

@@ -50,7 +50,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from ddlab.training import experiments, recording, recording_sets, runs, step_profile  # noqa: E402
 from ddlab.course import field_reports, tuning
-from ddlab.base import schemas  # noqa: E402
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
 from ddlab.training.runspec import MODELS  # noqa: E402
@@ -141,8 +140,9 @@ def main(argv=None) -> int:
                    help="strong JOBs: the global batches, comma-separated (default: the reports' "
                         f"{','.join(map(str, field_reports.REPORT_GLOBAL_BATCHES))})")
     a = p.parse_args(argv)
-    if schemas.validator_missing():      # asked before any measurement: nothing measured is then lost
-        p.error(schemas.validator_missing() + recording.OFFLINE_HINT)
+    why = recording.cannot_save()      # asked before any measurement: nothing measured is then lost
+    if why:
+        p.error(why)
     if a.batch is not None and a.batch < 1:
         p.error("--batch must be a whole number of images per GPU, at least 1")
     if a.repeats < recording.MIN_REPEATS:

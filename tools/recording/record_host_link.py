@@ -32,7 +32,7 @@ import time
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(REPO, "source_code"))
 
-from ddlab.base import files, schemas  # noqa: E402
+from ddlab.base import files  # noqa: E402
 from ddlab.cost import step_model  # noqa: E402
 from ddlab.measure import host_link, host_link_torch  # noqa: E402
 from ddlab.system import policy  # noqa: E402
@@ -112,8 +112,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="runs of each training configuration (median kept)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the compiled test may run per GPU")
     a = p.parse_args(argv)
-    if schemas.validator_missing():      # asked before any measurement: nothing measured is then lost
-        p.error(schemas.validator_missing() + recording.OFFLINE_HINT)
+    why = recording.cannot_save()      # asked before any measurement: nothing measured is then lost
+    if why:
+        p.error(why)
     parts = [x.strip() for x in a.parts.split(",") if x.strip()]
     unknown = [x for x in parts if x not in PARTS]
     if unknown:

@@ -13,15 +13,12 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ddlab.base import files, reference
+from ddlab.base import files, reference, schemas
 from ddlab.training.results import ExperimentResult
 from ddlab.training.runspec import RunSpec
 
 REFERENCE_KIND = "experiments"
 MIN_REPEATS = 3
-# Where a recording machine without a package registry gets what ddlab needs, said after a missing package.
-OFFLINE_HINT = ("; on a machine without a package registry, tools/recording/prepare_offline.sh gathers the wheels "
-                "in .whl/ and `source tools/recording/gpu_setup.sh` installs them")
 
 
 def reference_name(experiment: str, framework: str, launcher: str, model: str) -> str:
@@ -60,6 +57,14 @@ def save_reference(result: ExperimentResult, name: Optional[str] = None) -> str:
     return reference.save(REFERENCE_KIND, name or reference_name(result.name, c.get("framework"),
                                                                  c.get("launcher"), c.get("model")),
                           result.to_dict())
+
+
+def cannot_save() -> Optional[str]:
+    """None when a recording can be saved here; otherwise why not and how to mend it. A recording
+    script asks first, before it spends any time measuring what it could not then save."""
+    missing = schemas.validator_missing()
+    return missing and (missing + "; on a machine without a package registry, tools/recording/prepare_offline.sh "
+                        "gathers the wheels in .whl/ and `source tools/recording/gpu_setup.sh` installs them")
 
 
 def use_hardware_label() -> str:

@@ -28,15 +28,13 @@ def _write(out_dir: str, name: str, res: ExperimentResult, done: dict) -> None:
     """Saves ``res`` as ``<name>.json``, checked by its schema. If that fails (a missing validator,
     a full disk, a result the schema refuses) the measurement is not lost: it is kept unchecked as
     ``<name>.unsaved.json`` and ``done[name]`` says why, so the next measurements still run."""
-    path = os.path.join(out_dir, name + ".json")
     try:
-        save(res, path)
+        save(res, os.path.join(out_dir, name + ".json"))
+        done[name], head = res, ""
     except Exception as exc:  # reported in the summary, the measurement kept aside
         done[name] = f"not saved: {type(exc).__name__}: {exc}" + _kept_aside(out_dir, name, res)
-        print(f"\n{name}: {done[name]}\n" + res.table() + "\n", flush=True)
-        return
-    done[name] = res
-    print("\n" + res.table() + "\n", flush=True)
+        head = f"{name}: {done[name]}\n"
+    print("\n" + head + res.table() + "\n", flush=True)
 
 
 def _kept_aside(out_dir: str, name: str, res: ExperimentResult) -> str:
