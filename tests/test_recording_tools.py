@@ -110,7 +110,7 @@ def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeyp
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
     calls = []
 
-    def comparison(base, path, echo, progress):
+    def comparison(base, path, echo, progress, partial):
         calls.append((base, path))
         return ExperimentResult("tuning", [{"tuning": "untuned", "workers": 2, "images_per_s": 1.0}], "live",
                                 {"machine": "2x Test GPU"}, [], {"launcher": base.launcher, "path": path})
@@ -122,6 +122,27 @@ def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeyp
     written = json.load(open(tmp_path / "tuning-torch-horovod-wide-shm.json"))
     assert written["experiment"] == "tuning" and written["config"]["path"] == "shm"
     assert "tune:horovod:wide:shm: done in" in capsys.readouterr().out
+
+
+def test_a_tune_job_cut_short_keeps_the_tunings_it_finished(tmp_path, monkeypatch):
+    from ddlab.system import frameworks
+    from ddlab.training import recording
+    from ddlab.course import tuning
+    from ddlab.training.results import ExperimentResult
+    mod = load("record_experiments.py")
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(frameworks, "availability", lambda framework, launcher: (True, ""))
+    monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
+
+    def comparison(base, path, echo, progress, partial):
+        partial(ExperimentResult("tuning", [{"tuning": "untuned", "workers": 2, "images_per_s": 1.0}], "live",
+                                 {"machine": "2x Test GPU"}, ["partial: 1 of 9 tunings run"], {"path": path}))
+        raise KeyboardInterrupt    # what the timeout's signal does to the run mid-way
+    monkeypatch.setattr(tuning, "tuning_comparison", comparison)
+    with pytest.raises(KeyboardInterrupt):
+        mod.main([str(tmp_path), "tune:ddp:wide"])
+    kept = json.load(open(tmp_path / "tuning-torch-ddp-wide-default.json"))
+    assert kept["rows"][0]["tuning"] == "untuned" and kept["notes"] == ["partial: 1 of 9 tunings run"]
 
 
 def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypatch):

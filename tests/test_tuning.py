@@ -189,6 +189,26 @@ def test_comparison_runs_the_one_gpu_baseline_then_each_tuning_on_two_workers(mo
     assert back.rows == res.rows and back.table() == text
 
 
+def test_the_result_so_far_is_handed_out_after_each_tuning_but_the_last(monkeypatch):
+    outcomes = [script_result(100.0)] + [script_result(v, workers=2) for v in (150.0, 160.0)]
+    _fake(monkeypatch, *outcomes, "a worker crashed")
+    monkeypatch.setattr(tuning, "bf16_hook_problem", lambda: "this PyTorch has no bf16 hook")
+    seen = []
+    res = tuning.tuning_comparison(base=RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2),
+                                   tunings=["untuned", "bf16 hook", "static graph", "bucket 100 MB"],
+                                   partial=seen.append)
+    assert [[r["tuning"] for r in p.rows] for p in seen] == [
+        [tuning.BASELINE, "untuned"], [tuning.BASELINE, "untuned", "bf16 hook"],
+        [tuning.BASELINE, "untuned", "bf16 hook", "static graph"]]
+    assert [len(p.runs) for p in seen] == [2, 2, 3]    # the bf16 hook: a not-run row, no runs
+    assert "partial: 1 of 4 tunings run, the rest not yet ('bf16 hook', 'static graph', 'bucket 100 MB')" \
+        in seen[0].notes
+    # the last tuning failed: the whole result has its row and no partial note
+    assert "launch failed" in res.rows[-1]["error"] and not any(n.startswith("partial:") for n in res.notes)
+    back = results.ExperimentResult.from_dict(json.loads(json.dumps(seen[0].to_dict())))
+    assert back.rows == seen[0].rows and "160" not in back.table()
+
+
 def test_a_failed_tuning_gets_its_row_and_the_others_still_run(monkeypatch):
     fake = _fake(monkeypatch, script_result(100.0), "a worker crashed", script_result(120.0, workers=2))
     base = RunSpec.for_device("cuda", "wide", launcher="horovod", workers=2)

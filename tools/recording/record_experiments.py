@@ -30,8 +30,8 @@ default (the batch sweep of notebook 10's first case) and adds "-bN" to their na
 Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph][-bN].json and, for an eager
 comparison at the default batch, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes
 OUT_DIR/tuning-torch-<launcher>-<model>-<path>.json (all ready for
-source_code/reference/experiments/), each as soon as it is complete, so a run cut short
-keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
+source_code/reference/experiments/), each as soon as it is complete (a tune JOB also after
+each tuning, with a note that says it is partial), so a run cut short keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
 worker's phase times); a launch is killed after --timeout seconds and its row shows where
 each worker was stuck.
 
@@ -105,12 +105,14 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
     say(f"\n== tune:{launcher}:{model}:{path}: {len(tuning.TUNINGS[launcher])} tunings + the 1-GPU baseline, "
         f"{base.steps} steps ({base.warmup_steps} warm-up), batch {base.batch}/GPU, {base.precision}, "
         f"{base.repeats} repeats")
-    try:
-        res = tuning.tuning_comparison(base=base, path=path, echo=echo, progress=say)
+    os.makedirs(out_dir, exist_ok=True)
+    target = os.path.join(out_dir, name + ".json")
+    try:     # saved after each tuning too (a note says it is partial), so a run cut short keeps what finished
+        res = tuning.tuning_comparison(base=base, path=path, echo=echo, progress=say,
+                                       partial=lambda part: recording.save(part, target))
     except Exception as exc:  # reported in the summary; the next JOB still runs
         return {name: f"{type(exc).__name__}: {exc}"}
-    os.makedirs(out_dir, exist_ok=True)
-    recording.save(res, os.path.join(out_dir, name + ".json"))
+    recording.save(res, target)
     say("\n" + res.table() + "\n")
     return {name: res}
 

@@ -351,7 +351,8 @@ def planned_launches(launcher: str, tunings: Sequence[str], repeats: int) -> int
 
 def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "default",
                       tunings: Optional[Sequence[str]] = None, device: str = "auto", repeats: int = 3,
-                      base=None, echo: bool = False, progress: Optional[Callable[[str], None]] = None):
+                      base=None, echo: bool = False, progress: Optional[Callable[[str], None]] = None,
+                      partial: Optional[Callable[[object], None]] = None):
     """The one-worker untuned run (one GPU), then each tuning of ``launcher`` on two workers over NCCL
     path ``path``, each ``repeats`` times, as an :class:`ddlab.training.results.ExperimentResult`
     ("tuning"): per row the tuning, its flags, images/s median (min-max), the speedup over
@@ -364,7 +365,8 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     there are two, else small real runs on CPU processes over gloo, where NCCL paths do not
     apply: the path is then "default" and a note says so). A tuning that fails, or that this
     PyTorch cannot run (the bf16 hook without CUDA), gets a row with the reason; the others
-    still run."""
+    still run. ``partial``: called with the result so far after each tuning that is not the last
+    (a note says how many were run), so a caller can save it and a run cut short keeps what finished."""
     from ddlab.measure import launch
     from ddlab.system import nccl
     from ddlab.system.provenance import run_provenance
@@ -422,7 +424,8 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
                          why="one worker, no all-reduce: the speedups are over this run",
                          run=idx[median_run(base_runs)], runs=idx))
     not_run: dict = {}   # reason -> the tunings this PyTorch cannot run
-    for name in chosen:
+
+    def run_one(name: str) -> None:
         t = TUNINGS[launcher][name]
         flags = t.flags_text(spec)
         skip = _skip_reason(t)
@@ -430,31 +433,42 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
             rows.append({"tuning": name, "flags": flags, "path": path, "workers": spec.workers, "error": skip,
                          "not_run": True})
             not_run.setdefault(skip, []).append(name)
-            continue
+            return
         try:
             runs = repeat(t.spec(spec), **common)
         except (launch.LaunchError, ExperimentError) as exc:
             rows.append(failure_row(exc, tuning=name, flags=flags, path=path, workers=spec.workers))
             notes.append(f"{name!r} failed: {str(exc).splitlines()[0]}")
-            continue
+            return
         row = add_speedup(row_of_repeats(runs), base_ips)
         idx = keep_runs(all_runs, runs)
         mid = median_run(runs)
         row.update(tuning=name, flags=flags, path=path, why=t.why, run=idx[mid], runs=idx,
                    tuning_config=runs[mid].get("tuning"))
         rows.append(row)
-    notes += [f"not run here ({', '.join(map(repr, skipped))}): {why}" for why, skipped in not_run.items()]
+
+    def result(finished: int):
+        kept = notes + [f"not run here ({', '.join(map(repr, skipped))}): {why}" for why, skipped in not_run.items()]
+        if finished < len(chosen):
+            kept.append(f"partial: {finished} of {len(chosen)} tunings run, the rest not yet "
+                        f"({', '.join(map(repr, chosen[finished:]))})")
+        bigger = [n for n in chosen[:finished]
+                  if TUNINGS[launcher][n].batch_factor != 1 or "--accumulate" in TUNINGS[launcher][n].flags]
+        if bigger:
+            kept.append(f"{', '.join(map(repr, bigger))} process more images per optimizer step than the one-worker "
+                        "baseline (a larger global batch): their speedup adds the larger batch to the second "
+                        "worker, and their test accuracy is that of a different training")
+        return ExperimentResult(EXPERIMENT, list(rows), "live", run_provenance(
+            f"ddlab.course.tuning.tuning_comparison(model={spec.model!r}, launcher={launcher!r}, path={path!r}, "
+            f"tunings={chosen})"), kept,
+            config_of(spec, (base_runs or all_runs)[0], workers=spec.workers,
+                      path=None if spec.device == "cpu" else path,      # gloo on CPU: no NCCL path to name
+                      tunings=chosen, baseline_images_per_s=base_ips), list(all_runs))
+
+    for done, name in enumerate(chosen, 1):
+        run_one(name)
+        if partial is not None and done < len(chosen) and all_runs:
+            partial(result(done))
     if not all_runs:
         raise ExperimentError("every run of the tuning comparison failed:\n" + "\n".join(notes))
-    bigger = [n for n in chosen
-              if TUNINGS[launcher][n].batch_factor != 1 or "--accumulate" in TUNINGS[launcher][n].flags]
-    if bigger:
-        notes.append(f"{', '.join(map(repr, bigger))} process more images per optimizer step than the one-worker "
-                     "baseline (a larger global batch): their speedup adds the larger batch to the second worker, "
-                     "and their test accuracy is that of a different training")
-    return ExperimentResult(EXPERIMENT, rows, "live", run_provenance(
-        f"ddlab.course.tuning.tuning_comparison(model={spec.model!r}, launcher={launcher!r}, path={path!r}, "
-        f"tunings={chosen})"), notes,
-        config_of(spec, (base_runs or all_runs)[0], workers=spec.workers,
-                  path=None if spec.device == "cpu" else path,      # gloo on CPU: no NCCL path to name
-                  tunings=chosen, baseline_images_per_s=base_ips), all_runs)
+    return result(len(chosen))
