@@ -48,10 +48,24 @@ class RecordedPoint:
     wrapper_in_step: bool = False
     device_source: str = ""
     path_label: str = ""     # the path as tables show it ("NCCL default, NVLS off" where the run had multicast off)
+    # strong scaling (the field reports' experiment): one global batch on one GPU, then split over
+    # n_gpus; ``batch`` is the per-GPU share and ``compute_s`` the one-GPU step at the whole batch,
+    # taken as the step at the share (a step this small is the host's, not the GPU's)
+    strong: bool = False
 
     @property
     def framework(self) -> str:
-        return "horovod" if self.launcher == "horovod" else "ddp"
+        return "horovod" if self.launcher.split()[0] == "horovod" else "ddp"
+
+    @property
+    def images_factor(self) -> int:
+        """How many one-GPU steps' images a step on ``n_gpus`` processes: ``n_gpus`` when each GPU
+        keeps its batch (weak scaling), 1 when the one-GPU batch is split (strong)."""
+        return 1 if self.strong else self.n_gpus
+
+    def speedup(self, pred: StepPrediction) -> float:
+        """The speedup ``pred`` means for this run: images/s on ``n_gpus`` over images/s on one."""
+        return pred.speedup * self.images_factor / self.n_gpus
 
 
 @dataclass
@@ -72,6 +86,7 @@ class RecordedSet:
     profiles: dict = field(default_factory=dict)     # {model: StepProfile} recorded on a GPU
     channels: dict = field(default_factory=dict)     # {path: NCCL channels of its recorded sweep}
     sweeps: str = ""                                 # the name of the recorded sweeps the fits came from
+    elsewhere: list = field(default_factory=list)    # [(recording, machine)] of other machines: not predicted
 
     def path_label(self, path: str) -> str:
         """``path`` as this set's tables show it (its runs' own name for it, e.g. "NCCL default, NVLS off")."""
@@ -171,6 +186,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
                                             int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max"),
                                             launcher == "ddp", where if device is not None else "",
                                             path_name(r, res.provenance)))
+    elsewhere = _strong_points(points, names, fits, machine)
     profiles = {}
     for model in names:
         try:
@@ -179,7 +195,42 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
             continue
         if prof.device != "cpu" and (not gpu_model or prof.device == gpu_model):   # profiled on that GPU
             profiles[model] = prof
-    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles, channels, sweeps)
+    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles, channels, sweeps,
+                       elsewhere)
+
+
+STRONG_PREFIX = "strong-scaling-torch-"
+
+
+def _strong_points(points: list, names, fits: dict, machine: str) -> list:
+    """Adds to ``points`` the recorded strong-scaling runs (``strong-scaling-torch-<launcher>-<model>-<path>``)
+    made on ``machine`` (the machine of the sweeps' fits), each 2-GPU row with the one-GPU row of the
+    same global batch. Returns [(recording, machine)] of those made elsewhere, not predicted."""
+    from ddlab.base import reference
+    from ddlab.training import recording
+    from ddlab.training.results import ExperimentResult, path_name
+    elsewhere = []
+    for name in sorted(n for n in reference.names(recording.REFERENCE_KIND) if n.startswith(STRONG_PREFIX)):
+        res = ExperimentResult.from_dict(reference.load(recording.REFERENCE_KIND, name), source="recorded")
+        c = res.config
+        path = c.get("path") or "default"
+        if c.get("model") not in names or path not in fits:
+            continue
+        where = _machine_text(res.provenance)
+        if machine and where != machine:
+            elsewhere.append((name, (res.provenance or {}).get("machine") or where))
+            continue
+        for r in res.rows:
+            one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")
+                        and not o.get("error")), None)
+            if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or one is None:
+                continue
+            points.append(RecordedPoint(f"{c.get('launcher')} strong", c["model"], path, r["workers"],
+                                        r["global_batch"] // r["workers"], one["global_batch"] / one["images_per_s"],
+                                        None, True, float(r["speedup"]), int(r.get("repeats", 1)),
+                                        r.get("speedup_min"), r.get("speedup_max"), c.get("launcher") == "ddp", "",
+                                        path_name(dict(r, path=path), res.provenance), strong=True))
+    return elsewhere
 
 
 def nccl_channels(sweep) -> Optional[int]:

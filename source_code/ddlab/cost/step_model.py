@@ -39,8 +39,9 @@ from ddlab.cost.wrapper_cost import (HOROVOD_CYCLE_TIME_S, HOROVOD_FUSION_THRESH
 from ddlab.training.models import Layer, model_layers
 
 FRAMEWORKS = ("ddp", "horovod")
-BATCH_TERM_SOURCE = ("assumed 0: no recorded 2-GPU runs at more than one batch per GPU to fit what grows with the "
-                     "batch on two GPUs (input copies, synchronisation) from; the step profiles time one GPU only")
+BATCH_TERM_SOURCE = ("assumed 0: nothing measures what grows with the batch on two GPUs (input copies, "
+                     "synchronisation) apart from the 2-GPU runs the model is checked against, and the step profiles "
+                     "time one GPU only")
 
 
 def step_time(compute_s: float, comm_s: float, overlap: float = 0.0) -> float:

@@ -23,7 +23,8 @@ Structure choices, and when they were made:
   gradient of a step fused at the cycle after the last one, half a cycle of wait on average, no
   overlap with the backward pass, the host waiting for the all-reduces) with its documented
   defaults, its own host time at size 2 left at 0 because nothing measures it; what grows with
-  the batch left at 0 because every recorded 2-GPU run has the same batch per GPU;
+  the batch left at 0 because every recorded 2-GPU run then had the same batch per GPU (the recorded
+  strong-scaling runs, at other batches, were added to the check later, with no term changed for them);
 * earlier, while looking at these same runs (no held-out column can undo that): DDP's buckets,
   their overlap with the backward pass, the measured readiness, the SM share, and the host and
   device paths.
@@ -78,7 +79,7 @@ def held_out_speedups(rec: RecordedSet, by: str, **kwargs) -> list:
         except ValueError:
             out.append(None)
             continue
-        out.append(_predict(rec, p, wrappers, **kwargs).speedup)
+        out.append(p.speedup(_predict(rec, p, wrappers, **kwargs)))
     return out
 
 
@@ -130,7 +131,8 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
         pred = _predict(rec, p, wrappers, **kwargs)
         row = {"launcher": p.launcher, "model": p.model, "path": p.path, "batch": p.batch, "measured": p.measured,
                "spread": _spread(p), "measured_min": p.measured_min, "measured_max": p.measured_max,
-               "all_pred": pred.speedup, "step_s": pred.total_s, "comm_s": pred.comm_s, "compute_s": p.compute_s, "n_gpus": p.n_gpus,
+               "all_pred": p.speedup(pred), "step_s": pred.total_s, "comm_s": pred.comm_s, "compute_s": p.compute_s,
+               "n_gpus": p.n_gpus, "images_factor": p.images_factor,
                "bound": pred.bound,
                "path_matters": "yes" if link_effect(rec, p, wrappers, **kwargs) > PATH_INDEPENDENT else "NO"}
         for by in schemes:
@@ -209,8 +211,15 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
                      f"and the wrapper, not the link. Of the {len(rest)} that do, {k} of {m} are within {band}.")
     notes += miss_notes(rows, schemes[0] if schemes else None)
     notes.append("Terms: " + "; ".join(f"{name} ({basis})" for name, basis in term_bases(rec).items()) + ".")
+    if any(r["launcher"].endswith(" strong") for r in rows):
+        notes.append("Rows of launcher '... strong' are the field reports' experiment: one global batch on one GPU, then "
+                     "split over two (batch/GPU is the share); their speedup is over the one-GPU run of the same global "
+                     "batch, whose measured step is taken as the step at the share.")
     if rec.missing:
         notes.append("Not recorded (no prediction checked): " + ", ".join(f"{m} ({la})" for la, m in rec.missing) + ".")
+    if rec.elsewhere:
+        notes.append("Not predicted, recorded on another machine whose all-reduce sweeps are not recorded: "
+                     + ", ".join(f"{n} ({m})" for n, m in rec.elsewhere) + ".")
     return notes
 
 
@@ -229,7 +238,7 @@ def term_bases(rec: RecordedSet) -> dict:
 
 def _gap_ms(r) -> float:
     """How much longer the measured step is than the predicted one, in ms (negative: shorter)."""
-    measured_step = r["n_gpus"] * r["compute_s"] / r["measured"]
+    measured_step = r.get("images_factor", r["n_gpus"]) * r["compute_s"] / r["measured"]
     return 1e3 * (measured_step - r["step_s"])
 
 
@@ -311,7 +320,7 @@ def recorded_terms(launcher: str = "ddp", model: str = "wide", path: str = "shm"
     p = pts[0]
     pred = _predict(rec, p, rec.wrappers(), profiles=rec.profiles, channels=rec.channels)
     t = pred.terms_table()
-    t.title = (f"The terms of one prediction: {launcher} {model} over {path}, predicted {format_ratio(pred.speedup)}, "
+    t.title = (f"The terms of one prediction: {launcher} {model} over {path}, predicted {format_ratio(p.speedup(pred))}, "
                f"measured {format_ratio(p.measured)}")
     t.notes = [f"Step on {p.n_gpus} GPUs {format_time(pred.total_s)}, decided by the {pred.bound} path."]
     return t
@@ -330,8 +339,8 @@ def validate(recorded: Optional[RecordedSet] = None, **kwargs):
     rows = []
     for p in rec.points:
         pred = _predict(rec, p, wrappers, **kwargs)
-        err = pred.speedup / p.measured - 1
-        rows.append({"launcher": p.launcher, "model": p.model, "path": p.path, "predicted": pred.speedup,
+        err = p.speedup(pred) / p.measured - 1
+        rows.append({"launcher": p.launcher, "model": p.model, "path": p.path, "predicted": p.speedup(pred),
                      "measured": p.measured, "error_pct": 100 * err,
                      "within": "yes" if abs(err) <= TOLERANCE else "no", "bound": pred.bound})
     inside = sum(r["within"] == "yes" for r in rows)
