@@ -79,6 +79,18 @@ def test_start_here_without_the_data_ends_with_make_data_and_ddlab_data_dir(no_d
     assert "make data" in shown and "DDLAB_DATA_DIR" in shown and str(no_data / "offline") in shown
 
 
+def test_the_inventory_row_without_the_data_names_the_folders_and_the_fix_on_one_line(no_data):
+    """The Fashion-MNIST row of every notebook's inventory (and of ddlab doctor) is one line that still says
+    where it looked and what to do, not the first line of the multi-line error."""
+    from ddlab.report import doctor
+    row = data.dataset_status()
+    assert row == (f"MISSING: Fashion-MNIST not found in {no_data / 'offline'}, {no_data / 'cache'}, "
+                   f"{no_data / 'debian'}; run `make data`, or set DDLAB_DATA_DIR to a folder holding the four "
+                   "IDX files")
+    shown = doctor.format_inventory(hardware.Inventory())
+    assert f"Fashion-MNIST            {row}" in shown.splitlines()
+
+
 def test_an_empty_ddlab_data_dir_is_named_when_another_copy_stands_in(monkeypatch, tmp_path):
     """DDLAB_DATA_DIR pointing at an empty folder: the search goes on to the next folder (every copy
     is checked against the same checksums) and the data cell's first line says so."""
@@ -139,6 +151,28 @@ def test_notebook_5_runs_keras_on_cpu_processes_and_says_why(machine, monkeypatc
     assert res is ns["keras"] and res.config["device"] == "cpu"
     assert res.notes[0].startswith("live on CPU, small: this machine cannot run it on GPUs (it needs 2 GPU(s) and "
                                    "TensorFlow sees 0 of the 2 PyTorch sees")
+    (missing,) = [n for n in res.notes if n.startswith("no recorded GPU result: ")]
+    assert "nccl-paths-keras-horovod-cnn" in missing and "available" not in missing     # not every other recording
+
+
+def test_notebook_5_says_first_what_each_section_will_show(machine, monkeypatch):
+    """The opening cell's line for each part is what the part's own cell then does (where_it_runs asks
+    the same decision as live_or_recorded, and runs nothing)."""
+    monkeypatch.setattr(experiments, "run_experiment", lambda *a, **k: pytest.fail("where_it_runs runs nothing"))
+    machine(TWO_GPUS_CPU_TF)
+    keras = experiments.where_it_runs("nccl-paths", "keras", "horovod", "cnn")
+    assert keras.startswith("a small run on CPU processes (it needs 2 GPU(s) and TensorFlow sees 0 of the 2 PyTorch "
+                            "sees") and keras.endswith("; no GPU run recorded)")
+    assert experiments.where_it_runs("nccl-paths", "torch", "ddp", "wide", cpu_run=False) == "live on the GPUs"
+    machine(NO_GPU)
+    assert experiments.where_it_runs("nccl-paths", "torch", "ddp", "cnn") == (
+        "recorded (it needs 2 GPU(s) and torch sees 0), with a small run on CPU processes beside it")
+    assert experiments.where_it_runs("nccl-paths", "torch", "ddp", "wide", cpu_run=False) == (
+        "recorded (it needs 2 GPU(s) and torch sees 0)")
+    machine(policy.Machine(gpus=0, software=lambda framework, launcher: (False, "Horovod is not installed")))
+    assert experiments.where_it_runs("nccl-paths", "keras", "horovod", "cnn").startswith("not run here (")
+    source = cell_source("notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb", "nb5-001")
+    assert "experiments.where_it_runs(" in source and "recorded ({decision.why})" not in source
 
 
 def test_tensorflow_gpu_count_asks_tensorflow_only_where_it_can_matter(monkeypatch, tmp_path):

@@ -64,8 +64,11 @@ def test_two_gpus_run_every_part_live(live_parts):
     assert logs.live and set(logs.value) == {"default", "shm", "socket"}
     # without nvcc our p2p test cannot be built: recorded instead, and asking for live says why
     assert not mode.live_or_recorded("p2p", machine=TWO_GPUS_NO_NVCC).live
-    with pytest.raises(RuntimeError, match="needs nvcc"):
+    with pytest.raises(mode.NotLiveHere, match="needs nvcc") as ei:
         mode.live_or_recorded("p2p", source="live", machine=TWO_GPUS_NO_NVCC)
+    shown = ei.value._render_traceback_()          # a notebook shows the message alone, no frames
+    assert len(shown) == 2 and shown[0] == f"\x1b[31mNotLiveHere\x1b[0m: {ei.value}"
+    assert str(ei.value).startswith("cannot run p2p live here: ")
     assert not mode.live_or_recorded("topology", source="recorded", machine=TWO_GPUS).live
 
 

@@ -154,7 +154,7 @@ def test_notebook_5_is_honest_about_what_is_recorded_and_predicts_like_with_like
     assert "dwarfs" not in md and 'r["share"]' in src                # the wide model's share is printed
     # the socket rows: loopback TCP, and the interface each launcher's runs used
     assert "loopback TCP" in md and "res.socket_interface()" in src and "NCCL_SOCKET_IFNAME" in md
-    assert "all live" not in md and "policy.decide(needs)" in src
+    assert "all live" not in md and "experiments.where_it_runs(" in src     # each part says what its cell will show
 
 
 def test_no_notebook_refers_to_sections_of_the_old_single_notebook():

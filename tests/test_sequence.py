@@ -12,7 +12,7 @@ class Inv:
 
 @pytest.mark.parametrize("notebook", sorted(sequence.NOTEBOOKS))
 def test_every_notebook_says_what_runs_in_every_mode(notebook):
-    texts = {n: sequence.live_here(notebook, Inv(n)) for n in (0, 1, 4)}
+    texts = {n: sequence.live_here(notebook, Inv(n), usable=n) for n in (0, 1, 4)}
     assert texts[0].startswith("This machine has no GPU")
     assert texts[1].startswith("This machine has one GPU")
     assert texts[4].startswith("This machine has 4 GPUs")
@@ -26,3 +26,31 @@ def test_unknown_notebook_or_mode_is_one_clear_message():
     bad.mode = "tpu"
     with pytest.raises(ValueError, match="unknown hardware mode"):
         sequence.live_here(2, bad)
+
+
+@pytest.mark.parametrize("visible, usable, start, runs_as", [
+    ("1", 1, "This machine has 2 GPUs, but PyTorch can use one of them (CUDA_VISIBLE_DEVICES='1' hides the others)",
+     "single-gpu"),
+    ("GPU-8932aaaa", 1, "This machine has 2 GPUs, but PyTorch can use one of them (CUDA_VISIBLE_DEVICES="
+     "'GPU-8932aaaa' hides the others)", "single-gpu"),
+    (None, 0, "This machine has 2 GPUs, but PyTorch can use none of them (a CPU-only PyTorch", "cpu")])
+def test_the_sentence_follows_the_gpus_pytorch_can_use_not_the_inventory(monkeypatch, visible, usable, start,
+                                                                          runs_as):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    text = sequence.live_here(5, Inv(2), usable=usable)
+    assert text.startswith(start), text
+    assert text.endswith(sequence.NOTEBOOKS[5][1][runs_as] + ".")
+    assert "runs live" not in text
+
+
+def test_pytorch_is_asked_only_where_the_inventory_lists_gpus(monkeypatch):
+    from ddlab.system import frameworks
+    asked = []
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": asked.append(framework) or 1)
+    assert sequence.live_here(2, Inv(0)).startswith("This machine has no GPU, so") and asked == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert sequence.live_here(2, Inv(2)).startswith("This machine has 2 GPUs, but PyTorch can use one of them")
+    assert asked == ["torch"]

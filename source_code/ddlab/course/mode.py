@@ -13,6 +13,7 @@ import os
 from typing import Optional
 
 from ddlab.base import reference
+from ddlab.base.errors import CourseError
 from ddlab.base.paths import REFERENCE_DIR
 from ddlab.system.policy import Decision, Machine, Needs, Shown, decide, measured_line, recorded_line
 from ddlab.system.topology import NoGPUError
@@ -22,6 +23,10 @@ RECORDED = "h200x2"
 NCCL_LOG_DIR = os.path.join(REFERENCE_DIR, "nccl_logs")
 PARTS = ("topology", "nccl-logs", "p2p", "allreduce", "scaling", "nccl-paths", "perf-options", "convergence",
          "host-link", "one-gpu", "wrapper-cost", "input-pipeline")
+
+
+class NotLiveHere(CourseError, RuntimeError):
+    """A part asked for live (``source="live"``) that this machine cannot run: one line, no frames."""
 
 
 # ----------------------------------------------------------------------------- each part
@@ -157,7 +162,7 @@ def live_or_recorded(part: str, source: str = "auto", machine: Optional[Machine]
     needs, load = _PARTS[part]
     decision = decide(needs, m) if source != "recorded" else Decision(False, "as asked")
     if source == "live" and not decision.live:
-        raise RuntimeError(f"cannot run {part} live here: {decision.why}")
+        raise NotLiveHere(f"cannot run {part} live here: {decision.why}")
     try:
         try:
             value, prov = load(decision.live, m)

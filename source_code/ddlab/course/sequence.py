@@ -6,6 +6,9 @@ modes are those of :attr:`ddlab.system.hardware.Inventory.mode`: "cpu", "single-
 """
 from __future__ import annotations
 
+import os
+from typing import Optional
+
 MODES = ("cpu", "single-gpu", "multi-gpu")
 
 # notebook number -> (title, {mode: what runs live there})
@@ -93,8 +96,11 @@ NOTEBOOKS = {
 }
 
 
-def live_here(notebook: int, inventory) -> str:
-    """One sentence for the top of ``notebook``: the mode of this machine and what runs live."""
+def live_here(notebook: int, inventory, usable: Optional[int] = None) -> str:
+    """One sentence for the top of ``notebook``: the mode of this machine and what runs live.
+    ``usable``: the GPUs PyTorch can use here (default: asked, where the inventory lists any);
+    the notebook runs in the mode of those, so where CUDA_VISIBLE_DEVICES hides some of the GPUs
+    the inventory lists, or PyTorch is a CPU-only build, the sentence says so."""
     if notebook not in NOTEBOOKS:
         raise ValueError(f"the course's notebooks are {', '.join(map(str, NOTEBOOKS))}; got {notebook!r}")
     mode = inventory.mode
@@ -102,4 +108,16 @@ def live_here(notebook: int, inventory) -> str:
         raise ValueError(f"unknown hardware mode {mode!r}; expected one of {', '.join(MODES)}")
     n = inventory.gpu_count
     machine = {"cpu": "no GPU", "single-gpu": "one GPU", "multi-gpu": f"{n} GPUs"}[mode]
-    return f"This machine has {machine}, so this notebook runs live: {NOTEBOOKS[notebook][1][mode]}."
+    if n and usable is None:
+        from ddlab.system import frameworks
+        usable = frameworks.gpu_count("torch")
+    if usable is None or usable >= n:
+        return f"This machine has {machine}, so this notebook runs live: {NOTEBOOKS[notebook][1][mode]}."
+    runs_as = MODES[min(usable, 2)]
+    seen = {0: "none of them", 1: "one of them"}.get(usable, f"{usable} of them")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    why = (f"CUDA_VISIBLE_DEVICES={visible!r} hides the others" if visible is not None else
+           "a CPU-only PyTorch, or a driver PyTorch cannot use" if usable == 0 else "CUDA leaves it no more")
+    as_with = {"cpu": "no GPU", "single-gpu": "one GPU", "multi-gpu": f"{usable} GPUs"}[runs_as]
+    return (f"This machine has {machine}, but PyTorch can use {seen} ({why}), so this notebook runs as with "
+            f"{as_with}: {NOTEBOOKS[notebook][1][runs_as]}.")

@@ -227,7 +227,12 @@ def dataset_status(path: Optional[str] = None) -> str:
     try:
         load_fashion_mnist(path)
     except DatasetError as exc:
-        return "MISSING or CORRUPT: " + str(exc).splitlines()[0]
+        lines = str(exc).splitlines()
+        looked = [x.strip() for x in lines[1:] if x.startswith("  ")]
+        if looked:          # not found: the folders searched, and the one step that fetches it, on one line
+            return (f"MISSING: Fashion-MNIST not found in {', '.join(looked)}; run `make data`, or set "
+                    "DDLAB_DATA_DIR to a folder holding the four IDX files")
+        return "MISSING or CORRUPT: " + " ".join(lines)
     return f"ok ({path if path is not None else find_dataset()}, checksums verified)"
 
 

@@ -315,6 +315,43 @@ def _needed_gpus(experiment: str, workers) -> int:
     return 1
 
 
+def _decide(experiment: str, framework: str, launcher: str, workers, source: str, cpu_run: bool, machine) -> tuple:
+    """(GPUs needed, the machine, live on GPUs?, why not, whether a CPU run may be added): the one
+    decision behind :func:`live_or_recorded` and :func:`where_it_runs`."""
+    from ddlab.system import policy
+    need = _needed_gpus(experiment, workers)
+    m = machine or policy.Machine.detect()
+    decision = policy.decide(policy.Needs(gpus=need, framework=framework, launcher=launcher), m)
+    ok, why = decision.live, decision.why
+    no_data = data.missing() if source != "recorded" else None
+    if no_data:      # nothing runs without the data set: the recording stands in, and the line says why
+        ok, why, cpu_run = False, no_data, False
+    return need, m, ok, why, cpu_run
+
+
+def where_it_runs(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
+                  workers=None, cpu_run: bool = True, machine=None) -> str:
+    """What :func:`live_or_recorded` with the same arguments (``source`` "auto") will show here, in
+    a few words, without running anything: "live on the GPUs", "recorded (why)" with or without a
+    small CPU run beside it, a CPU run alone where nothing is recorded, or nothing."""
+    if experiment == "perf-options":
+        launcher = "none"
+    need, m, ok, why, cpu_run = _decide(experiment, framework, launcher, workers, "auto", cpu_run, machine)
+    if ok:
+        return "live on the GPUs"
+    try:
+        load_recorded(experiment, framework, launcher, model)
+        recorded = True
+    except reference.ReferenceMissing:
+        recorded = False
+    cpu = cpu_run and m.software(framework, launcher)[0] and m.gpus_for(framework) < need
+    if recorded:
+        return f"recorded ({why})" + (", with a small run on CPU processes beside it" if cpu else "")
+    if cpu:
+        return f"a small run on CPU processes ({why}; no GPU run recorded)"
+    return f"not run here ({why}) and not recorded"
+
+
 def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
                      workers=None, source: str = "auto", cpu_run: bool = True, missing_ok: bool = False,
                      cuda_graph: bool = False, machine=None, **fields) -> ExperimentResult:
@@ -331,7 +368,6 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     capture each training step as a CUDA graph; the recorded result is then the "graph"
     variant, and no CPU run is added. ``machine``: a :class:`ddlab.system.policy.Machine` (default:
     this one). ``fields``: RunSpec fields for a live run (batch, steps, repeats, timeout, ...)."""
-    from ddlab.system import policy
     from ddlab.system import provenance as prov
     _check_choice("experiment", experiment, EXPERIMENTS)
     _check_choice("source", source, ("auto", "live", "recorded"))
@@ -344,13 +380,7 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
         variant, cpu_run = "graph", False
     if experiment == "perf-options":
         launcher = "none"
-    need = _needed_gpus(experiment, workers)
-    m = machine or policy.Machine.detect()
-    decision = policy.decide(policy.Needs(gpus=need, framework=framework, launcher=launcher), m)
-    ok, why = decision.live, decision.why
-    no_data = data.missing() if source != "recorded" else None
-    if no_data:      # nothing runs without the data set: the recording stands in, and the line says why
-        ok, why, cpu_run = False, no_data, False
+    need, m, ok, why, cpu_run = _decide(experiment, framework, launcher, workers, source, cpu_run, machine)
     if source == "live" and not ok:
         raise ExperimentError(f"cannot run {experiment} live here: {why}")
     if source != "recorded" and ok:
@@ -370,7 +400,7 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
         cpu = run_experiment(experiment, framework, launcher, model, workers, "cpu", **fields)
         if recorded is None:
             cpu.notes.insert(0, f"live on CPU, small: this machine cannot run it on GPUs ({why})")
-            note = f"no recorded GPU result: {missing}"
+            note = f"no recorded GPU result: {missing.split('; available:')[0]}"     # the name, not every other one
             if framework == "keras":
                 note += (" (TensorFlow was not installed on the machine the course recorded on, so the Keras path "
                          "is verified on CPU; it runs on GPUs wherever a GPU TensorFlow is installed)")
