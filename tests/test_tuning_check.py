@@ -60,6 +60,7 @@ def test_a_prediction_set_beside_its_measurement_counts_and_names_what_it_cannot
     notes = "\n".join(t.notes)
     assert notes.startswith("2 of 3 within ±10%") and "nothing in the model changed for them" in notes
     assert f"16-bit gradients, predicted too fast: ddp bf16 hook ({hook['error_pct']:+.1f}%)" in notes
+    assert hook["slower_than_untuned"] and "Each ran slower than its launcher's untuned run" in notes
     assert "Not predicted: ddp accumulate 2 (accumulation" in notes
     text = str(t)
     assert "buckets of 1 MB" in text and "2 bytes per gradient on the link" in text

@@ -44,7 +44,7 @@ def model_inputs(config: Optional[dict]) -> tuple:
         modelled.append(f"buckets of {c['bucket_cap_mb']:g} MB")
     if c.get("comm_hook") not in (None, "none") or c.get("hvd_compression") not in (None, "none"):
         kw["bytes_per_param"] = 2
-        modelled.append("2 bytes per gradient on the link (the casts not modelled)")
+        modelled.append("2 bytes per gradient on the link (the compression's own cost not modelled)")
     if c.get("hvd_fusion_mb"):
         kw["fusion_threshold_bytes"] = int(float(c["hvd_fusion_mb"]) * MIB)
         modelled.append(f"fusion buffer {c['hvd_fusion_mb']:g} MB")
@@ -96,8 +96,9 @@ def _miss_notes(rows) -> list:
         notes.append(f"16-bit gradients, predicted too fast: {named(slow16)}; the measured step is longer by "
                      f"{span(slow16)}: the model counts only the halved bytes on the link, none of the "
                      "compression's own cost (casting each gradient to 16 bits and back, the extra work per tensor "
-                     "in the hook or in Horovod), which the course does not measure; here that cost is larger than "
-                     "what the halved bytes save.")
+                     "in the hook or in Horovod), which the course does not measure."
+                     + (" Each ran slower than its launcher's untuned run: here that cost is larger than what the "
+                        "halved bytes save." if all(r["slower_than_untuned"] for r in slow16) else ""))
     if slow:
         notes.append(f"Predicted too fast: {named(slow)}; the measured step is longer by {span(slow)}: time on two "
                      "GPUs the model does not have (what two processes cost beyond one, Horovod's own host work), "
@@ -125,6 +126,7 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
             continue
         one_s = base["global_batch"] / base["images_per_s"]
         device_s, device_source = _device_s(rec, model, base["global_batch"])
+        untuned = next((r["speedup"] for r in res.rows if r.get("tuning") == "untuned" and r.get("speedup")), None)
         for r in res.rows:
             if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None:
                 continue
@@ -147,7 +149,8 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
                          "predicted": got, "error_pct": 100 * (got / p.measured - 1),
                          "modelled": "; ".join(modelled + [f"{t}: not modelled" for t in left]) or "untuned",
                          "bound": pred.bound, "sixteen_bit": kw.get("bytes_per_param") == 2,
-                         "gap_s": p.images_factor * one_s / p.measured - pred.total_s})
+                         "gap_s": p.images_factor * one_s / p.measured - pred.total_s,
+                         "slower_than_untuned": untuned is not None and p.measured < untuned})
     inside = sum(abs(r["error_pct"]) <= 100 * TOLERANCE for r in rows)
     notes = [f"{inside} of {len(rows)} within ±{100 * TOLERANCE:.0f}%. Each two-GPU tuning predicted from its "
              "comparison's own one-GPU run, the path's recorded all-reduce sweep and the model's terms, with the "
@@ -161,9 +164,13 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
         notes.append("Not predicted: " + "; ".join(skipped) + ".")
     if not comparisons:
         notes.append("No tuning comparison is recorded on this machine yet.")
-    cols = [("launcher", "text"), ("model", "text"), ("path", path_labels(rec), "path"), ("tuning", "text"),
+    models = sorted({r["model"] for r in rows})
+    cols = [("launcher", "text"), ("path", path_labels(rec), "path"), ("tuning", "text"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max"), ("predicted", "ratio", "predicted"),
             ("error_pct", lambda v: f"{v:+.1f}%" + ("" if abs(v) <= 100 * TOLERANCE else " (out)"), "error"),
-            ("modelled", "text", "model input"), ("bound", "text", "decided by")]
-    return Table(cols, rows, title="The step model against the recorded tunings: 2-GPU speedup over one GPU"
+            ("modelled", "text", "model input")]
+    if len(models) > 1:
+        cols.insert(1, ("model", "text"))
+    named = f", the {models[0]} model" if len(models) == 1 else ""
+    return Table(cols, rows, title=f"The step model against the recorded tunings{named}: 2-GPU speedup over one GPU"
                                    + (f" ({rec.machine})" if rec.machine else ""), notes=notes, wrap=("modelled",))

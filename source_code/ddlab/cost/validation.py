@@ -150,8 +150,9 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
             notes.append(f"Leaving out its {named} gives the same prediction for every row, so one column shows "
                          "them (the rows keep each: " + ", ".join(f"{by}_pred" for by in group) + ").")
     cols += [("bound", "text", "decided by"), ("path_matters", "text", "depends on path")]
-    return Table(cols, rows, title="Held out: each recorded 2-GPU run predicted from measured terms, its model, "
-                                   "then its path left out" + (f" ({rec.machine})" if rec.machine else ""),
+    left = ", then its ".join(schemes) if schemes else "nothing"
+    return Table(cols, rows, title="Held out: each recorded 2-GPU run predicted from measured terms, its "
+                                   f"{left} left out" + (f" ({rec.machine})" if rec.machine else ""),
                  notes=notes)
 
 
