@@ -159,3 +159,29 @@ def test_the_pcie_check_loads_the_gpus_torch_sees(monkeypatch):
     monkeypatch.setattr(pcie, "links_under_load", fake_links)
     hlt.pcie_under_load(seconds=0.01, nbytes=4096)
     assert seen["indices"] == [1]          # CUDA device 0 is the GPU at 19:00.0: NVML's GPU 1
+
+
+def test_a_cuda_device_nvml_does_not_list_is_named_with_the_reason(monkeypatch):
+    """NVML lists fewer GPUs than CUDA sees (a driver and library mismatch): the link check reads the
+    GPU it can match and says, for the other, which CUDA device and why, in one line."""
+    from ddlab.system import hardware, pcie
+    fake = FakeTorch()
+    fake.cuda.device_count = lambda: 2
+    fake.cuda.props = types.SimpleNamespace(name="X", uuid="")          # no PCI ids, no UUID from torch
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.setattr(hlt, "_torch", lambda: fake)
+    monkeypatch.setattr(hardware, "inventory", lambda **k: hardware.Inventory(gpus=[
+        hardware.GPU(0, "A", pci_bus_id="00000000:05:00.0")]))
+    seen = {}
+
+    def fake_links(load, indices=None, pynvml=None):
+        seen["indices"] = indices
+        return pcie.LoadCheck([])
+    monkeypatch.setattr(pcie, "links_under_load", fake_links)
+    monkeypatch.setattr(hlt, "copy_load", lambda seconds, nbytes: (lambda: None))
+    check = hlt.pcie_under_load(seconds=0.01, nbytes=4096)
+    assert seen["indices"] == [0]
+    assert check.notes == ["CUDA device 1 could not be matched to an NVML GPU, so its link is not read: CUDA device 1: "
+                           "the GPU inventory (NVML) lists only 1 GPU(s), so CUDA and NVML disagree about this machine "
+                           "(a driver and library mismatch, or GPUs NVML cannot read)"]

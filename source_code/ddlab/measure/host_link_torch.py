@@ -80,8 +80,8 @@ def cuda_bus_id(torch, index: int, gpus: Optional[list] = None) -> tuple:
     try:
         g = hardware.nvml_gpu_for_cuda(index, gpus, os.environ.get("CUDA_VISIBLE_DEVICES"),
                                        os.environ.get("CUDA_DEVICE_ORDER"))
-    except ValueError:
-        return None, "not found"
+    except ValueError as exc:           # NVML lists fewer GPUs than CUDA sees, or none: the reason, one line
+        return None, str(exc).splitlines()[0]
     return g.pci_bus_id, "CUDA_VISIBLE_DEVICES applied to NVML's list"
 
 
@@ -372,9 +372,9 @@ def pcie_under_load(seconds: float = 1.0, nbytes: int = 256 << 20, pynvml=None):
     by_bus = {g.pci_bus_id: g.index for g in gpus}
     indices, unmatched = [], []
     for i in range(torch.cuda.device_count()):
-        bus, _how = cuda_bus_id(torch, i, gpus)
-        (indices.append(by_bus[bus]) if bus in by_bus else unmatched.append(i))
+        bus, how = cuda_bus_id(torch, i, gpus)
+        (indices.append(by_bus[bus]) if bus in by_bus else unmatched.append((i, how)))
     check = pcie.links_under_load(copy_load(seconds=seconds, nbytes=nbytes), indices=indices or None, pynvml=pynvml)
-    if unmatched:
-        check.notes.append(f"CUDA device(s) {unmatched} could not be matched to an NVML GPU")
+    for i, how in unmatched:      # its link is not read: say which device and why
+        check.notes.append(f"CUDA device {i} could not be matched to an NVML GPU, so its link is not read: {how}")
     return check
