@@ -32,6 +32,28 @@ def test_an_abort_is_told_from_other_failures():
     assert not t.is_abort(SimpleNamespace(output="epoch 1: training loss 0.5\n", returncode=0))
 
 
+def test_a_failed_or_aborted_run_is_counted_and_named_by_its_first_line(monkeypatch):
+    """Each run that did not end cleanly is printed as '<script> run N: <status>: <the dead rank's first
+    line>' and counted as an abort or another failure (launches faked with captured launcher outputs)."""
+    t = tool()
+    outputs = iter([("torchrun_exception.txt", 1), ("torchrun_exception_then_sigabrt.txt", 1), (None, 0)])
+
+    def fake_run(argv, launcher, nproc, env, timeout, check, python):
+        name, code = next(outputs)
+        output = "epoch 1 done\n" if name is None else _captured(name, code).output
+        return t.launch.LaunchResult([python, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", *argv],
+                                     code, output, 1.0)
+    monkeypatch.setattr(t.launch, "run", fake_run)
+    said = []
+    row = t.loop("solution_ddp", 3, 30, say=said.append)
+    assert (row["runs"], row["aborts"], row["failures"]) == (3, 1, 1)
+    assert said == ["solution_ddp run 1: failed: rank 1 on host vm died first: raised ValueError: batch 3 has 17 "
+                    "labels for 16 images",
+                    "solution_ddp run 2: abort: rank 1 on host vm died first: raised ValueError: shard 3 is empty "
+                    "(its process then ended with SIGABRT)"]
+    assert [r["run"] for r in row["failed_runs"]] == [1, 2]
+
+
 def test_every_script_it_runs_exists():
     for path, args in tool().SCRIPTS.values():
         assert os.path.isfile(os.path.join(ROOT, path)) and args
