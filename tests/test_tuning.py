@@ -147,12 +147,12 @@ def test_the_comparison_names_the_default_path_as_its_runs_had_it(monkeypatch, n
                for n in res.notes), res.notes
 
 
-def test_comparison_runs_the_one_gpu_baseline_then_each_tuning_on_two_workers(monkeypatch):
+def test_comparison_runs_the_one_gpu_baseline_and_each_tuning_on_two_workers_interleaved(monkeypatch):
     chosen = ["untuned", "batch x2", "accumulate 2"]
-    outcomes = [script_result(v) for v in (100.0, 100.0)]
-    outcomes += [script_result(v, workers=2, tuning={"accumulate": 1}) for v in (150.0, 160.0)]
-    outcomes += [script_result(v, workers=2, global_batch=2048) for v in (210.0, 190.0)]
-    outcomes += [script_result(v, workers=2, global_batch=2048) for v in (185.0, 175.0)]
+    outcomes = []
+    for base, untuned_, big_, acc_ in ((100.0, 150.0, 210.0, 185.0), (100.0, 160.0, 190.0, 175.0)):   # two rounds
+        outcomes += [script_result(base), script_result(untuned_, workers=2, tuning={"accumulate": 1}),
+                     script_result(big_, workers=2, global_batch=2048), script_result(acc_, workers=2, global_batch=2048)]
     fake = _fake(monkeypatch, *outcomes)
     base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=2)
     res = tuning.tuning_comparison(base=base, path="shm", tunings=chosen)
@@ -165,16 +165,19 @@ def test_comparison_runs_the_one_gpu_baseline_then_each_tuning_on_two_workers(mo
     assert big["flags"] == "--batch-size 1024" and big["speedup"] == pytest.approx(2.0) and big["global_batch"] == 2048
     assert big["above_linear"] is False and acc["flags"] == "--accumulate 2"
     assert untuned["tuning_config"] == {"accumulate": 1} and untuned["why"]
-    # the argv of each launch: the baseline alone, the tunings with their flags on 2 workers
+    # the argv of each launch, round by round: the baseline alone, then the tunings with their flags on 2 workers
     argvs = fake.argvs
-    assert fake.nprocs == [1, 1] + [2] * 6
-    assert all("--accumulate" not in a and a[a.index("--batch-size") + 1] == "512" for a in argvs[:4])
-    assert [a[a.index("--batch-size") + 1] for a in argvs[4:6]] == ["1024", "1024"]
-    assert all(a[-4:-2] == ["--accumulate", "2"] for a in argvs[6:])
+    assert fake.nprocs == [1, 2, 2, 2] * 2
+    assert all("--accumulate" not in argvs[i] and argvs[i][argvs[i].index("--batch-size") + 1] == "512"
+               for i in (0, 1, 4, 5))
+    assert [argvs[i][argvs[i].index("--batch-size") + 1] for i in (2, 6)] == ["1024", "1024"]
+    assert all(argvs[i][-4:-2] == ["--accumulate", "2"] for i in (3, 7))
     # the NCCL path's environment for the two-worker runs only
     shm = {k: v for k, v in nccl.get("shm").environment().items() if v is not None}
-    assert shm and all(fake.envs[i].get(k) == v for i in range(2, 8) for k, v in shm.items())
-    assert not any(fake.envs[0].get(k) == v for k, v in shm.items())
+    assert shm and all(fake.envs[i].get(k) == v for i in (1, 2, 3, 5, 6, 7) for k, v in shm.items())
+    assert not any(fake.envs[i].get(k) == v for i in (0, 4) for k, v in shm.items())
+    assert res.config["order"] == "interleaved" and res.config["rounds"] == 2
+    assert any(n.startswith("the repeats were interleaved: each of 2 round(s)") for n in res.notes)
     assert res.config["path"] == "shm" and res.config["tunings"] == chosen and res.config["repeats"] == 2
     assert res.config["baseline_images_per_s"] == 100.0
     assert res.spec == base.with_(path="shm") and res.live_default_differences() == {}
@@ -189,24 +192,25 @@ def test_comparison_runs_the_one_gpu_baseline_then_each_tuning_on_two_workers(mo
     assert back.rows == res.rows and back.table() == text
 
 
-def test_the_result_so_far_is_handed_out_after_each_tuning_but_the_last(monkeypatch):
-    outcomes = [script_result(100.0)] + [script_result(v, workers=2) for v in (150.0, 160.0)]
-    _fake(monkeypatch, *outcomes, "a worker crashed")
+def test_the_result_so_far_is_handed_out_after_each_round_but_the_last(monkeypatch):
+    rounds = [[script_result(100.0), script_result(150.0, workers=2), script_result(160.0, workers=2)]] * 2
+    _fake(monkeypatch, *rounds[0], *rounds[1], script_result(100.0), script_result(150.0, workers=2),
+          "a worker crashed")
     monkeypatch.setattr(tuning, "bf16_hook_problem", lambda: "this PyTorch has no bf16 hook")
     seen = []
-    res = tuning.tuning_comparison(base=RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2),
-                                   tunings=["untuned", "bf16 hook", "static graph", "bucket 100 MB"],
-                                   partial=seen.append)
-    assert [[r["tuning"] for r in p.rows] for p in seen] == [
-        [tuning.BASELINE, "untuned"], [tuning.BASELINE, "untuned", "bf16 hook"],
-        [tuning.BASELINE, "untuned", "bf16 hook", "static graph"]]
-    assert [len(p.runs) for p in seen] == [2, 2, 3]    # the bf16 hook: a not-run row, no runs
-    assert "partial: 1 of 4 tunings run, the rest not yet ('bf16 hook', 'static graph', 'bucket 100 MB')" \
-        in seen[0].notes
-    # the last tuning failed: the whole result has its row and no partial note
+    base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=3)
+    res = tuning.tuning_comparison(base=base, tunings=["untuned", "bf16 hook", "bucket 100 MB"], partial=seen.append)
+    assert [len(p.runs) for p in seen] == [3, 6]          # after rounds 1 and 2, not after the last
+    for done, p in enumerate(seen, 1):
+        assert [r["tuning"] for r in p.rows] == [tuning.BASELINE, "untuned", "bf16 hook", "bucket 100 MB"]
+        assert p.rows[2].get("not_run") and p.config["rounds"] == done
+        assert f"partial: {done} of 3 rounds run, so each row has {done} repeat(s)" in p.notes
+    assert seen[1].rows[3]["images_per_s"] == 160.0 and seen[1].rows[3]["repeats"] == 2
+    # bucket 100 MB failed in the last round: the whole result has its failure row and no partial note
     assert "launch failed" in res.rows[-1]["error"] and not any(n.startswith("partial:") for n in res.notes)
+    assert res.rows[1]["repeats"] == 3 and len(res.runs) == 6
     back = results.ExperimentResult.from_dict(json.loads(json.dumps(seen[0].to_dict())))
-    assert back.rows == seen[0].rows and "160" not in back.table()
+    assert back.rows == seen[0].rows
 
 
 def test_a_failed_tuning_gets_its_row_and_the_others_still_run(monkeypatch):

@@ -30,8 +30,9 @@ default (the batch sweep of notebook 10's first case) and adds "-bN" to their na
 Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph][-bN].json and, for an eager
 comparison at the default batch, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes
 OUT_DIR/tuning-torch-<launcher>-<model>-<path>.json (all ready for
-source_code/reference/experiments/), each as soon as it is complete (a tune JOB also after
-each tuning, with a note that says it is partial), so a run cut short keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
+source_code/reference/experiments/), each as soon as it is complete (a tune JOB, whose repeats
+are interleaved, also after each round, with a note that says it is partial), so a run cut short
+keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
 worker's phase times); a launch is killed after --timeout seconds and its row shows where
 each worker was stuck.
 
@@ -107,7 +108,7 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
         f"{base.repeats} repeats")
     os.makedirs(out_dir, exist_ok=True)
     target = os.path.join(out_dir, name + ".json")
-    try:     # saved after each tuning too (a note says it is partial), so a run cut short keeps what finished
+    try:     # saved after each round too (a note says it is partial), so a run cut short keeps what finished
         res = tuning.tuning_comparison(base=base, path=path, echo=echo, progress=say,
                                        partial=lambda part: recording.save(part, target))
     except Exception as exc:  # reported in the summary; the next JOB still runs

@@ -353,7 +353,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
                       tunings: Optional[Sequence[str]] = None, device: str = "auto", repeats: int = 3,
                       base=None, echo: bool = False, progress: Optional[Callable[[str], None]] = None,
                       partial: Optional[Callable[[object], None]] = None):
-    """The one-worker untuned run (one GPU), then each tuning of ``launcher`` on two workers over NCCL
+    """The one-worker untuned run (one GPU) and each tuning of ``launcher`` on two workers over NCCL
     path ``path``, each ``repeats`` times, as an :class:`ddlab.training.results.ExperimentResult`
     ("tuning"): per row the tuning, its flags, images/s median (min-max), the speedup over
     the one-worker untuned run, the step time, the test accuracy and whether the ranks agree.
@@ -365,8 +365,10 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     there are two, else small real runs on CPU processes over gloo, where NCCL paths do not
     apply: the path is then "default" and a note says so). A tuning that fails, or that this
     PyTorch cannot run (the bf16 hook without CUDA), gets a row with the reason; the others
-    still run. ``partial``: called with the result so far after each tuning that is not the last
-    (a note says how many were run), so a caller can save it and a run cut short keeps what finished."""
+    still run. The repeats are interleaved: each of ``repeats`` rounds runs the baseline and every
+    tuning once, so a drift of the machine spreads over every row instead of looking like one
+    tuning's effect. ``partial``: called with the result so far after each round but the last (a
+    note says how many rounds ran), so a caller can save it and a run cut short keeps what finished."""
     from ddlab.measure import launch
     from ddlab.system import nccl
     from ddlab.system.provenance import run_provenance
@@ -408,67 +410,93 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
                      "the one-GPU baseline has no all-reduce")
     spec = spec.with_(path=path)
     common = dict(echo=echo, progress=progress)
-    rows, all_runs = [], []
-    base_ips = None
-    try:
-        base_runs = repeat(spec.with_(workers=1, path="default"), **common)
-    except (launch.LaunchError, ExperimentError) as exc:
-        base_runs = []
-        rows.append(failure_row(exc, tuning=BASELINE, flags="(none)", path="1 worker", workers=1))
-        notes.append(f"the one-worker baseline failed, so there are no speedups: {str(exc).splitlines()[0]}")
-    else:
-        row = row_of_repeats(base_runs)
-        base_ips = row["images_per_s"]
-        idx = keep_runs(all_runs, base_runs)
-        rows.append(dict(add_speedup(row, base_ips), tuning=BASELINE, flags="(none)", path="1 worker",
-                         why="one worker, no all-reduce: the speedups are over this run",
-                         run=idx[median_run(base_runs)], runs=idx))
-    not_run: dict = {}   # reason -> the tunings this PyTorch cannot run
+    # Interleaved: each round runs the baseline and every tuning once, so a slow drift of the machine
+    # (clocks, the host) spreads over every row's min-max instead of looking like one tuning's effect.
+    configs = [(BASELINE, spec.with_(workers=1, path="default", repeats=1))]
+    skipped: dict = {}    # tuning -> why this machine cannot run it
+    for name in chosen:
+        why = _skip_reason(TUNINGS[launcher][name])
+        if why:
+            skipped[name] = why
+        else:
+            configs.append((name, TUNINGS[launcher][name].spec(spec).with_(repeats=1)))
+    got = {name: [] for name, _ in configs}
+    failed: dict = {}     # configuration -> the error of its first failed launch (its runs are dropped)
 
-    def run_one(name: str) -> None:
-        t = TUNINGS[launcher][name]
-        flags = t.flags_text(spec)
-        skip = _skip_reason(t)
-        if skip:
-            rows.append({"tuning": name, "flags": flags, "path": path, "workers": spec.workers, "error": skip,
-                         "not_run": True})
-            not_run.setdefault(skip, []).append(name)
-            return
-        try:
-            runs = repeat(t.spec(spec), **common)
-        except (launch.LaunchError, ExperimentError) as exc:
-            rows.append(failure_row(exc, tuning=name, flags=flags, path=path, workers=spec.workers))
-            notes.append(f"{name!r} failed: {str(exc).splitlines()[0]}")
-            return
-        row = add_speedup(row_of_repeats(runs), base_ips)
-        idx = keep_runs(all_runs, runs)
-        mid = median_run(runs)
-        row.update(tuning=name, flags=flags, path=path, why=t.why, run=idx[mid], runs=idx,
-                   tuning_config=runs[mid].get("tuning"))
-        rows.append(row)
+    def first(exc) -> str:
+        return str(exc).splitlines()[0]
 
-    def result(finished: int):
-        kept = notes + [f"not run here ({', '.join(map(repr, skipped))}): {why}" for why, skipped in not_run.items()]
-        if finished < len(chosen):
-            kept.append(f"partial: {finished} of {len(chosen)} tunings run, the rest not yet "
-                        f"({', '.join(map(repr, chosen[finished:]))})")
-        bigger = [n for n in chosen[:finished]
-                  if TUNINGS[launcher][n].batch_factor != 1 or "--accumulate" in TUNINGS[launcher][n].flags]
+    def result(rounds: int):
+        rows, all_runs, kept = [], [], list(notes)
+        base_runs, base_ips = got[BASELINE], None
+        if BASELINE in failed:
+            rows.append(failure_row(failed[BASELINE], tuning=BASELINE, flags="(none)", path="1 worker", workers=1))
+            kept.append(f"the one-worker baseline failed, so there are no speedups: {first(failed[BASELINE])}")
+            base_runs = []
+        elif base_runs:
+            row = row_of_repeats(base_runs)
+            base_ips = row["images_per_s"]
+            idx = keep_runs(all_runs, base_runs)
+            rows.append(dict(add_speedup(row, base_ips), tuning=BASELINE, flags="(none)", path="1 worker",
+                             why="one worker, no all-reduce: the speedups are over this run",
+                             run=idx[median_run(base_runs)], runs=idx))
+        for name in chosen:
+            t = TUNINGS[launcher][name]
+            flags = t.flags_text(spec)
+            if name in skipped:
+                rows.append({"tuning": name, "flags": flags, "path": path, "workers": spec.workers,
+                             "error": skipped[name], "not_run": True})
+            elif name in failed:
+                rows.append(failure_row(failed[name], tuning=name, flags=flags, path=path, workers=spec.workers))
+                kept.append(f"{name!r} failed: {first(failed[name])}")
+            elif got[name]:
+                runs = got[name]
+                row = add_speedup(row_of_repeats(runs), base_ips)
+                idx = keep_runs(all_runs, runs)
+                mid = median_run(runs)
+                row.update(tuning=name, flags=flags, path=path, why=t.why, run=idx[mid], runs=idx,
+                           tuning_config=runs[mid].get("tuning"))
+                rows.append(row)
+        by_why: dict = {}
+        for name, why in skipped.items():
+            by_why.setdefault(why, []).append(name)
+        kept += [f"not run here ({', '.join(map(repr, these))}): {why}" for why, these in by_why.items()]
+        kept.append(f"the repeats were interleaved: each of {rounds} round(s) ran the one-worker baseline and every "
+                    "tuning once, in the table's order, so a drift of the machine during the comparison spreads "
+                    "over every row's min-max instead of looking like one tuning's effect")
+        if rounds < spec.repeats:
+            kept.append(f"partial: {rounds} of {spec.repeats} rounds run, so each row has {rounds} repeat(s)")
+        bigger = [n for n in chosen if n not in skipped
+                  and (TUNINGS[launcher][n].batch_factor != 1 or "--accumulate" in TUNINGS[launcher][n].flags)]
         if bigger:
             kept.append(f"{', '.join(map(repr, bigger))} process more images per optimizer step than the one-worker "
                         "baseline (a larger global batch): their speedup adds the larger batch to the second "
                         "worker, and their test accuracy is that of a different training")
-        return ExperimentResult(EXPERIMENT, list(rows), "live", run_provenance(
+        if not all_runs:
+            return None
+        return ExperimentResult(EXPERIMENT, rows, "live", run_provenance(
             f"ddlab.course.tuning.tuning_comparison(model={spec.model!r}, launcher={launcher!r}, path={path!r}, "
             f"tunings={chosen})"), kept,
             config_of(spec, (base_runs or all_runs)[0], workers=spec.workers,
                       path=None if spec.device == "cpu" else path,      # gloo on CPU: no NCCL path to name
-                      tunings=chosen, baseline_images_per_s=base_ips), list(all_runs))
+                      tunings=chosen, baseline_images_per_s=base_ips, order="interleaved", rounds=rounds),
+            all_runs)
 
-    for done, name in enumerate(chosen, 1):
-        run_one(name)
-        if partial is not None and done < len(chosen) and all_runs:
-            partial(result(done))
-    if not all_runs:
-        raise ExperimentError("every run of the tuning comparison failed:\n" + "\n".join(notes))
-    return result(len(chosen))
+    for done in range(1, spec.repeats + 1):
+        for name, one in configs:
+            if name in failed:
+                continue
+            try:
+                got[name] += repeat(one, **common)
+            except (launch.LaunchError, ExperimentError) as exc:
+                failed[name] = exc
+                got[name] = []
+        if partial is not None and done < spec.repeats:
+            so_far = result(done)
+            if so_far is not None:
+                partial(so_far)
+    res = result(spec.repeats)
+    if res is None:
+        raise ExperimentError("every run of the tuning comparison failed:\n"
+                              + "\n".join(f"{name!r} failed: {first(exc)}" for name, exc in failed.items()))
+    return res
