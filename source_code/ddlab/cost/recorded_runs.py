@@ -88,6 +88,11 @@ class RecordedSet:
     sweeps: str = ""                                 # the name of the recorded sweeps the fits came from
     elsewhere: list = field(default_factory=list)    # [(recording, machine)] of other machines: not predicted
 
+    def made_here(self, provenance: Optional[dict]) -> bool:
+        """Whether a recording with ``provenance`` was made on this set's machine (the machine of its
+        fits); True when the set names no machine."""
+        return _made_on(provenance, self.machine)
+
     def path_label(self, path: str) -> str:
         """``path`` as this set's tables show it (its runs' own name for it, e.g. "NCCL default, NVLS off")."""
         return next((p.path_label for p in self.points if p.path == path and p.path_label), path)
@@ -206,19 +211,16 @@ def _strong_points(points: list, names, fits: dict, machine: str) -> list:
     """Adds to ``points`` the recorded strong-scaling runs (``strong-scaling-torch-<launcher>-<model>-<path>``)
     made on ``machine`` (the machine of the sweeps' fits), each 2-GPU row with the one-GPU row of the
     same global batch. Returns [(recording, machine)] of those made elsewhere, not predicted."""
-    from ddlab.base import reference
     from ddlab.training import recording
-    from ddlab.training.results import ExperimentResult, path_name
+    from ddlab.training.results import path_name
     elsewhere = []
-    for name in sorted(n for n in reference.names(recording.REFERENCE_KIND) if n.startswith(STRONG_PREFIX)):
-        res = ExperimentResult.from_dict(reference.load(recording.REFERENCE_KIND, name), source="recorded")
+    for name, res in recording.recorded_with_prefix(STRONG_PREFIX):
         c = res.config
         path = c.get("path") or "default"
         if c.get("model") not in names or path not in fits:
             continue
-        where = _machine_text(res.provenance)
-        if machine and where != machine:
-            elsewhere.append((name, (res.provenance or {}).get("machine") or where))
+        if not _made_on(res.provenance, machine):
+            elsewhere.append((name, (res.provenance or {}).get("machine") or _machine_text(res.provenance)))
             continue
         for r in res.rows:
             one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")
@@ -238,6 +240,12 @@ def nccl_channels(sweep) -> Optional[int]:
     None when the sweep kept no log or the log does not say."""
     log = sweep.nccl_log()
     return log.coll_channels if log is not None else None
+
+
+def _made_on(provenance: Optional[dict], machine: str) -> bool:
+    """Whether a recording's ``provenance`` names ``machine`` (as :func:`_machine_text` writes it; any
+    machine when ``machine`` is empty)."""
+    return not machine or _machine_text(provenance) == machine
 
 
 def _machine_text(prov: dict) -> str:

@@ -25,8 +25,8 @@ from typing import Optional
 
 from ddlab.base.units import format_ratio
 from ddlab.cost.recorded_runs import RecordedPoint, RecordedSet, path_labels, predict_point, recorded_points
+from ddlab.cost.validation import TOLERANCE, err_text
 
-TOLERANCE = 0.10
 MIB = 1024 * 1024
 PREFIX = "tuning-torch-"
 NOT_MODELLED = {"gradient_as_bucket_view": "gradients as bucket views", "static_graph": "static graph"}
@@ -58,17 +58,9 @@ def model_inputs(config: Optional[dict]) -> tuple:
 def recorded_comparisons(rec: RecordedSet) -> list:
     """The recorded tuning comparisons made on ``rec``'s machine, on a path ``rec`` has a fit for, as
     ExperimentResults (name order)."""
-    from ddlab.base import reference
     from ddlab.training import recording
-    from ddlab.training.results import ExperimentResult
-    from ddlab.cost.recorded_runs import _machine_text
-    out = []
-    for name in sorted(n for n in reference.names(recording.REFERENCE_KIND) if n.startswith(PREFIX)):
-        res = ExperimentResult.from_dict(reference.load(recording.REFERENCE_KIND, name), source="recorded")
-        if (res.config.get("path") or "default") in rec.fits and (not rec.machine
-                                                                   or _machine_text(res.provenance) == rec.machine):
-            out.append(res)
-    return out
+    return [res for _, res in recording.recorded_with_prefix(PREFIX)
+            if (res.config.get("path") or "default") in rec.fits and rec.made_here(res.provenance)]
 
 
 def _device_s(rec: RecordedSet, model: str, batch: int) -> tuple:
@@ -167,7 +159,7 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
     models = sorted({r["model"] for r in rows})
     cols = [("launcher", "text"), ("path", path_labels(rec), "path"), ("tuning", "text"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max"), ("predicted", "ratio", "predicted"),
-            ("error_pct", lambda v: f"{v:+.1f}%" + ("" if abs(v) <= 100 * TOLERANCE else " (out)"), "error"),
+            ("error_pct", err_text, "error"),
             ("modelled", "text", "model input")]
     if len(models) > 1:
         cols.insert(1, ("model", "text"))

@@ -100,7 +100,8 @@ def _err(pred, measured):
     return None if pred is None else 100 * (pred / measured - 1)
 
 
-def _err_text(v) -> str:
+def err_text(v) -> str:
+    """An error in percent as the tables show it, "(out)" beyond the ±10% band; "-" for none."""
     if v is None:
         return "-"
     return f"{v:+.1f}%" + ("" if abs(v) <= 100 * TOLERANCE else " (out)")
@@ -145,7 +146,7 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     for group in _same_predictions(rows, schemes):
         named = " or ".join(group) if len(group) < 3 else ", ".join(group[:-1]) + " or " + group[-1]
         cols += [(f"{group[0]}_pred", lambda v: "-" if v is None else format_ratio(v), f"{named} out"),
-                 (f"{group[0]}_err", _err_text, "error")]
+                 (f"{group[0]}_err", err_text, "error")]
         if len(group) > 1:
             notes.append(f"Leaving out its {named} gives the same prediction for every row, so one column shows "
                          "them (the rows keep each: " + ", ".join(f"{by}_pred" for by in group) + ").")

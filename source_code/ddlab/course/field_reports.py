@@ -168,16 +168,11 @@ def live(models: Sequence[str] = REPORT_MLPS, global_batch: int = CPU_GLOBAL_BAT
                                    "then split over two", notes=notes)
 
 
-STRONG_RECORDED_PREFIX = "strong-scaling-torch-"
-
-
 def recordings() -> list:
     """The recorded runs of the reports' experiment (``record_experiments.py strong:launcher:model[:path]``),
     as ExperimentResults, in name order; empty until one is recorded."""
     from ddlab.training import recording
-    from ddlab.training.results import ExperimentResult
-    return [ExperimentResult.from_dict(reference.load(recording.REFERENCE_KIND, n), source="recorded")
-            for n in sorted(reference.names(recording.REFERENCE_KIND)) if n.startswith(STRONG_RECORDED_PREFIX)]
+    return [res for _, res in recording.recorded_with_prefix(recorded_runs.STRONG_PREFIX)]
 
 
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),

@@ -107,7 +107,7 @@ def live_here(notebook: int, inventory, usable: Optional[int] = None) -> str:
     if mode not in MODES:
         raise ValueError(f"unknown hardware mode {mode!r}; expected one of {', '.join(MODES)}")
     n = inventory.gpu_count
-    machine = {"cpu": "no GPU", "single-gpu": "one GPU", "multi-gpu": f"{n} GPUs"}[mode]
+    machine = _gpus(mode, n)
     if n and usable is None:
         from ddlab.system import frameworks
         usable = frameworks.gpu_count("torch")
@@ -118,6 +118,10 @@ def live_here(notebook: int, inventory, usable: Optional[int] = None) -> str:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     why = (f"CUDA_VISIBLE_DEVICES={visible!r} hides the others" if visible is not None else
            "a CPU-only PyTorch, or a driver PyTorch cannot use" if usable == 0 else "CUDA leaves it no more")
-    as_with = {"cpu": "no GPU", "single-gpu": "one GPU", "multi-gpu": f"{usable} GPUs"}[runs_as]
     return (f"This machine has {machine}, but PyTorch can use {seen} ({why}), so this notebook runs as with "
-            f"{as_with}: {NOTEBOOKS[notebook][1][runs_as]}.")
+            f"{_gpus(runs_as, usable)}: {NOTEBOOKS[notebook][1][runs_as]}.")
+
+
+def _gpus(mode: str, n: int) -> str:
+    """A mode's GPUs in words: "no GPU", "one GPU", "4 GPUs"."""
+    return {"cpu": "no GPU", "single-gpu": "one GPU", "multi-gpu": f"{n} GPUs"}[mode]

@@ -36,6 +36,13 @@ def load_recorded(experiment: str, framework: str = "torch", launcher: str = "dd
     return ExperimentResult.from_dict(reference.load(REFERENCE_KIND, name), source="recorded")
 
 
+def recorded_with_prefix(prefix: str) -> list:
+    """[(name, ExperimentResult)] of every committed recording whose name starts with ``prefix``
+    (e.g. "strong-scaling-torch-", "tuning-torch-"), in name order; empty when there is none."""
+    return [(n, ExperimentResult.from_dict(reference.load(REFERENCE_KIND, n), source="recorded"))
+            for n in sorted(reference.names(REFERENCE_KIND)) if n.startswith(prefix)]
+
+
 def save(result: ExperimentResult, path: str) -> str:
     """Write ``result`` to ``path`` as JSON, whole or not at all; returns ``path``. A result that
     breaks its schema, or holds NaN, is refused with one message and the old file is kept."""
