@@ -178,6 +178,13 @@ def test_recorded_tunings_name_what_is_missing(monkeypatch):
     assert "ddp over default" not in line
     monkeypatch.setattr(tuning, "recorded", lambda *a: fake)
     assert cs.recorded_tunings()[1] == "Every tuning comparison is recorded."
+    # one cut short after 2 of 3 rounds is named with what it holds
+    cut = ExperimentResult("tuning", [{"tuning": "untuned", "repeats": 2}], "recorded", {}, [],
+                           {"launcher": "ddp", "path": "shm", "repeats": 3})
+    monkeypatch.setattr(tuning, "recorded",
+                        lambda launcher, model, path: cut if (launcher, path) == ("ddp", "shm") else fake)
+    line = cs.recorded_tunings()[1]
+    assert line == "Every tuning comparison is recorded.\nCut short, fewer repeats than planned:\n  ddp over shm (2 of 3 repeats)"
 
 
 def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
@@ -195,31 +202,63 @@ def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
     assert args[:3] == ("wide", "ddp", "default") and kw["tunings"] == cs.GPU_LIVE_TUNINGS and kw["device"] == "cuda"
 
 
-def test_recorded_batch_sweep_joins_the_batch_variants(monkeypatch):
+def _fake_batch_sweep(monkeypatch, machine_b128=None):
+    """The default-batch recording of mlp-small as the only one, plus a fake ``b128`` variant made
+    from it (a quarter of the batch, a third of the rate), recorded on ``machine_b128`` if given."""
     from ddlab.training import recording
     from ddlab.base import reference
     real = recording.load_recorded
+    name = "nccl-paths-torch-ddp-mlp-small"
+    others = [n for n in reference.names(recording.REFERENCE_KIND) if not n.startswith(name + "-b")]
 
     def load(experiment, framework, launcher, model, variant=None):
+        if variant not in (None, "b128"):
+            raise reference.ReferenceMissing(variant)
         res = real(experiment, framework, launcher, model)
         if variant == "b128":
             res.rows = [dict(r, global_batch=r["global_batch"] // 4, images_per_s=r["images_per_s"] / 3)
                         for r in res.rows]
-        elif variant is not None:
-            raise reference.ReferenceMissing(variant)
+            if machine_b128:
+                res.provenance = dict(res.provenance, machine=machine_b128, gpu_model="Other GPU")
         return res
-    names = reference.names
-    # only the default batch: no table, and the line says the sweep is missing
+    monkeypatch.setattr(recording, "load_recorded", load)
+    return lambda with_b128: monkeypatch.setattr(
+        reference, "names", lambda kind: others + ([name + "-b128"] if with_b128 else []))
+
+
+def test_recorded_batch_sweep_joins_the_batch_variants_of_one_machine(monkeypatch):
+    names = _fake_batch_sweep(monkeypatch)
+    names(False)   # only the default batch: no table, and the line says the sweep is missing
     t, line = cs.recorded_batch_sweep("mlp-small")
     assert t is None and "not recorded yet" in line and "512" in line
-    monkeypatch.setattr(reference, "names", lambda kind: names(kind) + ["nccl-paths-torch-ddp-mlp-small-b128"])
-    monkeypatch.setattr(recording, "load_recorded", load)
+    names(True)
     t, line = cs.recorded_batch_sweep("mlp-small")
     rows = t.to_dict()["rows"]
     assert sorted({r["batch"] for r in rows}) == [128, 512] and "128, 512" in line
+    assert "model" not in [c.key for c in t.columns] and "mlp-small" in t.title and "2x NVIDIA H200" in t.title
+    assert not any("not swept" in n for n in t.notes)
     small = [r for r in rows if r["batch"] == 128 and r["path"] == "default"][0]
     big = [r for r in rows if r["batch"] == 512 and r["path"] == "default"][0]
     assert small["compute"] < big["compute"] and small["ratio"] < big["ratio"]
+
+
+def test_recorded_batch_sweep_never_joins_batches_of_two_machines(monkeypatch):
+    names = _fake_batch_sweep(monkeypatch, machine_b128="2x Other GPU, NV4")
+    names(True)
+    t, line = cs.recorded_batch_sweep("mlp-small")
+    assert t is None and "not recorded yet on one machine" in line
+    assert "512 on 2x NVIDIA H200, NV18" in line and "128 on 2x Other GPU, NV4" in line
+
+
+def test_recorded_batch_sweep_of_another_machine_says_whose_links_predict_it():
+    # the recorded MLP sweeps at batch 128 and 2048 ran on another machine than the all-reduce sweeps
+    from ddlab.training import recording
+    res = recording.load_recorded("nccl-paths", "torch", "ddp", "mlp-small", "b128")
+    machine = res.provenance["machine"]
+    t, line = cs.recorded_batch_sweep("mlp-small")
+    assert machine in t.title and f"on {machine}" in line
+    assert {r["batch"] for r in t.to_dict()["rows"]} == {128, 2048}
+    assert any("not swept" in n and machine in n for n in t.notes)
 
 
 def test_the_ratio_note_states_overlap_and_the_ring_factor():

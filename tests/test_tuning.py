@@ -205,10 +205,11 @@ def test_the_result_so_far_is_handed_out_after_each_round_but_the_last(monkeypat
         assert [r["tuning"] for r in p.rows] == [tuning.BASELINE, "untuned", "bf16 hook", "bucket 100 MB"]
         assert p.rows[2].get("not_run") and p.config["rounds"] == done
         assert f"partial: {done} of 3 rounds run, so each row has {done} repeat(s)" in p.notes
+        assert p.title().endswith(f", {done} of 3 repeats (partial)")   # the title counts what ran
     assert seen[1].rows[3]["images_per_s"] == 160.0 and seen[1].rows[3]["repeats"] == 2
     # bucket 100 MB failed in the last round: the whole result has its failure row and no partial note
     assert "launch failed" in res.rows[-1]["error"] and not any(n.startswith("partial:") for n in res.notes)
-    assert res.rows[1]["repeats"] == 3 and len(res.runs) == 6
+    assert res.rows[1]["repeats"] == 3 and len(res.runs) == 6 and res.title().endswith(", 3 repeats")
     back = results.ExperimentResult.from_dict(json.loads(json.dumps(seen[0].to_dict())))
     assert back.rows == seen[0].rows
 

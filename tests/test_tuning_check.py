@@ -49,7 +49,7 @@ def test_a_prediction_set_beside_its_measurement_counts_and_names_what_it_cannot
                              ("bucket 1 MB", dict(UNTUNED, bucket_cap_mb=1.0), None),
                              ("bf16 hook", dict(UNTUNED, comm_hook="bf16"), 0.7),
                              ("accumulate 2", dict(UNTUNED, accumulate=2), 1.5)])
-    monkeypatch.setattr(tc, "recorded_comparisons", lambda r: [res])
+    monkeypatch.setattr(tc, "recorded_comparisons", lambda r, elsewhere=None: [res])
     monkeypatch.setattr(tc, "recorded_points", lambda: pytest.fail("the set given is used"))
     t = tc.tuning_check(rec)
     assert [r["tuning"] for r in t.rows] == ["untuned", "bucket 1 MB", "bf16 hook"]
@@ -67,7 +67,7 @@ def test_a_prediction_set_beside_its_measurement_counts_and_names_what_it_cannot
 
 
 def test_nothing_recorded_says_so(monkeypatch):
-    monkeypatch.setattr(tc, "recorded_comparisons", lambda r: [])
+    monkeypatch.setattr(tc, "recorded_comparisons", lambda r, elsewhere=None: [])
     t = tc.tuning_check(RecordedSet([], {"default": AlphaBeta(1e-5, 1e10)}))
     assert t.rows == [] and "No tuning comparison is recorded on this machine yet." in t.notes
 
@@ -88,3 +88,9 @@ def test_the_recorded_tunings_of_the_wide_model():
     by = {(r["launcher"], r["tuning"]): r for r in t.rows}
     assert by[("ddp", "static graph")]["predicted"] == pytest.approx(by[("ddp", "untuned")]["predicted"])
     assert "static graph: not modelled" in by[("ddp", "static graph")]["modelled"]
+    # a comparison recorded on another machine is named, not checked against this machine's links
+    from ddlab.training import recording
+    other = [(n, r.provenance["machine"]) for n, r in recording.recorded_with_prefix(tc.PREFIX)
+             if not rec.made_here(r.provenance)]
+    assert all(f"{n} ({m})" in t.notes[-1] for n, m in other) and (not other or "another machine" in t.notes[-1])
+    assert len(tc.recorded_comparisons(rec)) + len(other) == len(recording.recorded_with_prefix(tc.PREFIX))

@@ -55,12 +55,21 @@ def model_inputs(config: Optional[dict]) -> tuple:
     return kw, modelled, left, None
 
 
-def recorded_comparisons(rec: RecordedSet) -> list:
+def recorded_comparisons(rec: RecordedSet, elsewhere: Optional[list] = None) -> list:
     """The recorded tuning comparisons made on ``rec``'s machine, on a path ``rec`` has a fit for, as
-    ExperimentResults (name order)."""
+    ExperimentResults (name order). ``elsewhere``: a list that gets "<name> (<machine>)" of each
+    recorded comparison made on another machine (not checked: its links were not swept)."""
     from ddlab.training import recording
-    return [res for _, res in recording.recorded_with_prefix(PREFIX)
-            if (res.config.get("path") or "default") in rec.fits and rec.made_here(res.provenance)]
+    found = []
+    for name, res in recording.recorded_with_prefix(PREFIX):
+        if (res.config.get("path") or "default") not in rec.fits:
+            continue
+        if rec.made_here(res.provenance):
+            found.append(res)
+        elif elsewhere is not None:
+            prov = res.provenance or {}
+            elsewhere.append(f"{name} ({prov.get('machine') or prov.get('gpu_model', '?')})")
+    return found
 
 
 def _device_s(rec: RecordedSet, model: str, batch: int) -> tuple:
@@ -109,7 +118,8 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
     rec = recorded or recorded_points()
     wrappers = rec.wrappers()
     rows, skipped = [], []
-    comparisons = recorded_comparisons(rec)
+    elsewhere: list = []
+    comparisons = recorded_comparisons(rec, elsewhere)
     for res in comparisons:
         c = res.config
         launcher, model, path = c.get("launcher"), c.get("model"), c.get("path") or "default"
@@ -156,6 +166,9 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
         notes.append("Not predicted: " + "; ".join(skipped) + ".")
     if not comparisons:
         notes.append("No tuning comparison is recorded on this machine yet.")
+    if elsewhere:
+        notes.append("Not checked, recorded on another machine than the all-reduce sweeps the model is fitted to: "
+                     + ", ".join(elsewhere) + ".")
     models = sorted({r["model"] for r in rows})
     cols = [("launcher", "text"), ("path", path_labels(rec), "path"), ("tuning", "text"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max"), ("predicted", "ratio", "predicted"),

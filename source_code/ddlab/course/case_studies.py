@@ -288,8 +288,12 @@ def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATH
                 found.append(tuning.recorded(launcher, model, path))
             except ReferenceMissing:
                 missing.append(f"{launcher} over {path}")
+    partial = [f"{r.config.get('launcher')} over {r.config.get('path')} ({ran} of {planned} repeats)"
+               for r in found for ran, planned in [r.repeats_run()] if ran and planned and ran < planned]
     line = ("Every tuning comparison is recorded." if not missing else
-            f"Not recorded yet on the course's GPU machine ({model} model):\n  " + "\n  ".join(missing))
+            f"Not recorded yet ({model} model):\n  " + "\n  ".join(missing))
+    if partial:
+        line += f"\nCut short, fewer repeats than planned:\n  " + "\n  ".join(partial)
     return found, line
 
 
@@ -314,10 +318,14 @@ def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, mac
 
 # ----------------------------------------------------------------------------- case 1, batches
 def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tuple:
-    """(Table, or None until two batches are recorded; one line naming the recorded batches):
-    the recorded NCCL-path comparisons of ``model`` at every batch per GPU recorded (``record_experiments.py --batch N`` writes them
-    with the variant ``bN``; the live default batch has no suffix), each 2-GPU row with the step
-    model's prediction from that recording's own one-GPU step and the recorded sweeps' fits."""
+    """(Table, or None until one machine has two batches recorded; one line naming the recorded
+    batches and, where they differ, their machines): the recorded NCCL-path comparisons of ``model``
+    at every batch per GPU recorded (``record_experiments.py --batch N`` writes them with the
+    variant ``bN``; the live default batch has no suffix), each 2-GPU row with the step model's
+    prediction from that recording's own one-GPU step and the recorded sweeps' fits. Batches
+    recorded on different machines are never joined in one table: the table holds the machine
+    with the most batches (the sweeps' machine on a tie), and a note says when the fits come from
+    another machine than its runs."""
     from ddlab.training import recording
     from ddlab.base import reference
     name = recording.reference_name("nccl-paths", "torch", launcher, model)
@@ -326,21 +334,42 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
     results = []
     for _, variant in [(None, None)] + variants:
         try:
-            results.append(recording.load_recorded("nccl-paths", "torch", launcher, model, variant))
+            res = recording.load_recorded("nccl-paths", "torch", launcher, model, variant)
         except reference.ReferenceMissing:
-            pass
-    batches = sorted({r.rows[0].get("global_batch") for r in results if r.rows})
-    line = (f"Recorded batches per GPU for {model} ({launcher}): {', '.join(map(str, batches)) or 'none'}."
-            + ("" if len(batches) > 1 else " The batch sweep (record_experiments.py --batch N) is not recorded yet."))
-    if len(batches) < 2:
-        return None, line
+            continue
+        if res.rows:
+            results.append(res)
     rec = recorded_runs.recorded_points()
+    by_machine: dict = {}
+    for res in results:
+        by_machine.setdefault(_machine_label(res.provenance), []).append(res)
+    batches = {m: sorted({r.rows[0].get("global_batch") for r in rs}) for m, rs in by_machine.items()}
+    listed = lambda bs: ", ".join(map(str, bs))
+    if len(batches) > 1:
+        line = (f"Recorded batches per GPU for {model} ({launcher}): "
+                + "; ".join(f"{listed(bs)} on {m}" for m, bs in batches.items()) + ".")
+    else:
+        line = f"Recorded batches per GPU for {model} ({launcher}): {listed(next(iter(batches.values()), [])) or 'none'}."
+    if not any(len(bs) > 1 for bs in batches.values()):
+        return None, line + " The batch sweep (record_experiments.py --batch N) is not recorded yet on one machine."
+    here = lambda m: rec.made_here(by_machine[m][0].provenance)
+    machine = max(batches, key=lambda m: (len(batches[m]), here(m)))
     over = wrapper_cost.over_one_worker_step("horovod" if launcher == "horovod" else "ddp")
     rows, cols = [], None
-    for res in results:
+    for res in by_machine[machine]:
         t = predicted_vs_measured(res, rec.fits, over, rec)
         rows += t.rows
-        cols = t.columns
+        cols = [c for c in t.columns if c.key != "model"]   # the title names it
     rows.sort(key=lambda r: (r["batch"], r["path"]))
-    title = f"When a second GPU pays, by batch: {model}, {launcher}, 2 GPUs over 1"
-    return Table(cols, rows, title=title + (f" ({rec.machine})" if rec.machine else ""), notes=[_LEGEND]), line
+    notes = [_LEGEND]
+    if not here(machine):
+        notes.append(f"Predicted with the link fits of the all-reduce sweeps recorded on {rec.machine}; these runs "
+                     f"were recorded on {machine}, whose links are not swept.")
+    title = f"When a second GPU pays, by batch: {model}, {launcher}, 2 GPUs over 1 ({machine})"
+    return Table(cols, rows, title=title, notes=notes), line
+
+
+def _machine_label(provenance: Optional[dict]) -> str:
+    """A recording's machine as its provenance names it (e.g. ``2x NVIDIA H200, NV18``)."""
+    prov = provenance or {}
+    return prov.get("machine") or f"{prov.get('gpu_count', '?')}x {prov.get('gpu_model', '?')}"

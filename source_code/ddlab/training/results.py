@@ -195,7 +195,7 @@ class ExperimentResult:
     def title(self) -> str:
         c = self.config
         what = TITLES.get(self.name, self.name)
-        reps = c.get("repeats")
+        ran, reps = self.repeats_run()
         models = f"models {', '.join(c['models'])}" if c.get("models") else f"model {c.get('model')}"
         return (f"{what}: {c.get('framework')} {c.get('launcher')}, {models}, "
                 + (f"global batch {', '.join(map(str, c['global_batches']))}" if c.get("global_batches") else
@@ -203,7 +203,15 @@ class ExperimentResult:
                    f"batch {c.get('batch_size')}/worker") + f", {c.get('device')}"
                 + (f", NCCL path {nccl.display_name(c['path'], self.provenance.get('nccl_env'))}"
                    if c.get("path") else "")
-                + (f", {reps} repeats" if reps and reps > 1 else ""))
+                + (f", {ran} of {reps} repeats (partial)" if reps and ran and ran < reps else
+                   f", {reps} repeats" if reps and reps > 1 else ""))
+
+    def repeats_run(self) -> tuple:
+        """(repeats run, repeats planned): a run cut short between rounds has fewer in its rows
+        than its configuration planned (the most any row has; planned when no row counts them)."""
+        planned = self.config.get("repeats")
+        ran = max((r["repeats"] for r in self.rows if isinstance(r.get("repeats"), int)), default=planned)
+        return ran, planned
 
     def where(self) -> str:
         from ddlab.system import provenance as prov
