@@ -110,7 +110,7 @@ def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeyp
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
     calls = []
 
-    def comparison(base, path, echo, progress, partial):
+    def comparison(base, path, echo, progress, partial, resume=None):
         calls.append((base, path))
         return ExperimentResult("tuning", [{"tuning": "untuned", "workers": 2, "images_per_s": 1.0}], "live",
                                 {"machine": "2x Test GPU"}, [], {"launcher": base.launcher, "path": path})
@@ -134,7 +134,7 @@ def test_a_tune_job_cut_short_keeps_the_tunings_it_finished(tmp_path, monkeypatc
     monkeypatch.setattr(frameworks, "availability", lambda framework, launcher: (True, ""))
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
 
-    def comparison(base, path, echo, progress, partial):
+    def comparison(base, path, echo, progress, partial, resume=None):
         partial(ExperimentResult("tuning", [{"tuning": "untuned", "workers": 2, "images_per_s": 1.0}], "live",
                                  {"machine": "2x Test GPU"}, ["partial: 1 of 9 tunings run"], {"path": path}))
         raise KeyboardInterrupt    # what the timeout's signal does to the run mid-way
@@ -143,6 +143,34 @@ def test_a_tune_job_cut_short_keeps_the_tunings_it_finished(tmp_path, monkeypatc
         mod.main([str(tmp_path), "tune:ddp:wide"])
     kept = json.load(open(tmp_path / "tuning-torch-ddp-wide-default.json"))
     assert kept["rows"][0]["tuning"] == "untuned" and kept["notes"] == ["partial: 1 of 9 tunings run"]
+
+
+def test_a_tune_job_resumes_the_partial_comparison_in_its_folder_else_the_committed_one(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from _experiment_fakes import FakeLaunches, script_result
+    from ddlab.base.reference import ReferenceMissing
+    from ddlab.course import tuning
+    from ddlab.training import recording, runs
+    mod = load("record_experiments.py")
+    base = recording.gpu_spec("wide", 3, launcher="ddp", workers=2)
+    monkeypatch.setattr(runs.launch, "run", FakeLaunches(*[script_result(100.0, workers=w) for w in (1,) + (2,) * 9]))
+    seen = []
+    with pytest.raises(IndexError):       # the fake launches run out in round 2, after round 1 was handed out
+        tuning.tuning_comparison(base=base, path="shm", partial=seen.append)
+    target = tmp_path / "tuning-torch-ddp-wide-shm.json"
+    missing = lambda launcher, model, path: (_ for _ in ()).throw(ReferenceMissing("none"))
+    monkeypatch.setattr(tuning, "recorded", missing)
+    assert mod.partial_tuning(str(target), "ddp", "wide", "shm", base) is None        # nothing to resume
+    recording.save(seen[0], str(target))
+    found = mod.partial_tuning(str(target), "ddp", "wide", "shm", base)
+    assert found.config["rounds"] == 1 and "resuming " + str(target) + ": 1 of 3 rounds ran" in capsys.readouterr().out
+    # another batch: not resumed, and the reason is printed; the committed one is asked next
+    monkeypatch.setattr(tuning, "recorded", lambda launcher, model, path: recording.load(str(target)))
+    assert mod.partial_tuning(str(tmp_path / "none.json"), "ddp", "wide", "shm", base) is not None
+    assert "resuming the committed recording" in capsys.readouterr().out
+    assert mod.partial_tuning(str(target), "ddp", "wide", "shm", base.with_(batch=256)) is None
+    out = capsys.readouterr().out
+    assert out.count("not resuming") == 2 and "describes another run" in out
 
 
 def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypatch):

@@ -214,6 +214,53 @@ def test_the_result_so_far_is_handed_out_after_each_round_but_the_last(monkeypat
     assert back.rows == seen[0].rows
 
 
+def _cut_after_one_round(monkeypatch, base):
+    """The result a comparison of ``base`` (3 repeats, untuned and bucket 100 MB) hands out after
+    its first round, as a recording of it reads back."""
+    _fake(monkeypatch, *[script_result(100.0 + i, workers=w) for i in range(3) for w in (1, 2, 2)])
+    seen = []
+    tuning.tuning_comparison(base=base, path="shm", tunings=["untuned", "bucket 100 MB"], partial=seen.append)
+    assert seen[0].config["rounds"] == 1
+    return results.ExperimentResult.from_dict(json.loads(json.dumps(seen[0].to_dict())), source="recorded")
+
+
+def test_a_partial_comparison_is_resumed_with_the_rounds_left(monkeypatch):
+    base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=3)
+    cut = _cut_after_one_round(monkeypatch, base)
+    kept = {r["tuning"]: r["images_per_s"] for r in cut.rows}
+    fake = _fake(monkeypatch, script_result(90.0), script_result(140.0, workers=2), script_result(130.0, workers=2),
+                 script_result(110.0), script_result(160.0, workers=2), script_result(170.0, workers=2))
+    seen = []
+    res = tuning.tuning_comparison(base=base, path="shm", tunings=["untuned", "bucket 100 MB"], resume=cut,
+                                   partial=seen.append)
+    assert fake.nprocs == [1, 2, 2] * 2                       # rounds 2 and 3 only
+    assert [p.config["rounds"] for p in seen] == [2] and res.config["rounds"] == 3
+    assert all(r["repeats"] == 3 for r in res.rows) and len(res.runs) == 9
+    baseline, untuned, bucket = res.rows
+    assert baseline["images_per_s_runs"] == [kept[tuning.BASELINE], 90.0, 110.0]   # round 1's run kept, first
+    assert untuned["images_per_s_runs"] == [kept["untuned"], 140.0, 160.0] and bucket["images_per_s"] == 130.0
+    assert not any(n.startswith("partial:") for n in res.notes)
+    assert any(n.startswith("round 1 was resumed from a partial recording of this comparison made "
+                            + cut.provenance["date"]) for n in res.notes)
+
+
+def test_a_comparison_is_resumed_only_from_a_partial_one_of_the_same_run_and_machine(monkeypatch):
+    base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=3)
+    cut = _cut_after_one_round(monkeypatch, base)
+    spec, chosen = base.with_(path="shm"), ["untuned", "bucket 100 MB"]
+    assert tuning.resume_problem(cut, spec, chosen) is None
+    assert "other tunings" in tuning.resume_problem(cut, spec, ["untuned"])
+    assert "another run" in tuning.resume_problem(cut, base.with_(path="socket"), chosen)
+    assert "another run" in tuning.resume_problem(cut, spec.with_(batch=256), chosen)
+    done = results.ExperimentResult.from_dict(dict(cut.to_dict(), config=dict(cut.config, rounds=3)))
+    assert tuning.resume_problem(done, spec, chosen) == "it is not partial: 3 of 3 rounds ran"
+    other = results.ExperimentResult.from_dict(dict(cut.to_dict(), provenance=dict(cut.provenance, torch="0.1")))
+    assert tuning.resume_problem(other, spec, chosen).startswith("it was recorded on another machine or software: "
+                                                                 "torch '0.1' there")
+    with pytest.raises(RunSpecError, match="cannot resume the tuning comparison: it compares other tunings"):
+        tuning.tuning_comparison(base=base, path="shm", tunings=["untuned"], resume=cut)
+
+
 def test_a_failed_tuning_gets_its_row_and_the_others_still_run(monkeypatch):
     fake = _fake(monkeypatch, script_result(100.0), "a worker crashed", script_result(120.0, workers=2))
     base = RunSpec.for_device("cuda", "wide", launcher="horovod", workers=2)

@@ -32,7 +32,8 @@ comparison at the default batch, OUT_DIR/scaling-torch-<launcher>-<model>.json; 
 OUT_DIR/tuning-torch-<launcher>-<model>-<path>.json (all ready for
 source_code/reference/experiments/), each as soon as it is complete (a tune JOB, whose repeats
 are interleaved, also after each round, with a note that says it is partial), so a run cut short
-keeps what finished. Every launch prints a start and an end line (seconds, images/s, the
+keeps what finished. A tune JOB run again resumes a partial comparison of the same run on the same
+GPUs and software (OUT_DIR's, else the committed one; partial_tuning) and runs the rounds left. Every launch prints a start and an end line (seconds, images/s, the
 worker's phase times); a launch is killed after --timeout seconds and its row shows where
 each worker was stuck.
 
@@ -40,7 +41,8 @@ Time: one comparison is (1 + 3 paths) x repeats launches, 12 with 3 repeats; at 
 seconds a launch (start-up, data, warm-up, the timed steps, the test pass), plan about
 10 minutes a JOB. The wide model over sockets is the slowest path (about 0.1 s a step). A tune
 JOB is (1 + 9 DDP or 8 Horovod tunings) x repeats launches, 30 or 27 with 3 repeats, each
-about as long as a comparison's: plan a run of about 10 minutes for each tune JOB.
+about as long as a comparison's: plan a run of about 10 minutes for each tune JOB, and a second
+one where launches are slower (it resumes).
 """
 import argparse
 import os
@@ -108,14 +110,36 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
         f"{base.repeats} repeats")
     os.makedirs(out_dir, exist_ok=True)
     target = os.path.join(out_dir, name + ".json")
+    resume = partial_tuning(target, launcher, model, path, base)
     try:     # saved after each round too (a note says it is partial), so a run cut short keeps what finished
-        res = tuning.tuning_comparison(base=base, path=path, echo=echo, progress=say,
+        res = tuning.tuning_comparison(base=base, path=path, echo=echo, progress=say, resume=resume,
                                        partial=lambda part: recording.save(part, target))
     except Exception as exc:  # reported in the summary; the next JOB still runs
         return {name: f"{type(exc).__name__}: {exc}"}
     recording.save(res, target)
     say("\n" + res.table() + "\n")
     return {name: res}
+
+
+def partial_tuning(target: str, launcher: str, model: str, path: str, base):
+    """The partial tuning comparison to continue, or None: the one at ``target`` (a run cut short in
+    this output folder), else the committed recording when it is partial; each only when
+    ``tuning.resume_problem`` finds nothing against it (what it finds is printed: a fresh start)."""
+    from ddlab.base.reference import ReferenceMissing
+    tunings = list(tuning.TUNINGS[launcher])
+    for where, load in ((target, lambda: recording.load(target)),
+                        ("the committed recording", lambda: tuning.recorded(launcher, model, path))):
+        try:
+            found = load()
+        except (ReferenceMissing, OSError, ValueError):
+            continue
+        why = tuning.resume_problem(found, base.with_(path=path), tunings)
+        if why is None:
+            say(f"   resuming {where}: {found.config['rounds']} of {base.repeats} rounds ran "
+                f"({found.provenance.get('date')})")
+            return found
+        say(f"   not resuming {where}: {why}")
+    return None
 
 
 def _batches(text: str) -> tuple:

@@ -349,10 +349,37 @@ def planned_launches(launcher: str, tunings: Sequence[str], repeats: int) -> int
     return repeats * (1 + sum(1 for name in tunings if not _skip_reason(TUNINGS[launcher][name])))
 
 
+# What a resumed comparison must share with the run that continues it (the provenance's keys).
+SAME_MACHINE = ("gpu_model", "gpu_count", "driver", "cuda_runtime", "nccl", "torch")
+
+
+def resume_problem(partial, spec, tunings: Sequence[str]) -> Optional[str]:
+    """Why ``partial`` (a recorded :func:`tuning_comparison` result) cannot be continued by a
+    comparison of ``spec`` (the two-worker run, with its NCCL path) over ``tunings`` on this
+    machine, or None: it must be a partial interleaved comparison with the same run description,
+    tunings and planned repeats, recorded on the same GPU model and count with the same driver,
+    CUDA, NCCL and PyTorch (and Horovod, for Horovod's tunings)."""
+    from ddlab.system.provenance import run_provenance
+    c = getattr(partial, "config", None) or {}
+    if getattr(partial, "name", None) != EXPERIMENT or c.get("order") != "interleaved":
+        return "it is not an interleaved tuning comparison"
+    if c.get("spec") != spec.to_dict():
+        return "it describes another run (model, launcher, batch, steps, precision, path or repeats differ)"
+    if list(c.get("tunings") or []) != list(tunings):
+        return f"it compares other tunings ({', '.join(c.get('tunings') or [])})"
+    rounds = c.get("rounds")
+    if not isinstance(rounds, int) or not 0 < rounds < spec.repeats:
+        return f"it is not partial: {rounds} of {spec.repeats} rounds ran"
+    here, there = run_provenance("resume check"), partial.provenance or {}
+    keys = SAME_MACHINE + (("horovod",) if spec.launcher == "horovod" else ())
+    differ = [f"{k} {there.get(k)!r} there, {here.get(k)!r} here" for k in keys if there.get(k) != here.get(k)]
+    return f"it was recorded on another machine or software: {'; '.join(differ)}" if differ else None
+
+
 def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "default",
                       tunings: Optional[Sequence[str]] = None, device: str = "auto", repeats: int = 3,
                       base=None, echo: bool = False, progress: Optional[Callable[[str], None]] = None,
-                      partial: Optional[Callable[[object], None]] = None):
+                      partial: Optional[Callable[[object], None]] = None, resume=None):
     """The one-worker untuned run (one GPU) and each tuning of ``launcher`` on two workers over NCCL
     path ``path``, each ``repeats`` times, as an :class:`ddlab.training.results.ExperimentResult`
     ("tuning"): per row the tuning, its flags, images/s median (min-max), the speedup over
@@ -368,7 +395,9 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     still run. The repeats are interleaved: each of ``repeats`` rounds runs the baseline and every
     tuning once, so a drift of the machine spreads over every row instead of looking like one
     tuning's effect. ``partial``: called with the result so far after each round but the last (a
-    note says how many rounds ran), so a caller can save it and a run cut short keeps what finished."""
+    note says how many rounds ran), so a caller can save it and a run cut short keeps what finished.
+    ``resume``: such a partial result of this same comparison (:func:`resume_problem` says what must
+    match): its rounds are kept and only the rounds left are run; a note names when they ran."""
     from ddlab.measure import launch
     from ddlab.system import nccl
     from ddlab.system.provenance import run_provenance
@@ -422,6 +451,23 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
             configs.append((name, TUNINGS[launcher][name].spec(spec).with_(repeats=1)))
     got = {name: [] for name, _ in configs}
     failed: dict = {}     # configuration -> the error of its first failed launch (its runs are dropped)
+    resumed = 0
+    if resume is not None:
+        why = resume_problem(resume, spec, chosen)
+        if why:
+            raise RunSpecError(f"cannot resume the tuning comparison: {why}")
+        resumed = int(resume.config["rounds"])
+        for row in resume.rows:
+            if row.get("tuning") not in got or row.get("not_run"):
+                continue
+            if row.get("error"):
+                failed[row["tuning"]] = ExperimentError(row["error"])
+            else:
+                got[row["tuning"]] = [resume.runs[i] for i in row["runs"]]
+        prov = resume.provenance or {}
+        notes.append(f"{'round 1 was' if resumed == 1 else f'rounds 1-{resumed} were'} resumed from a partial recording of this comparison made "
+                     f"{prov.get('date', 'at an unrecorded date')} (ddlab {prov.get('ddlab_commit', '?')}) on the "
+                     "same GPU model, driver, CUDA, NCCL and PyTorch; the rest ran at the date of this result")
 
     def first(exc) -> str:
         return str(exc).splitlines()[0]
@@ -482,7 +528,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
                       tunings=chosen, baseline_images_per_s=base_ips, order="interleaved", rounds=rounds),
             all_runs)
 
-    for done in range(1, spec.repeats + 1):
+    for done in range(resumed + 1, spec.repeats + 1):
         for name, one in configs:
             if name in failed:
                 continue
