@@ -259,6 +259,9 @@ def test_recorded_batch_sweep_of_another_machine_says_whose_links_predict_it():
     assert machine in t.title and f"on {machine}" in line
     assert {r["batch"] for r in t.to_dict()["rows"]} == {128, 2048}
     assert any("not swept" in n and machine in n for n in t.notes)
+    above = [r for r in t.to_dict()["rows"] if r["measured"] > 2]
+    note = [n for n in t.notes if n.startswith("Measured above 2x (linear) at ")]
+    assert len(note) == bool(above) and all(f"batch {r['batch']} over " in note[0] for r in above)
 
 
 def test_the_ratio_note_states_overlap_and_the_ring_factor():
