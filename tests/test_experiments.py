@@ -116,13 +116,17 @@ def test_a_timed_out_path_keeps_where_the_workers_were_stuck(monkeypatch):
     assert "-" in res.table().splitlines()[-2]
 
 
-def test_each_configuration_runs_repeats_times_and_keeps_every_value(monkeypatch):
-    outcomes = [script_result(v) for v in (100.0, 98.0, 102.0)] + \
-               [script_result(v, workers=2) for v in (210.0, 190.0, 205.0)]
+def test_each_configuration_runs_repeats_times_interleaved_and_keeps_every_value(monkeypatch):
+    # the repeats run in rounds: the baseline, then each path, once per round
+    outcomes = [script_result(v, workers=w) for pair in ((100.0, 210.0), (98.0, 190.0), (102.0, 205.0))
+                for v, w in zip(pair, (1, 2))]
     fake = FakeLaunches(*outcomes)
-    monkeypatch.setattr(runs.launch, "run", fake)
+    nprocs = []
+    monkeypatch.setattr(runs.launch, "run", lambda argv, nproc, **kw: nprocs.append(nproc)
+                        or fake(argv, nproc=nproc, **kw))
     res = ex.nccl_path_comparison(RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2, repeats=3),
                                   paths=["default"])
+    assert nprocs == [1, 2] * 3
     assert len(fake.argvs) == 6 and len(res.runs) == 6
     base, default = res.rows
     assert base["images_per_s"] == 100.0 and base["images_per_s_runs"] == [100.0, 98.0, 102.0]
@@ -133,6 +137,9 @@ def test_each_configuration_runs_repeats_times_and_keeps_every_value(monkeypatch
     assert res.spec.repeats == 3 and res.live_default_differences() == {}
     text = res.table()
     assert "205 (190-210)" in text and "2.05x (!)" in text and "above linear" in text
+    assert res.config["order"] == "interleaved"
+    assert any(n.startswith("the repeats were interleaved: each of 3 round(s) ran every path and the one-worker "
+                            "baseline once") for n in res.notes)
 
 
 def test_launchers_side_by_side(recorded):

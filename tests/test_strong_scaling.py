@@ -7,20 +7,22 @@ from ddlab.training import experiments as ex, runs
 from ddlab.training.runspec import RunSpec, RunSpecError
 
 
-def test_each_global_batch_runs_on_one_worker_then_split(monkeypatch):
+def test_each_global_batch_runs_on_one_worker_then_split_in_interleaved_rounds(monkeypatch):
     outcomes = []
-    for g in (8, 32):
-        outcomes += [script_result(v, global_batch=g) for v in (100.0, 98.0, 102.0)]
-        outcomes += [script_result(v, workers=2, global_batch=g) for v in (80.0, 90.0, 85.0)]
+    for one, two in ((100.0, 80.0), (98.0, 90.0), (102.0, 85.0)):     # three rounds
+        for g in (8, 32):
+            outcomes += [script_result(one, global_batch=g), script_result(two, workers=2, global_batch=g)]
     fake = FakeLaunches(*outcomes)
     monkeypatch.setattr(runs.launch, "run", fake)
     spec = RunSpec.for_device("cuda", "mlp-small", launcher="ddp", repeats=3)
     res = ex.strong_scaling(spec, global_batches=(32, 8), path="shm")
     assert len(fake.argvs) == 12 and len(res.rows) == 4
     batches = [a[a.index("--batch-size") + 1] for a in fake.argvs]
-    assert batches == ["8"] * 3 + ["4"] * 3 + ["32"] * 3 + ["16"] * 3      # global, then split in two
+    assert batches == ["8", "4", "32", "16"] * 3      # each round: each global batch, then split in two
     # the split runs use the path asked for; the one-worker runs have no all-reduce
-    assert fake.envs[3].get("NCCL_P2P_LEVEL") == "LOC" and "NCCL_P2P_LEVEL" not in fake.envs[0]
+    assert fake.envs[1].get("NCCL_P2P_LEVEL") == "LOC" and "NCCL_P2P_LEVEL" not in fake.envs[0]
+    assert res.config["order"] == "interleaved" and any(n.startswith("the repeats were interleaved: each of 3")
+                                                        for n in res.notes)
     one, two = res.rows[:2]
     assert (one["workers"], one["batch_per_worker"], one["global_batch"]) == (1, 8, 8)
     assert (two["workers"], two["batch_per_worker"], two["global_batch"]) == (2, 4, 8)
@@ -29,6 +31,12 @@ def test_each_global_batch_runs_on_one_worker_then_split(monkeypatch):
     assert res.name == "strong-scaling" and res.config["global_batches"] == [8, 32]
     text = res.table()
     assert "global batch 8, 32" in text and "0.85x" in text and "batch/worker" in text
+
+
+def test_a_failed_launch_fails_the_strong_scaling_experiment(monkeypatch):
+    monkeypatch.setattr(runs.launch, "run", FakeLaunches(script_result(100.0, global_batch=8), "a worker crashed"))
+    with pytest.raises(runs.launch.LaunchError, match="launch failed"):   # the launch's own error, as before
+        ex.strong_scaling(RunSpec.for_device("cuda", "mlp-small", launcher="ddp", repeats=3), global_batches=(8,))
 
 
 @pytest.mark.parametrize("kwargs,match", [

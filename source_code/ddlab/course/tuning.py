@@ -401,7 +401,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     from ddlab.measure import launch
     from ddlab.system import nccl
     from ddlab.system.provenance import run_provenance
-    from ddlab.training.experiment_kit import config_of, keep_runs, repeat
+    from ddlab.training.experiment_kit import config_of, interleaved, keep_runs
     from ddlab.training.results import ExperimentResult, add_speedup, median_run, row_of_repeats
     from ddlab.training.runs import ExperimentError, failure_row, spec_for
     from ddlab.training.runspec import RunSpecError, nccl_path_name
@@ -528,19 +528,12 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
                       tunings=chosen, baseline_images_per_s=base_ips, order="interleaved", rounds=rounds),
             all_runs)
 
-    for done in range(resumed + 1, spec.repeats + 1):
-        for name, one in configs:
-            if name in failed:
-                continue
-            try:
-                got[name] += repeat(one, **common)
-            except (launch.LaunchError, ExperimentError) as exc:
-                failed[name] = exc
-                got[name] = []
-        if partial is not None and done < spec.repeats:
-            so_far = result(done)
-            if so_far is not None:
-                partial(so_far)
+    def hand_out(done: int):
+        so_far = result(done)
+        if so_far is not None:
+            partial(so_far)
+    interleaved([(name, one, {}) for name, one in configs], spec.repeats, start=resumed, got=got, failed=failed,
+                after_round=hand_out if partial is not None else None, **common)
     res = result(spec.repeats)
     if res is None:
         raise ExperimentError("every run of the tuning comparison failed:\n"

@@ -1,11 +1,12 @@
-"""What every named training experiment does the same way: its base run, its repeats, the
-record of its configuration and the runs it keeps. :mod:`ddlab.training.experiments` and
-:mod:`ddlab.course.tuning` build their experiments from these."""
+"""What every named training experiment does the same way: its base run, its repeats (run in
+interleaved rounds), the record of its configuration and the runs it keeps.
+:mod:`ddlab.training.experiments` and :mod:`ddlab.course.tuning` build their experiments from these."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
-from ddlab.training.runs import slim, spec_for, train
+from ddlab.measure import launch
+from ddlab.training.runs import ExperimentError, slim, spec_for, train
 from ddlab.training.runspec import RunSpec
 
 
@@ -20,6 +21,43 @@ def base_spec(base: Optional[RunSpec], device: str, workers: int, fields: dict) 
 def repeat(spec: RunSpec, **kw) -> list:
     """``spec.repeats`` runs of ``spec`` (:func:`ddlab.training.runs.train` takes ``kw``)."""
     return [train(spec, **kw) for _ in range(spec.repeats)]
+
+
+def interleaved(configs: Sequence[tuple], rounds: int, start: int = 0, got: Optional[dict] = None,
+                failed: Optional[dict] = None, after_round: Optional[Callable[[int], None]] = None,
+                stop_at_failure: bool = False, **common) -> tuple:
+    """Each configuration of ``configs`` ([(key, spec, train keywords)]) run once per round, in
+    order, in rounds ``start + 1`` to ``rounds`` (each spec with ``repeats=1``): a slow drift of the
+    machine (clocks, the host) then spreads over every configuration's min-max instead of looking
+    like one configuration's effect. A configuration whose launch fails is not run again: its runs
+    are dropped and its error kept. Returns ({key: runs}, {key: the error}); ``got`` and ``failed``
+    hold what earlier rounds found (a resumed experiment). ``after_round(done)``: called after
+    each round but the last. ``stop_at_failure``: launch nothing more after the first failure
+    (for an experiment that a failed launch fails whole). ``common``: keywords of every launch
+    (echo, progress)."""
+    got = {key: [] for key, _, _ in configs} if got is None else got
+    failed = {} if failed is None else failed
+    for done in range(start + 1, rounds + 1):
+        for key, spec, kw in configs:
+            if key in failed:
+                continue
+            try:
+                got.setdefault(key, []).extend(repeat(spec.with_(repeats=1), **kw, **common))
+            except (launch.LaunchError, ExperimentError) as exc:
+                failed[key] = exc
+                got[key] = []
+                if stop_at_failure:
+                    return got, failed
+        if after_round is not None and done < rounds:
+            after_round(done)
+    return got, failed
+
+
+def interleaved_note(rounds: int, what: str = "configuration") -> str:
+    """The note of a result whose repeats ran in ``rounds`` interleaved rounds (:func:`interleaved`)."""
+    return (f"the repeats were interleaved: each of {rounds} round(s) ran every {what} once, in the table's order, "
+            "so a drift of the machine during the experiment spreads over every row's min-max instead of looking "
+            "like one row's effect")
 
 
 def config_of(spec: RunSpec, run: dict, **more) -> dict:

@@ -29,7 +29,7 @@ from ddlab.training.results import (ExperimentResult, add_speedup, combine_launc
                       median_run, row_of_repeats)
 from ddlab.system.frameworks import availability, gpu_count  # noqa: F401  (names the notebooks use)
 from ddlab.system.provenance import run_provenance
-from ddlab.training.experiment_kit import base_spec, config_of, keep_runs, repeat
+from ddlab.training.experiment_kit import base_spec, config_of, interleaved, interleaved_note, keep_runs, repeat
 from ddlab.training.runs import ExperimentError, failure_row, spec_for, train  # noqa: F401  (names the notebooks use)
 from ddlab.training.runspec import LIVE_GPU_REPEATS, MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_name  # noqa: F401
 from ddlab.training.recording import load_recorded, reference_name  # noqa: F401
@@ -109,17 +109,23 @@ def strong_scaling(base: Optional[RunSpec] = None, global_batches: Sequence[int]
     if spec.device == "cpu" and nccl_path_name(path) != "default":
         raise RunSpecError(f"path {path!r} is an NCCL setting: CPU processes all-reduce with gloo")
     all_runs, rows = [], []
+    got, failed = interleaved([((g, w), spec.with_(workers=w, batch=g // w, path="default" if w == 1 else path),
+                                dict(env=None)) for g in batches for w in (1, workers)], spec.repeats,
+                              stop_at_failure=True, echo=echo, progress=progress)
+    if failed:      # a failed launch fails the experiment, as before its repeats were interleaved
+        raise next(iter(failed.values()))
     for g in batches:
         base_ips = None
         for w in (1, workers):
-            runs = repeat(spec.with_(workers=w, batch=g // w, path="default" if w == 1 else path),
-                          env=None, echo=echo, progress=progress)
+            runs = got[(g, w)]
             row = row_of_repeats(runs)
             row.update(runs=keep_runs(all_runs, runs), batch_per_worker=g // w, global_batch=g)
             base_ips = base_ips or row["images_per_s"]
             rows.append(add_speedup(row, base_ips))
     notes = [f"strong scaling: each global batch on 1 worker, then split over {workers}; speedup over 1 worker at "
              "the same global batch"]
+    if spec.repeats > 1:
+        notes.append(interleaved_note(spec.repeats, "global batch on 1 and on several workers"))
     if spec.device == "cpu":
         notes.append("CPU processes with gloo: the workers share this machine's cores, so scaling shows the real "
                      "code path, not what GPUs would do")
@@ -129,7 +135,7 @@ def strong_scaling(base: Optional[RunSpec] = None, global_batches: Sequence[int]
         f"ddlab.training.experiments.strong_scaling({spec.framework!r}, {spec.launcher!r}, model={spec.model!r}, "
         f"global_batches={batches}, workers={workers}, path={path!r})"), notes,
         config_of(spec, all_runs[0], workers=[1, workers], global_batches=batches, batch_size=None,
-                  path=None if spec.device == "cpu" else path),
+                  path=None if spec.device == "cpu" else path, order="interleaved"),
         all_runs)
 
 
@@ -183,31 +189,31 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
                      "(NVLink P2P, SHM, socket) do not apply here; only 'default' was run. The recorded GPU "
                      "result shows the paths.")
         paths = ["default"]
-    common = dict(echo=echo, progress=progress)
     rows, all_runs = [], []
     base_text = "(one worker: no all-reduce traffic)"
     base_ips = None
-    try:
-        base_runs = repeat(spec.with_(workers=1, path="default"), **common)
-    except (launch.LaunchError, ExperimentError) as exc:
-        base_runs = []
-        rows.append(failure_row(exc, path="1 worker", env={}, env_text=base_text, workers=1))
-        notes.append(f"the one-worker baseline failed, so there are no speedups: {str(exc).splitlines()[0]}")
+    one = "1 worker"
+    got, failed = interleaved([(one, spec.with_(workers=1, path="default"), {})]
+                              + [(p, spec.with_(path=p), dict(env={"NCCL_DEBUG": "INFO"}, keep_log=True))
+                                 for p in paths], spec.repeats, echo=echo, progress=progress)
+    base_runs = got[one]
+    if one in failed:
+        rows.append(failure_row(failed[one], path=one, env={}, env_text=base_text, workers=1))
+        notes.append(f"the one-worker baseline failed, so there are no speedups: {str(failed[one]).splitlines()[0]}")
     else:
         row = row_of_repeats(base_runs)
         base_ips = row["images_per_s"]
         idx = keep_runs(all_runs, base_runs)
-        rows.append(dict(add_speedup(row, base_ips), path="1 worker", env={}, env_text=base_text, transport="-",
+        rows.append(dict(add_speedup(row, base_ips), path=one, env={}, env_text=base_text, transport="-",
                          run=idx[median_run(base_runs)], runs=idx))
     for p in paths:
         shown = {k: v for k, v in nccl_path_env(p).items() if v is not None}
         env_text = " ".join(f"{k}={v}" for k, v in shown.items()) or "(NCCL defaults)"
-        try:
-            runs = repeat(spec.with_(path=p), env={"NCCL_DEBUG": "INFO"}, keep_log=True, **common)
-        except (launch.LaunchError, ExperimentError) as exc:
-            rows.append(failure_row(exc, path=p, env=shown, env_text=env_text, workers=workers))
-            notes.append(f"path {p!r} failed: {str(exc).splitlines()[0]}")
+        if p in failed:
+            rows.append(failure_row(failed[p], path=p, env=shown, env_text=env_text, workers=workers))
+            notes.append(f"path {p!r} failed: {str(failed[p]).splitlines()[0]}")
             continue
+        runs = got[p]
         logs = [r.pop("log", "") for r in runs]
         row = add_speedup(row_of_repeats(runs), base_ips)
         idx = keep_runs(all_runs, runs)
@@ -215,13 +221,15 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
         row.update(path=p, env=shown, env_text=env_text, run=idx[mid], runs=idx)
         row.update(_transport_of(logs[mid], spec.device, runs[mid]["backend"]))
         rows.append(row)
+    if spec.repeats > 1:
+        notes.append(interleaved_note(spec.repeats, "path and the one-worker baseline"))
     if not all_runs:
         raise ExperimentError("every run of the NCCL path comparison failed:\n" + "\n".join(notes))
     return ExperimentResult("nccl-paths", rows, "live", run_provenance(
         f"ddlab.training.experiments.nccl_path_comparison({spec.framework!r}, {spec.launcher!r}, model={spec.model!r}, "
         f"paths={list(paths)}, workers={workers})"),
         notes, config_of(spec, (base_runs or all_runs)[0], workers=workers, paths=list(paths),
-                       baseline_images_per_s=base_ips), all_runs)
+                       baseline_images_per_s=base_ips, order="interleaved"), all_runs)
 
 
 def scaling_from_paths(paths_result: ExperimentResult) -> ExperimentResult:
