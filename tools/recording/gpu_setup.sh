@@ -38,6 +38,9 @@ elif [ -f "$DDLAB_HOROVOD_SDIST" ]; then
   echo "[gpu_setup] building Horovod from $DDLAB_HOROVOD_SDIST"
   PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache \
     bash tools/build_horovod.sh > /tmp/hvd_build.txt 2>&1 && HVD_OK=1 || tail -20 /tmp/hvd_build.txt
+else
+  echo "[gpu_setup] Horovod is not installed and .offline/ holds neither its wheel nor $DDLAB_HOROVOD_SDIST:" \
+    "Horovod's JOBs will be skipped (copy .offline/ beside the repository on every fresh machine)"
 fi
 export HVD_OK
 echo "[gpu_setup] HVD_OK=$HVD_OK python=$(python3 -V 2>&1) torch=$(python3 -c 'import torch;print(torch.__version__, torch.cuda.device_count(), "GPUs")' 2>&1)"
