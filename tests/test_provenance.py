@@ -122,3 +122,11 @@ def test_a_recorded_caption_names_driver_cuda_nccl_and_torch_or_says_not_recorde
     assert p.caption(older).endswith("(driver not recorded, CUDA 13.1, NCCL not recorded, torch 2.11.0)")
     assert "driver" not in p.caption(prov, live=True)                  # a live result: this machine, now
     assert p.caption({"cited": True}) == "written from published facts, not measured"
+
+
+def test_machine_of_names_the_recorded_machine_else_its_gpus():
+    from ddlab.system.provenance import machine_of
+    assert machine_of({"machine": "2x NVIDIA H200, NV18", "gpu_count": 2, "gpu_model": "NVIDIA H200"}) == \
+        "2x NVIDIA H200, NV18"
+    assert machine_of({"gpu_count": 2, "gpu_model": "NVIDIA H100 80GB HBM3"}) == "2x NVIDIA H100 80GB HBM3"
+    assert machine_of(None) == "?x ?"

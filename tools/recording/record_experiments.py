@@ -126,7 +126,7 @@ def partial_tuning(target: str, launcher: str, model: str, path: str, base):
     this output folder), else the committed recording when it is partial; each only when
     ``tuning.resume_problem`` finds nothing against it (what it finds is printed: a fresh start)."""
     from ddlab.base.reference import ReferenceMissing
-    tunings = list(tuning.TUNINGS[launcher])
+    tunings = tuning.names(launcher)
     for where, load in ((target, lambda: recording.load(target)),
                         ("the committed recording", lambda: tuning.recorded(launcher, model, path))):
         try:

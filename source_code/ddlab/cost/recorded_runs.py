@@ -211,6 +211,7 @@ def _strong_points(points: list, names, fits: dict, machine: str) -> list:
     """Adds to ``points`` the recorded strong-scaling runs (``strong-scaling-torch-<launcher>-<model>-<path>``)
     made on ``machine`` (the machine of the sweeps' fits), each 2-GPU row with the one-GPU row of the
     same global batch. Returns [(recording, machine)] of those made elsewhere, not predicted."""
+    from ddlab.system.provenance import machine_of
     from ddlab.training import recording
     from ddlab.training.results import path_name
     elsewhere = []
@@ -220,7 +221,7 @@ def _strong_points(points: list, names, fits: dict, machine: str) -> list:
         if c.get("model") not in names or path not in fits:
             continue
         if not _made_on(res.provenance, machine):
-            elsewhere.append((name, (res.provenance or {}).get("machine") or _machine_text(res.provenance)))
+            elsewhere.append((name, machine_of(res.provenance)))
             continue
         for r in res.rows:
             one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")

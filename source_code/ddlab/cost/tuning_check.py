@@ -59,6 +59,7 @@ def recorded_comparisons(rec: RecordedSet, elsewhere: Optional[list] = None) -> 
     """The recorded tuning comparisons made on ``rec``'s machine, on a path ``rec`` has a fit for, as
     ExperimentResults (name order). ``elsewhere``: a list that gets "<name> (<machine>)" of each
     recorded comparison made on another machine (not checked: its links were not swept)."""
+    from ddlab.system.provenance import machine_of
     from ddlab.training import recording
     found = []
     for name, res in recording.recorded_with_prefix(PREFIX):
@@ -67,8 +68,7 @@ def recorded_comparisons(rec: RecordedSet, elsewhere: Optional[list] = None) -> 
         if rec.made_here(res.provenance):
             found.append(res)
         elif elsewhere is not None:
-            prov = res.provenance or {}
-            elsewhere.append(f"{name} ({prov.get('machine') or prov.get('gpu_model', '?')})")
+            elsewhere.append(f"{name} ({machine_of(res.provenance)})")
     return found
 
 

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ddlab.base.units import format_bytes, format_time
+from ddlab.system.provenance import machine_of
 
 # Horovod 0.28.1's defaults (horovod/common/operations.cc: SetTensorFusionThresholdBytes(128 * 1024 * 1024)
 # and SetCycleTimeMs(1); docs/tensor-fusion.rst; changed from 64 MB and 5 ms in 0.21.0).
@@ -80,11 +81,6 @@ def recording():
     return ExperimentResult.from_dict(reference.load(*RECORDING), source="recorded")
 
 
-def _machine(res) -> str:
-    prov = res.provenance or {}
-    return prov.get("machine") or f"{prov.get('gpu_count', '?')}x {prov.get('gpu_model', '?')}"
-
-
 @functools.lru_cache(maxsize=64)
 def _measured_cached(framework: str, exclude_models: tuple, exclude_batches: tuple) -> Overheads:
     return _measured(framework, exclude_models, exclude_batches, recording())
@@ -110,7 +106,7 @@ def _measured(framework: str, exclude_models: tuple, exclude_batches: tuple, res
     if not rows:
         raise ValueError(f"the wrapper-cost recording has no {framework} rows"
                          + (" besides those left out" if exclude_models or exclude_batches else ""))
-    where = _machine(res)
+    where = machine_of(res.provenance)
     models = sorted({r["model"] for r in rows})
     batches = sorted({r["batch"] for r in rows})
     repeats = sorted({r.get("repeats", 1) for r in rows})

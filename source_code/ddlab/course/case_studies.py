@@ -328,6 +328,7 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
     another machine than its runs."""
     from ddlab.training import recording
     from ddlab.base import reference
+    from ddlab.system.provenance import machine_of
     name = recording.reference_name("nccl-paths", "torch", launcher, model)
     variants = sorted((int(n[len(name) + 2:]), n[len(name) + 1:]) for n in reference.names(recording.REFERENCE_KIND)
                       if n.startswith(name + "-b") and n[len(name) + 2:].isdigit())
@@ -342,7 +343,7 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
     rec = recorded_runs.recorded_points()
     by_machine: dict = {}
     for res in results:
-        by_machine.setdefault(_machine_label(res.provenance), []).append(res)
+        by_machine.setdefault(machine_of(res.provenance), []).append(res)
     batches = {m: sorted({r.rows[0].get("global_batch") for r in rs}) for m, rs in by_machine.items()}
     listed = lambda bs: ", ".join(map(str, bs))
     if len(batches) > 1:
@@ -375,8 +376,3 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
                            "why.")
     return table, line
 
-
-def _machine_label(provenance: Optional[dict]) -> str:
-    """A recording's machine as its provenance names it (e.g. ``2x NVIDIA H200, NV18``)."""
-    prov = provenance or {}
-    return prov.get("machine") or f"{prov.get('gpu_count', '?')}x {prov.get('gpu_model', '?')}"

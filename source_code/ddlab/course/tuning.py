@@ -401,7 +401,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     from ddlab.measure import launch
     from ddlab.system import nccl
     from ddlab.system.provenance import run_provenance
-    from ddlab.training.experiment_kit import config_of, interleaved, keep_runs
+    from ddlab.training.experiment_kit import config_of, interleaved, interleaved_note, keep_runs
     from ddlab.training.results import ExperimentResult, add_speedup, median_run, row_of_repeats
     from ddlab.training.runs import ExperimentError, failure_row, spec_for
     from ddlab.training.runspec import RunSpecError, nccl_path_name
@@ -441,14 +441,14 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     common = dict(echo=echo, progress=progress)
     # Interleaved: each round runs the baseline and every tuning once, so a slow drift of the machine
     # (clocks, the host) spreads over every row's min-max instead of looking like one tuning's effect.
-    configs = [(BASELINE, spec.with_(workers=1, path="default", repeats=1))]
+    configs = [(BASELINE, spec.with_(workers=1, path="default"))]
     skipped: dict = {}    # tuning -> why this machine cannot run it
     for name in chosen:
         why = _skip_reason(TUNINGS[launcher][name])
         if why:
             skipped[name] = why
         else:
-            configs.append((name, TUNINGS[launcher][name].spec(spec).with_(repeats=1)))
+            configs.append((name, TUNINGS[launcher][name].spec(spec)))
     got = {name: [] for name, _ in configs}
     failed: dict = {}     # configuration -> the error of its first failed launch (its runs are dropped)
     resumed = 0
@@ -507,9 +507,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
         for name, why in skipped.items():
             by_why.setdefault(why, []).append(name)
         kept += [f"not run here ({', '.join(map(repr, these))}): {why}" for why, these in by_why.items()]
-        kept.append(f"the repeats were interleaved: each of {rounds} round(s) ran the one-worker baseline and every "
-                    "tuning once, in the table's order, so a drift of the machine during the comparison spreads "
-                    "over every row's min-max instead of looking like one tuning's effect")
+        kept.append(interleaved_note(rounds, "the one-worker baseline and every tuning"))
         if rounds < spec.repeats:
             kept.append(f"partial: {rounds} of {spec.repeats} rounds run, so each row has {rounds} repeat(s)")
         bigger = [n for n in chosen if n not in skipped

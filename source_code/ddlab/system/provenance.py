@@ -142,6 +142,13 @@ def run_provenance(command, torch_facts: bool = True) -> dict:
     return collect(command=command, inventory=inv)
 
 
+def machine_of(prov: Optional[dict]) -> str:
+    """The machine a recording names in its provenance (``2x NVIDIA H200, NV18``), else its GPU
+    count and model (``2x NVIDIA H200``)."""
+    prov = prov or {}
+    return prov.get("machine") or f"{prov.get('gpu_count', '?')}x {prov.get('gpu_model', '?')}"
+
+
 def label(prov: dict) -> str:
     """The machine and date for a caption: '2x NVIDIA H200, 2026-11-22'. The machine is named
     from the recorded hardware fields (gpu_count, gpu_model), so every caption has one form

@@ -53,9 +53,10 @@ def interleaved(configs: Sequence[tuple], rounds: int, start: int = 0, got: Opti
     return got, failed
 
 
-def interleaved_note(rounds: int, what: str = "configuration") -> str:
-    """The note of a result whose repeats ran in ``rounds`` interleaved rounds (:func:`interleaved`)."""
-    return (f"the repeats were interleaved: each of {rounds} round(s) ran every {what} once, in the table's order, "
+def interleaved_note(rounds: int, what: str = "every configuration") -> str:
+    """The note of a result whose repeats ran in ``rounds`` interleaved rounds (:func:`interleaved`);
+    ``what``: what each round ran once."""
+    return (f"the repeats were interleaved: each of {rounds} round(s) ran {what} once, in the table's order, "
             "so a drift of the machine during the experiment spreads over every row's min-max instead of looking "
             "like one row's effect")
 

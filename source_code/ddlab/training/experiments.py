@@ -125,7 +125,7 @@ def strong_scaling(base: Optional[RunSpec] = None, global_batches: Sequence[int]
     notes = [f"strong scaling: each global batch on 1 worker, then split over {workers}; speedup over 1 worker at "
              "the same global batch"]
     if spec.repeats > 1:
-        notes.append(interleaved_note(spec.repeats, "global batch on 1 and on several workers"))
+        notes.append(interleaved_note(spec.repeats, "every global batch on 1 and on several workers"))
     if spec.device == "cpu":
         notes.append("CPU processes with gloo: the workers share this machine's cores, so scaling shows the real "
                      "code path, not what GPUs would do")
@@ -222,7 +222,7 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
         row.update(_transport_of(logs[mid], spec.device, runs[mid]["backend"]))
         rows.append(row)
     if spec.repeats > 1:
-        notes.append(interleaved_note(spec.repeats, "path and the one-worker baseline"))
+        notes.append(interleaved_note(spec.repeats, "every path and the one-worker baseline"))
     if not all_runs:
         raise ExperimentError("every run of the NCCL path comparison failed:\n" + "\n".join(notes))
     return ExperimentResult("nccl-paths", rows, "live", run_provenance(
