@@ -254,6 +254,37 @@ def test_gpu_batch_runs_tasks_while_time_is_left_and_packs_after_each(tmp_path):
     assert not (tmp_path / "out" / "results-tmp.tgz").exists()
 
 
+def _notebook(path, source):
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
+                     "source": source}],
+          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+    return str(path)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_gpu_nbval_keeps_every_notebooks_time_across_runs_into_one_folder(tmp_path):
+    """Two runs into one OUT (as two gpu_batch.sh "nb" tasks do): nbval.json holds the notebooks of
+    both, each with its time and exit status, and a failing notebook fails the run."""
+    import sys
+    good = _notebook(tmp_path / "good.ipynb", "print(1 + 1)")
+    bad = _notebook(tmp_path / "bad.ipynb", "raise ValueError('no')")
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHON=sys.executable)
+    first = subprocess.run(["bash", os.path.join(RECORDING, "gpu_nbval.sh"), good], env=env,
+                           capture_output=True, text=True, timeout=240)
+    second = subprocess.run(["bash", os.path.join(RECORDING, "gpu_nbval.sh"), bad], env=env,
+                            capture_output=True, text=True, timeout=240)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert second.returncode == 1, second.stdout + second.stderr
+    table = json.loads((tmp_path / "out" / "nbval.json").read_text())
+    assert set(table) == {good, bad}
+    assert table[good]["exit"] == 0 and table[bad]["exit"] != 0
+    assert all(row["seconds"] > 0 for row in table.values())
+    assert "ValueError" in (tmp_path / "out" / "nbval-bad.txt").read_text()
+    assert not (tmp_path / "out" / "nbval.json.tmp").exists()
+
+
 def test_pending_points_are_real_convergence_points_and_gpu_batch_takes_them_by_default(tmp_path):
     """tools/recording/pending/ keeps the finished points of a sweep across runs: each file
     there loads as a one-point convergence result measured on GPUs, with its provenance; and

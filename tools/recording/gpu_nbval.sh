@@ -5,7 +5,7 @@
 #
 # Needs nbval, ipykernel and ipywidgets importable (on a machine without a package registry:
 # source tools/recording/gpu_setup.sh first, with the wheels in .whl/). Writes $OUT/nbval-<name>.txt (pytest's output)
-# and $OUT/nbval.json (seconds and exit status per notebook). Exit status: 0 when every
+# and $OUT/nbval.json (seconds and exit status per notebook, kept across runs). Exit status: 0 when every
 # notebook passed.
 set -u
 cd "$(dirname "$0")/../.."
@@ -15,10 +15,25 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 nbs=${*:-Start_Here.ipynb $(ls notebooks/*.ipynb | sort -t/ -k2 -n)}   # 1, 2, ..., 10 in course order
 rc_all=0
-# nbval.json is written whole at the end (a temporary file, then renamed)
-TMP_JSON="$OUT/.nbval.json.tmp"
-echo "{" > "$TMP_JSON"
-sep=""
+# After each notebook its entry is merged into nbval.json (read, updated, written to a temporary
+# file, then renamed), so a run cut short, or several runs into one $OUT, keep every time measured.
+record() {  # notebook seconds exit
+  NB="$1" SECS="$2" RC="$3" GPUS="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" \
+  "$PY" - "$OUT/nbval.json" <<'PYEOF'
+import json, os, sys, time
+path = sys.argv[1]
+try:
+    with open(path) as f:
+        table = json.load(f)
+except (OSError, ValueError):
+    table = {}
+table[os.environ["NB"]] = {"seconds": float(os.environ["SECS"]), "exit": int(os.environ["RC"]),
+                           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpus": os.environ["GPUS"]}
+with open(path + ".tmp", "w") as f:
+    json.dump(table, f, indent=1)
+os.replace(path + ".tmp", path)
+PYEOF
+}
 for nb in $nbs; do
   name=$(basename "$nb" .ipynb | tr -c 'A-Za-z0-9._\n-' '_')
   t0=$(date +%s.%N)
@@ -28,11 +43,7 @@ for nb in $nbs; do
   t1=$(date +%s.%N)
   secs=$("$PY" -c "print(round($t1 - $t0, 1))")
   echo "$nb: exit $rc in $secs s"; tail -3 "$OUT/nbval-$name.txt"
-  printf '%s  "%s": {"seconds": %s, "exit": %d, "date": "%s", "gpus": "%s"}\n' "$sep" "$nb" "$secs" "$rc" \
-      "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" \
-      >> "$TMP_JSON"
-  sep=","
+  record "$nb" "$secs" "$rc"
   [ $rc -eq 0 ] || rc_all=1
 done
-echo "}" >> "$TMP_JSON" && mv -f "$TMP_JSON" "$OUT/nbval.json"
 exit $rc_all
