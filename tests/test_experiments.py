@@ -280,3 +280,51 @@ def test_the_experiment_command_repeats_live_gpu_runs_three_times_unless_told(fa
         assert training_cli.cli_experiment(["scaling", "--source", "live", "--device", "cuda", *extra]) == 0
     assert training_cli.cli_experiment(["scaling", "--source", "live", "--device", "cpu"]) == 0
     assert [(c["device"], c.get("repeats")) for c in fake_experiments] == [("cuda", 3), ("cuda", 5), ("cpu", None)]
+
+
+# ----------------------------------------------------------------------------- progress of live GPU runs
+def test_planned_launches_count_every_configuration_times_its_repeats():
+    assert ex.planned_launches("nccl-paths") == (1 + len(ex.COMPARED_PATHS)) * ex.LIVE_GPU_REPEATS
+    assert ex.planned_launches("nccl-paths", repeats=2, paths=("default",)) == 4
+    assert ex.planned_launches("scaling", workers=(1, 2, 4), repeats=1) == 3
+    assert ex.planned_launches("perf-options", repeats=3) == 3 * len(ex.PERF_OPTIONS)
+    with pytest.raises(ex.RunSpecError, match="unknown experiment"):
+        ex.planned_launches("nccl-path")
+
+
+def test_a_live_gpu_run_in_a_notebook_shows_one_bar_and_keeps_the_launch_lines_in_its_log(recorded, monkeypatch,
+                                                                                          tmp_path, capsys):
+    """Live on two GPUs with a log (what "auto" picks in Jupyter): the launches' lines go to the log,
+    and the bar counts the finished launches; with no log (a terminal) no progress is passed on."""
+    seen = []
+
+    def run(experiment, framework, launcher, model, workers, device, **kw):
+        seen.append(kw.get("progress"))
+        if kw.get("progress"):
+            for i in range(4):
+                kw["progress"](f"launch {i} started")
+                kw["progress"](f"launch {i}{runs.DONE_MARK}9.1 s")
+        return ex.ExperimentResult(experiment, [], source="live", config={"device": device})
+    monkeypatch.setattr(ex, "run_experiment", run)
+    log = tmp_path / "live.log"
+    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1, log=str(log))
+    assert res.source == "live" and callable(seen[0])
+    assert "launch 3 started" in log.read_text()
+    out = capsys.readouterr().out
+    assert "nccl-paths: wide with ddp, on this machine's GPUs: 4 of 4 done" in out and str(log) in out
+    assert "launch 0 started" not in out
+    seen.clear()
+    ex.live_or_recorded("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1)   # "auto", no Jupyter here
+    assert seen == [None]
+    mine = []
+    seen.clear()
+    ex.live_or_recorded("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1, progress=mine.append,
+                        log=str(log))
+    assert seen == [mine.append] and len(mine) == 8        # the caller's own callback, no bar over it
+
+
+def test_notebook_log_is_a_scratch_file_in_jupyter_only(monkeypatch):
+    from ddlab.base import paths, progress
+    assert progress.notebook_log("live-x") is None
+    monkeypatch.setattr(progress, "in_notebook", lambda: True)
+    assert progress.notebook_log("live-x") == os.path.join(paths.REPO_ROOT, "scratch", "live-x.log")

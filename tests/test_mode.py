@@ -158,3 +158,22 @@ def test_a_topology_matrix_that_cannot_be_parsed_falls_back_to_the_recording(mon
     shown = mode.live_or_recorded("topology", machine=TWO_GPUS)
     assert not shown.live and shown.value is not None and "\n" not in shown.line
     assert "cannot read" in shown.line and "NV99X" in shown.line and shown.line.startswith("recorded on 2x NVIDIA H200")
+
+
+def test_the_live_one_gpu_throughput_shows_a_bar_over_its_launches_in_a_notebook(monkeypatch, tmp_path, capsys):
+    from ddlab.base import progress
+    from ddlab.training import one_gpu, runs
+    from ddlab.training.runspec import LIVE_GPU_REPEATS
+    got = {}
+
+    def throughput(models, precisions, device, progress):
+        got.update(models=models, precisions=precisions, device=device)
+        progress(f"one launch{runs.DONE_MARK}8 s")
+        return one_gpu.ExperimentResult("one-gpu", [], "live")
+    monkeypatch.setattr(one_gpu, "single_gpu_throughput", throughput)
+    monkeypatch.setattr(progress, "notebook_log", lambda name: str(tmp_path / f"{name}.log"))
+    shown = mode.live_or_recorded("one-gpu", machine=ONE_GPU)
+    assert shown.live and got["device"] == "cuda"
+    total = len(got["models"]) * len(got["precisions"]) * LIVE_GPU_REPEATS
+    assert f"one GPU: each model in each precision: 1 of {total} done" in capsys.readouterr().out
+    assert "one launch" in (tmp_path / "live-one-gpu.log").read_text()

@@ -14,6 +14,7 @@ work raised, how far it got and where its lines are (the exception goes on).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Optional
@@ -32,6 +33,16 @@ def in_notebook() -> bool:
         return False
     shell = get_ipython()
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def notebook_log(name: str) -> Optional[str]:
+    """Where a notebook's live launches write their lines (``scratch/<name>.log`` in the
+    repository) when this runs in Jupyter, so that a :class:`Bar` can stand in for them there;
+    None elsewhere (a terminal shows the launches' own lines)."""
+    if not in_notebook():
+        return None
+    from ddlab.base import paths
+    return os.path.join(paths.REPO_ROOT, "scratch", f"{name}.log")
 
 
 def text_bar(done: int, total: int, title: str, width: int = WIDTH) -> str:

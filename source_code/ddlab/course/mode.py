@@ -105,7 +105,14 @@ def _recorded_experiment(name: str):
 def _one_gpu(live: bool, machine: Machine):
     from ddlab.training import one_gpu
     if live:
-        return one_gpu.single_gpu_throughput(device="cuda"), None
+        from ddlab.base import progress
+        from ddlab.training.runs import launch_bar
+        from ddlab.training.runspec import LIVE_GPU_REPEATS
+        launches = len(one_gpu.ONE_GPU_MODELS) * len(one_gpu.PRECISIONS) * LIVE_GPU_REPEATS
+        log = progress.notebook_log("live-one-gpu")
+        with launch_bar(launches, "one GPU: each model in each precision", log) as bar:
+            return one_gpu.single_gpu_throughput(models=one_gpu.ONE_GPU_MODELS, precisions=one_gpu.PRECISIONS,
+                                                 device="cuda", progress=bar), None
     return _recorded_experiment("one-gpu-torch-none")
 
 

@@ -30,7 +30,7 @@ from ddlab.training.results import (ExperimentResult, add_speedup, combine_launc
 from ddlab.system.frameworks import availability, gpu_count  # noqa: F401  (names the notebooks use)
 from ddlab.system.provenance import run_provenance
 from ddlab.training.experiment_kit import base_spec, config_of, interleaved, interleaved_note, keep_runs, repeat
-from ddlab.training.runs import ExperimentError, failure_row, spec_for, train  # noqa: F401  (names the notebooks use)
+from ddlab.training.runs import ExperimentError, failure_row, launch_bar, spec_for, train  # noqa: F401  (names the notebooks use)
 from ddlab.training.runspec import LIVE_GPU_REPEATS, MODELS, RunSpec, RunSpecError, _check_choice, nccl_path_env, nccl_path_name  # noqa: F401
 from ddlab.training.recording import load_recorded, reference_name  # noqa: F401
 
@@ -315,6 +315,21 @@ def run_experiment(experiment: str, framework: str, launcher: str, model: str, w
     raise RunSpecError(f"unknown experiment {experiment!r}; choose one of {', '.join(EXPERIMENTS)}")
 
 
+def planned_launches(experiment: str, workers=None, repeats: int = LIVE_GPU_REPEATS,
+                     paths: Sequence[str] = COMPARED_PATHS, options: Optional[Sequence[str]] = None) -> int:
+    """How many training launches :func:`run_experiment` makes on GPUs: every configuration
+    ``repeats`` times (scaling: each worker count; nccl-paths: the one-worker baseline and each
+    path; perf-options: each option)."""
+    _check_choice("experiment", experiment, EXPERIMENTS)
+    if experiment == "nccl-paths":
+        configs = 1 + len(paths)
+    elif experiment == "scaling":
+        configs = len(workers or (1, 2))
+    else:
+        configs = len(options or PERF_OPTIONS)
+    return configs * int(repeats)
+
+
 def _needed_gpus(experiment: str, workers) -> int:
     if experiment == "nccl-paths":
         return int(workers or 2)
@@ -362,7 +377,8 @@ def where_it_runs(experiment: str, framework: str = "torch", launcher: str = "dd
 
 def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
                      workers=None, source: str = "auto", cpu_run: bool = True, missing_ok: bool = False,
-                     cuda_graph: bool = False, machine=None, **fields) -> ExperimentResult:
+                     cuda_graph: bool = False, machine=None, log: Optional[str] = "auto",
+                     **fields) -> ExperimentResult:
     """Run ``experiment`` ("scaling", "nccl-paths" or "perf-options") live on GPUs when this
     machine can (:func:`ddlab.system.policy.decide`), otherwise load the result recorded for it; the
     result's notes say which.
@@ -375,7 +391,11 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     "missing" and whose notes say why. ``cuda_graph`` (PyTorch scaling and nccl-paths):
     capture each training step as a CUDA graph; the recorded result is then the "graph"
     variant, and no CPU run is added. ``machine``: a :class:`ddlab.system.policy.Machine` (default:
-    this one). ``fields``: RunSpec fields for a live run (batch, steps, repeats, timeout, ...)."""
+    this one). ``log``: a file for the live GPU launches' lines, with a progress bar over the
+    launches instead of them; "auto": in Jupyter ``scratch/live-<experiment>-...log``
+    (:func:`ddlab.base.progress.notebook_log`), elsewhere none (the lines as they come).
+    ``fields``: RunSpec fields for a live run (batch, steps, repeats, timeout, ...)."""
+    from ddlab.base import progress as bars
     from ddlab.system import provenance as prov
     _check_choice("experiment", experiment, EXPERIMENTS)
     _check_choice("source", source, ("auto", "live", "recorded"))
@@ -392,7 +412,16 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     if source == "live" and not ok:
         raise ExperimentError(f"cannot run {experiment} live here: {why}")
     if source != "recorded" and ok:
-        res = run_experiment(experiment, framework, launcher, model, workers, "cuda", **fields)
+        if "progress" in fields:        # the caller follows the launches itself
+            log = None
+        elif log == "auto":
+            log = bars.notebook_log(f"live-{experiment}-{framework}-{launcher}-{model}")
+        planned = planned_launches(experiment, workers, fields.get("repeats") or LIVE_GPU_REPEATS,
+                                   fields.get("paths") or COMPARED_PATHS, fields.get("options"))
+        with launch_bar(planned, f"{experiment}: {model} with {launcher}, on this machine's GPUs", log) as bar:
+            if bar is not None:
+                fields["progress"] = bar
+            res = run_experiment(experiment, framework, launcher, model, workers, "cuda", **fields)
         res.notes.insert(0, f"live: run just now on this machine's {need} GPU(s)")
         return res
     recorded = None
