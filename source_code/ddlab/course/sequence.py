@@ -46,9 +46,9 @@ NOTEBOOKS = {
                "so the training under each NCCL path is the recording, and so are the predictions' runs",
         "single-gpu": "Horovod (PyTorch and Keras) and DDP training on 2 CPU processes over Gloo; the path "
                       "comparison needs two GPUs, so it is the recording, and so are the predictions' runs",
-        "multi-gpu": "DDP training of both models and Horovod training of the wide model under each NCCL path, and "
-                     "Keras where TensorFlow sees the GPUs; Horovod's CNN comparison, the DDP-Horovod table and "
-                     "the runs the predictions use are the recordings",
+        "multi-gpu": "DDP and Horovod training of the wide model under each NCCL path, and Keras where "
+                     "TensorFlow sees the GPUs; both CNN comparisons, the DDP-Horovod table and the runs the "
+                     "predictions use are the recordings",
     }),
     6: ("The compiled p2p bandwidth/latency test", {
         "cpu": "nothing of the GPU test: the compile command is shown and the recorded run drawn; the all-reduce "
