@@ -4,6 +4,7 @@ folder written below (it needs no GPU), to show the machine is named from its ha
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -282,6 +283,8 @@ def test_gpu_nbval_keeps_every_notebooks_time_across_runs_into_one_folder(tmp_pa
     assert table[good]["exit"] == 0 and table[bad]["exit"] != 0
     assert all(row["seconds"] > 0 for row in table.values())
     assert "ValueError" in (tmp_path / "out" / "nbval-bad.txt").read_text()
+    passed = [ln for ln in (tmp_path / "out" / "nbval-good.txt").read_text().splitlines() if "PASSED" in ln]
+    assert passed and all(re.match(r"\[ *\d+s\] ", ln) for ln in passed)      # when each cell finished
     assert not (tmp_path / "out" / "nbval.json.tmp").exists()
 
 

@@ -4,7 +4,8 @@
 #   OUT=/some/dir bash tools/recording/gpu_nbval.sh [NOTEBOOK ...]   (default: Start_Here and every notebook)
 #
 # Needs nbval, ipykernel and ipywidgets importable (on a machine without a package registry:
-# source tools/recording/gpu_setup.sh first, with the wheels in .whl/). Writes $OUT/nbval-<name>.txt (pytest's output)
+# source tools/recording/gpu_setup.sh first, with the wheels in .whl/). Writes $OUT/nbval-<name>.txt (pytest's output,
+# each line stamped with the seconds since the notebook started)
 # and $OUT/nbval.json (seconds and exit status per notebook, kept across runs). Exit status: 0 when every
 # notebook passed.
 set -u
@@ -37,9 +38,12 @@ PYEOF
 for nb in $nbs; do
   name=$(basename "$nb" .ipynb | tr -c 'A-Za-z0-9._\n-' '_')
   t0=$(date +%s.%N)
-  "$PY" -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider --timeout=600 -v --durations=0 --durations-min=1 "$nb" \
-      > "$OUT/nbval-$name.txt" 2>&1
-  rc=$?
+  # each line of pytest's output stamped with the seconds since the notebook started: a cell's
+  # PASSED line says when it finished, so a run stopped part-way still shows each cell's time
+  start=$SECONDS
+  "$PY" -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider --timeout=600 -v --durations=0 --durations-min=1 "$nb" 2>&1 \
+      | while IFS= read -r line; do printf '[%4ss] %s\n' "$((SECONDS - start))" "$line"; done > "$OUT/nbval-$name.txt"
+  rc=${PIPESTATUS[0]}
   t1=$(date +%s.%N)
   secs=$("$PY" -c "print(round($t1 - $t0, 1))")
   echo "$nb: exit $rc in $secs s"; tail -3 "$OUT/nbval-$name.txt"
