@@ -336,6 +336,26 @@ def test_stated_minutes_cover_reading_and_exercises():
     assert set(over) == set(KNOWN_OVER), f"notebooks whose stated minutes do not cover the estimate: {over}"
 
 
+def test_stated_minutes_cover_every_run_all_timed_on_a_gpu_machine():
+    """tools/recording/runs/*/nbval.json: Run All timed under nbval on a GPU machine, the live
+    multi-GPU paths included. Each notebook that passed there must still fit its stated minutes
+    with that Run All added to its reading and exercises."""
+    import glob
+    from ddlab.course import minutes
+    timed = glob.glob(os.path.join(ROOT, "tools", "recording", "runs", "*", "nbval.json"))
+    assert timed, "no GPU timing run is kept in tools/recording/runs/"
+    over, checked = [], 0
+    for path in timed:
+        for nb, row in json.load(open(path)).items():
+            if row["exit"] != 0:
+                continue
+            est = minutes.estimate(os.path.join(ROOT, nb), row["seconds"])
+            checked += 1
+            if est["fits"] != "yes":
+                over.append(f"{nb}: {est['fits']} with Run All {row['seconds']} s ({os.path.basename(os.path.dirname(path))})")
+    assert checked and not over, over
+
+
 def test_minutes_parser_reads_each_table_shape():
     rows = ("| [2. Latency](notebooks/2.A.ipynb) | the model | 25 | cpu | gpu | gpus |\n"
             "| [3. Topology](../notebooks/3.B.ipynb) | 30 | stress |\n"
