@@ -38,3 +38,28 @@ def test_measured_inputs_from_a_step_profile():
     assert rr.measured_inputs("wide", 512, {"wide": prof}, 24, device="GPU") == {"profile": prof,
                                                                                "comm_sm_share": 24 / 132}
     assert rr.measured_inputs("wide", 512, {"wide": prof}, 24, device="cpu") == {}
+
+
+def test_runs_at_other_batches_join_the_set_only_from_the_sweeps_machine(tmp_path, monkeypatch):
+    """A batch sweep recording (``-b<N>``) made on the sweeps' machine becomes points at its batch;
+    one made on another machine is named in ``elsewhere`` with that machine and predicts nothing."""
+    import json
+    import shutil
+    from ddlab.base import reference
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    sweeps_prov = json.loads((tmp_path / "ref" / "allreduce" / "h200x2.json").read_text())["provenance"]
+    moved = tmp_path / "ref" / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128.json"
+    data = json.loads(moved.read_text())          # a stand-in: the same runs, said to come from the sweeps' machine
+    data["provenance"].update({k: sweeps_prov[k] for k in ("gpu_model", "gpu_count", "driver", "nccl")})
+    moved.write_text(json.dumps(data))
+    rec = rr.recorded_points()
+    at_128 = [p for p in rec.points if p.batch == 128]
+    assert {(p.launcher, p.model) for p in at_128} == {("ddp", "mlp-small")}
+    assert {p.path for p in at_128} == {"default", "shm", "socket"}
+    one = next(r for r in data["rows"] if r["workers"] == 1)
+    assert all(abs(p.compute_s - 128 / one["images_per_s"]) < 1e-12 for p in at_128)
+    names = dict(rec.elsewhere)
+    assert "nccl-paths-torch-ddp-mlp-small-b128" not in names
+    assert names["nccl-paths-torch-ddp-mlp-small-b2048"] == "2x NVIDIA H100 80GB HBM3, NV18"
+    assert len(rec.points) == 32 + len(at_128)

@@ -50,7 +50,13 @@ def test_held_out_on_the_recorded_runs():
     assert notes.startswith("Held out: leaving each model out, ") and "leaving each batch out, " in notes
     assert "no in-sample count" in notes and "the field reports' experiment" in notes
     # the shm recording of the reports' experiment was made on another machine: named, not predicted
-    assert "strong-scaling-torch-ddp-mlp-small-shm (2x NVIDIA H100 80GB HBM3, NV18)" in notes
+    # and so were the MLPs' batch sweeps at 128 and 2048 per GPU: the note names each under its machine
+    elsewhere = next(n for n in t.notes if n.startswith("Not predicted here"))
+    h100 = elsewhere.split("2x NVIDIA H100 80GB HBM3, NV18: ")[1]
+    for name in ("strong-scaling-torch-ddp-mlp-small-shm", "nccl-paths-torch-ddp-mlp-small-b128",
+                 "nccl-paths-torch-ddp-mlp-large-b2048"):
+        assert name in h100
+    assert all(p.batch in (512, 2, 16) for p in rec.points)
     for by in ("model", "path", "batch"):             # the counts in the notes are the rows' own
         k, m = val.hits(rows, f"{by}_err")
         assert f"leaving each {by} out, {k} of {m} within" in notes

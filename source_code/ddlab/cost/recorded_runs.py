@@ -109,29 +109,40 @@ def path_labels(rec: "RecordedSet"):
 
 
 def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
-    """The recorded NCCL-path comparisons of every model (``ddlab.training.recording``) and the
-    recorded all-reduce sweeps ``reference/allreduce/<sweeps>.json``, fitted per path."""
+    """The recorded NCCL-path comparisons of every model (``ddlab.training.recording``), at the live
+    default batch and at every other batch per GPU recorded (``-b<N>``), and the recorded all-reduce
+    sweeps ``reference/allreduce/<sweeps>.json``, fitted per path. Only runs recorded on the sweeps'
+    machine become points; the others are named in ``elsewhere`` (each with its machine)."""
     from ddlab.measure import collectives_recorded
     from ddlab.training import models as _models, recording, step_profile
     from ddlab.training.results import path_name
     from ddlab.base.reference import ReferenceMissing
+    from ddlab.system.provenance import machine_of
     names = tuple(models) if models is not None else _models.MODELS
     for m in names:
         _models.check(m)
     sweeps_ = collectives_recorded.load_recorded(sweeps)
     fits = {p: fit_sweep(s) for p, s in sweeps_.items()}
     channels = {p: c for p, c in ((p, nccl_channels(s)) for p, s in sweeps_.items()) if c}
-    points, missing, machine, gpu_model = [], [], "", ""
+    # the set's machine is the sweeps' own: runs recorded elsewhere are listed, not predicted
+    machine = next((_machine_text(s.provenance) for s in sweeps_.values() if s.provenance), "")
+    points, missing, gpu_model, elsewhere = [], [], "", []
 
     loaded = {}   # each recording is read once: the CUDA-graph ones serve every launcher
 
     def load(launcher, model, variant):
+        """The recording, when it was made on the set's machine (else None, and named in ``elsewhere``)."""
         key = (launcher, model, variant)
         if key not in loaded:
             try:
-                loaded[key] = recording.load_recorded("nccl-paths", "torch", launcher, model, variant)
+                res = recording.load_recorded("nccl-paths", "torch", launcher, model, variant)
             except ReferenceMissing:
-                loaded[key] = None
+                res = None
+            if res is not None and not _made_on(res.provenance, machine):
+                name = recording.reference_name("nccl-paths", "torch", launcher, model) + (f"-{variant}" if variant else "")
+                elsewhere.append((name, machine_of(res.provenance)))
+                res = None
+            loaded[key] = res
         return loaded[key]
 
     def one_gpu_row(res):
@@ -169,29 +180,40 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
         device_elsewhere[model] = where
         return step_of(other)
 
+    def batches(launcher, variant, model):
+        """The recordings of one launcher and model: the live default batch, and for the eager runs
+        each other batch per GPU recorded (``-b<N>``) on the set's machine."""
+        out = [(variant, load(launcher, model, variant))]
+        if variant is None:
+            out += [(v, load(launcher, model, v)) for _, v in recording.batch_variants("nccl-paths", "torch",
+                                                                                      launcher, model)]
+        return out
+
     for label, launcher, variant in RECORDED_RUNS:
         for model in names:
-            res = load(launcher, model, variant)
-            base = one_gpu_row(res)
-            if base is None:
-                missing.append((label, model))
-                continue
-            machine = machine or _machine_text(res.provenance)
-            gpu_model = gpu_model or (res.provenance or {}).get("gpu_model", "")
-            one = step_of(base)
-            device = one if variant == "graph" else device_step(model, base["global_batch"])
-            where = (f"this recording's own one-worker run ({machine})" if variant == "graph" else
-                     f"the one-worker CUDA-graph run of {model} on {device_elsewhere[model]}"
-                     if model in device_elsewhere else f"the one-worker CUDA-graph run of {model} ({machine})")
-            for r in res.rows:
-                if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or r.get("path") not in fits:
+            for variant_, res in batches(launcher, variant, model):
+                base = one_gpu_row(res)
+                if base is None:
+                    if variant_ == variant:
+                        missing.append((label, model))
                     continue
-                points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
-                                            device, variant != "graph", float(r["speedup"]),
-                                            int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max"),
-                                            launcher == "ddp", where if device is not None else "",
-                                            path_name(r, res.provenance)))
-    elsewhere = _strong_points(points, names, fits, machine)
+                machine = machine or _machine_text(res.provenance)
+                gpu_model = gpu_model or (res.provenance or {}).get("gpu_model", "")
+                one = step_of(base)
+                device = one if variant == "graph" else device_step(model, base["global_batch"])
+                where = (f"this recording's own one-worker run ({machine})" if variant == "graph" else
+                         f"the one-worker CUDA-graph run of {model} on {device_elsewhere[model]}"
+                         if model in device_elsewhere else f"the one-worker CUDA-graph run of {model} ({machine})")
+                for r in res.rows:
+                    if (r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None
+                            or r.get("path") not in fits):
+                        continue
+                    points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
+                                                device, variant != "graph", float(r["speedup"]),
+                                                int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max"),
+                                                launcher == "ddp", where if device is not None else "",
+                                                path_name(r, res.provenance)))
+    elsewhere += _strong_points(points, names, fits, machine)
     profiles = {}
     for model in names:
         try:

@@ -220,8 +220,12 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
     if rec.missing:
         notes.append("Not recorded (no prediction checked): " + ", ".join(f"{m} ({la})" for la, m in rec.missing) + ".")
     if rec.elsewhere:
-        notes.append("Not predicted, recorded on another machine whose all-reduce sweeps are not recorded: "
-                     + ", ".join(f"{n} ({m})" for n, m in rec.elsewhere) + ".")
+        machines: dict = {}
+        for name, where in rec.elsewhere:
+            machines.setdefault(where, []).append(name)
+        notes.append("Not predicted here, recorded on another machine than these all-reduce sweeps (a run is predicted "
+                     "only from sweeps of its own machine): "
+                     + "; ".join(f"{where}: {', '.join(names)}" for where, names in machines.items()) + ".")
     return notes
 
 

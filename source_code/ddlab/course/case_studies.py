@@ -329,9 +329,7 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
     from ddlab.training import recording
     from ddlab.base import reference
     from ddlab.system.provenance import machine_of
-    name = recording.reference_name("nccl-paths", "torch", launcher, model)
-    variants = sorted((int(n[len(name) + 2:]), n[len(name) + 1:]) for n in reference.names(recording.REFERENCE_KIND)
-                      if n.startswith(name + "-b") and n[len(name) + 2:].isdigit())
+    variants = recording.batch_variants("nccl-paths", "torch", launcher, model)
     results = []
     for _, variant in [(None, None)] + variants:
         try:

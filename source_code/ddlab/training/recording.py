@@ -36,6 +36,15 @@ def load_recorded(experiment: str, framework: str = "torch", launcher: str = "dd
     return ExperimentResult.from_dict(reference.load(REFERENCE_KIND, name), source="recorded")
 
 
+def batch_variants(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn") -> list:
+    """[(batch per GPU, variant)] of the recordings of an experiment made at another batch than the
+    live default (``<name>-b<N>.json``, e.g. (128, "b128")), in batch order; load each with
+    :func:`load_recorded`'s ``variant``."""
+    name = reference_name(experiment, framework, launcher, model)
+    return sorted((int(n[len(name) + 2:]), n[len(name) + 1:]) for n in reference.names(REFERENCE_KIND)
+                  if n.startswith(name + "-b") and n[len(name) + 2:].isdigit())
+
+
 def recorded_with_prefix(prefix: str) -> list:
     """[(name, ExperimentResult)] of every committed recording whose name starts with ``prefix``
     (e.g. "strong-scaling-torch-", "tuning-torch-"), in name order; empty when there is none."""
