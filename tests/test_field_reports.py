@@ -158,3 +158,23 @@ def test_the_reports_figures_sit_beside_the_prediction_and_the_recording():
     assert any(r["measured"] is not None for r in rows)
     text = str(t)
     assert "none checks another" in text and "RTX 4070 Ti SUPER" in text and "2x NVIDIA H100" in text
+
+
+def test_the_live_run_on_two_gpus_splits_each_batch_over_them_with_peer_to_peer_off(monkeypatch):
+    from ddlab.system import policy
+    from ddlab.training import experiments
+    calls = []
+
+    def fake(spec, global_batches, device, path, echo=False, progress=None):
+        calls.append((spec.model, spec.repeats, spec.device, tuple(global_batches), device, path))
+        g = global_batches[0]
+        rows = [{"workers": w, "global_batch": g, "batch_per_worker": g // w, "images_per_s": ips,
+                 "images_per_s_min": ips, "images_per_s_max": ips, "speedup": ips / 1000.0,
+                 "speedup_min": ips / 1000.0, "speedup_max": ips / 1000.0, "step_ms_median": 1.0}
+                for w, ips in ((1, 1000.0), (2, 850.0))]
+        return ExperimentResult("strong-scaling", rows, "live", {}, [], {})
+    monkeypatch.setattr(experiments, "strong_scaling", fake)
+    t = fr.live(machine=policy.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
+    assert calls == [(m, 3, "cuda", (32,), "cuda", "shm") for m in fr.REPORT_MLPS]
+    assert "two GPUs, NCCL path shm (peer-to-peer off)" in str(t) and "gloo" not in str(t)
+    assert [r["speedup"] for r in t.to_dict()["rows"] if r["workers"] == 2] == pytest.approx([0.85, 0.85])
