@@ -63,3 +63,29 @@ def test_runs_at_other_batches_join_the_set_only_from_the_sweeps_machine(tmp_pat
     assert "nccl-paths-torch-ddp-mlp-small-b128" not in names
     assert names["nccl-paths-torch-ddp-mlp-small-b2048"] == "2x NVIDIA H100 80GB HBM3, NV18"
     assert len(rec.points) == 32 + len(at_128)
+
+
+def test_a_second_machines_sweeps_make_a_set_of_that_machines_runs_only(tmp_path, monkeypatch):
+    """Sweeps recorded on another machine (a stand-in: the H200 sweeps relabelled as the H100 pair's)
+    give a set of the runs recorded there alone: the H100 batch sweeps and strong-scaling run become its
+    points; the H200 runs are named in ``elsewhere``, not counted as missing."""
+    import json
+    import shutil
+    from ddlab.base import reference
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    h100 = json.loads((tmp_path / "ref" / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128.json").read_text())
+    sweeps = json.loads((tmp_path / "ref" / "allreduce" / "h200x2.json").read_text())
+    sweeps["provenance"].update({k: h100["provenance"][k] for k in ("gpu_model", "gpu_count", "driver", "nccl")})
+    for s in sweeps["sweeps"]:
+        if isinstance(s.get("provenance"), dict):
+            s["provenance"].update({k: h100["provenance"][k] for k in ("gpu_model", "gpu_count", "driver", "nccl")})
+    (tmp_path / "ref" / "allreduce" / "stand-in-h100.json").write_text(json.dumps(sweeps))
+    rec = rr.recorded_points(sweeps="stand-in-h100")
+    assert rec.machine.startswith("2x NVIDIA H100 80GB HBM3")
+    assert {(p.launcher, p.model, p.batch) for p in rec.points} == {
+        ("ddp", "mlp-small", 128), ("ddp", "mlp-small", 2048), ("ddp", "mlp-large", 128), ("ddp", "mlp-large", 2048),
+        ("ddp strong", "mlp-small", 2), ("ddp strong", "mlp-small", 16), ("ddp strong", "mlp-small", 64)}
+    names = dict(rec.elsewhere)
+    assert names["nccl-paths-torch-ddp-cnn"].startswith("2x NVIDIA H200")
+    assert rec.missing == [("horovod", "mlp-small"), ("horovod", "mlp-large")]     # recorded nowhere

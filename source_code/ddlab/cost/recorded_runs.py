@@ -130,6 +130,9 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
 
     loaded = {}   # each recording is read once: the CUDA-graph ones serve every launcher
 
+    def _name(launcher, model, variant):
+        return recording.reference_name("nccl-paths", "torch", launcher, model) + (f"-{variant}" if variant else "")
+
     def load(launcher, model, variant):
         """The recording, when it was made on the set's machine (else None, and named in ``elsewhere``)."""
         key = (launcher, model, variant)
@@ -139,8 +142,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
             except ReferenceMissing:
                 res = None
             if res is not None and not _made_on(res.provenance, machine):
-                name = recording.reference_name("nccl-paths", "torch", launcher, model) + (f"-{variant}" if variant else "")
-                elsewhere.append((name, machine_of(res.provenance)))
+                elsewhere.append((_name(launcher, model, variant), machine_of(res.provenance)))
                 res = None
             loaded[key] = res
         return loaded[key]
@@ -194,7 +196,8 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> Rec
             for variant_, res in batches(launcher, variant, model):
                 base = one_gpu_row(res)
                 if base is None:
-                    if variant_ == variant:
+                    made_elsewhere = any(n == _name(launcher, model, variant_) for n, _ in elsewhere)
+                    if variant_ == variant and not made_elsewhere:
                         missing.append((label, model))
                     continue
                 machine = machine or _machine_text(res.provenance)
