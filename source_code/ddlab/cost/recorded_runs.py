@@ -108,7 +108,21 @@ def path_labels(rec: "RecordedSet"):
     return lambda path: rec.path_label(path) if isinstance(path, str) else str(path)
 
 
-def recorded_points(models: Sequence[str] = None, sweeps: str = "h200x2") -> RecordedSet:
+COURSE_SWEEPS = "h200x2"       # the all-reduce sweeps of the course's own 2-GPU machine
+
+
+def recorded_sets(models: Sequence[str] = None) -> list:
+    """A :class:`RecordedSet` for every machine whose all-reduce sweeps under the NCCL paths are
+    recorded (``reference/allreduce/<name>.json``; a level sweep, ``<name>-levels``, is not one) and
+    that has runs of its own recorded: the course's machine (:data:`COURSE_SWEEPS`) first."""
+    from ddlab.base import reference
+    names = sorted((n for n in reference.names("allreduce") if not n.endswith("-levels")),
+                   key=lambda n: (n != COURSE_SWEEPS, n))
+    sets = [recorded_points(models, sweeps=n) for n in names]
+    return [rec for rec in sets if rec.points]
+
+
+def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -> RecordedSet:
     """The recorded NCCL-path comparisons of every model (``ddlab.training.recording``), at the live
     default batch and at every other batch per GPU recorded (``-b<N>``), and the recorded all-reduce
     sweeps ``reference/allreduce/<sweeps>.json``, fitted per path. Only runs recorded on the sweeps'
