@@ -143,9 +143,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     points, missing, gpu_model, elsewhere = [], [], "", []
 
     loaded = {}   # each recording is read once: the CUDA-graph ones serve every launcher
-
-    def _name(launcher, model, variant):
-        return recording.reference_name("nccl-paths", "torch", launcher, model) + (f"-{variant}" if variant else "")
+    away = set()  # the keys of recordings made on another machine (named in ``elsewhere``)
 
     def load(launcher, model, variant):
         """The recording, when it was made on the set's machine (else None, and named in ``elsewhere``)."""
@@ -156,7 +154,9 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
             except ReferenceMissing:
                 res = None
             if res is not None and not _made_on(res.provenance, machine):
-                elsewhere.append((_name(launcher, model, variant), machine_of(res.provenance)))
+                name = recording.reference_name("nccl-paths", "torch", launcher, model)
+                elsewhere.append((name + (f"-{variant}" if variant else ""), machine_of(res.provenance)))
+                away.add(key)
                 res = None
             loaded[key] = res
         return loaded[key]
@@ -210,8 +210,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
             for variant_, res in batches(launcher, variant, model):
                 base = one_gpu_row(res)
                 if base is None:
-                    made_elsewhere = any(n == _name(launcher, model, variant_) for n, _ in elsewhere)
-                    if variant_ == variant and not made_elsewhere:
+                    if variant_ == variant and (launcher, model, variant_) not in away:
                         missing.append((label, model))
                     continue
                 machine = machine or _machine_text(res.provenance)
