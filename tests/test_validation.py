@@ -225,6 +225,7 @@ def test_each_other_machine_with_its_own_sweeps_gets_its_own_held_out_table(tmp_
             s["provenance"].update({k: h100["provenance"][k] for k in same})
     (tmp_path / "ref" / "allreduce" / "2xh100-stand-in.json").write_text(json.dumps(sweeps))
     assert [rec.sweeps for rec in recorded_runs.recorded_sets()] == ["h200x2", "2xh100-stand-in"]
+    assert [rec.sweeps for rec in recorded_runs.recorded_sets(others_only=True)] == ["2xh100-stand-in"]
     assert val.held_out().to_dict()["rows"] == first
     (other,) = val.held_out_other_machines()
     assert "2x NVIDIA H100 80GB HBM3" in other.title

@@ -111,13 +111,14 @@ def path_labels(rec: "RecordedSet"):
 COURSE_SWEEPS = "h200x2"       # the all-reduce sweeps of the course's own 2-GPU machine
 
 
-def recorded_sets(models: Sequence[str] = None) -> list:
+def recorded_sets(models: Sequence[str] = None, others_only: bool = False) -> list:
     """A :class:`RecordedSet` for every machine whose all-reduce sweeps under the NCCL paths are
     recorded (``reference/allreduce/<name>.json``; a level sweep, ``<name>-levels``, is not one) and
-    that has runs of its own recorded: the course's machine (:data:`COURSE_SWEEPS`) first."""
+    that has runs of its own recorded: the course's machine (:data:`COURSE_SWEEPS`) first, or with
+    ``others_only`` left out (not built)."""
     from ddlab.base import reference
-    names = sorted((n for n in reference.names("allreduce") if not n.endswith("-levels")),
-                   key=lambda n: (n != COURSE_SWEEPS, n))
+    names = sorted((n for n in reference.names("allreduce") if not n.endswith("-levels")
+                    and not (others_only and n == COURSE_SWEEPS)), key=lambda n: (n != COURSE_SWEEPS, n))
     sets = [recorded_points(models, sweeps=n) for n in names]
     return [rec for rec in sets if rec.points]
 

@@ -159,10 +159,10 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
 
 def held_out_other_machines(**kwargs) -> list:
     """:func:`held_out` for each other machine whose all-reduce sweeps and runs are recorded
-    (:func:`ddlab.cost.recorded_runs.recorded_sets` after the course's own): each machine's runs
+    (:func:`ddlab.cost.recorded_runs.recorded_sets` but the course's own): each machine's runs
     predicted from its own sweeps, one table each; empty when only the course's machine has them."""
     from ddlab.cost.recorded_runs import recorded_sets
-    return [held_out(rec, **kwargs) for rec in recorded_sets()[1:]]
+    return [held_out(rec, **kwargs) for rec in recorded_sets(others_only=True)]
 
 
 def _same_predictions(rows, schemes) -> list:
