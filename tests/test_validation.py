@@ -204,29 +204,25 @@ def test_a_gpu_time_from_another_machine_is_named():
 
 
 def test_each_other_machine_with_its_own_sweeps_gets_its_own_held_out_table(tmp_path, monkeypatch):
-    """Today only the course's machine has its all-reduce sweeps recorded: no other table. With sweeps
-    of the H100 pair (a stand-in: the H200 sweeps relabelled), that pair's runs get a table of their own,
-    predicted from those sweeps, and the course's table is unchanged."""
-    import json
+    """The H100 pair's all-reduce sweeps are recorded: its runs (the MLPs' batch sweeps and the shm
+    strong-scaling run) get a table of their own, predicted from those sweeps, and none of them enters the
+    course's table. Without those sweeps there is no second table and the course's table is the same."""
+    import os
     import shutil
     from ddlab.base import reference
     from ddlab.cost import recorded_runs
-    assert val.held_out_other_machines() == []
-    assert [rec.sweeps for rec in recorded_runs.recorded_sets()] == ["h200x2"]
+    assert [rec.sweeps for rec in recorded_runs.recorded_sets()] == ["h200x2", "2xh100-80gb-hbm3-nv18"]
+    assert [rec.sweeps for rec in recorded_runs.recorded_sets(others_only=True)] == ["2xh100-80gb-hbm3-nv18"]
     first = val.held_out().to_dict()["rows"]
-    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
-    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
-    h100 = json.loads((tmp_path / "ref" / "experiments" / "nccl-paths-torch-ddp-mlp-large-b128.json").read_text())
-    sweeps = json.loads((tmp_path / "ref" / "allreduce" / "h200x2.json").read_text())
-    same = ("gpu_model", "gpu_count", "driver", "nccl")
-    sweeps["provenance"].update({k: h100["provenance"][k] for k in same})
-    for s in sweeps["sweeps"]:
-        if isinstance(s.get("provenance"), dict):
-            s["provenance"].update({k: h100["provenance"][k] for k in same})
-    (tmp_path / "ref" / "allreduce" / "2xh100-stand-in.json").write_text(json.dumps(sweeps))
-    assert [rec.sweeps for rec in recorded_runs.recorded_sets()] == ["h200x2", "2xh100-stand-in"]
-    assert [rec.sweeps for rec in recorded_runs.recorded_sets(others_only=True)] == ["2xh100-stand-in"]
-    assert val.held_out().to_dict()["rows"] == first
+    assert {r["batch"] for r in first} == {512, 2, 16}
     (other,) = val.held_out_other_machines()
     assert "2x NVIDIA H100 80GB HBM3" in other.title
-    assert {r["batch"] for r in other.to_dict()["rows"]} == {128, 2048, 2, 16, 64}
+    rows = other.to_dict()["rows"]
+    assert {r["batch"] for r in rows} == {128, 2048, 2, 16, 64}
+    assert {r["model"] for r in rows} == {"mlp-small", "mlp-large"}
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    os.remove(tmp_path / "ref" / "allreduce" / "2xh100-80gb-hbm3-nv18.json")
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    assert [rec.sweeps for rec in recorded_runs.recorded_sets()] == ["h200x2"]
+    assert val.held_out_other_machines() == []
+    assert val.held_out().to_dict()["rows"] == first
