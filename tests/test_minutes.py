@@ -108,3 +108,22 @@ def test_tool_gives_one_line_for_a_corrupt_report(tmp_path):
     bad.write_text("<testsuites>")
     done = _tool("--junit", str(bad))
     assert done.returncode != 0 and "cannot read" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_tool_leaves_out_a_time_taken_of_an_earlier_version_of_the_notebook(tmp_path):
+    """nbval.json keeps the SHA-256 of the notebook that ran: a time of the notebook as it is here counts,
+    one of another version is named and left out, and one kept without a SHA-256 (older runs) counts."""
+    nb2, nb3 = "notebooks/2.Latency-and-Bandwidth.ipynb", "notebooks/3.System-Topology.ipynb"
+    timings = {nb2: {"seconds": 120.0, "exit": 0, "sha256": minutes.file_sha256(os.path.join(ROOT, nb2))},
+               nb3: {"seconds": 60.0, "exit": 0, "sha256": "0" * 64},
+               "Start_Here.ipynb": {"seconds": 30.0, "exit": 0}}
+    path = tmp_path / "nbval.json"
+    path.write_text(json.dumps(timings))
+    out = tmp_path / "m.json"
+    done = _tool("--timings", str(path), "--out", str(out))
+    rows = {r["notebook"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["2.Latency-and-Bandwidth.ipynb"]["run_min"] == pytest.approx(2.0)
+    assert rows["3.System-Topology.ipynb"]["run_min"] is None
+    assert rows["Start_Here.ipynb"]["run_min"] == pytest.approx(0.5)
+    assert f"{nb3}: its 60.0 s were timed on an earlier version of the notebook; left out" in done.stderr
+    assert minutes.timing_is_current(os.path.join(ROOT, nb2), {"seconds": 1.0}) is None

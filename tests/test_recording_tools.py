@@ -282,6 +282,10 @@ def test_gpu_nbval_keeps_every_notebooks_time_across_runs_into_one_folder(tmp_pa
     assert set(table) == {good, bad}
     assert table[good]["exit"] == 0 and table[bad]["exit"] != 0
     assert all(row["seconds"] > 0 for row in table.values())
+    from ddlab.course import minutes
+    assert minutes.timing_is_current(good, table[good]) is True              # the file that ran, by its SHA-256
+    _notebook(tmp_path / "good.ipynb", "print(2 + 2)")
+    assert minutes.timing_is_current(good, table[good]) is False             # a later version: not that time
     assert "ValueError" in (tmp_path / "out" / "nbval-bad.txt").read_text()
     passed = [ln for ln in (tmp_path / "out" / "nbval-good.txt").read_text().splitlines() if "PASSED" in ln]
     assert passed and all(re.match(r"\[ *\d+s\] ", ln) for ln in passed)      # when each cell finished

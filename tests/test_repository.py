@@ -339,7 +339,8 @@ def test_stated_minutes_cover_reading_and_exercises():
 def test_stated_minutes_cover_every_run_all_timed_on_a_gpu_machine():
     """tools/recording/runs/*/nbval.json: Run All timed under nbval on a GPU machine, the live
     multi-GPU paths included. Each notebook that passed there must still fit its stated minutes
-    with that Run All added to its reading and exercises."""
+    with that Run All added to its reading and exercises. A time kept with the SHA-256 of a notebook
+    file that has changed since timed an earlier version, and is not held against this one."""
     import glob
     from ddlab.course import minutes
     timed = glob.glob(os.path.join(ROOT, "tools", "recording", "runs", "*", "nbval.json"))
@@ -347,7 +348,7 @@ def test_stated_minutes_cover_every_run_all_timed_on_a_gpu_machine():
     over, checked = [], 0
     for path in timed:
         for nb, row in json.load(open(path)).items():
-            if row["exit"] != 0:
+            if row["exit"] != 0 or minutes.timing_is_current(os.path.join(ROOT, nb), row) is False:
                 continue
             est = minutes.estimate(os.path.join(ROOT, nb), row["seconds"])
             checked += 1

@@ -6,8 +6,9 @@
 # Needs nbval, ipykernel and ipywidgets importable (on a machine without a package registry:
 # source tools/recording/gpu_setup.sh first, with the wheels in .whl/). Writes $OUT/nbval-<name>.txt (pytest's output,
 # each line stamped with the seconds since the notebook started)
-# and $OUT/nbval.json (seconds and exit status per notebook, kept across runs). Exit status: 0 when every
-# notebook passed.
+# and $OUT/nbval.json (per notebook, kept across runs: seconds, exit status, date, GPUs, and the SHA-256
+# of the notebook file that ran, so a time is never held against a later version of the notebook:
+# ddlab.course.minutes.timing_is_current). Exit status: 0 when every notebook passed.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/nbval_out}
@@ -28,8 +29,12 @@ try:
         table = json.load(f)
 except (OSError, ValueError):
     table = {}
+import hashlib
+with open(os.environ["NB"], "rb") as f:
+    sha256 = hashlib.sha256(f.read()).hexdigest()
 table[os.environ["NB"]] = {"seconds": float(os.environ["SECS"]), "exit": int(os.environ["RC"]),
-                           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpus": os.environ["GPUS"]}
+                           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpus": os.environ["GPUS"],
+                           "sha256": sha256}
 with open(path + ".tmp", "w") as f:
     json.dump(table, f, indent=1)
 os.replace(path + ".tmp", path)

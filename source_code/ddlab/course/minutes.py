@@ -18,6 +18,7 @@ The estimate is a floor: discussion and re-running cells come on top.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -117,6 +118,20 @@ def stated_minutes(nb: dict) -> Optional[int]:
     """The minutes the notebook states in its "**Time.** About N minutes." line (None without one)."""
     found = [int(m) for c in nb["cells"] if c.get("cell_type") == "markdown" for m in _TIME_LINE.findall(_source(c))]
     return found[0] if len(found) == 1 else None
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a notebook file as stored (``gpu_nbval.sh`` keeps it beside each time)."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def timing_is_current(path: str, timing: dict) -> Optional[bool]:
+    """Whether ``timing`` (one notebook's entry in ``gpu_nbval.sh``'s nbval.json) timed the notebook
+    file at ``path`` as it is now: True or False by the SHA-256 kept with the time, None when the
+    entry keeps none (it was written before the script kept one, so which version ran is unknown)."""
+    kept = timing.get("sha256")
+    return None if not kept else kept == file_sha256(path)
 
 
 def estimate(path: str, run_s: Optional[float] = None) -> dict:
