@@ -174,6 +174,7 @@ def test_the_live_one_gpu_throughput_shows_a_bar_over_its_launches_in_a_notebook
     monkeypatch.setattr(progress, "notebook_log", lambda name: str(tmp_path / f"{name}.log"))
     shown = mode.live_or_recorded("one-gpu", machine=ONE_GPU)
     assert shown.live and got["device"] == "cuda"
-    total = len(got["models"]) * len(got["precisions"]) * LIVE_GPU_REPEATS
-    assert f"one GPU: each model in each precision: 1 of {total} done" in capsys.readouterr().out
+    assert list(got["models"]) == ["cnn"] and list(got["precisions"]) == list(one_gpu.PRECISIONS)
+    total = len(got["precisions"]) * LIVE_GPU_REPEATS
+    assert f"one GPU: the CNN in each precision: 1 of {total} done" in capsys.readouterr().out
     assert "one launch" in (tmp_path / "live-one-gpu.log").read_text()
