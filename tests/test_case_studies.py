@@ -202,6 +202,22 @@ def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
     assert args[:3] == ("wide", "ddp", "default") and kw["tunings"] == cs.GPU_LIVE_TUNINGS and kw["device"] == "cuda"
 
 
+def test_tuning_here_runs_on_two_gpus_only_when_asked_and_on_cpu_processes_always(monkeypatch):
+    from ddlab.system import policy
+    calls = []
+    monkeypatch.setattr(cs, "tuning_live", lambda launcher, **kw: calls.append((launcher, kw)) or "result")
+    two = policy.Machine(gpus=2, software=lambda framework, launcher: (True, ""))
+    res, line = cs.tuning_here(machine=two)
+    assert res is None and not calls
+    from ddlab.course import tuning
+    launches = tuning.planned_launches("ddp", cs.GPU_LIVE_TUNINGS, 3)      # 9 where every tuning can run
+    assert "set LIVE_GPU_TUNING = True" in line and f"{launches} launches" in line and "wide" in line
+    res, line = cs.tuning_here(True, machine=two)
+    assert res == "result" and calls[-1][0] == "ddp" and line == "Measured now: two GPUs, the wide model on NCCL's default path."
+    res, line = cs.tuning_here(machine=policy.Machine(gpus=0))
+    assert res == "result" and len(calls) == 2 and "two CPU processes over gloo, mlp-large" in line
+
+
 def _fake_batch_sweep(monkeypatch, machine_b128=None):
     """The default-batch recording of mlp-small as the only one, plus a fake ``b128`` variant made
     from it (a quarter of the batch, a third of the rate), recorded on ``machine_b128`` if given."""

@@ -175,6 +175,10 @@ def test_the_live_run_on_two_gpus_splits_each_batch_over_them_with_peer_to_peer_
         return ExperimentResult("strong-scaling", rows, "live", {}, [], {})
     monkeypatch.setattr(experiments, "strong_scaling", fake)
     t = fr.live(machine=policy.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
-    assert calls == [(m, 3, "cuda", (32,), "cuda", "shm") for m in fr.REPORT_MLPS]
+    assert calls == [("mlp-small", 3, "cuda", (32,), "cuda", "shm")]      # on GPUs the recorded MLP only
+    assert fr.GPU_LIVE_MLPS == ("mlp-small",)
     assert "two GPUs, NCCL path shm (peer-to-peer off)" in str(t) and "gloo" not in str(t)
-    assert [r["speedup"] for r in t.to_dict()["rows"] if r["workers"] == 2] == pytest.approx([0.85, 0.85])
+    assert [r["speedup"] for r in t.to_dict()["rows"] if r["workers"] == 2] == pytest.approx([0.85])
+    calls.clear()
+    fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
+    assert [c[0] for c in calls] == list(fr.REPORT_MLPS)                     # both, when asked

@@ -12,7 +12,8 @@
   them slow with every partner, one pair slower in one direction. :func:`ddlab.measure.p2p_diagnosis.diagnose`
   reads it, and :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
 * **Tuning when communication dominates**: :func:`recorded_tunings` (the recorded
-  :mod:`ddlab.course.tuning` comparisons, and a line naming those missing) and :func:`tuning_live`.
+  :mod:`ddlab.course.tuning` comparisons, and a line naming those missing), :func:`tuning_live`, and
+  :func:`tuning_here`, the notebook's cell: on two GPUs only when asked.
 
 The field reports' own experiment (strong scaling, their cited figures) is :mod:`ddlab.course.field_reports`.
 """
@@ -295,6 +296,26 @@ def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATH
     if partial:
         line += f"\nCut short, fewer repeats than planned:\n  " + "\n  ".join(partial)
     return found, line
+
+
+def tuning_here(on_gpus: bool = False, launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None,
+                log: Optional[str] = None) -> tuple:
+    """Notebook 10's live case 3: (a result, or None; one line saying what ran, or why nothing did).
+    Without two GPUs, :func:`tuning_live`'s small comparison on two CPU processes always runs. With two
+    GPUs, the wide model's comparison runs only when ``on_gpus`` is True: it is the longest live run of
+    the notebook, and the recorded comparisons above are the same experiment with more tunings, so a Run
+    All leaves it out and says how to ask for it."""
+    from ddlab.course import tuning
+    if _gpus_live(launcher, machine) and not on_gpus:
+        launches = tuning.planned_launches(launcher, GPU_LIVE_TUNINGS, repeats)
+        return None, (f"Two GPUs here: the {TUNED_MODEL} model's tuning ({', '.join(GPU_LIVE_TUNINGS)}, {repeats} "
+                      f"repeats each, {launches} launches) runs live only when asked, since it is this notebook's "
+                      "longest wait: set LIVE_GPU_TUNING = True in this cell and run it again. The recorded "
+                      "comparisons above are the same experiment.")
+    res = tuning_live(launcher, repeats=repeats, echo=echo, machine=machine, log=log)
+    where = (f"two GPUs, the {TUNED_MODEL} model on NCCL's default path" if _gpus_live(launcher, machine) else
+             f"two CPU processes over gloo, {CPU_MODEL}")
+    return res, f"Measured now: {where}."
 
 
 def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None, log: Optional[str] = None):

@@ -89,9 +89,9 @@ NOTEBOOKS = {
         "single-gpu": "the small MLP's one-GPU step on this GPU with the step model's prediction of a second GPU "
                       "over the recorded links, doctor's PCIe check of this GPU, and the reports' strong-scaling "
                       "experiment and the tuning options on 2 CPU processes (Gloo); the 2-GPU results are recorded",
-        "multi-gpu": "the reports' strong-scaling experiment on two GPUs with P2P off, the step model against a live "
-                     "NCCL-path comparison of the small MLP, doctor's PCIe check and the wide model untuned and "
-                     "tuned, live on this machine's GPUs",
+        "multi-gpu": "the reports' strong-scaling experiment (the small MLP) on two GPUs with P2P off, the step "
+                     "model against a live NCCL-path comparison of the small MLP and doctor's PCIe check, live on "
+                     "this machine's GPUs; the wide model untuned and tuned runs live when asked (LIVE_GPU_TUNING)",
     }),
 }
 
