@@ -326,6 +326,36 @@ def test_recorder_keeps_finished_points_of_a_cut_call_and_goes_on_from_them(tmp_
     assert len(calls) == 3 * len(points)
 
 
+def test_recorder_never_joins_points_of_another_machine(tmp_path, monkeypatch, capsys):
+    """A kept point recorded on the H200 pair is neither run again nor joined on the H100 pair: the
+    recorder stops before measuring and names the point and what differs; join refuses such a mix."""
+    from ddlab.system import frameworks
+    rec = load_recorder()
+    points = rec.points_of("workers")
+    h200 = {"machine": "2x NVIDIA H200, NV18", "gpu_model": "NVIDIA H200", "gpu_count": 2, "driver": "580.95.05",
+            "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0"}
+    h100 = dict(h200, machine="2x NVIDIA H100 80GB HBM3, NV18", gpu_model="NVIDIA H100 80GB HBM3", driver="580.159.04")
+    kept = cs.run_sweep(points[:1], "cuda", seeds=[1, 2, 3], train=fake_train(lambda spec: 0.8))
+    kept.provenance = h200
+    cs.save(kept, rec.point_file(str(tmp_path), points[0]))
+    assert rec.kept_elsewhere(str(tmp_path), ["workers"], h200) == []
+    (line,) = rec.kept_elsewhere(str(tmp_path), ["workers"], h100)
+    assert os.path.basename(rec.point_file(str(tmp_path), points[0])) in line and "2x NVIDIA H200, NV18" in line
+    assert "gpu_model 'NVIDIA H200' there, 'NVIDIA H100 80GB HBM3' here" in line
+    other = cs.run_sweep(points[1:2], "cuda", seeds=[1, 2, 3], train=fake_train(lambda spec: 0.8))
+    other.provenance = h100
+    monkeypatch.setattr(rec, "here_provenance", lambda: h100)
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework: 2)
+    monkeypatch.setattr(rec.recording, "use_hardware_label", lambda: h100["machine"])
+    monkeypatch.setattr(rec.recording, "cannot_save", lambda: None)
+    monkeypatch.setattr(cs, "run_sweep", lambda *a, **kw: pytest.fail("measured before the check"))
+    assert rec.main([str(tmp_path), "workers"]) == 2
+    out = capsys.readouterr().out
+    assert "a sweep is joined from one machine only" in out and "move those files out of" in out
+    with pytest.raises(rec.OtherMachine, match="recorded on 2x NVIDIA H100 80GB HBM3, NV18"):
+        rec.join([kept, other], [])
+
+
 def test_convergence_quiz_checks_answers():
     from ddlab.course import checks, quiz_questions
     qs = quiz_questions.QUIZZES[9]

@@ -9,7 +9,9 @@ of the batch part ("batch:none", "batch:linear", "batch:warmup") to keep a run w
 Default: every part. Each point (all its seeds) is written to OUT_DIR/convergence-point-<POINT>.json
 as soon as it is done, and a point whose file is already in OUT_DIR is not run again: a run cut
 short keeps its finished points, and the next run (with those files copied into its OUT_DIR)
-goes on from there. When every point of a part is there, they are joined into
+goes on from there (only from points of this machine: kept points recorded on another GPU model or
+count, driver, CUDA, NCCL or PyTorch stop the run before it measures anything, and it says which).
+When every point of a part is there, they are joined into
 OUT_DIR/convergence-part-<PART>.json; --merge (no runs) joins every part found in OUT_DIR into
 OUT_DIR/convergence-torch-ddp-cnn.json, ready for source_code/reference/experiments/.
 
@@ -34,8 +36,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
 from ddlab.course import convergence_sweep as cs  # noqa: E402
-from ddlab.system import frameworks
-from ddlab.training import recording
+from ddlab.system import frameworks, provenance  # noqa: E402
+from ddlab.training import recording  # noqa: E402
 
 RULES = {"none": ("none", 0.0), "linear": ("linear", 0.0), "warmup": ("linear", 2.0)}
 PARTS = ["batch", "workers"] + [f"batch:{r}" for r in RULES]
@@ -54,9 +56,26 @@ def point_file(out: str, point) -> str:
     return os.path.join(out, f"convergence-point-{point.workers}w-b{point.global_batch}-{point.rule}{warm}.json")
 
 
+class OtherMachine(SystemExit):
+    """Kept points or parts recorded on another machine or software than the rest: a sweep is joined
+    from one machine's runs only (its times to accuracy compare only there)."""
+
+
+def _elsewhere(what: str, there: dict, here: dict, here_name: str) -> str:
+    return (f"record_convergence: error: {what} was recorded on {provenance.machine_of(there)} "
+            f"({'; '.join(provenance.differences(there, here))}), not on {here_name}, and a sweep is joined "
+            "from one machine only")
+
+
 def join(results: list, notes: list) -> "cs.ConvergenceResult":
     """One result from several (each point once, in the order given), with the first one's
-    provenance and sizes, and ``notes`` first."""
+    provenance and sizes, and ``notes`` first. Raises :class:`OtherMachine` when a result was
+    recorded on another machine or software than the first (:data:`ddlab.system.provenance.SAME_MACHINE`)."""
+    first = results[0]
+    for res in results[1:]:
+        if provenance.differences(res.provenance, first.provenance):
+            label = ", ".join(r["label"] for r in res.rows)
+            raise OtherMachine(_elsewhere(label, res.provenance, first.provenance, provenance.machine_of(first.provenance)))
     rows, runs_, seen = [], [], set()
     for res in results:
         for row in res.rows:
@@ -64,7 +83,6 @@ def join(results: list, notes: list) -> "cs.ConvergenceResult":
                 seen.add(row["label"])
                 rows.append(row)
                 runs_ += res.runs_of(row["label"])
-    first = results[0]
     config = dict(first.config, points=[{k: r[k] for k in ("workers", "global_batch", "rule", "warmup_epochs")}
                                         for r in rows])
     return cs.ConvergenceResult(rows, runs_, "live", first.provenance, config, list(notes))
@@ -91,6 +109,24 @@ def steps_to_score(point) -> list:
     """The fixed steps of every part that holds ``point`` (the workers part's 2-GPU points are
     in the batch part too): scored at all of them, a shared point is recorded once."""
     return sorted({fixed_step_of(part) for part in PARTS if point in points_of(part)})
+
+
+def here_provenance() -> dict:
+    """This machine's provenance, as a run made now would record it."""
+    return provenance.run_provenance("record_convergence: where the kept points are checked")
+
+
+def kept_elsewhere(out: str, parts: list, here: dict) -> list:
+    """One line for each point file kept in ``out`` for ``parts`` that was recorded on another machine
+    or software than ``here``: those points would not be run again, and joined with this machine's."""
+    lines = []
+    for point in {p for part in parts for p in points_of(part)}:
+        path = point_file(out, point)
+        if os.path.exists(path):
+            there = cs.load(path).provenance
+            if provenance.differences(there, here):
+                lines.append(_elsewhere(os.path.basename(path), there, here, "this machine"))
+    return sorted(lines)
 
 
 def run_part(out: str, part: str, seeds: list, train=None) -> tuple:
@@ -147,6 +183,13 @@ def main(argv=None) -> int:
     print(f"record_convergence: parts {parts}, seeds {a.seeds}, on {machine}; torch sees {gpus} GPU(s)", flush=True)
     if gpus < 2:
         print("record_convergence: error: the sweep needs 2 GPUs visible to torch", flush=True)
+        return 2
+    elsewhere = kept_elsewhere(a.out, parts, here_provenance())
+    if elsewhere:      # before any measurement: run it there, or move those files aside for a sweep of this machine
+        print("\n".join(elsewhere), flush=True)
+        print(f"record_convergence: run the sweep on that machine, or move those files out of {a.out} (and out of "
+              "tools/recording/pending/, where gpu_batch.sh copies them from) to record this machine's own sweep",
+              flush=True)
         return 2
     failed = 0
     for part in parts:

@@ -349,8 +349,6 @@ def planned_launches(launcher: str, tunings: Sequence[str], repeats: int) -> int
     return repeats * (1 + sum(1 for name in tunings if not _skip_reason(TUNINGS[launcher][name])))
 
 
-# What a resumed comparison must share with the run that continues it (the provenance's keys).
-SAME_MACHINE = ("gpu_model", "gpu_count", "driver", "cuda_runtime", "nccl", "torch")
 
 
 def resume_problem(partial, spec, tunings: Sequence[str]) -> Optional[str]:
@@ -359,7 +357,7 @@ def resume_problem(partial, spec, tunings: Sequence[str]) -> Optional[str]:
     machine, or None: it must be a partial interleaved comparison with the same run description,
     tunings and planned repeats, recorded on the same GPU model and count with the same driver,
     CUDA, NCCL and PyTorch (and Horovod, for Horovod's tunings)."""
-    from ddlab.system.provenance import run_provenance
+    from ddlab.system.provenance import SAME_MACHINE, differences, run_provenance
     c = getattr(partial, "config", None) or {}
     if getattr(partial, "name", None) != EXPERIMENT or c.get("order") != "interleaved":
         return "it is not an interleaved tuning comparison"
@@ -371,8 +369,7 @@ def resume_problem(partial, spec, tunings: Sequence[str]) -> Optional[str]:
     if not isinstance(rounds, int) or not 0 < rounds < spec.repeats:
         return f"it is not partial: {rounds} of {spec.repeats} rounds ran"
     here, there = run_provenance("resume check"), partial.provenance or {}
-    keys = SAME_MACHINE + (("horovod",) if spec.launcher == "horovod" else ())
-    differ = [f"{k} {there.get(k)!r} there, {here.get(k)!r} here" for k in keys if there.get(k) != here.get(k)]
+    differ = differences(there, here, SAME_MACHINE + (("horovod",) if spec.launcher == "horovod" else ()))
     return f"it was recorded on another machine or software: {'; '.join(differ)}" if differ else None
 
 

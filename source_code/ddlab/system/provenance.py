@@ -142,6 +142,17 @@ def run_provenance(command, torch_facts: bool = True) -> dict:
     return collect(command=command, inventory=inv)
 
 
+# What two measurements must share to be joined into one result or compared as the same machine's.
+SAME_MACHINE = ("gpu_model", "gpu_count", "driver", "cuda_runtime", "nccl", "torch")
+
+
+def differences(there: Optional[dict], here: Optional[dict], keys: Sequence[str] = SAME_MACHINE) -> list:
+    """One phrase per key of ``keys`` whose value differs between two provenances, e.g.
+    "gpu_model 'NVIDIA H200' there, 'NVIDIA H100 80GB HBM3' here"; empty when they agree."""
+    there, here = there or {}, here or {}
+    return [f"{k} {there.get(k)!r} there, {here.get(k)!r} here" for k in keys if there.get(k) != here.get(k)]
+
+
 def machine_of(prov: Optional[dict]) -> str:
     """The machine a recording names in its provenance (``2x NVIDIA H200, NV18``), else its GPU
     count and model (``2x NVIDIA H200``)."""
