@@ -350,3 +350,58 @@ def test_a_recording_script_without_the_validator_stops_before_measuring(script,
 def test_the_validator_is_there_here():
     from ddlab.base import schemas
     assert schemas.validator_missing() is None
+
+
+def test_adopt_results_puts_each_recording_home_and_never_replaces_another_machines(tmp_path, monkeypatch, capsys):
+    """A run's results go to their homes (experiments, all-reduce sweeps, pending points); a result whose
+    name is taken by another machine's recording is not copied, and the tool names both machines."""
+    mod = load("adopt_results.py")
+    ref, pending, res = tmp_path / "reference", tmp_path / "pending", tmp_path / "results"
+    for d in (ref / "experiments", ref / "allreduce", pending, res):
+        d.mkdir(parents=True)
+    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    monkeypatch.setattr(mod, "PENDING", str(pending))
+    h200 = {"machine": "2x NVIDIA H200, NV18", "gpu_model": "NVIDIA H200", "gpu_count": 2, "driver": "580.95.05",
+            "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0", "date": "2026-11-23"}
+    h100 = dict(h200, machine="2x NVIDIA H100 80GB HBM3, NV18", gpu_model="NVIDIA H100 80GB HBM3",
+                driver="580.159.04", date="2026-11-28")
+
+    def put(path, prov, rows=1):
+        path.write_text(json.dumps({"experiment": "x", "rows": [{}] * rows, "provenance": prov}))
+    put(ref / "experiments" / "nccl-paths-torch-ddp-cnn.json", h200)           # the course machine's
+    put(ref / "experiments" / "tuning-torch-ddp-wide-shm.json", h100, rows=2)  # an older run of this machine
+    put(res / "nccl-paths-torch-ddp-cnn.json", h100)
+    put(res / "tuning-torch-ddp-wide-shm.json", h100, rows=3)
+    put(res / "nccl-paths-torch-horovod-mlp-small.json", h100)
+    put(res / "reference_allreduce_2xh100-80gb-hbm3-nv18.json", h100)
+    put(res / "convergence-point-2w-b64-none.json", h100)
+    (res / "tasks.txt").write_text("task 1 ...")
+    (res / "notes.json").write_text("{}")                                       # not a recording: left alone
+    assert mod.main([str(res), "--dry-run"]) == 1
+    assert json.loads((ref / "experiments" / "tuning-torch-ddp-wide-shm.json").read_text())["rows"] == [{}] * 2
+    assert not (ref / "experiments" / "nccl-paths-torch-horovod-mlp-small.json").exists()
+    capsys.readouterr()
+    assert mod.main([str(res)]) == 1
+    out, err = capsys.readouterr()
+    assert "NOT copied  nccl-paths-torch-ddp-cnn.json" in out and "recorded on 2x NVIDIA H200, NV18" in out
+    assert "gpu_model 'NVIDIA H200' there, 'NVIDIA H100 80GB HBM3' here" in out and "1 file(s) not copied" in err
+    assert json.loads((ref / "experiments" / "nccl-paths-torch-ddp-cnn.json").read_text())["provenance"] == h200
+    assert json.loads((ref / "experiments" / "tuning-torch-ddp-wide-shm.json").read_text())["rows"] == [{}] * 3
+    assert (ref / "experiments" / "nccl-paths-torch-horovod-mlp-small.json").exists()
+    assert (ref / "allreduce" / "2xh100-80gb-hbm3-nv18.json").exists()
+    assert (pending / "convergence-point-2w-b64-none.json").exists()
+    assert sorted(os.listdir(ref / "experiments")) == ["nccl-paths-torch-ddp-cnn.json",
+                                                      "nccl-paths-torch-horovod-mlp-small.json",
+                                                      "tuning-torch-ddp-wide-shm.json"]
+    assert mod.main([str(res), "--replace-other-machine"]) == 0
+    assert "unchanged" in capsys.readouterr().out
+    assert json.loads((ref / "experiments" / "nccl-paths-torch-ddp-cnn.json").read_text())["provenance"] == h100
+    (res / "scaling-torch-ddp-cnn.json").write_text("{not json")
+    assert mod.main([str(res)]) == 2 and "truncated or corrupt" in capsys.readouterr().err
+    assert not (ref / "experiments" / "scaling-torch-ddp-cnn.json").exists()
+    (res / "scaling-torch-ddp-cnn.json").write_text(json.dumps({"rows": []}))
+    assert mod.main([str(res)]) == 1 and "it has no provenance" in capsys.readouterr().out
+    assert not (ref / "experiments" / "scaling-torch-ddp-cnn.json").exists()
+    with pytest.raises(SystemExit):
+        mod.main([str(tmp_path / "nowhere")])
+    assert "is not a folder" in capsys.readouterr().err

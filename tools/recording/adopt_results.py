@@ -1,0 +1,130 @@
+"""Copy what a GPU recording run wrote into the places the course reads it from, without ever
+replacing another machine's recording.
+
+    python tools/recording/adopt_results.py RESULTS_DIR [--dry-run] [--replace-other-machine]
+
+RESULTS_DIR is the folder a run wrote (``gpu_batch.sh``'s results, unpacked from results.tgz). Each JSON
+file there goes to its home:
+
+* ``convergence-point-*.json``            -> tools/recording/pending/ (a sweep still in progress)
+* ``reference_allreduce_<NAME>.json``     -> source_code/reference/allreduce/<NAME>.json
+* ``step-<model>[-bN].json``              -> source_code/reference/profiles/
+* every other recording of an experiment  -> source_code/reference/experiments/ (nccl-paths-, scaling-,
+  strong-scaling-, tuning-, one-gpu-, perf-options-, wrapper-cost-, input-pipeline-, convergence-torch-)
+
+A file whose home already holds a recording made on another machine or software (GPU model or count,
+driver, CUDA, NCCL or PyTorch: ``ddlab.system.provenance.SAME_MACHINE``) is not copied: the notebooks
+compare that recording with others of its machine, and a result of another machine under its name would
+mix two machines in one table. The tool names each such file and what differs, and exits 1; record it on
+that machine, or give the new result a name of its own. ``--replace-other-machine`` copies it anyway.
+A file with the same content as its home is left alone; a newer recording of the same machine replaces
+the old one (the old stays in git's history). Every copy is written to a temporary file, then renamed.
+Files of other kinds (logs, tasks.txt, partial convergence parts) stay where they are.
+"""
+import argparse
+import glob
+import os
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "source_code"))
+
+from ddlab.base import files  # noqa: E402
+from ddlab.system import provenance  # noqa: E402
+
+REFERENCE = os.path.join(ROOT, "source_code", "reference")
+PENDING = os.path.join(ROOT, "tools", "recording", "pending")
+EXPERIMENT_PREFIXES = ("nccl-paths-", "scaling-", "strong-scaling-", "tuning-", "one-gpu-", "perf-options-",
+                       "wrapper-cost-", "input-pipeline-", "convergence-torch-")
+
+
+def home_of(name: str, reference: str = None, pending: str = None):
+    """Where a result file named ``name`` belongs (under ``reference`` and ``pending``, default
+    :data:`REFERENCE` and :data:`PENDING`), or None when it is not a recording the course reads."""
+    reference, pending = reference or REFERENCE, pending or PENDING
+    if not name.endswith(".json"):
+        return None
+    if name.startswith("convergence-point-"):
+        return os.path.join(pending, name)
+    if name.startswith("reference_allreduce_"):
+        return os.path.join(reference, "allreduce", name[len("reference_allreduce_"):])
+    if name.startswith("step-"):
+        return os.path.join(reference, "profiles", name)
+    if name.startswith(EXPERIMENT_PREFIXES):
+        return os.path.join(reference, "experiments", name)
+    return None
+
+
+def _provenance(path: str) -> dict:
+    data = files.read_json(path, "recording")
+    prov = data.get("provenance") if isinstance(data, dict) else None
+    return prov if isinstance(prov, dict) else {}
+
+
+def plan(results: str, reference: str = None, pending: str = None, replace_other: bool = False) -> list:
+    """(source, home, action, why) for each recording in ``results``: action "new", "replace",
+    "same" (already there), or "refuse" (home holds another machine's recording, or the result has no
+    provenance; ``why`` says which). A result that cannot be read raises ResultFileError (a ValueError)."""
+    out = []
+    for src in sorted(glob.glob(os.path.join(results, "*.json"))):
+        home = home_of(os.path.basename(src), reference, pending)
+        if home is None:
+            continue
+        here = _provenance(src)           # read first: a truncated result is never copied
+        if not here:
+            out.append((src, home, "refuse", "it has no provenance (which machine, software and command made it)"))
+            continue
+        if not os.path.exists(home):
+            out.append((src, home, "new", ""))
+            continue
+        with open(src, "rb") as a, open(home, "rb") as b:
+            if a.read() == b.read():
+                out.append((src, home, "same", ""))
+                continue
+        there = _provenance(home)
+        differ = provenance.differences(there, here)
+        if differ and not replace_other:
+            out.append((src, home, "refuse", f"{os.path.relpath(home, ROOT)} was recorded on "
+                        f"{provenance.machine_of(there)}, this result on {provenance.machine_of(here)} "
+                        f"({'; '.join(differ)})"))
+        else:
+            out.append((src, home, "replace", f"{there.get('date', '?')} -> {here.get('date', '?')}"
+                        + (f" (another machine: {'; '.join(differ)})" if differ else "")))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("results", help="the folder a recording run wrote (unpacked results.tgz)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be copied, copy nothing")
+    p.add_argument("--replace-other-machine", action="store_true",
+                   help="replace a recording even when it was made on another machine or software")
+    a = p.parse_args(argv)
+    if not os.path.isdir(a.results):
+        p.error(f"{a.results} is not a folder (unpack results.tgz first: tar xzf results.tgz)")
+    try:
+        steps = plan(a.results, replace_other=a.replace_other_machine)
+    except (ValueError, OSError) as exc:
+        print(f"adopt_results: error: {exc}", file=sys.stderr)
+        return 2
+    if not steps:
+        print(f"adopt_results: no recording the course reads in {a.results}")
+        return 0
+    for src, home, action, why in steps:
+        if action in ("new", "replace") and not a.dry_run:
+            with open(src, "rb") as f:
+                files.write_bytes(home, f.read())
+        verb = {"new": "new", "replace": "replaced", "same": "unchanged", "refuse": "NOT copied"}[action]
+        print(f"{verb:11} {os.path.basename(src)} -> {os.path.relpath(home, ROOT)}" + (f": {why}" if why else ""))
+    refused = [s for s in steps if s[2] == "refuse"]
+    if refused:
+        print(f"adopt_results: {len(refused)} file(s) not copied (each line above says why). A home that holds "
+              "another machine's recording: record the result on that machine, or name it apart (e.g. a variant); "
+              "--replace-other-machine copies it anyway.", file=sys.stderr)
+    if a.dry_run:
+        print("adopt_results: dry run, nothing copied")
+    return 1 if refused else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
