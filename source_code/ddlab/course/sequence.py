@@ -16,7 +16,7 @@ NOTEBOOKS = {
     1: ("Data-parallel training", {
         "cpu": "Fashion-MNIST training on 1, 2 and 4 CPU worker processes (Gloo), live; the GPU scaling is recorded",
         "single-gpu": "Fashion-MNIST training on CPU worker processes (Gloo), and single-GPU training of the CNN "
-                      "and the seed MLPs in fp32 and bf16 on this GPU, live; the multi-GPU scaling is recorded",
+                      "in fp32 and bf16 on this GPU, live; the multi-GPU scaling is recorded",
         "multi-gpu": "Fashion-MNIST training on CPU worker processes (Gloo), single-GPU training and the GPU "
                      "scaling, all live",
     }),
