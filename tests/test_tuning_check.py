@@ -94,3 +94,20 @@ def test_the_recorded_tunings_of_the_wide_model():
              if not rec.made_here(r.provenance)]
     assert all(f"{n} ({m})" in t.notes[-1] for n, m in other) and (not other or "another machine" in t.notes[-1])
     assert len(tc.recorded_comparisons(rec)) + len(other) == len(recording.recorded_with_prefix(tc.PREFIX))
+
+
+def test_another_machines_tunings_are_checked_against_its_own_sweeps():
+    """The H100 pair's recorded tuning comparison (the wide model over shm) is not in the course's table;
+    it gets a table of its own, predicted from that pair's all-reduce sweeps and its own one-GPU run."""
+    from ddlab.training import recording
+    course = {(r["launcher"], r["path"]) for r in tc.tuning_check().rows}
+    (other,) = tc.tuning_check_other_machines()
+    assert "2x NVIDIA H100 80GB HBM3" in other.title
+    rows = other.rows
+    assert rows and {(r["launcher"], r["path"]) for r in rows} == {("ddp", "shm")} and ("ddp", "shm") not in course
+    res = recording.load_recorded("tuning", "torch", "ddp", "wide", "shm")
+    assert res.provenance["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    measured = {r["tuning"]: r["speedup"] for r in res.rows if r.get("workers") == 2 and r.get("speedup")}
+    assert {r["tuning"]: r["measured"] for r in rows} == {k: measured[k] for k in (r["tuning"] for r in rows)}
+    inside = sum(abs(r["error_pct"]) <= 10 for r in rows)
+    assert other.notes[0].startswith(f"{inside} of {len(rows)} within ±10%")

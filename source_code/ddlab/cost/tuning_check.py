@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ddlab.base.units import format_ratio
-from ddlab.cost.recorded_runs import RecordedPoint, RecordedSet, path_labels, predict_point, recorded_points
+from ddlab.cost.recorded_runs import RecordedPoint, RecordedSet, path_labels, predict_point, recorded_points, recorded_sets
 from ddlab.cost.validation import TOLERANCE, err_text
 
 MIB = 1024 * 1024
@@ -167,8 +167,9 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
     if not comparisons:
         notes.append("No tuning comparison is recorded on this machine yet.")
     if elsewhere:
-        notes.append("Not checked, recorded on another machine than the all-reduce sweeps the model is fitted to: "
-                     + ", ".join(elsewhere) + ".")
+        notes.append("Not checked, recorded on another machine than the all-reduce sweeps the model is fitted to "
+                     "(a machine whose own sweeps are recorded gets a table of its own, "
+                     "tuning_check.tuning_check_other_machines()): " + ", ".join(elsewhere) + ".")
     models = sorted({r["model"] for r in rows})
     cols = [("launcher", "text"), ("path", path_labels(rec), "path"), ("tuning", "text"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max"), ("predicted", "ratio", "predicted"),
@@ -179,3 +180,10 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
     named = f", the {models[0]} model" if len(models) == 1 else ""
     return Table(cols, rows, title=f"The step model against the recorded tunings{named}: 2-GPU speedup over one GPU"
                                    + (f" ({rec.machine})" if rec.machine else ""), notes=notes, wrap=("modelled",))
+
+
+def tuning_check_other_machines() -> list:
+    """:func:`tuning_check` for each other machine than the course's whose all-reduce sweeps are recorded
+    and that has tuning comparisons of its own (:func:`ddlab.cost.recorded_runs.recorded_sets`): each
+    machine's tunings predicted from its own sweeps and one-GPU runs, one table each; empty when none has."""
+    return [tuning_check(rec) for rec in recorded_sets(others_only=True) if recorded_comparisons(rec)]
