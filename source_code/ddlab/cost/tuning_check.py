@@ -168,8 +168,8 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
         notes.append("No tuning comparison is recorded on this machine yet.")
     if elsewhere:
         notes.append("Not checked, recorded on another machine than the all-reduce sweeps the model is fitted to "
-                     "(a machine whose own sweeps are recorded gets a table of its own, "
-                     "tuning_check.tuning_check_other_machines()): " + ", ".join(elsewhere) + ".")
+                     "(each machine whose own sweeps are recorded has a table of its own: tuning_check.tuning_check() "
+                     "for the course's, tuning_check.tuning_check_other_machines() for the others): " + ", ".join(elsewhere) + ".")
     models = sorted({r["model"] for r in rows})
     cols = [("launcher", "text"), ("path", path_labels(rec), "path"), ("tuning", "text"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max"), ("predicted", "ratio", "predicted"),

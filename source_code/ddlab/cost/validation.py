@@ -232,8 +232,8 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
         for name, where in rec.elsewhere:
             machines.setdefault(where, []).append(name)
         notes.append("Not predicted here, recorded on another machine than these all-reduce sweeps (a run is predicted "
-                     "only from sweeps of its own machine; one whose sweeps are recorded too has a table of its own, "
-                     "validation.held_out_other_machines()): "
+                     "only from sweeps of its own machine; each machine whose sweeps are recorded has a table of its own: "
+                     "validation.held_out() for the course's, validation.held_out_other_machines() for the others): "
                      + "; ".join(f"{where}: {', '.join(names)}" for where, names in machines.items()) + ".")
     return notes
 
