@@ -306,14 +306,15 @@ def tuning_here(on_gpus: bool = False, launcher: str = "ddp", repeats: int = 3, 
     the notebook, and the recorded comparisons above are the same experiment with more tunings, so a Run
     All leaves it out and says how to ask for it."""
     from ddlab.course import tuning
-    if _gpus_live(launcher, machine) and not on_gpus:
+    gpus = _gpus_live(launcher, machine)
+    if gpus and not on_gpus:
         launches = tuning.planned_launches(launcher, GPU_LIVE_TUNINGS, repeats)
         return None, (f"Two GPUs here: the {TUNED_MODEL} model's tuning ({', '.join(GPU_LIVE_TUNINGS)}, {repeats} "
                       f"repeats each, {launches} launches) runs live only when asked, since it is this notebook's "
                       "longest wait: set LIVE_GPU_TUNING = True in this cell and run it again. The recorded "
                       "comparisons above are the same experiment.")
     res = tuning_live(launcher, repeats=repeats, echo=echo, machine=machine, log=log)
-    where = (f"two GPUs, the {TUNED_MODEL} model on NCCL's default path" if _gpus_live(launcher, machine) else
+    where = (f"two GPUs, the {TUNED_MODEL} model on NCCL's default path" if gpus else
              f"two CPU processes over gloo, {CPU_MODEL}")
     return res, f"Measured now: {where}."
 
