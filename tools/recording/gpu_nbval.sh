@@ -23,18 +23,16 @@ record() {  # notebook seconds exit
   NB="$1" SECS="$2" RC="$3" GPUS="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" \
   "$PY" - "$OUT/nbval.json" <<'PYEOF'
 import json, os, sys, time
+from ddlab.course import minutes     # the notebook's SHA-256, as minutes.timing_is_current compares it
 path = sys.argv[1]
 try:
     with open(path) as f:
         table = json.load(f)
 except (OSError, ValueError):
     table = {}
-import hashlib
-with open(os.environ["NB"], "rb") as f:
-    sha256 = hashlib.sha256(f.read()).hexdigest()
 table[os.environ["NB"]] = {"seconds": float(os.environ["SECS"]), "exit": int(os.environ["RC"]),
                            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpus": os.environ["GPUS"],
-                           "sha256": sha256}
+                           "sha256": minutes.file_sha256(os.environ["NB"])}
 with open(path + ".tmp", "w") as f:
     json.dump(table, f, indent=1)
 os.replace(path + ".tmp", path)
