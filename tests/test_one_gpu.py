@@ -34,6 +34,7 @@ def test_single_gpu_throughput_on_a_gpu_repeats_each_run_three_times(monkeypatch
     res = one_gpu.single_gpu_throughput(models=["mlp-small"], device="cuda")
     assert len(fake.argvs) == 6 and [r["precision"] for r in res.rows] == ["fp32", "bf16"]
     assert res.rows[0]["step_ms_median"] == 1.0 and res.rows[1]["step_ms_median"] == 0.5   # median of 3
+    assert one_gpu.planned_launches(["mlp-small"]) == len(fake.argvs)        # the plan a progress bar counts
 
 
 def test_single_gpu_throughput_on_cpu_is_fp32_only(monkeypatch):

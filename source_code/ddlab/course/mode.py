@@ -113,8 +113,7 @@ def _one_gpu(live: bool, machine: Machine):
     if live:
         from ddlab.base import progress
         from ddlab.training.runs import launch_bar
-        from ddlab.training.runspec import LIVE_GPU_REPEATS
-        launches = len(ONE_GPU_LIVE_MODELS) * len(one_gpu.PRECISIONS) * LIVE_GPU_REPEATS
+        launches = one_gpu.planned_launches(ONE_GPU_LIVE_MODELS, one_gpu.PRECISIONS)
         log = progress.notebook_log("live-one-gpu")
         with launch_bar(launches, "one GPU: the CNN in each precision", log) as bar:
             return one_gpu.single_gpu_throughput(models=ONE_GPU_LIVE_MODELS, precisions=one_gpu.PRECISIONS,

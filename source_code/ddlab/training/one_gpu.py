@@ -57,6 +57,13 @@ def _spec(device: str, model: str, launcher: str, fields: dict) -> RunSpec:
     return RunSpec.for_device(device, model, launcher=launcher, workers=1, **extra, **fields)
 
 
+def planned_launches(models: Sequence[str] = ONE_GPU_MODELS, precisions: Sequence[str] = ("fp32", "bf16"),
+                     repeats: Optional[int] = None) -> int:
+    """How many launches :func:`single_gpu_throughput` makes on a GPU (a progress bar's total): each model
+    in each precision, ``repeats`` times (None: :data:`LIVE_GPU_REPEATS`, as it does)."""
+    return len(models) * len(precisions) * (LIVE_GPU_REPEATS if repeats is None else int(repeats))
+
+
 def single_gpu_throughput(models: Sequence[str] = ONE_GPU_MODELS, precisions: Sequence[str] = ("fp32", "bf16"),
                           device: str = "cuda", echo: bool = False, progress: Progress = None,
                           **fields) -> ExperimentResult:
