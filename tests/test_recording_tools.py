@@ -251,7 +251,9 @@ def test_gpu_batch_runs_tasks_while_time_is_left_and_packs_after_each(tmp_path):
     assert "unknown task kind 'bogus'" in (tmp_path / "res" / "task3-bogus.txt").read_text()
     with tarfile.open(tmp_path / "out" / "results.tgz") as tar:
         names = tar.getnames()
+        packed = tar.extractfile("res/tasks.txt").read().decode().splitlines()
     assert "res/tasks.txt" in names and "res/convergence-point-2w-b64-linear.json" in names
+    assert packed == lines                                                  # the last skip is in the pack too
     assert not (tmp_path / "out" / "results-tmp.tgz").exists()
 
 

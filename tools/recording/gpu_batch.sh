@@ -14,9 +14,9 @@
 # Every task runs under `timeout` with the seconds left before DEADLINE (default 570, counted
 # from this script's start). Results go to $RESULTS (default /tmp/ddlab-results): convergence
 # points committed in tools/recording/pending/ ($PENDING) are copied there first, so a cut sweep goes on. After
-# each task the whole folder is packed into $OUT/results.tgz (written aside, then moved, so a
-# run cut short still leaves the last complete pack), with tasks.txt: one line per task
-# (exit status, seconds). Source tools/recording/gpu_setup.sh first.
+# each task, and once more at the end, the whole folder is packed into $OUT/results.tgz (written
+# aside, then moved, so a run cut short still leaves the last complete pack), with tasks.txt: one
+# line per task (exit status and seconds, or why it was skipped). Source tools/recording/gpu_setup.sh first.
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -59,4 +59,5 @@ for task in "$@"; do
   echo "$line" >> "$RESULTS/tasks.txt"
   pack
 done
+pack
 echo "[gpu_batch] done in $(( $(date +%s) - T0 )) s"
