@@ -297,8 +297,10 @@ def test_a_wrapper_column_of_zeros_is_left_out_with_a_note_and_kept_otherwise():
 def test_second_gpu_live_on_two_gpus_compares_the_paths_and_predicts_each_from_a_live_sweep(monkeypatch, tmp_path,
                                                                                              capsys):
     """The two-GPU branch, with the launches and the sweeps replaced: DDP's mlp-small under each NCCL
-    path (3 repeats, one bar over its 12 launches), each 2-GPU row predicted from that path's live
-    sweep, beside its measured speedup; a path that failed keeps its failure out of the predictions."""
+    path (mode.TWO_GPU_LIVE_REPEATS repeats, one bar over all its launches), each 2-GPU row predicted
+    from that path's live sweep, beside its measured speedup; a path that failed keeps its failure out
+    of the predictions."""
+    from ddlab.course import mode
     from _experiment_fakes import fake_paths_result
     from ddlab.measure import collectives_recorded, collectives_run
     from ddlab.training import experiments, runs
@@ -308,18 +310,20 @@ def test_second_gpu_live_on_two_gpus_compares_the_paths_and_predicts_each_from_a
 
     def fake_paths(spec, echo=False, progress=None):
         calls.append((spec.model, spec.launcher, spec.repeats, spec.device))
-        for i in range(12):
+        for i in range(launches):
             progress(f"launch {i}{runs.DONE_MARK}15 s")
         res = fake_paths_result()
         res.config["model"] = spec.model
         return res
+    launches = (1 + len(experiments.COMPARED_PATHS)) * mode.TWO_GPU_LIVE_REPEATS
+    assert mode.TWO_GPU_LIVE_REPEATS == 2 and launches == 8
     sweeps = collectives_recorded.load_recorded("h200x2")      # stand-ins for the live sweeps
     monkeypatch.setattr(experiments, "nccl_path_comparison", fake_paths)
     monkeypatch.setattr(collectives_run, "compare_paths", lambda **kw: sweeps)
     two = policy.Machine(gpus=2, software=lambda framework, launcher: (True, ""))
     t = cs.second_gpu_live(Inventory(), machine=two, log=str(tmp_path / "live.log"))
-    assert calls == [("mlp-small", "ddp", 3, "cuda")]
-    assert "12 of 12 done" in capsys.readouterr().out and "launch 11" in (tmp_path / "live.log").read_text()
+    assert calls == [("mlp-small", "ddp", 2, "cuda")]
+    assert "8 of 8 done" in capsys.readouterr().out and "launch 7" in (tmp_path / "live.log").read_text()
     rows = {r["path"]: r for r in t.to_dict()["rows"]}
     assert set(rows) == {"default", "shm"}                  # the socket run failed in the stand-in
     assert rows["default"]["measured"] == pytest.approx(1.85) and rows["shm"]["measured"] == pytest.approx(0.86)

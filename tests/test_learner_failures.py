@@ -388,3 +388,25 @@ def test_notebook_4_without_two_gpus_shows_the_recorded_level_sweep_and_why(mach
     assert predicted["link"] == "NV18" and predicted["LOC"] == "no P2P" and predicted["PIX"] == "P2P"
     assert measured["pairs"] == "measured" and measured["LOC"] == "SHM" and measured["SYS"] == "P2P"
     assert printed[1].endswith("levels that gave others: LOC")           # on the recorded pair only LOC differs
+
+
+def test_notebook_5_runs_the_wide_model_live_on_two_gpus_twice_per_configuration(machine, monkeypatch):
+    """On two GPUs, notebook 5's Horovod and DDP cells train the wide model live with
+    mode.TWO_GPU_LIVE_REPEATS repeats (the launch count sets the notebook's wait) and show the CNN
+    recorded; nothing is cut to the CPU run's 1,000 test images."""
+    machine(TWO_GPUS)
+    runs_asked = []
+
+    def run(experiment, framework, launcher, model, workers, device, **kw):
+        runs_asked.append((launcher, model, device, kw.get("repeats"), kw.get("test_samples")))
+        return experiments.ExperimentResult(experiment, [{"path": "default", "images_per_s": 1.0}], source="live",
+                                            config={"device": device})
+    monkeypatch.setattr(experiments, "run_experiment", run)
+    nb = "notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb"
+    ns = {"experiments": experiments, "policy": policy, "mode": mode, "display": lambda *a: None,
+          "NCCL_LIVE": policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"))}
+    run_cells(nb, ["079ba659", "72335a75"], ns)
+    assert runs_asked == [("horovod", "wide", "cuda", mode.TWO_GPU_LIVE_REPEATS, None),
+                          ("ddp", "wide", "cuda", mode.TWO_GPU_LIVE_REPEATS, None)]
+    assert mode.TWO_GPU_LIVE_REPEATS == 2
+    assert all(ns[name]["cnn"].source == "recorded" for name in ("hvd", "ddp"))

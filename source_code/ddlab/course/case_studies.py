@@ -167,6 +167,7 @@ def exercise_table() -> Table:
 
 # ----------------------------------------------------------------------------- case 1, live
 CPU_BATCHES = (32, 512)
+SECOND_GPU_REPEATS = 3     # repeats of each run with one GPU or on CPU processes (two GPUs: mode.TWO_GPU_LIVE_REPEATS)
 
 
 def _gpus_live(launcher: str, machine=None, gpus: int = 2) -> bool:
@@ -178,7 +179,7 @@ def _gpus_live(launcher: str, machine=None, gpus: int = 2) -> bool:
 _PREDICTED_COLUMNS = _COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:-3]
 
 
-def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool = False,
+def second_gpu_predicted(model: str = "mlp-small", repeats: int = SECOND_GPU_REPEATS, echo: bool = False,
                          recorded: Optional[recorded_runs.RecordedSet] = None, progress=None) -> Table:
     """Case 1 on a machine with one GPU: the one-GPU step of ``model`` measured now (DDP on
     this GPU, ``repeats`` times: the run behind the one-GPU row of a recorded comparison), and
@@ -216,12 +217,15 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = 3, echo: bool 
 
 
 def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[Sequence[int]] = None,
-                    repeats: int = 3, echo: bool = False, machine=None, log: Optional[str] = None) -> Table:
+                    repeats: Optional[int] = None, echo: bool = False, machine=None,
+                    log: Optional[str] = None) -> Table:
     """Case 1 run now on this machine, with the step model's prediction beside each point.
 
+    ``repeats``: of each run (None: :data:`ddlab.course.mode.TWO_GPU_LIVE_REPEATS` on two GPUs,
+    :data:`SECOND_GPU_REPEATS` otherwise).
     With two GPUs or more: the NCCL-path comparison of ``model`` (1 GPU, then 2 under each
-    path, ``repeats`` times) and the all-reduce sweep under each path, fitted to the
-    alpha-beta model; the wrapper's cost is in the one-GPU step (DDP with world size 1).
+    path) and the all-reduce sweep under each path, fitted to the alpha-beta model; the
+    wrapper's cost is in the one-GPU step (DDP with world size 1).
     With one GPU: :func:`second_gpu_predicted` (the one-GPU step measured now, the second GPU
     predicted over the recorded machine's links).
     Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
@@ -233,8 +237,11 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     from ddlab.system import hardware
     from ddlab.system import policy
     from ddlab.training.runspec import RunSpec
+    from ddlab.course import mode
     machine = machine or policy.Machine.detect()
     two_gpus = _gpus_live("ddp", machine)
+    if repeats is None:
+        repeats = mode.TWO_GPU_LIVE_REPEATS if two_gpus else SECOND_GPU_REPEATS
     if not two_gpus and _gpus_live("ddp", machine, gpus=1):
         with launch_bar(repeats, f"{model}: DDP on this GPU", log) as progress:
             return second_gpu_predicted(model, repeats=repeats, echo=echo, progress=progress)
