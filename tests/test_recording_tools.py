@@ -407,3 +407,32 @@ def test_adopt_results_puts_each_recording_home_and_never_replaces_another_machi
     with pytest.raises(SystemExit):
         mod.main([str(tmp_path / "nowhere")])
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_adopt_results_never_replaces_a_later_recording_with_a_file_an_earlier_run_left(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """A GPU machine's results folder can hold files of earlier runs: one older than the same machine's
+    recording at home is left alone (and named), a later one replaces it, dates with or without a zone."""
+    mod = load("adopt_results.py")
+    ref, res = tmp_path / "reference", tmp_path / "results"
+    (ref / "experiments").mkdir(parents=True)
+    res.mkdir()
+    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    monkeypatch.setattr(mod, "PENDING", str(tmp_path / "pending"))
+    prov = {"machine": "2x NVIDIA H100 80GB HBM3, NV18", "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2,
+            "driver": "580.159.04", "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0"}
+    home = ref / "experiments" / "tuning-torch-ddp-wide-shm.json"
+
+    def put(path, date, rows):
+        path.write_text(json.dumps({"rows": [{}] * rows, "provenance": dict(prov, date=date)}))
+    put(home, "2026-11-28T03:00:00+00:00", rows=2)
+    put(res / "tuning-torch-ddp-wide-shm.json", "2026-11-27T18:40:12Z", rows=3)
+    assert mod.main([str(res)]) == 0
+    out = capsys.readouterr().out
+    assert "older       tuning-torch-ddp-wide-shm.json" in out and "left in the results folder" in out
+    assert json.loads(home.read_text())["rows"] == [{}] * 2
+    put(res / "tuning-torch-ddp-wide-shm.json", "2026-11-28", rows=3)          # a date alone: midnight UTC
+    assert mod.main([str(res)]) == 0 and "older" in capsys.readouterr().out
+    put(res / "tuning-torch-ddp-wide-shm.json", "2026-11-28T04:00:00", rows=3)   # no zone: UTC, later
+    assert mod.main([str(res)]) == 0 and "replaced" in capsys.readouterr().out
+    assert json.loads(home.read_text())["rows"] == [{}] * 3

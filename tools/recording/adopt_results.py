@@ -18,10 +18,13 @@ compare that recording with others of its machine, and a result of another machi
 mix two machines in one table. The tool names each such file and what differs, and exits 1; record it on
 that machine, or give the new result a name of its own. ``--replace-other-machine`` copies it anyway.
 A file with the same content as its home is left alone; a newer recording of the same machine replaces
-the old one (the old stays in git's history). Every copy is written to a temporary file, then renamed.
+the old one (the old stays in git's history), unless it is older than the one there: a results folder on
+a GPU machine can keep files of earlier runs, and those never replace a later recording (named "older",
+left alone). Every copy is written to a temporary file, then renamed.
 Files of other kinds (logs, tasks.txt, partial convergence parts) stay where they are.
 """
 import argparse
+import datetime
 import glob
 import os
 import sys
@@ -61,9 +64,18 @@ def _provenance(path: str) -> dict:
     return prov if isinstance(prov, dict) else {}
 
 
+def _when(prov: dict):
+    """A provenance's date as an aware datetime (a date alone, or no zone: UTC), or None."""
+    try:
+        when = datetime.datetime.fromisoformat(str(prov.get("date", "")).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+
+
 def plan(results: str, reference: str = None, pending: str = None, replace_other: bool = False) -> list:
     """(source, home, action, why) for each recording in ``results``: action "new", "replace",
-    "same" (already there), or "refuse" (home holds another machine's recording, or the result has no
+    "same" (already there), "older" (the recording there is of the same machine and later), or "refuse" (home holds another machine's recording, or the result has no
     provenance; ``why`` says which). A result that cannot be read raises ResultFileError (a ValueError)."""
     out = []
     for src in sorted(glob.glob(os.path.join(results, "*.json"))):
@@ -83,7 +95,10 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
                 continue
         there = _provenance(home)
         differ = provenance.differences(there, here)
-        if differ and not replace_other:
+        new_at, old_at = _when(here), _when(there)
+        if not differ and new_at and old_at and new_at < old_at:
+            out.append((src, home, "older", f"recorded {here.get('date')}, the one there {there.get('date')}"))
+        elif differ and not replace_other:
             out.append((src, home, "refuse", f"{os.path.relpath(home, ROOT)} was recorded on "
                         f"{provenance.machine_of(there)}, this result on {provenance.machine_of(here)} "
                         f"({'; '.join(differ)})"))
@@ -114,8 +129,12 @@ def main(argv=None) -> int:
         if action in ("new", "replace") and not a.dry_run:
             with open(src, "rb") as f:
                 files.write_bytes(home, f.read())
-        verb = {"new": "new", "replace": "replaced", "same": "unchanged", "refuse": "NOT copied"}[action]
+        verb = {"new": "new", "replace": "replaced", "same": "unchanged", "older": "older",
+                "refuse": "NOT copied"}[action]
         print(f"{verb:11} {os.path.basename(src)} -> {os.path.relpath(home, ROOT)}" + (f": {why}" if why else ""))
+    if any(s[2] == "older" for s in steps):
+        print("adopt_results: the files marked older were left in the results folder by an earlier run on the same "
+              "machine; the later recordings stay.")
     refused = [s for s in steps if s[2] == "refuse"]
     if refused:
         print(f"adopt_results: {len(refused)} file(s) not copied (each line above says why). A home that holds "
