@@ -436,3 +436,68 @@ def test_adopt_results_never_replaces_a_later_recording_with_a_file_an_earlier_r
     put(res / "tuning-torch-ddp-wide-shm.json", "2026-11-28T04:00:00", rows=3)   # no zone: UTC, later
     assert mod.main([str(res)]) == 0 and "replaced" in capsys.readouterr().out
     assert json.loads(home.read_text())["rows"] == [{}] * 3
+
+
+_FAKE_PYTHON = r'''#!/usr/bin/env bash
+# python3 for gpu_setup.sh's Horovod part: "installing" a wheel copies its text (good or broken)
+# into $STATE/installed, and "import horovod.torch" works when that text is "good".
+echo "python3 $*" >> "$STATE/calls"
+case "$*" in
+  *"import horovod.torch"*) [ "$(cat "$STATE/installed" 2>/dev/null)" = good ] ;;
+  *"-m pip install"*) for a in "$@"; do case $a in *horovod*.whl) cat "$a" > "$STATE/installed" ;; esac; done ;;
+  *check_python.py*) echo "Python 3.12: ok" ;;
+  -V) echo "Python 3.12.3" ;;
+  *"import torch"*) echo "2.11.0 2 GPUs" ;;
+esac
+'''
+_FAKE_BUILD = r'''mkdir -p "$HOROVOD_CACHE/wheels"
+head -c 40000000 /dev/zero | tr '\0' g > "$HOROVOD_CACHE/wheels/horovod-0.28.1-cp312-cp312-linux_x86_64.whl"
+echo good > "$STATE/installed"
+echo "built from $HOROVOD_SDIST" >> "$STATE/calls"
+'''
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+@pytest.mark.parametrize("carried, expect", [
+    ({"horovod-0.28.1-cp312-cp312-linux_x86_64.whl": "good"}, "wheel"),
+    ({"horovod-0.28.1-cp312-cp312-linux_x86_64.whl.partaa": "go",
+      "horovod-0.28.1-cp312-cp312-linux_x86_64.whl.partab": "od"}, "wheel"),
+    ({"horovod-0.28.1-cp312-cp312-linux_x86_64.whl": "broken", "horovod-0.28.1.tar.gz": "sdist"}, "build"),
+    ({"horovod-0.28.1.tar.gz": "sdist"}, "build"),
+    ({"horovod-0.28.1-cp312-cp312-linux_x86_64.whl": "broken"}, "none"),
+    ({}, "none"),
+])
+def test_gpu_setup_installs_a_carried_horovod_wheel_only_if_it_imports_else_builds_and_keeps_the_wheel(
+        tmp_path, carried, expect):
+    """gpu_setup.sh with a stand-in python3: a carried wheel (whole or in parts) is used when Horovod then
+    imports; one built for another machine image is not, and the sdist is built instead; a build leaves
+    the wheel in $OUT in parts that join to it; with neither, HVD_OK=0 and one line says why."""
+    repo, state, out, bin_ = (tmp_path / d for d in ("repo", "state", "out", "bin"))
+    for d in (repo / "tools" / "recording", repo / "source_code" / "patches", repo / ".offline", state, out, bin_):
+        d.mkdir(parents=True)
+    shutil.copy(os.path.join(RECORDING, "gpu_setup.sh"), repo / "tools" / "recording")
+    (repo / "source_code" / "patches" / "HOROVOD_VERSION").write_text("0.28.1\n")
+    (repo / "tools" / "build_horovod.sh").write_text(_FAKE_BUILD)
+    (bin_ / "python3").write_text(_FAKE_PYTHON)
+    (bin_ / "python3").chmod(0o755)
+    for name, text in carried.items():
+        (repo / ".offline" / name).write_text(text)
+    env = dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", STATE=str(state), OUT=str(out),
+               DDLAB_SETUP_TMP=str(tmp_path))
+    proc = subprocess.run(["bash", "-c", 'source tools/recording/gpu_setup.sh && echo "HVD_OK=$HVD_OK"'], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    calls = (state / "calls").read_text()
+    parts = sorted(out.glob("horovod-*.whl.part*"))
+    if expect == "wheel":
+        assert "HVD_OK=1" in proc.stdout and "[gpu_setup] Horovod from horovod-0.28.1-cp312" in proc.stdout
+        assert "built from" not in calls and parts == []
+    elif expect == "build":
+        assert "HVD_OK=1" in proc.stdout and "built from .offline/horovod-0.28.1.tar.gz" in calls
+        assert ("does not import here" in proc.stdout) == ("broken" in carried.values())
+        built = (tmp_path / "hvdcache" / "wheels" / "horovod-0.28.1-cp312-cp312-linux_x86_64.whl").read_bytes()
+        assert len(parts) == 3 and all(p.stat().st_size <= 15 * 2**20 for p in parts)
+        assert b"".join(p.read_bytes() for p in parts) == built
+    else:
+        assert "HVD_OK=0" in proc.stdout and "Horovod's JOBs will be skipped" in proc.stdout
+        assert "built from" not in calls and parts == []

@@ -26,21 +26,50 @@ fi
 # recording scripts stop before measuring anything.
 python3 -c 'import jsonschema' 2>/dev/null || echo "[gpu_setup] jsonschema is missing, so the record_*.py" \
   "scripts will refuse to start: copy .whl/ (prepare_offline.sh gathers it) beside the repository"
+# Horovod: already importable, else a wheel from .offline/ (whole or in parts) that imports here, else a
+# build from the sdist. A wheel built on another machine image (another PyTorch or Python) installs but does
+# not import: then the sdist is built. After a build, the wheel is written to $OUT in 15 MB parts (when OUT
+# is a folder), so the next fresh machine can be given it in .offline/ and skip the build.
 HVD_OK=0
-if python3 -c 'import horovod.torch' 2>/dev/null; then HVD_OK=1
-elif ls .offline/horovod-*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-deps --no-index .offline/horovod-*.whl && HVD_OK=1
-elif ls .offline/horovod-*.whl.part* >/dev/null 2>&1; then
-  w=$(ls .offline/horovod-*.whl.part* | head -1); w=${w%.part*}
-  cat "$w".part* > "/tmp/$(basename "$w")" && python3 -m pip install -q --no-deps --no-index "/tmp/$(basename "$w")" && HVD_OK=1
-elif [ -f "$DDLAB_HOROVOD_SDIST" ]; then
-  # No wheel in .offline/: build one from the sdist (about 90 s on 2x NVIDIA H200, NV18).
-  echo "[gpu_setup] building Horovod from $DDLAB_HOROVOD_SDIST"
-  PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache \
-    bash tools/build_horovod.sh > /tmp/hvd_build.txt 2>&1 && HVD_OK=1 || tail -20 /tmp/hvd_build.txt
+_hvd_tmp=${DDLAB_SETUP_TMP:-/tmp}
+_hvd_imports() { python3 -c 'import horovod.torch' 2>/dev/null; }
+if _hvd_imports; then HVD_OK=1
 else
-  echo "[gpu_setup] Horovod is not installed and .offline/ holds neither its wheel nor $DDLAB_HOROVOD_SDIST:" \
-    "Horovod's JOBs will be skipped (copy .offline/ beside the repository on every fresh machine)"
+  _hvd_wheel=""
+  if ls .offline/horovod-*.whl >/dev/null 2>&1; then
+    _hvd_wheel=$(ls .offline/horovod-*.whl | head -1)
+  elif ls .offline/horovod-*.whl.part* >/dev/null 2>&1; then
+    w=$(ls .offline/horovod-*.whl.part* | head -1); w=${w%.part*}
+    _hvd_wheel=$_hvd_tmp/$(basename "$w")
+    cat "$w".part* > "$_hvd_wheel" || _hvd_wheel=""
+  fi
+  if [ -n "$_hvd_wheel" ]; then
+    if python3 -m pip install -q --no-deps --no-index --force-reinstall "$_hvd_wheel" && _hvd_imports; then
+      HVD_OK=1; echo "[gpu_setup] Horovod from $(basename "$_hvd_wheel")"
+    else
+      echo "[gpu_setup] $(basename "$_hvd_wheel") does not import here (built for another PyTorch or Python?)"
+    fi
+  fi
+  if [ "$HVD_OK" = 0 ] && [ -f "$DDLAB_HOROVOD_SDIST" ]; then
+    # Build a wheel from the sdist (about 90 s on 2x NVIDIA H200, NV18).
+    echo "[gpu_setup] building Horovod from $DDLAB_HOROVOD_SDIST"
+    if PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=$_hvd_tmp/hvdcache \
+        bash tools/build_horovod.sh > "$_hvd_tmp/hvd_build.txt" 2>&1; then
+      HVD_OK=1
+      if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+        for w in "$_hvd_tmp"/hvdcache/wheels/horovod-*.whl; do
+          [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part" \
+            && echo "[gpu_setup] the built wheel is in \$OUT as $(basename "$w").part*: put the parts in .offline/ next time"
+        done
+      fi
+    else
+      tail -20 "$_hvd_tmp/hvd_build.txt"
+    fi
+  elif [ "$HVD_OK" = 0 ]; then
+    echo "[gpu_setup] Horovod is not installed and .offline/ holds neither a wheel that imports here nor" \
+      "$DDLAB_HOROVOD_SDIST: Horovod's JOBs will be skipped (copy .offline/ beside the repository on every fresh machine)"
+  fi
+  unset _hvd_wheel
 fi
 export HVD_OK
 echo "[gpu_setup] HVD_OK=$HVD_OK python=$(python3 -V 2>&1) torch=$(python3 -c 'import torch;print(torch.__version__, torch.cuda.device_count(), "GPUs")' 2>&1)"
