@@ -75,8 +75,9 @@ def _when(prov: dict):
 
 def plan(results: str, reference: str = None, pending: str = None, replace_other: bool = False) -> list:
     """(source, home, action, why) for each recording in ``results``: action "new", "replace",
-    "same" (already there), "older" (the recording there is of the same machine and later), or "refuse" (home holds another machine's recording, or the result has no
-    provenance; ``why`` says which). A result that cannot be read raises ResultFileError (a ValueError)."""
+    "same" (already there), "older" (the recording there is of the same machine and later), or
+    "refuse" (home holds another machine's recording, or the result has no provenance; ``why`` says
+    which). A result that cannot be read raises ResultFileError (a ValueError)."""
     out = []
     for src in sorted(glob.glob(os.path.join(results, "*.json"))):
         home = home_of(os.path.basename(src), reference, pending)

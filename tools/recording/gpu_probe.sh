@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A first look at a GPU machine: facts, topology, Horovod GPU build, Horovod and NCCL smoke
 # tests under the three NCCL paths. Writes everything under $OUT (default /tmp/out):
-# $OUT/probe.tgz, and the Horovod wheel in 15 MB parts ($OUT/horovod-*.whl.part*).
+# $OUT/probe.tgz, and the Horovod wheel in 15 MB parts ($OUT/horovod-*.whl.part*, written by
+# gpu_setup.sh when it builds Horovod: not when a wheel from .offline/ already imports).
 #
 #   OUT=/some/dir bash tools/recording/gpu_probe.sh
 set -u
@@ -21,7 +22,6 @@ t0=$(date +%s)
 PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache bash tools/build_horovod.sh > "$P/hvd_build.txt" 2>&1
 echo "build rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$P/hvd_build.txt"
 cp /tmp/hvdcache/build.log "$P/hvd_build_full.log" 2>/dev/null
-for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done
 # Horovod smoke: 2 GPUs, default and SHM
 for path in default shm; do
   env_extra=$(python3 -m ddlab.system.nccl env $path)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: Horovod GPU build + smoke tests, topology, our p2p test and the
-# collective sweeps. Everything lands in $OUT/results.tgz (plus the Horovod wheel in parts).
+# collective sweeps. Everything lands in $OUT/results.tgz (plus the Horovod wheel in parts, written by
+# gpu_setup.sh when it builds Horovod).
 #
 #   OUT=/some/dir [NAME=...] bash tools/recording/gpu_record_benchmarks.sh
 #
@@ -18,7 +19,6 @@ step "Horovod GPU build"
 PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache \
   timeout 400 bash tools/build_horovod.sh > "$W/hvd_build.txt" 2>&1; echo "build rc=$?" | tee -a "$W/hvd_build.txt"
 tail -18 "$W/hvd_build.txt"; cp /tmp/hvdcache/build.log "$W/hvd_build_full.log" 2>/dev/null
-for w in /tmp/hvdcache/wheels/horovod-*.whl; do [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part"; done
 for path in default shm; do
   e=$(python3 -m ddlab.system.nccl env $path)
   env $e NCCL_DEBUG=INFO timeout 120 horovodrun -np 2 -H localhost:2 --gloo python3 -m ddlab.measure.smoke hvd-torch > "$W/hvd_smoke_$path.log" 2>&1
