@@ -8,8 +8,9 @@ def test_the_recorded_set():
     rec = rr.recorded_points()
     assert {p.launcher for p in rec.points} >= {"ddp", "ddp-graph", "horovod"}
     assert set(rec.fits) == {"default", "shm", "socket"}
-    assert ("horovod", "mlp-small") in rec.missing      # not recorded yet: named, not invented
-    assert ("ddp", "mlp-small") not in rec.missing
+    assert ("horovod", "mlp-large") in rec.missing      # not recorded yet: named, not invented
+    assert ("horovod", "mlp-small") not in rec.missing and ("ddp", "mlp-small") not in rec.missing
+    assert any(p.launcher == "horovod" and p.model == "mlp-small" for p in rec.points)
     assert rec.profiles and rec.channels == {"default": 24, "shm": 4, "socket": 2}
     # every model's GPU time comes from the two-GPU machine's own graph run; the one-GPU graph runs of
     # another machine with the same GPU agree with it
@@ -49,6 +50,7 @@ def test_runs_at_other_batches_join_the_set_only_from_the_sweeps_machine(tmp_pat
     shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
     sweeps_prov = json.loads((tmp_path / "ref" / "allreduce" / "h200x2.json").read_text())["provenance"]
+    before = len(rr.recorded_points().points)
     moved = tmp_path / "ref" / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128.json"
     data = json.loads(moved.read_text())          # a stand-in: the same runs, said to come from the sweeps' machine
     data["provenance"].update({k: sweeps_prov[k] for k in ("gpu_model", "gpu_count", "driver", "nccl")})
@@ -62,7 +64,7 @@ def test_runs_at_other_batches_join_the_set_only_from_the_sweeps_machine(tmp_pat
     names = dict(rec.elsewhere)
     assert "nccl-paths-torch-ddp-mlp-small-b128" not in names
     assert names["nccl-paths-torch-ddp-mlp-small-b2048"] == "2x NVIDIA H100 80GB HBM3, NV18"
-    assert len(rec.points) == 32 + len(at_128)
+    assert len(rec.points) == before + len(at_128)
 
 
 def test_a_second_machines_sweeps_make_a_set_of_that_machines_runs_only(tmp_path, monkeypatch):
@@ -88,4 +90,5 @@ def test_a_second_machines_sweeps_make_a_set_of_that_machines_runs_only(tmp_path
         ("ddp strong", "mlp-small", 2), ("ddp strong", "mlp-small", 16), ("ddp strong", "mlp-small", 64)}
     names = dict(rec.elsewhere)
     assert names["nccl-paths-torch-ddp-cnn"].startswith("2x NVIDIA H200")
-    assert rec.missing == [("horovod", "mlp-small"), ("horovod", "mlp-large")]     # recorded nowhere
+    assert names["nccl-paths-torch-horovod-mlp-small"].startswith("2x NVIDIA H200")
+    assert rec.missing == [("horovod", "mlp-large")]     # recorded nowhere
