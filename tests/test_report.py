@@ -215,6 +215,18 @@ def test_quick_on_2_gpus_fits_two_minutes_and_keeps_the_default_p2p_size_when_it
     assert (full2.p2p["size"], full2.p2p["reps"], full2.p2p["copy"]) == (1 << 30, 10, "both")
 
 
+def test_every_sweep_holds_the_size_two_machines_are_compared_at():
+    """compare_table's "all-reduce busbw at 1 MiB" reads the row of exactly that size: a full sweep
+    by x4 (GPUs) or x8 (CPU) from 8 B steps over it, so the plan adds it to every sweep."""
+    assert report_plan.COMPARED_BYTES == 1 << 20
+    for backend in ("nccl", "gloo"):
+        for quick in (True, False):
+            sizes = report_plan.sweep_sizes(backend, quick)
+            assert report_plan.COMPARED_BYTES in sizes and sizes == sorted(set(sizes)), (backend, quick)
+    full = report_plan.sweep_sizes("nccl", False)
+    assert full[0] == 8 and full[-1] == 512 << 20 and len(full) == 15
+
+
 def test_plan_without_gpus_is_gloo_on_cpu():
     pl = report_plan.plan(machine(0), quick=False)
     assert (pl.sweep_backend, pl.paths, pl.train_device) == ("gloo", ["default"], "cpu")

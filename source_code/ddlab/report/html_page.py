@@ -16,6 +16,7 @@ from ddlab.base import files, units
 from ddlab.base.tables import Table, shorten
 from ddlab.report import one_gpu_page
 from ddlab.report.context import done_data
+from ddlab.report.plan import COMPARED_BYTES
 
 STEP_ORDER = ("doctor", "topology", "host-link", "pcie-load", "p2p", "allreduce", "training", "one-gpu-training",
               "wrapper-cost")
@@ -209,8 +210,8 @@ def key_figures(steps: dict) -> dict:
     if ar:
         for s in _sweeps(ar):
             out[f"ar:{_path_label(s)}:peak"] = (f"all-reduce peak busbw, {_path_label(s)}", "GB/s", s.peak_busbw())
-            row = s.row_at(1 << 20)
-            if row["bytes"] == 1 << 20:
+            row = s.row_at(COMPARED_BYTES)
+            if row["bytes"] == COMPARED_BYTES:
                 out[f"ar:{_path_label(s)}:1M"] = (f"all-reduce busbw at 1 MiB, {_path_label(s)}", "GB/s",
                                                   row["busbw_gbps"])
     out.update(one_gpu_page.key_figures(steps))

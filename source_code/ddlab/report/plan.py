@@ -103,13 +103,21 @@ def p2p_sizing(gpus: int, quick: bool = False) -> dict:
             "latency_reps": 1024 if quick else None, "seconds": pairs * p2p_pair_seconds(size, reps, copies)}
 
 
+# The message size at which two machines' all-reduce is compared (report.html_page.key_figures): a
+# middle size, the first bucket DDP closes. Every sweep the report runs includes it.
+COMPARED_BYTES = 1 << 20
+
+
 def sweep_sizes(backend: str, quick: bool) -> list:
-    """Message sizes for the all-reduce sweep: 8 B to 1 GiB by x4 on GPUs (15 sizes; NVLink
-    reaches its peak only for large messages), three sizes in a preflight, and small ones on CPU."""
+    """Message sizes for the all-reduce sweep: 8 B to 512 MiB by x4 on GPUs (NVLink reaches its
+    peak only for large messages), three sizes in a preflight, and 8 B to 16 MiB by x8 on CPU;
+    each list holds COMPARED_BYTES, which the x4 and x8 steps from 8 B skip."""
     from ddlab.measure.collectives import message_sizes
     if backend == "nccl":
-        return [1 << 10, 1 << 20, 64 << 20] if quick else message_sizes("all_reduce", 8, 1 << 30, 2, factor=4)
-    return [1 << 10, 64 << 10, 1 << 20] if quick else message_sizes("all_reduce", 8, 16 << 20, 2, factor=8)
+        sizes = [1 << 10, 64 << 20] if quick else message_sizes("all_reduce", 8, 1 << 30, 2, factor=4)
+    else:
+        sizes = [1 << 10, 64 << 10] if quick else message_sizes("all_reduce", 8, 16 << 20, 2, factor=8)
+    return sorted(set(sizes) | {COMPARED_BYTES})
 
 
 def sweep_seconds(sizes, gpus: int, path: str) -> float:
