@@ -28,8 +28,9 @@ python3 -c 'import jsonschema' 2>/dev/null || echo "[gpu_setup] jsonschema is mi
   "scripts will refuse to start: copy .whl/ (prepare_offline.sh gathers it) beside the repository"
 # Horovod: already importable, else a wheel from .offline/ (whole or in parts) that imports here, else a
 # build from the sdist. A wheel built on another machine image (another PyTorch or Python) installs but does
-# not import: then the sdist is built. After a build, the wheel is written to $OUT in 15 MB parts (when OUT
-# is a folder), so the next fresh machine can be given it in .offline/ and skip the build.
+# not import: then the sdist is built. After a build, the wheel, stripped of its debug sections, is written
+# to $OUT in 15 MB parts (when OUT is a folder), so the next fresh machine can be given it in .offline/ and
+# skip the build.
 HVD_OK=0
 _hvd_tmp=${DDLAB_SETUP_TMP:-/tmp}
 _hvd_imports() { python3 -c 'import horovod.torch' 2>/dev/null; }
@@ -58,7 +59,15 @@ else
       HVD_OK=1
       if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
         for w in "$_hvd_tmp"/hvdcache/wheels/horovod-*.whl; do
-          [ -f "$w" ] && split -b 15M "$w" "$OUT/$(basename "$w").part" \
+          [ -f "$w" ] || continue
+          # Without its debug sections the wheel is under a tenth of its size (slim_wheel.py); if that
+          # fails, the wheel as built is kept.
+          mkdir -p "$_hvd_tmp/slim" && rm -f "$_hvd_tmp/slim/$(basename "$w")"
+          if python3 tools/recording/slim_wheel.py "$w" "$_hvd_tmp/slim/$(basename "$w")" \
+              && [ -f "$_hvd_tmp/slim/$(basename "$w")" ]; then
+            w=$_hvd_tmp/slim/$(basename "$w")
+          fi
+          split -b 15M "$w" "$OUT/$(basename "$w").part" \
             && echo "[gpu_setup] the built wheel is in \$OUT as $(basename "$w").part*: put the parts in .offline/ next time"
         done
       fi
