@@ -23,6 +23,11 @@ import sys
 import tempfile
 import zipfile
 
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "source_code"))
+
+from ddlab.base import files  # noqa: E402
+
 
 class SlimError(Exception):
     pass
@@ -35,9 +40,7 @@ def record_hash(data: bytes) -> str:
 
 
 def _strip(data: bytes, strip: str, tmp: str) -> bytes:
-    path = os.path.join(tmp, "lib.so")
-    with open(path, "wb") as f:
-        f.write(data)
+    path = files.write_bytes(os.path.join(tmp, "lib.so"), data)
     done = subprocess.run([strip, "--strip-debug", path], capture_output=True, text=True)
     if done.returncode != 0:
         raise SlimError(f"{strip} --strip-debug failed: {done.stderr.strip() or done.returncode}")
@@ -71,11 +74,9 @@ def slim(src: str, dst: str, strip: str | None = None) -> dict:
         out = io.StringIO()
         csv.writer(out, lineterminator="\n").writerows(rows)
         new[record_name] = out.getvalue().encode()
-        part = dst + ".tmp"
-        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zout:
+        with files.open_atomic(dst, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zout:
             for info in zin.infolist():
                 zout.writestr(info, new.get(info.filename, zin.read(info)), compress_type=zipfile.ZIP_DEFLATED)
-    os.replace(part, dst)
     return {"stripped": stripped, "before": os.path.getsize(src), "after": os.path.getsize(dst)}
 
 
