@@ -140,6 +140,11 @@ def test_progress_line_counts_down():
     p.end("a", "done")
     assert p.remaining() == pytest.approx(20.0)
     assert "[1/2] first" in p.stream.getvalue() and "left" in p.stream.getvalue()
+    # elapsed counts from the report's start, not the step's: a log (no terminal) prints the line only
+    # when a step starts, where the step's own time is always 0:00
+    p.begun = p.started - 100.0            # the report began 100 s before step a
+    p.start("b", 2, 2, "second")
+    assert p.line(2, 2, "second", now=p.started + 4.0).startswith("[2/2] second  1:44 elapsed, about 0:16 left")
 
 
 # ----------------------------------------------------------------------------- compare

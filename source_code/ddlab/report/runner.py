@@ -42,8 +42,8 @@ STEP_SCHEMA = "report-step"           # ddlab.base.schemas
 
 # ----------------------------------------------------------------------------- progress
 class Progress:
-    """One status line: the step running now, elapsed time and the estimated time left.
-    Redrawn every second on a terminal; one line per step start and end otherwise."""
+    """One status line: the step running now, the time since the report began and the estimated
+    time left. Redrawn every second on a terminal; one line per step start and end otherwise."""
 
     def __init__(self, estimates: dict, stream=None):
         self.estimates = dict(estimates)
@@ -54,6 +54,7 @@ class Progress:
         self._thread = None
         self.current = None
         self.started = 0.0
+        self.begun = time.monotonic()
 
     def remaining(self, now: Optional[float] = None) -> float:
         now = time.monotonic() if now is None else now
@@ -62,9 +63,10 @@ class Progress:
             rest += max(0.0, self.estimates.get(self.current, 0.0) - (now - self.started))
         return rest
 
-    def line(self, index: int, total: int, title: str) -> str:
-        el = time.monotonic() - self.started
-        return f"[{index}/{total}] {title}  {_clock(el)} elapsed, about {_clock(self.remaining())} left"
+    def line(self, index: int, total: int, title: str, now: Optional[float] = None) -> str:
+        now = time.monotonic() if now is None else now
+        return (f"[{index}/{total}] {title}  {_clock(now - self.begun)} elapsed, "
+                f"about {_clock(self.remaining(now))} left")
 
     def start(self, name: str, index: int, total: int, title: str) -> None:
         self.current, self.started = name, time.monotonic()
