@@ -212,8 +212,8 @@ def key_figures(steps: dict) -> dict:
             out[f"ar:{_path_label(s)}:peak"] = (f"all-reduce peak busbw, {_path_label(s)}", "GB/s", s.peak_busbw())
             row = s.row_at(COMPARED_BYTES)
             if row["bytes"] == COMPARED_BYTES:
-                out[f"ar:{_path_label(s)}:1M"] = (f"all-reduce busbw at 1 MiB, {_path_label(s)}", "GB/s",
-                                                  row["busbw_gbps"])
+                out[f"ar:{_path_label(s)}:1M"] = (f"all-reduce busbw at {units.format_bytes(COMPARED_BYTES)}, "
+                                                  f"{_path_label(s)}", "GB/s", row["busbw_gbps"])
     out.update(one_gpu_page.key_figures(steps))
     tr = _done(steps.get("training"))
     if tr:
