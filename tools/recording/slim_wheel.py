@@ -75,8 +75,9 @@ def slim(src: str, dst: str, strip: str | None = None) -> dict:
         csv.writer(out, lineterminator="\n").writerows(rows)
         new[record_name] = out.getvalue().encode()
         with files.open_atomic(dst, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zout:
-            for info in zin.infolist():
-                zout.writestr(info, new.get(info.filename, zin.read(info)), compress_type=zipfile.ZIP_DEFLATED)
+            for info in zin.infolist():     # a stripped library is not read from the wheel again
+                data = new[info.filename] if info.filename in new else zin.read(info)
+                zout.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
     return {"stripped": stripped, "before": os.path.getsize(src), "after": os.path.getsize(dst)}
 
 
