@@ -446,7 +446,7 @@ case "$*" in
   *"import horovod.torch"*) [ "$(cat "$STATE/installed" 2>/dev/null)" = good ] ;;
   *"-m pip install"*) for a in "$@"; do case $a in *horovod*.whl) cat "$a" > "$STATE/installed" ;; esac; done ;;
   *check_python.py*) echo "Python 3.12: ok" ;;
-  *slim_wheel.py*) [ ! -e "$STATE/slim_fails" ] && head -c 1000 "$2" > "$3" ;;
+  *slim_wheel.py*) [ ! -e "$STATE/slim_fails" ] && mkdir -p "$(dirname "$3")" && head -c 1000 "$2" > "$3" ;;
   -V) echo "Python 3.12.3" ;;
   *"import torch"*) echo "2.11.0 2 GPUs" ;;
 esac

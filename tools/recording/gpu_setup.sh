@@ -60,13 +60,10 @@ else
       if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
         for w in "$_hvd_tmp"/hvdcache/wheels/horovod-*.whl; do
           [ -f "$w" ] || continue
-          # Without its debug sections the wheel is under a tenth of its size (slim_wheel.py); if that
-          # fails, the wheel as built is kept.
-          mkdir -p "$_hvd_tmp/slim" && rm -f "$_hvd_tmp/slim/$(basename "$w")"
-          if python3 tools/recording/slim_wheel.py "$w" "$_hvd_tmp/slim/$(basename "$w")" \
-              && [ -f "$_hvd_tmp/slim/$(basename "$w")" ]; then
-            w=$_hvd_tmp/slim/$(basename "$w")
-          fi
+          # Without its debug sections the wheel is under a tenth of its size (slim_wheel.py, which
+          # exits 0 only once it has written the copy); if that fails, the wheel as built is kept.
+          _hvd_slim=$_hvd_tmp/slim/$(basename "$w")
+          python3 tools/recording/slim_wheel.py "$w" "$_hvd_slim" && w=$_hvd_slim
           split -b 15M "$w" "$OUT/$(basename "$w").part" \
             && echo "[gpu_setup] the built wheel is in \$OUT as $(basename "$w").part*: put the parts in .offline/ next time"
         done
@@ -78,7 +75,7 @@ else
     echo "[gpu_setup] Horovod is not installed and .offline/ holds neither a wheel that imports here nor" \
       "$DDLAB_HOROVOD_SDIST: Horovod's JOBs will be skipped (copy .offline/ beside the repository on every fresh machine)"
   fi
-  unset _hvd_wheel
+  unset _hvd_wheel _hvd_slim
 fi
 export HVD_OK
 echo "[gpu_setup] HVD_OK=$HVD_OK python=$(python3 -V 2>&1) torch=$(python3 -c 'import torch;print(torch.__version__, torch.cuda.device_count(), "GPUs")' 2>&1)"
