@@ -3,6 +3,7 @@ gradient noise scale on synthetic gradients of known covariance, time to accurac
 bookkeeping over seeds (with a stand-in for the training script), and one real 2-process run."""
 import json
 import math
+import statistics
 import os
 
 import numpy as np
@@ -184,6 +185,13 @@ def test_sweep_keeps_every_seed_and_summarises_median_and_spread():
     assert higher.row("1w B=64 lr linear")["reached"] == 1 and higher.row("1w B=64 lr linear")["time_to_target"] is None
     text = str(res.table())
     assert "0.8200 (0.8000-0.8400)" in text and "(3/3)" in text and "chance level" not in text
+    narrow = res.table(columns=("label", "acc", "train"))
+    assert [c.key for c in narrow.columns] == ["label", "acc", "train"] and narrow.rows == res.table().rows
+    assert any(n.startswith("training s:") for n in narrow.notes)
+    assert not any(n.startswith(("B_simple:", "s to ")) for n in narrow.notes)
+    assert sum(n.startswith(("training s:", "B_simple:")) for n in res.table().notes) == 2
+    with pytest.raises(ValueError, match="no column 'accuracy'"):
+        res.table(columns=("label", "accuracy"))
     stuck = cs.run_sweep([Point(1, 64)], "cpu", seeds=[1, 2, 3], train=fake_train(lambda s: 0.1))
     assert "at chance level (10 classes" in str(stuck.table())
     back = cs.ConvergenceResult.from_dict(res.to_dict(), source="recorded")
@@ -205,6 +213,26 @@ def test_plots_draw_a_line_per_point(monkeypatch):
     assert res.plot_curves(metric="test_loss", x="step").get_yscale() == "log"
 
 
+def test_a_diverged_point_plots_without_warnings_under_a_short_title(monkeypatch):
+    """Every seed's loss NaN at one evaluation (the recorded B=16384 linear runs): the curve leaves
+    that point out, with no warning printed under the figure, and the axes title leaves the versions
+    to the table so that two plots side by side keep their titles apart."""
+    import warnings
+    import matplotlib
+    matplotlib.use("Agg")
+    res = cs.run_sweep([Point(2, 64)], "cpu", seeds=[1, 2, 3], train=fake_train(lambda s: 0.1))
+    for run in res.runs:
+        run["evaluations"][1]["test_loss"] = float("nan")
+    res.source, res.provenance = "recorded", {"gpu_model": "NVIDIA H200", "gpu_count": 2, "date": "2026-11-28",
+                                              "driver": "580.159.04", "nccl": "2.28.9", "torch": "2.11.0"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ax = res.plot_curves(metric="test_loss")
+    ys = ax.get_lines()[0].get_ydata()
+    assert math.isnan(ys[1]) and not math.isnan(ys[0])
+    assert ax.get_title() == "recorded on 2x NVIDIA H200, 2026-11-28" and "driver" in res.where()
+
+
 def test_cpu_target_every_median_reaches():
     rows = [{"test_accuracy": 0.8123}, {"test_accuracy": 0.79}]
     assert cs.cpu_target(rows) == math.floor(100 * 0.98 * 0.79) / 100
@@ -218,6 +246,18 @@ def test_gpu_sweep_is_not_recorded_yet_on_a_cpu_machine(monkeypatch):
     assert res.source == "missing" and res.where() == "not recorded yet" and "2 GPU" in res.notes[0]
     with pytest.raises(RuntimeError, match="cannot run"):
         cs.live_or_recorded(source="live", machine=m)
+
+
+def test_the_committed_gpu_sweep_is_shown_on_a_cpu_machine_and_says_why():
+    """The recording in reference/experiments holds every GPU point with three seeds, each run on CUDA."""
+    m = policy.Machine(gpus=0, software=lambda f, la: (True, ""))
+    res = cs.live_or_recorded(machine=m)
+    assert res.source == "recorded" and res.where().startswith("recorded on 2x NVIDIA H200")
+    assert res.notes[0] == "recorded: this machine cannot run it live"
+    assert [r["label"] for r in res.rows] == list(dict.fromkeys(p.label for p in cs.points_for("cuda")))
+    assert all(r["repeats"] == 3 for r in res.rows) and all(run["device"] == "cuda" for run in res.runs)
+    asked = cs.live_or_recorded("recorded", machine=m)
+    assert asked.notes[0] == "the recorded full sweep, shown whatever this machine runs live"
 
 
 def test_live_sweep_passes_its_progress_on(monkeypatch):
@@ -287,6 +327,28 @@ def test_recorder_parts_cover_the_gpu_points_and_merge_into_one_result(tmp_path,
     with pytest.raises(SystemExit):
         rec.main([str(tmp_path), "--seeds", "1", "2"])
     assert "at least 3 different seeds" in capsys.readouterr().err
+
+
+def test_a_joined_sweep_is_dated_by_its_latest_run_and_names_each_day(tmp_path):
+    """Points kept from an earlier day and points run today: the joined result's caption carries the
+    latest date, a note names each day with its count of points, and the command is the join's."""
+    rec = load_recorder()
+    points = rec.points_of("workers")
+    parts = []
+    for pts, day in ((points[:1], "2026-11-24T06:50:06+00:00"), (points[1:], "2026-11-28T09:02:15+00:00")):
+        res = cs.run_sweep(pts, "cuda", seeds=[1, 2, 3], train=fake_train(lambda spec: 0.8))
+        res.provenance = {"gpu_model": "NVIDIA H200", "gpu_count": 2, "date": day, "command": "run_sweep(...)"}
+        for run in res.runs:
+            run["provenance"] = dict(res.provenance)
+        parts.append(res)
+    joined = rec.join(parts, ["first note"], command="record_convergence.py OUT_DIR workers")
+    assert joined.provenance["date"] == "2026-11-28T09:02:15+00:00"
+    assert joined.provenance["command"] == "record_convergence.py OUT_DIR workers"
+    assert joined.notes[0] == "first note"
+    assert f"2026-11-24 (1 point); 2026-11-28 ({len(points) - 1} points)" in joined.notes[1]
+    assert parts[0].provenance["date"].startswith("2026-11-24")          # the inputs are left as they were
+    one_day = rec.join(parts[1:], [])
+    assert one_day.notes == [] and one_day.provenance["command"] == "run_sweep(...)"
 
 
 def test_recorder_keeps_finished_points_of_a_cut_call_and_goes_on_from_them(tmp_path):
@@ -398,6 +460,31 @@ def test_fixed_steps_accuracy_falls_and_noise_table():
     est = convergence.noise_scale(16, 32, 4.0, 3.0)   # seed 2 is the median
     assert noise.rows[0]["b_simple"] == pytest.approx(est.b_simple)
     assert len(noise.rows) == 2 + 2 + 2 + 1   # the largest batch ends at the fixed step: one interval
+    best, limit = res.batch_limit(tolerance=0.01)[:2]
+    assert best == "best median final test accuracy per global batch: 32: 0.8520, 256: 0.8020, 512: 0.7020"
+    assert limit.endswith("of the best: 32; the next one, where accuracy falls: 256")
+    assert "where accuracy falls: none in this sweep" in res.batch_limit(tolerance=0.5)[1]
+    b_lines = [line for line in res.batch_limit() if line.startswith("B_simple")]
+    b = statistics.median(r["b_simple"] for r in res.rows if r.get("b_simple") is not None)
+    assert len(b_lines) == 1 and b_lines[0].startswith(f"B_simple (median of the 2-worker points): {b:,.0f} images, ")
+
+
+def test_batch_limit_places_the_noise_scale_between_the_batches():
+    rows = [{"label": f"2w B={b}", "workers": 2, "global_batch": b, "test_accuracy": a, "b_simple": n}
+            for b, a, n in ((64, 0.92, 2000.0), (1024, 0.915, 3000.0), (4096, 0.85, 2800.0))]
+    res = cs.ConvergenceResult(rows, [], "recorded")
+    assert res.batch_limit()[2] == "B_simple (median of the 2-worker points): 2,800 images, between those two batches"
+    for r in rows:
+        r["b_simple"] = 500.0
+    assert res.batch_limit()[2].endswith("500 images, at or below the batch that kept its accuracy")
+    for r in rows:
+        r["b_simple"] = 9000.0
+    assert res.batch_limit()[2].endswith("at or above the batch where accuracy falls")
+    res.rows = rows[:2]
+    assert res.batch_limit()[2].endswith("above every batch of this sweep")
+    for r in rows:
+        r["b_simple"] = None
+    assert len(res.batch_limit()) == 2
 
 
 def test_a_point_of_two_parts_is_recorded_once_and_scored_at_both_fixed_steps(tmp_path):

@@ -67,9 +67,11 @@ def _elsewhere(what: str, there: dict, here: dict, here_name: str) -> str:
             "from one machine only")
 
 
-def join(results: list, notes: list) -> "cs.ConvergenceResult":
+def join(results: list, notes: list, command: str = "") -> "cs.ConvergenceResult":
     """One result from several (each point once, in the order given), with the first one's
-    provenance and sizes, and ``notes`` first. Raises :class:`OtherMachine` when a result was
+    provenance and sizes, and ``notes`` first. The joined provenance is dated by its latest run and
+    names ``command``; when the runs span several days, a note gives each day and its points (each run
+    keeps its own provenance). Raises :class:`OtherMachine` when a result was
     recorded on another machine or software than the first (:data:`ddlab.system.provenance.SAME_MACHINE`)."""
     first = results[0]
     for res in results[1:]:
@@ -85,7 +87,21 @@ def join(results: list, notes: list) -> "cs.ConvergenceResult":
                 runs_ += res.runs_of(row["label"])
     config = dict(first.config, points=[{k: r[k] for k in ("workers", "global_batch", "rule", "warmup_epochs")}
                                         for r in rows])
-    return cs.ConvergenceResult(rows, runs_, "live", first.provenance, config, list(notes))
+    prov, notes = dict(first.provenance), list(notes)
+    stamps = [r["provenance"]["date"] for r in runs_ if (r.get("provenance") or {}).get("date")]
+    if stamps:
+        prov["date"] = max(stamps)
+    days = {}
+    for r in runs_:
+        day = str((r.get("provenance") or {}).get("date", "?"))[:10]
+        days.setdefault(day, set()).add(r.get("point"))
+    if len(days) > 1:
+        notes.append("points recorded on " + "; ".join(f"{d} ({len(p)} point{'s' * (len(p) != 1)})"
+                                                        for d, p in sorted(days.items()))
+                     + "; every run's own provenance names its date and commit")
+    if command:
+        prov["command"] = command
+    return cs.ConvergenceResult(rows, runs_, "live", prov, config, notes)
 
 
 def merge(out: str) -> str:
@@ -93,8 +109,9 @@ def merge(out: str) -> str:
     if not parts:
         raise SystemExit(f"record_convergence: error: no convergence-part-*.json in {out}")
     results = [cs.load(p) for p in parts]
-    merged = join(results, [f"joined from {len(parts)} parts, each recorded on its own: "
-                            + ", ".join(os.path.basename(p) for p in parts)])
+    names = [os.path.basename(p) for p in parts]
+    merged = join(results, [f"joined from {len(parts)} parts, each recorded on its own: " + ", ".join(names)],
+                  command=f"python tools/recording/record_convergence.py OUT_DIR --merge ({', '.join(names)})")
     path = cs.save(merged, os.path.join(out, cs.RECORDED_NAME + ".json"))
     print(merged.table(), flush=True)
     return path
@@ -152,7 +169,8 @@ def run_part(out: str, part: str, seeds: list, train=None) -> tuple:
         cs.save(res, path)
         print(f"record_convergence: {point.label}: {time.monotonic() - t0:.0f} s, wrote {path}", flush=True)
         done.append(res)
-    joined = join(done, [f"part {part}: {len(done)} points, each recorded on its own"])
+    joined = join(done, [f"part {part}: {len(done)} points, each recorded on its own"],
+                  command=f"python tools/recording/record_convergence.py OUT_DIR {part}")
     joined.config["fixed_steps"] = at          # a shared point's own file may name another part's
     joined.config.pop("scored_steps", None)
     return cs.save(joined, os.path.join(out, f"convergence-part-{part.replace(':', '-')}.json")), joined
