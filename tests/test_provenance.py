@@ -122,6 +122,7 @@ def test_a_recorded_caption_names_driver_cuda_nccl_and_torch_or_says_not_recorde
     assert p.caption(older).endswith("(driver not recorded, CUDA 13.1, NCCL not recorded, torch 2.11.0)")
     assert "driver" not in p.caption(prov, live=True)                  # a live result: this machine, now
     assert p.caption({"cited": True}) == "written from published facts, not measured"
+    assert p.caption(prov, with_versions=False) == "recorded on 2x NVIDIA H200, 2026-11-22"   # a plot beside its table
 
 
 def test_machine_of_names_the_recorded_machine_else_its_gpus():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -198,6 +199,9 @@ def cpu_target(rows: Sequence[Mapping], fraction: float = 0.98) -> float:
 
 
 # ----------------------------------------------------------------------------- the result
+# The columns of ConvergenceResult.table, by key.
+TABLE_COLUMNS = ("label", "global_batch", "lr", "steps", "acc", "loss", "ttt", "train", "bsimple")
+
 @dataclass
 class ConvergenceResult:
     """What a sweep found. ``rows``: one per point (:func:`row_of_seeds`); ``runs``: every
@@ -216,9 +220,9 @@ class ConvergenceResult:
         self.notes = list(self.notes or [])
 
     # ---- where it comes from
-    def where(self) -> str:
+    def where(self, with_versions: bool = True) -> str:
         from ddlab.system import provenance as prov
-        return prov.caption(self.provenance, source=self.source)
+        return prov.caption(self.provenance, source=self.source, with_versions=with_versions)
 
     def row(self, label: str) -> dict:
         for r in self.rows:
@@ -237,22 +241,27 @@ class ConvergenceResult:
                                  self.notes)
 
     # ---- tables
-    def table(self, labels: Optional[Sequence[str]] = None) -> tables.Table:
+    def table(self, labels: Optional[Sequence[str]] = None, columns: Optional[Sequence[str]] = None) -> tables.Table:
         """Median (min-max) over the seeds per point: final test accuracy and loss, training
-        seconds, time to the target (with how many seeds reached it), the noise scale."""
+        seconds, time to the target (with how many seeds reached it), the noise scale. ``columns``
+        (keys of :data:`TABLE_COLUMNS`) keeps only those, for a narrow page; the notes then explain only
+        the columns shown."""
+        unknown = [k for k in columns or () if k not in TABLE_COLUMNS]
+        if unknown:
+            raise ValueError(f"no column {unknown[0]!r}; choose from {', '.join(TABLE_COLUMNS)}")
         rows = [r for r in self.rows if labels is None or r["label"] in labels]
         target = self.config.get("target")
         cols = [("label", "text", "point"), ("global_batch", "int", "global batch"), ("lr", "number", "peak lr"),
-                ("steps", "int", "steps"), ("acc", "text", "test accuracy, median (min-max)"),
+                ("steps", "int", "steps"), ("acc", "text", "test acc., median (min-max)"),
                 ("loss", "text", "test loss")]
         if target is not None:
-            cols.append(("ttt", "text", f"s to {target:.0%} test acc. (seeds reaching)"))
+            cols.append(("ttt", "text", f"s to {target:.0%} acc. (seeds)"))
         cols += [("train", "text", "training s"), ("bsimple", "text", "B_simple")]
         out = []
         for r in rows:
             ttt = "-"
             if target is not None and r.get("reached") is not None:
-                ttt = (_mm(r, "time_to_target", "{:.2f}") if r["reached"] == r["repeats"] else "not reached by all") \
+                ttt = (_mm(r, "time_to_target", "{:.2f}") if r["reached"] == r["repeats"] else "not reached") \
                     + f" ({r['reached']}/{r['repeats']})"
             out.append({"label": r["label"], "global_batch": r["global_batch"], "lr": r["lr"], "steps": r["steps"],
                         "acc": _mm(r, "test_accuracy", "{:.4f}"), "loss": _mm(r, "final_test_loss", "{:.3f}"),
@@ -262,8 +271,17 @@ class ConvergenceResult:
         title = (f"convergence: {c.get('model')}, {c.get('train_samples'):,} training images, {c.get('epochs')} epochs, "
                  f"SGD lr {c.get('base_lr')} for batch {c.get('ref_batch')}, {len(c.get('seeds') or [])} seeds "
                  f"({self.where()})") if c else f"convergence ({self.where()})"
-        notes = list(self.notes) + ["training s: the training loop's seconds, test evaluations left out; "
-                                    "B_simple: gradient noise scale from the 2-worker gradients, second half of training"]
+        shown = [k for k, _, _ in cols] if columns is None else [k for k in columns if k in [c[0] for c in cols]]
+        cols = [next(c for c in cols if c[0] == k) for k in shown]
+        notes = list(self.notes)
+        if "train" in shown:
+            notes.append("training s: the training loop's seconds, test evaluations left out")
+        if "bsimple" in shown:
+            notes.append("B_simple: gradient noise scale from the 2-worker gradients, second half of training")
+        if "ttt" in shown:
+            notes.append(f"s to {target:.0%} acc.: training seconds until the test accuracy first reached {target:.0%}, "
+                         "median (min-max) over the seeds, and how many seeds reached it; 'not reached' when some "
+                         "did not")
         diverged = [r["label"] for r in rows if r.get("diverged")]
         if diverged:
             notes.append("the loss became NaN or infinite (diverged) in: " + ", ".join(diverged))
@@ -315,6 +333,26 @@ class ConvergenceResult:
         larger = [b for b in batches if b > kept]
         return {"best_by_batch": best, "kept": kept, "falls": larger[0] if larger else None, "tolerance": tolerance}
 
+    def batch_limit(self, tolerance: float = 0.01) -> list:
+        """What the sweep says about the largest useful global batch, as lines to print: the best
+        median final test accuracy per batch (:meth:`accuracy_falls`), the largest batch within
+        ``tolerance`` of the best and the next one, and where the median noise scale B_simple of the
+        2-worker points (second half of training) lies between them."""
+        falls = self.accuracy_falls(tolerance)
+        best = ", ".join(f"{b:,}: {a:.4f}" for b, a in sorted(falls["best_by_batch"].items()))
+        nxt = f"{falls['falls']:,}" if falls["falls"] else "none in this sweep"
+        lines = [f"best median final test accuracy per global batch: {best}",
+                 f"the largest batch within {100 * tolerance:g} percentage point(s) of the best: {falls['kept']:,}; "
+                 f"the next one, where accuracy falls: {nxt}"]
+        late = [r["b_simple"] for r in self.rows if r.get("b_simple") is not None]
+        if late:
+            b = statistics.median(late)
+            side = ("at or below the batch that kept its accuracy" if b <= falls["kept"] else
+                    "above every batch of this sweep" if falls["falls"] is None else
+                    "between those two batches" if b < falls["falls"] else "at or above the batch where accuracy falls")
+            lines.append(f"B_simple (median of the 2-worker points): {b:,.0f} images, {side}")
+        return lines
+
     def noise_table(self) -> tables.Table:
         """The noise scale per evaluation interval of every point with 2+ workers: median over
         the seeds of B_simple, |G|^2 and tr(Sigma) (an interval with |G|^2 <= 0 gives no ratio)."""
@@ -351,15 +389,18 @@ class ConvergenceResult:
             n = min(len(c) for c in curves)
             xs = np.median([[ev[x] for ev in c[:n]] for c in curves], axis=0)
             ys = np.array([[_finite(ev.get(metric)) for ev in c[:n]] for c in curves], dtype=float)
-            line, = ax.plot(xs, np.nanmedian(ys, axis=0), marker="o", markersize=3, label=r["label"])
-            ax.fill_between(xs, np.nanmin(ys, axis=0), np.nanmax(ys, axis=0), color=line.get_color(), alpha=0.2)
+            with warnings.catch_warnings():    # an evaluation where every seed had diverged (NaN) is left out
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mid, low, high = np.nanmedian(ys, axis=0), np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
+            line, = ax.plot(xs, mid, marker="o", markersize=3, label=r["label"])
+            ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
         ax.set_xlabel({"epoch": "epochs", "step": "optimizer steps", "train_s": "training seconds"}.get(x, x))
         ax.set_ylabel(metric.replace("_", " ") + " (median, min-max band)")
         if x == "step":
             ax.set_xscale("log")
         if metric.endswith("loss"):
             ax.set_yscale("log")
-        ax.set_title(self.where(), fontsize=9)
+        ax.set_title(self.where(with_versions=False), fontsize=9)
         ax.legend(fontsize=7)
         return ax
 
@@ -391,7 +432,7 @@ class ConvergenceResult:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("global batch")
         ax.set_ylabel("final test accuracy (median, min-max)")
-        ax.set_title(self.where(), fontsize=9)
+        ax.set_title(self.where(with_versions=False), fontsize=9)
         ax.legend(fontsize=7)
         return ax
 
@@ -529,5 +570,6 @@ def live_or_recorded(source: str = "auto", machine=None, progress: Optional[Call
         why = policy.decide(needs, m).why
         return ConvergenceResult([], [], "missing", notes=[f"no GPU sweep recorded yet, and this machine cannot "
                                                            f"run it live ({why})"])
-    res.notes.insert(0, "recorded: " + ("as asked" if source == "recorded" else "this machine cannot run it live"))
+    res.notes.insert(0, "the recorded full sweep, shown whatever this machine runs live" if source == "recorded"
+                     else "recorded: this machine cannot run it live")
     return res

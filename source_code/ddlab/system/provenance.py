@@ -168,12 +168,13 @@ def label(prov: dict) -> str:
     return f"{machine_label(prov)}, {str(prov.get('date', ''))[:10]}"
 
 
-def caption(prov: Optional[dict], live: bool = False, source: Optional[str] = None) -> str:
+def caption(prov: Optional[dict], live: bool = False, source: Optional[str] = None, with_versions: bool = True) -> str:
     """Where a figure or table comes from, the one line the course labels it with everywhere:
     "measured now on ...", "recorded on ... (driver ..., CUDA ..., NCCL ..., torch ...)" (:func:`versions`:
     "not recorded" for a version the recording lacks), "not recorded yet" (``source="missing"``), or,
     for figures not measured, what they are instead. ``source`` ("live", "recorded",
-    "missing") is a result's own word for it and overrides ``live``."""
+    "missing") is a result's own word for it and overrides ``live``. ``with_versions=False`` leaves the
+    versions out (a plot beside another, whose table gives them in full)."""
     if source == "missing":
         return "not recorded yet"
     live = live if source is None else source == "live"
@@ -184,7 +185,7 @@ def caption(prov: Optional[dict], live: bool = False, source: Optional[str] = No
         return "written from published facts, not measured"
     if prov and prov.get("illustrative"):
         return "illustrative example, not a measurement"
-    return "recorded on " + where + (f" ({versions(prov)})" if prov else "")
+    return "recorded on " + where + (f" ({versions(prov)})" if prov and with_versions else "")
 
 
 # What a recorded result's caption says it ran on, in this order; "not recorded" where a field is missing.
