@@ -88,6 +88,41 @@ def test_wrapper_cost_names_what_it_left_out_and_runs_on_the_cpu(monkeypatch):
     assert not dist.is_initialized()             # the process group made for it is gone again
 
 
+def test_horovod_hooks_at_size_one_send_every_gradient_through_horovod(monkeypatch):
+    """At size 1 Horovod's optimizer registers no hooks; the horovod-hooks variant builds it with them (as
+    for an elastic job of one worker), and leaves HOROVOD_ELASTIC as it found it."""
+    hvd = pytest.importorskip("horovod.torch", reason="Horovod is part of the course's environment")
+    import os
+    import torch
+    from ddlab.training import wrapper_cost_torch as wct
+    hvd.init()
+    net = torch.nn.Linear(4, 3)
+    monkeypatch.delenv("HOROVOD_ELASTIC", raising=False)
+    plain = wct.horovod_optimizer(hvd, torch.optim.SGD(net.parameters(), lr=0.1), net.named_parameters(), hooks=False)
+    hooked = wct.horovod_optimizer(hvd, torch.optim.SGD(net.parameters(), lr=0.1), net.named_parameters(), hooks=True)
+    assert hvd.size() == 1 and len(plain._requires_update) == 0 and len(hooked._requires_update) == 2
+    assert "HOROVOD_ELASTIC" not in os.environ
+    monkeypatch.setenv("HOROVOD_ELASTIC", "0")
+    other = torch.nn.Linear(4, 3)                  # hooks on a net of its own: one hook per gradient
+    wct.horovod_optimizer(hvd, torch.optim.SGD(other.parameters(), lr=0.1), other.named_parameters(), hooks=True)
+    assert os.environ["HOROVOD_ELASTIC"] == "0"
+    net(torch.randn(2, 4)).sum().backward()
+    hooked.step()                                  # the gradients went through Horovod's queue and came back
+    assert not hooked._handles and all(p.grad is not None for p in net.parameters())
+
+
+def test_wrapper_cost_on_the_cpu_times_horovod_with_its_hooks():
+    pytest.importorskip("horovod.torch", reason="Horovod is part of the course's environment")
+    if not one_gpu.availability("torch", "horovod")[0]:
+        pytest.skip("Horovod is installed without PyTorch support here")
+    assert one_gpu.available_wrappers()[-2:] == ["horovod", "horovod-hooks"]
+    res = one_gpu.wrapper_cost(models=["mlp-small"], batches=[16], device="cpu", precision="fp32", steps=2,
+                               repeats=2, wrappers=["horovod", "horovod-hooks"])
+    assert [r["wrapper"] for r in res.rows] == ["plain", "horovod", "horovod-hooks"]
+    assert all(r["step_ms_median"] > 0 for r in res.rows)
+    assert one_gpu.HOROVOD_SIZE_ONE in res.notes and one_gpu.HOROVOD_HOOKS in res.notes
+
+
 def test_wrapper_cost_without_a_gpu_is_one_line(monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)     # no visible GPU, on any machine

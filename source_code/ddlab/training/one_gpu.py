@@ -20,6 +20,8 @@ others still run); both return an :class:`~ddlab.training.results.ExperimentResu
 """
 from __future__ import annotations
 
+import os
+
 from typing import Callable, Optional, Sequence
 
 from ddlab.measure import launch
@@ -38,7 +40,10 @@ WRAPPER_WARMUP = 10      # untimed steps before each timed run
 # (horovod/torch/optimizer.py, in _DistributedOptimizer.__init__), so with one worker it adds nothing.
 HOROVOD_SIZE_ONE = ("Horovod with one worker registers no gradient hooks (its optimizer does so only when size() > 1), "
                     "so its rows time the plain step: Horovod's own cost appears only with two or more workers")
-WRAPPERS = ("plain", "ddp", "horovod")
+HOROVOD_HOOKS = ("horovod-hooks: the same optimizer with its hooks registered at size 1 (HOROVOD_ELASTIC=1 while it "
+                 "is built, as for an elastic job of one worker), so every gradient goes through Horovod: its hook, "
+                 "its background thread's next cycle, a one-rank all-reduce and synchronize, with no link crossed")
+WRAPPERS = ("plain", "ddp", "horovod", "horovod-hooks")
 Progress = Optional[Callable[[str], None]]
 
 
@@ -102,8 +107,9 @@ def single_gpu_throughput(models: Sequence[str] = ONE_GPU_MODELS, precisions: Se
 
 
 def available_wrappers(framework: str = "torch") -> list:
-    """plain and ddp, and horovod when Horovod is installed and built for ``framework``."""
-    return ["plain", "ddp"] + (["horovod"] if availability(framework, "horovod")[0] else [])
+    """plain and ddp, and horovod and horovod-hooks (:data:`HOROVOD_HOOKS`) when Horovod is installed
+    and built for ``framework``."""
+    return ["plain", "ddp"] + (["horovod", "horovod-hooks"] if availability(framework, "horovod")[0] else [])
 
 
 def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] = WRAPPER_BATCHES,
@@ -131,10 +137,12 @@ def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] 
     order = ["plain"] + [w for w in wrappers if w != "plain"]
     notes = ["one worker, one process: nothing crosses a link, so a wrapper's extra time per step is its own "
              f"fixed cost; each step the median of {repeats} runs of {steps} steps, the variants' runs interleaved"]
-    if "horovod" not in order:
+    if not any(w.startswith("horovod") for w in order):
         notes.append("Horovod not measured: " + availability("torch", "horovod")[1])
-    else:
+    if "horovod" in order:
         notes.append(HOROVOD_SIZE_ONE)
+    if "horovod-hooks" in order:
+        notes.append(HOROVOD_HOOKS)
     if device == "cpu":
         notes.append("CPU (DDP over gloo): the code path, not GPU figures")
     try:
@@ -160,7 +168,10 @@ def wrapper_cost(models: Sequence[str] = ("mlp-small",), batches: Sequence[int] 
                                                  warmup_steps=WRAPPER_WARMUP, precision=precision, repeats=repeats))
     cfg = {"framework": "torch", "launcher": "+".join(order), "models": models, "batches": batches,
            "wrappers": order, "device": device, "precision": precision, "steps": steps, "repeats": repeats,
-           "spec": spec.to_dict()}
+           "spec": spec.to_dict(),
+           # Horovod's cycle and fusion as set here (unset: its defaults), which horovod-hooks ran under
+           "horovod_env": {k: os.environ[k] for k in ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD")
+                           if k in os.environ}}
     return ExperimentResult("wrapper-cost", rows, "live", run_provenance(
         f"ddlab.training.one_gpu.wrapper_cost(models={models}, batches={batches}, wrappers={order}, "
         f"device={device!r})"), notes, cfg)

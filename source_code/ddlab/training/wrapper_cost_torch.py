@@ -9,6 +9,13 @@ process, alternating the variants run by run, keeps everything else equal: the s
 the same inputs, no process start between them (separate launches differ by more than the cost
 being measured). :func:`ddlab.training.one_gpu.wrapper_cost` turns the timings into a result.
 
+Horovod's optimizer registers its gradient hooks only when its size is above 1, or when
+``HOROVOD_ELASTIC=1`` (an elastic job may shrink to one worker; horovod/torch/optimizer.py in
+0.28.1). So "horovod" times a plain step, and "horovod-hooks" builds the same optimizer with that
+variable set for the constructor only (it is read there, and Horovod is already initialised): every
+gradient then goes through Horovod as on two workers (its hook, its background thread's next cycle,
+a one-rank all-reduce, ``synchronize``), with no link to cross.
+
 The process group is made in this process with a file store (world size 1, no port to find)
 and destroyed afterwards; Horovod is initialised only when asked for.
 """
@@ -20,7 +27,23 @@ import tempfile
 import time
 from typing import Sequence
 
-WRAPPERS = ("plain", "ddp", "horovod")
+WRAPPERS = ("plain", "ddp", "horovod", "horovod-hooks")
+
+
+def horovod_optimizer(hvd, opt, named_parameters, hooks: bool):
+    """``hvd.DistributedOptimizer(opt, named_parameters)``; with ``hooks`` its gradient hooks are
+    registered also at size 1 (``HOROVOD_ELASTIC=1`` during the constructor, then put back as it was)."""
+    if not hooks:
+        return hvd.DistributedOptimizer(opt, named_parameters=named_parameters)
+    before = os.environ.get("HOROVOD_ELASTIC")
+    os.environ["HOROVOD_ELASTIC"] = "1"
+    try:
+        return hvd.DistributedOptimizer(opt, named_parameters=named_parameters)
+    finally:
+        if before is None:
+            del os.environ["HOROVOD_ELASTIC"]
+        else:
+            os.environ["HOROVOD_ELASTIC"] = before
 
 
 def _group(dist, backend: str, tmp: str) -> None:
@@ -52,7 +75,7 @@ def measure(models: Sequence[str], batches: Sequence[int], wrappers: Sequence[st
         torch.cuda.set_device(dev)
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     hvd = None
-    if "horovod" in wrappers:
+    if any(w.startswith("horovod") for w in wrappers):
         import horovod.torch as hvd
         hvd.init()
     made_group = False
@@ -73,10 +96,10 @@ def measure(models: Sequence[str], batches: Sequence[int], wrappers: Sequence[st
                         opt = torch.optim.Adam(net.parameters(), lr=1e-3, fused=cuda)
                         if w == "ddp":
                             net = DDP(net, device_ids=[dev.index] if cuda else None)
-                        elif w == "horovod":
-                            opt = hvd.DistributedOptimizer(opt, named_parameters=net.named_parameters())
+                        elif w.startswith("horovod"):
+                            opt = horovod_optimizer(hvd, opt, net.named_parameters(), hooks=w == "horovod-hooks")
 
-                        def step(net=net, opt=opt, hvd_opt=w == "horovod"):
+                        def step(net=net, opt=opt, hvd_opt=w.startswith("horovod")):
                             # Horovod's optimizer takes no set_to_none (it keeps its own gradient handles)
                             opt.zero_grad() if hvd_opt else opt.zero_grad(set_to_none=True)
                             with autocast:
