@@ -49,6 +49,9 @@ def test_a_one_gpu_machine_measures_its_gpu_and_skips_the_pair_steps(tmp_path, m
     assert "pinned h2d from NUMA node 1: 41.5 GB/s, 0.75x node 0&#x27;s" in page
     assert "every link at its maximum" in summary and "ddp at batch 512: +0.120 ms a step (60%" in summary
     assert "horovod (a control: no hooks with one worker) at batch 512: -0.010 ms a step" in summary
+    from ddlab.report import one_gpu_page
+    assert one_gpu_page._wrapper_name("horovod-hooks") == "horovod with its hooks on (one worker)"
+    assert one_gpu_page._wrapper_name("ddp") == "ddp"
     compare = page.split('<section id="compare">', 1)[1].split("</section>", 1)[0]
     assert "host link host-&gt;GPU pinned" in compare and "one GPU images/s, cnn bf16" in compare
 

@@ -172,6 +172,32 @@ def test_horovod_fuses_waits_half_a_cycle_and_overlaps_nothing_by_hand():
         sm.predict_step(layers, 2e-3, link, 2, framework="deepspeed")
 
 
+def test_horovod_measured_with_its_hooks_holds_its_cycle_wait_by_hand():
+    """A one-worker Horovod cost measured with its hooks on includes half of its own cycle: the model adds
+    no second wait at that cycle, and half the difference at another."""
+    mb = 1024 * 1024
+    layers = [Layer("a", 10 * mb // 4, 1.0), Layer("b", 20 * mb // 4, 1.0)]
+    link = AlphaBeta(50e-6, 30 * mb / 3e-3)                                    # one 30 MiB buffer: 3.05 ms
+    over = sm.Overheads(per_step_s=0.9e-3, launcher="horovod", source="measured with hooks", basis="measured",
+                        cycle_s=1e-3)
+    p = sm.predict_step(layers, 2e-3, link, 2, framework="horovod", overheads=over)
+    assert p.cycle_wait_s == 0 and p.total_s == pytest.approx(2e-3 + 0.9e-3 + 3.05e-3)
+    assert p.overhead_s == pytest.approx(0.9e-3) and p.exposed_comm_s == pytest.approx(3.05e-3)
+    assert "in the measured wrapper cost" in p.term("cycle wait").source
+    shorter = sm.predict_step(layers, 2e-3, link, 2, framework="horovod", overheads=over, cycle_s=0.5e-3)
+    assert shorter.cycle_wait_s == pytest.approx(-0.25e-3) and shorter.total_s == pytest.approx(p.total_s - 0.25e-3)
+    assert shorter.exposed_comm_s == pytest.approx(3.05e-3) and shorter.overhead_s == pytest.approx(0.65e-3)
+    longer = sm.predict_step(layers, 2e-3, link, 2, framework="horovod", overheads=over, cycle_s=5e-3)
+    assert longer.total_s == pytest.approx(p.total_s + 2e-3)
+    # device-bound: the GPU's 4 ms hide the host's 2.9 ms, not the all-reduce
+    d = sm.predict_step(layers, 2e-3, link, 2, framework="horovod", overheads=over, device_s=4e-3)
+    assert d.bound == "device" and d.total_s == pytest.approx(4e-3 + 3.05e-3)
+    # no cycle in the cost (the size-1 rows without hooks): the half cycle is added as before
+    plain = sm.predict_step(layers, 2e-3, link, 2, framework="horovod",
+                            overheads=sm.Overheads(per_step_s=0.9e-3, basis="measured"))
+    assert plain.total_s == pytest.approx(p.total_s + 0.5e-3)
+
+
 def test_a_wrapper_already_in_the_one_gpu_step_is_not_added_again():
     link = AlphaBeta(10e-6, 100e9)
     over = sm.Overheads(per_step_s=1e-3, per_bucket_s=0.5e-3, source="measured on one worker", basis="measured")

@@ -226,3 +226,12 @@ def test_each_other_machine_with_its_own_sweeps_gets_its_own_held_out_table(tmp_
     assert [rec.sweeps for rec in recorded_runs.recorded_sets()] == ["h200x2"]
     assert val.held_out_other_machines() == []
     assert val.held_out().to_dict()["rows"] == first
+
+
+def test_the_horovod_miss_says_what_the_one_worker_measurement_reaches(monkeypatch):
+    from ddlab.cost import validation, wrapper_cost
+    assert "its hooks, the negotiation" in validation._horovod_host_gap()       # today's recording: no hooks row
+    monkeypatch.setattr(wrapper_cost, "measured", lambda framework: wrapper_cost.Overheads(
+        1e-3, launcher="horovod", basis="measured", cycle_s=1e-3))
+    assert validation._horovod_host_gap().startswith("Horovod's host work is measured on one worker with its hooks on")
+

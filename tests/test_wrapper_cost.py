@@ -39,6 +39,23 @@ def test_horovod_is_not_measurable_on_one_worker():
         wc.measured("keras", result=_result(rows))
 
 
+def test_horovod_with_its_hooks_at_size_one_is_measured_and_holds_its_cycle():
+    rows = [_row("a", 32, "horovod", -0.1, 1), _row("a", 32, "horovod-hooks", 0.8, 1),
+            _row("b", 128, "horovod-hooks", 1.2, 1)]
+    o = wc.measured("horovod", result=_result(rows))
+    assert o.basis == "measured" and o.per_step_s == pytest.approx(1.0e-3) and o.per_bucket_s == 0
+    assert o.points == 2 and o.cycle_s == wc.HOROVOD_CYCLE_TIME_S and "hooks on" in o.source and "1x Test GPU" in o.source
+    left = wc.measured("horovod", exclude_models=("b",), result=_result(rows))
+    assert left.per_step_s == pytest.approx(0.8e-3) and left.points == 1
+    # every hooked row left out: back to the size-1 rows without hooks, which measure nothing
+    assert wc.measured("horovod", exclude_models=("a", "b"), result=_result(rows + [_row("c", 32, "horovod", 0.1, 1)])
+                       ).basis == "modelled"
+    slow = ExperimentResult("wrapper-cost", rows, "recorded", {"machine": "1x Test GPU"}, [],
+                            {"horovod_env": {"HOROVOD_CYCLE_TIME": "5"}})
+    assert wc.measured("horovod", result=slow).cycle_s == pytest.approx(5e-3)
+    assert wc.measured("horovod", result=_result(rows[:1])).cycle_s is None      # no hooks: no cycle in it
+
+
 def test_the_recorded_measurement():
     ddp = wc.measured("ddp")
     assert ddp.basis == "measured" and ddp.points >= 3 and ddp.total_s(2) > 0

@@ -346,6 +346,8 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
     if framework == "ddp":
         exposed = _ddp_exposed(buckets, comm_each, dev, backward_fraction, optimizer_s, comm_sm_share)
         wait = 0.0
+    elif over.cycle_s is not None and not wrapper_in_step:
+        wait = (cycle - over.cycle_s) / 2      # the measured cost holds half of its own cycle already
     else:
         wait = cycle / 2
     host_path = compute_s + overhead + batch_term_s
@@ -357,10 +359,12 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
         bound = "device" if device_path >= host_path else "host"
         shown_exposed = min(total - compute_s, max(0.0, device_path - compute_s))
     else:   # Horovod: the wait for the cycle hides behind a GPU still busy with the step
-        start = host_path + wait if device_s is None else max(dev, host_path + wait)
+        host_wait = max(compute_s, host_path + wait)
+        start = host_wait if device_s is None else max(dev, host_wait)
         total = start + comm_total
-        bound = "serial" if device_s is None else ("device" if dev >= host_path + wait else "host")
-        shown_exposed = total - compute_s if bound == "device" else wait + comm_total
+        bound = "serial" if device_s is None else ("device" if dev >= host_wait else "host")
+        # a wait shorter than the measured cost's own (a shorter cycle) shortens the wrapper's share instead
+        shown_exposed = total - compute_s if bound == "device" else max(0.0, host_wait - host_path) + comm_total
     shown_over = total - compute_s - shown_exposed
     shown_over = 0.0 if abs(shown_over) < 1e-12 * max(1.0, total) else shown_over     # rounding, not a cost
     terms += _model_terms(framework, buckets, comm_total, shown_exposed, wait, over, overhead, wrapper_in_step,
@@ -432,7 +436,12 @@ def _model_terms(framework, buckets, comm_total, exposed, wait, over, overhead, 
     hsrc = horovod_source(threshold, cycle)
     comm = Term("all-reduce", comm_total, "measured",
                 f"{len(buckets)} fused buffer(s) ({sizes}; fusion threshold {format_bytes(threshold)}), each from {fit}")
-    wait_t = Term("cycle wait", wait, "modelled", f"half of the cycle time {format_time(cycle)} on average ({hsrc})")
+    if over.cycle_s is not None and not wrapper_in_step:
+        wait_t = Term("cycle wait", wait, "modelled",
+                      f"in the measured wrapper cost, which ran at a cycle of {format_time(over.cycle_s)}; half of the "
+                      f"difference to the cycle time {format_time(cycle)} added ({hsrc})")
+    else:
+        wait_t = Term("cycle wait", wait, "modelled", f"half of the cycle time {format_time(cycle)} on average ({hsrc})")
     overlap = Term("exposed communication", exposed, "modelled",
                    "the cycle wait plus the fused all-reduces: a buffer waits for all its tensors and the step waits "
                    "for the all-reduces, so they overlap nothing; the wait hides behind a busy GPU")

@@ -8,8 +8,10 @@
   DDP's extra time over the plain step is fitted by least squares to a cost per step plus one
   per bucket over the recorded rows (models x batches): a fit to a one-GPU measurement, never to
   the 2-GPU runs the step model is checked against. Horovod registers its gradient hooks only
-  when its size is above 1 (``horovod/torch/optimizer.py``), so its size-1 row times a plain
-  step: its own host cost cannot be measured on one GPU and is modelled as 0 (the source says so).
+  when its size is above 1 or ``HOROVOD_ELASTIC=1`` (``horovod/torch/optimizer.py``), so its plain
+  size-1 row times a plain step; its ``horovod-hooks`` row, built with that variable, times its hooks,
+  its cycle and synchronize on one GPU. Horovod's cost is taken from those rows where the recording
+  has them, else modelled as 0 (the source says which).
 * Horovod's tensor fusion: gradients are packed, in the order they are ready, into buffers of
   at most ``HOROVOD_FUSION_THRESHOLD`` bytes (a tensor larger than that goes alone), and the
   background thread starts the buffers' all-reduces once per cycle of ``HOROVOD_CYCLE_TIME``
@@ -42,7 +44,8 @@ class Overheads:
     """The data-parallel wrapper's own cost on the host, beside the all-reduce itself: a fixed
     time per step and per bucket. ``points``: how many measured rows it came from; ``note``:
     what the measurement could and could not tell apart; ``source``: where the numbers came
-    from; ``basis``: one of :data:`BASES`."""
+    from; ``basis``: one of :data:`BASES`. ``cycle_s``: for Horovod measured with its hooks on, the
+    cycle time it ran at, whose wait the cost then includes (None: it includes no cycle wait)."""
     per_step_s: float = 0.0
     per_bucket_s: float = 0.0
     launcher: str = ""
@@ -50,6 +53,7 @@ class Overheads:
     note: str = ""
     source: str = ""
     basis: str = "given"
+    cycle_s: Optional[float] = None
 
     def __post_init__(self):
         for name in ("per_step_s", "per_bucket_s"):
@@ -92,17 +96,29 @@ def measured(framework: str = "ddp", exclude_models: Sequence[str] = (), exclude
     measurement (``result``: that measurement, default :func:`recording`), leaving out the rows
     of ``exclude_models`` and ``exclude_batches``. DDP: least squares of its extra time per step
     over the plain step against a cost per step plus one per bucket (both >= 0; only per step
-    when every row has the same number of buckets). Horovod: 0, with the reason in ``source``."""
+    when every row has the same number of buckets). Horovod: the mean extra time per step of its
+    rows with hooks (``horovod-hooks``: every gradient through Horovod at size 1, the wait for its
+    cycle included, so ``cycle_s`` is Horovod's default cycle), else 0, with the reason in ``source``."""
     if result is None:
         return _measured_cached(framework, tuple(sorted(exclude_models)), tuple(sorted(exclude_batches)))
     return _measured(framework, tuple(exclude_models), tuple(exclude_batches), result)
 
 
+def _cycle_of(res) -> float:
+    """The Horovod cycle time (seconds) a wrapper-cost recording ran under: HOROVOD_CYCLE_TIME (ms) as
+    it recorded it, else Horovod's default."""
+    ms = ((res.config or {}).get("horovod_env") or {}).get("HOROVOD_CYCLE_TIME")
+    return HOROVOD_CYCLE_TIME_S if ms is None else float(ms) * 1e-3
+
+
 def _measured(framework: str, exclude_models: tuple, exclude_batches: tuple, res) -> Overheads:
     if framework not in ("ddp", "horovod"):
         raise ValueError(f"the measured wrapper cost is for ddp or horovod, got {framework!r}")
-    rows = [r for r in res.rows if r.get("wrapper") == framework and r.get("cost_ms") is not None
-            and not r.get("error") and r.get("model") not in exclude_models and r.get("batch") not in exclude_batches]
+    def usable(r, wrapper):
+        return (r.get("wrapper") == wrapper and r.get("cost_ms") is not None and not r.get("error")
+                and r.get("model") not in exclude_models and r.get("batch") not in exclude_batches)
+    hooked = [r for r in res.rows if usable(r, "horovod-hooks")] if framework == "horovod" else []
+    rows = hooked or [r for r in res.rows if usable(r, framework)]
     if not rows:
         raise ValueError(f"the wrapper-cost recording has no {framework} rows"
                          + (" besides those left out" if exclude_models or exclude_batches else ""))
@@ -114,12 +130,20 @@ def _measured(framework: str, exclude_models: tuple, exclude_batches: tuple, res
     what = (f"{len(rows)} rows ({', '.join(models)} at batch {', '.join(map(str, batches))}; each the median of "
             f"{'/'.join(map(str, repeats))} interleaved runs) measured on {where}")
     spread = f"the rows range from {format_time(cost.min())} to {format_time(cost.max())}"
+    if hooked:
+        return Overheads(max(float(np.mean(cost)), 0.0), 0.0, "horovod", len(rows),
+                         note=f"one worker's Horovod step with its hooks over the plain one: {spread}",
+                         source=("measured: Horovod with size 1 and its gradient hooks on (as for an elastic job of one "
+                                 f"worker) over the plain step, {what}, the mean per step ({spread}); it holds the hooks, "
+                                 "the wait for the background thread's cycle, a one-rank all-reduce and synchronize"),
+                         basis="measured", cycle_s=_cycle_of(res))
     if framework == "horovod":
         return Overheads(0.0, 0.0, "horovod", len(rows),
                          note=f"one worker's Horovod step over the plain one: {spread}",
                          source=("modelled as 0: Horovod registers its gradient hooks only when its size is above 1, "
-                                 f"so its one-worker rows ({what}; {spread}) time a plain step; its hooks', "
-                                 "negotiation's and synchronize's host time on two workers is not measured"),
+                                 f"so its one-worker rows ({what}; {spread}) time a plain step, and the recording has "
+                                 "no row with its hooks on (horovod-hooks); its hooks', negotiation's and synchronize's "
+                                 "host time is not measured"),
                          basis="modelled")
     buckets = np.array([r["buckets"] for r in rows], dtype=float)
     step, bucket, note = float(np.mean(cost)), 0.0, ""

@@ -103,8 +103,10 @@ def summary_items(steps: dict) -> list:
 
 
 def _wrapper_name(wrapper: str) -> str:
-    """Horovod with one worker registers no gradient hooks: its row is a control, not a cost."""
-    return "horovod (a control: no hooks with one worker)" if wrapper == "horovod" else wrapper
+    """Horovod with one worker registers no gradient hooks: its row is a control, not a cost; the
+    horovod-hooks row is Horovod with its hooks on at size 1, its own cost."""
+    return {"horovod": "horovod (a control: no hooks with one worker)",
+            "horovod-hooks": "horovod with its hooks on (one worker)"}.get(wrapper, wrapper)
 
 
 def key_figures(steps: dict) -> dict:
