@@ -235,3 +235,16 @@ def test_the_horovod_miss_says_what_the_one_worker_measurement_reaches(monkeypat
         1e-3, launcher="horovod", basis="measured", cycle_s=1e-3))
     assert validation._horovod_host_gap().startswith("Horovod's host work is measured on one worker with its hooks on")
 
+
+
+def test_the_module_prints_the_held_out_table_from_the_command_line():
+    """`python -m ddlab.cost.validation`, as the README gives it: runs the module as a script, where every
+    helper the notes call must be defined before its `__main__` block runs."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "ddlab.cost.validation"], capture_output=True, text=True,
+                          timeout=120, cwd=os.path.join(root, "source_code"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("Held out:") and "Horovod, host-bound:" in done.stdout

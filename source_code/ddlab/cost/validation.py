@@ -402,12 +402,6 @@ def _input_notes(rec: RecordedSet, kwargs: dict) -> list:
     return notes
 
 
-if __name__ == "__main__":     # python -m ddlab.cost.validation: the held-out table, then the plain one
-    print(held_out())
-    print()
-    print(validate())
-
-
 def _horovod_host_gap() -> str:
     """Why a host-bound Horovod step can be longer than predicted, as far as the recorded one-worker
     measurement reaches: with its hooks measured on one worker, what two workers add beyond that
@@ -422,3 +416,9 @@ def _horovod_host_gap() -> str:
                 "course and is modelled as 0.")
     return ("Horovod's own host work on two workers (its hooks, the negotiation of each cycle over its controller, "
             "synchronize) is not measured by the course and is modelled as 0.")
+
+
+if __name__ == "__main__":     # python -m ddlab.cost.validation: the held-out table, then the plain one
+    print(held_out())
+    print()
+    print(validate())
