@@ -346,7 +346,7 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
     if framework == "ddp":
         exposed = _ddp_exposed(buckets, comm_each, dev, backward_fraction, optimizer_s, comm_sm_share)
         wait = 0.0
-    elif over.cycle_s is not None and not wrapper_in_step:
+    elif _cycle_in_cost(over, wrapper_in_step):
         wait = (cycle - over.cycle_s) / 2      # the measured cost holds half of its own cycle already
     else:
         wait = cycle / 2
@@ -371,6 +371,12 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
                           batch_term_s, path, src, readiness, profile, comm_sm_share, threshold, cycle)
     return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch,
                           framework, wait, tuple(terms))
+
+
+def _cycle_in_cost(over: Overheads, wrapper_in_step: bool) -> bool:
+    """Whether the wrapper's cost added to the step holds Horovod's cycle wait already (measured with
+    its hooks on, :attr:`Overheads.cycle_s`)."""
+    return over.cycle_s is not None and not wrapper_in_step
 
 
 def _given(src: Mapping, name: str, basis: str) -> tuple:
@@ -436,7 +442,7 @@ def _model_terms(framework, buckets, comm_total, exposed, wait, over, overhead, 
     hsrc = horovod_source(threshold, cycle)
     comm = Term("all-reduce", comm_total, "measured",
                 f"{len(buckets)} fused buffer(s) ({sizes}; fusion threshold {format_bytes(threshold)}), each from {fit}")
-    if over.cycle_s is not None and not wrapper_in_step:
+    if _cycle_in_cost(over, wrapper_in_step):
         wait_t = Term("cycle wait", wait, "modelled",
                       f"in the measured wrapper cost, which ran at a cycle of {format_time(over.cycle_s)}; half of the "
                       f"difference to the cycle time {format_time(cycle)} added ({hsrc})")

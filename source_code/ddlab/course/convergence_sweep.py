@@ -271,8 +271,9 @@ class ConvergenceResult:
         title = (f"convergence: {c.get('model')}, {c.get('train_samples'):,} training images, {c.get('epochs')} epochs, "
                  f"SGD lr {c.get('base_lr')} for batch {c.get('ref_batch')}, {len(c.get('seeds') or [])} seeds "
                  f"({self.where()})") if c else f"convergence ({self.where()})"
-        shown = [k for k, _, _ in cols] if columns is None else [k for k in columns if k in [c[0] for c in cols]]
-        cols = [next(c for c in cols if c[0] == k) for k in shown]
+        by_key = {c[0]: c for c in cols}
+        shown = list(by_key) if columns is None else [k for k in columns if k in by_key]
+        cols = [by_key[k] for k in shown]
         notes = list(self.notes)
         if "train" in shown:
             notes.append("training s: the training loop's seconds, test evaluations left out")

@@ -21,7 +21,6 @@ others still run); both return an :class:`~ddlab.training.results.ExperimentResu
 from __future__ import annotations
 
 import os
-
 from typing import Callable, Optional, Sequence
 
 from ddlab.measure import launch
