@@ -559,5 +559,12 @@ def test_slim_wheel_strips_each_library_and_keeps_record_true(tmp_path, capsys, 
             monkeypatch.setattr(slim.shutil, "which", lambda name: None)     # binutils not installed
             slim.slim(str(src), str(tmp_path / "out.whl"), strip=strip_path)
     assert not (tmp_path / "out.whl").exists()
+    hang = tmp_path / "hang"                      # a strip that never finishes is stopped, with one message
+    hang.write_text("#!/bin/sh\nexec sleep 30\n")
+    hang.chmod(0o755)
+    monkeypatch.setattr(slim, "STRIP_TIMEOUT_S", 0.5)
+    with pytest.raises(slim.SlimError, match="did not finish in 0.5 s"):
+        slim.slim(str(tmp_path / "built.whl"), str(tmp_path / "out.whl"), strip=str(hang))
+    assert not (tmp_path / "out.whl").exists()
     assert slim.main([str(tmp_path / "text.whl"), str(tmp_path / "out.whl")]) == 1
     assert "[slim_wheel] " in capsys.readouterr().err and slim.main([]) == 2

@@ -29,6 +29,9 @@ sys.path.insert(0, os.path.join(ROOT, "source_code"))
 from ddlab.base import files  # noqa: E402
 
 
+STRIP_TIMEOUT_S = 120     # strip takes well under a second on Horovod's 20 MB library
+
+
 class SlimError(Exception):
     pass
 
@@ -41,7 +44,10 @@ def record_hash(data: bytes) -> str:
 
 def _strip(data: bytes, strip: str, tmp: str) -> bytes:
     path = files.write_bytes(os.path.join(tmp, "lib.so"), data)
-    done = subprocess.run([strip, "--strip-debug", path], capture_output=True, text=True)
+    try:
+        done = subprocess.run([strip, "--strip-debug", path], capture_output=True, text=True, timeout=STRIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise SlimError(f"{strip} --strip-debug did not finish in {STRIP_TIMEOUT_S} s") from None
     if done.returncode != 0:
         raise SlimError(f"{strip} --strip-debug failed: {done.stderr.strip() or done.returncode}")
     with open(path, "rb") as f:
