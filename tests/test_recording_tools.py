@@ -568,3 +568,83 @@ def test_slim_wheel_strips_each_library_and_keeps_record_true(tmp_path, capsys, 
     assert not (tmp_path / "out.whl").exists()
     assert slim.main([str(tmp_path / "text.whl"), str(tmp_path / "out.whl")]) == 1
     assert "[slim_wheel] " in capsys.readouterr().err and slim.main([]) == 2
+
+
+def _strong_part(batches, date):
+    """The committed Horovod strong-scaling recording cut to ``batches``, as one run of the JOB would
+    have written it (its rows' run indices renumbered), dated ``date``."""
+    from ddlab.training import recording
+    full = recording.load(os.path.join(reference.REFERENCE_DIR, "experiments",
+                                       "strong-scaling-torch-horovod-mlp-small-shm.json"))
+    rows, runs = [], []
+    for r in full.rows:
+        if r["global_batch"] in batches:
+            rows.append(dict(r, runs=list(range(len(runs), len(runs) + len(r["runs"])))))
+            runs += [full.runs[i] for i in r["runs"]]
+    prov = dict(full.provenance, date=date)
+    prov["command"] = re.sub(r"global_batches=\[[^\]]*\]", f"global_batches={list(batches)}", prov["command"])
+    return type(full)(full.name, rows, full.source, prov, list(full.notes[:3]),
+                      dict(full.config, global_batches=list(batches)), runs)
+
+
+def test_a_strong_job_run_again_for_the_batches_left_is_joined_to_the_first_run():
+    """Batches 4-16 from one run and 32-64 from a second: one result in batch order, each row's runs its
+    own, dated by the later run and a note naming both; overlapping batches, another run description or
+    another machine are never joined."""
+    from ddlab.training import recording_sets as rs
+    first, second = _strong_part([4, 8, 16], "2026-11-28T11:15:12+00:00"), _strong_part([32, 64], "2026-11-28T11:42:01+00:00")
+    joined = rs.join_strong(second, first)                      # either order gives batch order
+    assert joined.config["global_batches"] == [4, 8, 16, 32, 64]
+    assert [r["global_batch"] for r in joined.rows] == [4, 4, 8, 8, 16, 16, 32, 32, 64, 64]
+    for r in joined.rows:
+        part = first if r["global_batch"] < 32 else second
+        mine = next(p for p in part.rows if (p["global_batch"], p["workers"]) == (r["global_batch"], r["workers"]))
+        assert [joined.runs[i] for i in r["runs"]] == [part.runs[i] for i in mine["runs"]]
+    assert joined.provenance["date"] == "2026-11-28T11:42:01+00:00"
+    assert "global_batches=[4, 8, 16, 32, 64]" in joined.provenance["command"]
+    assert "global batch(es) 4, 8, 16 recorded 2026-11-28T11:15:12" in joined.notes[-1]
+    assert "global batch(es) 32, 64 recorded 2026-11-28T11:42:01" in joined.notes[-1]
+    assert rs.holds_runs(joined, first) and rs.holds_runs(joined, second) and not rs.holds_runs(first, second)
+    assert rs.join_strong(first, _strong_part([16, 32], "2026-11-28T12:00:00+00:00")) is None     # 16 twice
+    other = _strong_part([32, 64], "2026-11-28T12:00:00+00:00")
+    other.config["repeats"] = 5
+    assert rs.join_strong(first, other) is None
+    other = _strong_part([32, 64], "2026-11-28T12:00:00+00:00")
+    other.provenance["gpu_model"] = "NVIDIA H100 80GB HBM3"
+    assert rs.join_strong(first, other) is None
+
+
+def test_adopt_results_joins_a_strong_part_and_leaves_what_is_already_in(tmp_path, monkeypatch, capsys):
+    """adopt_results joins a second run's strong-scaling batches to the first's at home; adopting either
+    folder again changes nothing ("already in"), and a convergence point an earlier run left, whose runs
+    are in the committed sweep, is not put back into pending/."""
+    from ddlab.training import recording
+    mod = load("adopt_results.py")
+    ref, pending = tmp_path / "reference", tmp_path / "pending"
+    (ref / "experiments").mkdir(parents=True)
+    pending.mkdir()
+    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    monkeypatch.setattr(mod, "PENDING", str(pending))
+    name = "strong-scaling-torch-horovod-mlp-small-shm.json"
+    run1, run2 = tmp_path / "run1", tmp_path / "run2"
+    run1.mkdir(), run2.mkdir()
+    recording.save(_strong_part([4, 8, 16], "2026-11-28T11:15:12+00:00"), str(run1 / name))
+    recording.save(_strong_part([32, 64], "2026-11-28T11:42:01+00:00"), str(run2 / name))
+    sweep = os.path.join(reference.REFERENCE_DIR, "experiments", "convergence-torch-ddp-cnn.json")
+    shutil.copy(sweep, ref / "experiments")
+    swept = recording.load(sweep)
+    point = type(swept)("convergence", [], swept.source, dict(swept.provenance), [], {}, swept.runs[:3])
+    recording.save(point, str(run2 / "convergence-point-2w-b64-none.json"))
+    assert mod.main([str(run1)]) == 0 and "new" in capsys.readouterr().out
+    assert mod.main([str(run2), "--dry-run"]) == 0
+    assert recording.load(str(ref / "experiments" / name)).config["global_batches"] == [4, 8, 16]
+    out = capsys.readouterr().out
+    assert f"joined      {name}" in out and "global batches [4, 8, 16, 32, 64]" in out
+    assert "already in  convergence-point-2w-b64-none.json" in out and "convergence-torch-ddp-cnn.json already" in out
+    assert mod.main([str(run2)]) == 0
+    home = recording.load(str(ref / "experiments" / name))
+    assert home.config["global_batches"] == [4, 8, 16, 32, 64] and len(home.runs) == 30
+    assert os.listdir(pending) == []
+    for run in (run1, run2):
+        assert mod.main([str(run)]) == 0 and f"already in  {name}" in capsys.readouterr().out
+    assert recording.load(str(ref / "experiments" / name)).to_dict() == home.to_dict()

@@ -20,7 +20,11 @@ that machine, or give the new result a name of its own. ``--replace-other-machin
 A file with the same content as its home is left alone; a newer recording of the same machine replaces
 the old one (the old stays in git's history), unless it is older than the one there: a results folder on
 a GPU machine can keep files of earlier runs, and those never replace a later recording (named "older",
-left alone). Every copy is written to a temporary file, then renamed.
+left alone). A file whose runs are all in its home already (a part joined there before), and a
+convergence point whose runs are all in the committed sweep, is named "already in" and left alone. Two
+strong-scaling recordings of one JOB with different global batches (a JOB cut short, then run again with
+``--global-batches`` for the batches left) are joined into one (``recording_sets.join_strong``: a note
+names each part's batches and date). Every copy is written to a temporary file, then renamed.
 Files of other kinds (logs, tasks.txt, partial convergence parts) stay where they are.
 """
 import argparse
@@ -34,6 +38,7 @@ sys.path.insert(0, os.path.join(ROOT, "source_code"))
 
 from ddlab.base import files  # noqa: E402
 from ddlab.system import provenance  # noqa: E402
+from ddlab.training import recording, recording_sets  # noqa: E402
 
 REFERENCE = os.path.join(ROOT, "source_code", "reference")
 PENDING = os.path.join(ROOT, "tools", "recording", "pending")
@@ -73,11 +78,31 @@ def _when(prov: dict):
     return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
 
 
+def _already_in(src: str, home: str, reference: str) -> str:
+    """Why ``src`` is already recorded (its runs all in its home, or, for a convergence point, in a
+    committed sweep), else ""."""
+    name = os.path.basename(src)
+    if name.startswith("convergence-point-"):
+        homes = sorted(glob.glob(os.path.join(reference, "experiments", "convergence-torch-*.json")))
+    else:
+        homes = [home] if name.startswith(EXPERIMENT_PREFIXES) and os.path.exists(home) else []
+    try:
+        here = recording.load(src)
+        for there in homes:
+            if recording_sets.holds_runs(recording.load(there), here):
+                return f"its runs are all in {os.path.relpath(there, ROOT)} already"
+    except ValueError:
+        return ""                         # not a result of this kind: the other checks say what it is
+    return ""
+
+
 def plan(results: str, reference: str = None, pending: str = None, replace_other: bool = False) -> list:
     """(source, home, action, why) for each recording in ``results``: action "new", "replace",
-    "same" (already there), "older" (the recording there is of the same machine and later), or
-    "refuse" (home holds another machine's recording, or the result has no provenance; ``why`` says
-    which). A result that cannot be read raises ResultFileError (a ValueError)."""
+    "same" (already there), "inside" (its runs are already in its home or in the committed sweep),
+    "join" (a strong-scaling part joined to the one there; the step then has a fifth item, the joined
+    result), "older" (the recording there is of the same machine and later), or "refuse" (home holds
+    another machine's recording, or the result has no provenance; ``why`` says which). A result that
+    cannot be read raises ResultFileError (a ValueError)."""
     out = []
     for src in sorted(glob.glob(os.path.join(results, "*.json"))):
         home = home_of(os.path.basename(src), reference, pending)
@@ -86,6 +111,10 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
         here = _provenance(src)           # read first: a truncated result is never copied
         if not here:
             out.append((src, home, "refuse", "it has no provenance (which machine, software and command made it)"))
+            continue
+        inside = _already_in(src, home, reference or REFERENCE)
+        if inside:
+            out.append((src, home, "inside", inside))
             continue
         if not os.path.exists(home):
             out.append((src, home, "new", ""))
@@ -97,6 +126,11 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
         there = _provenance(home)
         differ = provenance.differences(there, here)
         new_at, old_at = _when(here), _when(there)
+        joined = (recording_sets.join_strong(recording.load(home), recording.load(src))
+                  if os.path.basename(src).startswith("strong-scaling-") and not differ else None)
+        if joined is not None:
+            out.append((src, home, "join", f"global batches {joined.config['global_batches']}", joined))
+            continue
         if not differ and new_at and old_at and new_at < old_at:
             out.append((src, home, "older", f"recorded {here.get('date')}, the one there {there.get('date')}"))
         elif differ and not replace_other:
@@ -126,12 +160,14 @@ def main(argv=None) -> int:
     if not steps:
         print(f"adopt_results: no recording the course reads in {a.results}")
         return 0
-    for src, home, action, why in steps:
+    for src, home, action, why, *joined in steps:
         if action in ("new", "replace") and not a.dry_run:
             with open(src, "rb") as f:
                 files.write_bytes(home, f.read())
-        verb = {"new": "new", "replace": "replaced", "same": "unchanged", "older": "older",
-                "refuse": "NOT copied"}[action]
+        if action == "join" and not a.dry_run:
+            recording.save(joined[0], home)
+        verb = {"new": "new", "replace": "replaced", "same": "unchanged", "older": "older", "join": "joined",
+                "inside": "already in", "refuse": "NOT copied"}[action]
         print(f"{verb:11} {os.path.basename(src)} -> {os.path.relpath(home, ROOT)}" + (f": {why}" if why else ""))
     if any(s[2] == "older" for s in steps):
         print("adopt_results: the files marked older were left in the results folder by an earlier run on the same "

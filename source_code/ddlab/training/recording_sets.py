@@ -15,7 +15,7 @@ import re
 from typing import Callable, Optional, Sequence
 
 from ddlab.base import files
-from ddlab.system import frameworks
+from ddlab.system import frameworks, provenance
 from ddlab.training import experiments
 from ddlab.training.recording import MIN_REPEATS, gpu_spec, reference_name, save
 from ddlab.training.results import ExperimentResult, combine_launchers, summary_table
@@ -134,6 +134,38 @@ def merge_strong(parts: Sequence[ExperimentResult]) -> ExperimentResult:
     prov["command"] = re.sub(r"global_batches=\[[^\]]*\]", f"global_batches={batches}", prov.get("command", ""))
     return ExperimentResult(last.name, rows, last.source, prov, list(parts[0].notes),
                             dict(parts[0].config, global_batches=batches), runs)
+
+
+def join_strong(there: ExperimentResult, here: ExperimentResult) -> Optional[ExperimentResult]:
+    """Two recordings of one strong-scaling JOB that hold different global batches (a JOB cut short and
+    run again for the batches left, e.g. ``--global-batches 32,64,128``) as one result, or None when they
+    are not that: another experiment or run description (a config that differs beyond its global
+    batches), another machine or software (:data:`ddlab.system.provenance.SAME_MACHINE`), or a global
+    batch in both. The parts are joined in batch order (:func:`merge_strong`), dated by the later, and a
+    note names each part's batches and date; every run keeps its own provenance."""
+    def batches(r):
+        return sorted(r.config.get("global_batches", []))
+
+    def rest(r):
+        return {k: v for k, v in r.config.items() if k != "global_batches"}
+    if (there.name != here.name or not there.name.startswith("strong-scaling") or rest(there) != rest(here)
+            or provenance.differences(there.provenance, here.provenance)
+            or not batches(there) or not batches(here) or set(batches(there)) & set(batches(here))):
+        return None
+    parts = sorted([there, here], key=lambda r: batches(r)[0])
+    joined = merge_strong(parts)
+    later = max((there, here), key=lambda r: str(r.provenance.get("date", "")))
+    joined.provenance["date"] = later.provenance.get("date")
+    said = "; ".join(f"global batch(es) {', '.join(map(str, batches(p)))} recorded {p.provenance.get('date', '?')}"
+                     for p in parts)
+    joined.notes.append(f"joined from {len(parts)} runs of the same JOB on {provenance.machine_of(later.provenance)}"
+                        f" (the second ran the global batches the first did not finish): {said}")
+    return joined
+
+
+def holds_runs(there: ExperimentResult, here: ExperimentResult) -> bool:
+    """Whether every run of ``here`` is already in ``there`` (e.g. a part already joined into it)."""
+    return bool(here.runs) and all(run in there.runs for run in here.runs)
 
 
 def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
