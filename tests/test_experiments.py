@@ -47,7 +47,7 @@ def test_recorded_result_is_loaded_and_labelled(recorded):
 
 
 def test_missing_record_is_an_honest_empty_result_when_asked():
-    res = ex.live_or_recorded("nccl-paths", "torch", "horovod", "mlp-large", source="recorded", cpu_run=False,
+    res = ex.live_or_recorded("nccl-paths", "keras", "horovod", "mlp-large", source="recorded", cpu_run=False,
                               missing_ok=True, machine=NO_GPU)
     assert res.source == "missing" and res.rows == []
     assert "not recorded yet" in res.table() and "no GPU result recorded" in res.notes[0]

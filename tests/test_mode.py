@@ -86,8 +86,8 @@ def test_training_parts_go_through_the_experiments_policy(monkeypatch):
     shown = mode.live_or_recorded("nccl-paths", machine=NO_GPU, launcher="ddp", model="cnn", cpu_run=False)
     assert not shown.live and shown.line.startswith("recorded on 2x NVIDIA H200")
     assert isinstance(shown.value, experiments.ExperimentResult)
-    missing = mode.live_or_recorded("nccl-paths", machine=NO_GPU, launcher="horovod", model="mlp-large",
-                                    cpu_run=False, missing_ok=True)
+    missing = mode.live_or_recorded("nccl-paths", machine=NO_GPU, framework="keras", launcher="horovod",
+                                    model="mlp-large", cpu_run=False, missing_ok=True)
     assert missing.line == "not recorded yet"
 
 

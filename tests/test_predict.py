@@ -98,10 +98,14 @@ def test_recorded_fits_and_the_measured_wrapper_cost():
     assert "recorded step profile of wide" in p.sources["exposed communication"]
     assert "measured: DDP with world size 1 over the plain step" in p.sources["wrapper"]
     assert p.step.term("wrapper").basis == "measured"
-    # Horovod: no hooks at size 1, so nothing measured on one worker: 0, and the reason given
+    # Horovod: its host cost measured on one worker with the hooks on, at the default cycle, so the
+    # cycle's wait is inside it and none is added
     h = pr.predict("cnn", step_ms=2.0, batch=512, framework="horovod")
-    assert h.wrapper_s == 0 and "hooks only when its size is above 1" in h.sources["wrapper"]
-    assert h.step.term("cycle wait").seconds == pytest.approx(0.5e-3)
+    hooks = wrapper_cost.measured("horovod")
+    assert hooks.basis == "measured" and hooks.cycle_s == pytest.approx(1e-3)
+    assert h.wrapper_s > 0 and h.wrapper_s == pytest.approx(hooks.total_s(len(h.step.buckets)))
+    assert "gradient hooks on" in h.sources["wrapper"]
+    assert h.step.term("cycle wait").seconds == 0
 
 
 def test_horovod_fusion_and_cycle_by_hand():

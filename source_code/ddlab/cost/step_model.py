@@ -443,9 +443,10 @@ def _model_terms(framework, buckets, comm_total, exposed, wait, over, overhead, 
     comm = Term("all-reduce", comm_total, "measured",
                 f"{len(buckets)} fused buffer(s) ({sizes}; fusion threshold {format_bytes(threshold)}), each from {fit}")
     if _cycle_in_cost(over, wrapper_in_step):
+        added = ("none added at the same cycle" if abs(cycle - over.cycle_s) < 1e-12 else
+                 f"half of the difference to the cycle time {format_time(cycle)} added")
         wait_t = Term("cycle wait", wait, "modelled",
-                      f"in the measured wrapper cost, which ran at a cycle of {format_time(over.cycle_s)}; half of the "
-                      f"difference to the cycle time {format_time(cycle)} added ({hsrc})")
+                      f"in the measured wrapper cost, which ran at a cycle of {format_time(over.cycle_s)}; {added} ({hsrc})")
     else:
         wait_t = Term("cycle wait", wait, "modelled", f"half of the cycle time {format_time(cycle)} on average ({hsrc})")
     overlap = Term("exposed communication", exposed, "modelled",
