@@ -101,9 +101,11 @@ def _miss_notes(rows) -> list:
                      + (" Each ran slower than its launcher's untuned run: here that cost is larger than what the "
                         "halved bytes save." if all(r["slower_than_untuned"] for r in slow16) else ""))
     if slow:
+        horovod = any(r["launcher"] == "horovod" for r in slow)
         notes.append(f"Predicted too fast: {named(slow)}; the measured step is longer by {span(slow)}: time on two "
-                     "GPUs the model does not have (what two processes cost beyond one, Horovod's own host work), "
-                     "modelled as 0.")
+                     "GPUs the model does not have (what two processes cost beyond one"
+                     + ("; for Horovod, what two workers add to its host work measured on one" if horovod else "")
+                     + "), modelled as 0.")
     if fast:
         notes.append(f"Predicted too slow: {named(fast)}; the predicted step is longer by "
                      f"{span([dict(r, gap_s=-r['gap_s']) for r in fast])}.")
