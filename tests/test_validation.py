@@ -49,8 +49,17 @@ def test_held_out_on_the_recorded_runs():
     # changes Horovod's predictions (its rows leave that measurement): each held-out column pair is shown.
     # DDP's measured cost enters as a mean too, yet leaving a path out drops nothing.
     assert {"model_err", "path_err", "batch_err"} <= keys
-    assert [c.heading for c in t.columns if c.key.endswith("_pred")] == ["model out", "path out", "batch out"]
+    # one prediction column (the model left out), then each scheme's error; the rows keep every prediction
+    assert [c.heading for c in t.columns if c.key.endswith(("_pred", "_err"))] == [
+        "predicted (model out)", "error (model out)", "error (path out)", "error (batch out)"]
     assert any(r["model_pred"] != r["path_pred"] for r in t.rows if r["launcher"].startswith("horovod"))
+    assert "(path_pred, batch_pred); the table shows their errors" in " ".join(t.notes)
+    # for a narrow page: the model-out columns only, and a note saying where the others are
+    first = val.first_scheme(t)
+    assert [c.key for c in first.columns if c.key.endswith(("_pred", "_err"))] == ["model_pred", "model_err"]
+    assert first.rows == t.rows and "the table shows their errors" not in " ".join(first.notes)
+    assert first.notes[-1].startswith("Shown: the errors with the model left out; those with the path and the batch")
+    assert val.first_scheme(first) is first
     rows = t.rows
     notes = " ".join(t.notes)
     assert notes.startswith("Held out: leaving each model out, ") and "leaving each batch out, " in notes
@@ -73,8 +82,11 @@ def test_held_out_on_the_recorded_runs():
     k, m = val.hits(rows, "model_err")
     out = [r for r in rows if abs(r["model_err"]) > 10]
     assert len(out) == m - k and (not out or f"Misses ({len(out)} of {len(rows)}" in notes)
-    for r in out:
-        assert f"{r['launcher']} {r['model']} {r['path']} ({r['model_err']:+.1f}%)" in notes
+    runs = [(r["launcher"], r["model"], r["path"]) for r in rows]
+    for r in out:       # a run recorded at several batches per GPU is named with its batch
+        at = f" at {r['batch']}/GPU" if runs.count((r["launcher"], r["model"], r["path"])) > 1 else ""
+        assert f"{r['launcher']} {r['model']} {r['path']}{at} ({r['model_err']:+.1f}%)" in notes
+    assert "horovod strong mlp-small shm at 2/GPU (" in notes
     # the terms and how each is known
     assert "all-reduce (measured)" in notes and "grows with the batch (assumed)" in notes
     assert "cycle wait (modelled)" in notes

@@ -46,6 +46,7 @@ TOLERANCE = 0.10     # a prediction within ±10% of the measured speedup counts 
 # What a held-out check leaves out: every recorded run of one model, one path or one batch per
 # GPU, and the one-worker measurements of the same model or batch the wrapper's cost comes from.
 HELD_OUT = {"model": lambda p: p.model, "path": lambda p: p.path, "batch": lambda p: p.batch}
+_OTHER_SCHEMES = "The predictions with the "    # how held_out's note on the schemes not in a column begins
 PATH_INDEPENDENT = 1e-3      # a prediction a free link would change by less than this (relative)
 
 
@@ -144,18 +145,43 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     cols = [("launcher", "text"), ("model", "text"), ("path", path_labels(rec), "path"), ("batch", "int", "batch/GPU"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max")]
     notes = held_out_notes(rows, schemes, rec)
-    for group in _same_predictions(rows, schemes):
+    groups = _same_predictions(rows, schemes)
+    ratio = lambda v: "-" if v is None else format_ratio(v)    # noqa: E731
+    for group in groups:
         named = " or ".join(group) if len(group) < 3 else ", ".join(group[:-1]) + " or " + group[-1]
-        cols += [(f"{group[0]}_pred", lambda v: "-" if v is None else format_ratio(v), f"{named} out"),
-                 (f"{group[0]}_err", err_text, "error")]
+        if len(groups) == 1:
+            cols += [(f"{group[0]}_pred", ratio, f"{named} out"), (f"{group[0]}_err", err_text, "error")]
+        else:     # one prediction column (the first scheme's), then each scheme's error: the table stays on the page
+            if group is groups[0]:
+                cols.append((f"{group[0]}_pred", ratio, f"predicted ({named} out)"))
+            cols.append((f"{group[0]}_err", err_text, f"error ({named} out)"))
         if len(group) > 1:
             notes.append(f"Leaving out its {named} gives the same prediction for every row, so one column shows "
                          "them (the rows keep each: " + ", ".join(f"{by}_pred" for by in group) + ").")
+    if len(groups) > 1:
+        notes.append(_OTHER_SCHEMES + " and the ".join(g[0] for g in groups[1:]) + " left out are in the rows ("
+                     + ", ".join(f"{g[0]}_pred" for g in groups[1:]) + "); the table shows their errors.")
     cols += [("bound", "text", "decided by"), ("path_matters", "text", "depends on path")]
     left = ", then its ".join(schemes) if schemes else "nothing"
     return Table(cols, rows, title="Held out: each recorded 2-GPU run predicted from measured terms, its "
                                    f"{left} left out" + (f" ({rec.machine})" if rec.machine else ""),
-                 notes=notes)
+                 notes=notes, compact=True)     # a dozen columns or more: narrow cells keep it on the page
+
+
+def first_scheme(table):
+    """A :func:`held_out` table with one held-out scheme's columns only (the first: the model left
+    out), the prediction and its error, for a page too narrow for every scheme's error. The rows keep
+    every scheme's prediction and error, the notes count each, and one more note says so."""
+    keys = [c.key for c in table.columns]
+    errs = [k for k in keys if k.endswith("_err")]
+    if len(errs) < 2:
+        return table
+    shown = [k for k in keys if not k.endswith("_err") or k == errs[0]]
+    others = " and the ".join(k[:-len("_err")] for k in errs[1:])
+    kept = [n for n in table.notes if not n.startswith(_OTHER_SCHEMES)]
+    return table.select(shown, notes=kept + [f"Shown: the errors with the {errs[0][:-len('_err')]} left out; "
+                                                   f"those with the {others} left out are counted above and kept in "
+                                                   f"the rows (the whole table: `print(validation.held_out())`)."])
 
 
 def held_out_other_machines(**kwargs) -> list:
@@ -283,8 +309,12 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
             why = "device"
         groups.setdefault(why, []).append(r)
 
-    def names(rs):
-        return ", ".join(f"{r['launcher']} {r['model']} {r['path']} ({r[key]:+.1f}%)" for r in rs)
+    runs = [(r["launcher"], r["model"], r["path"]) for r in rows]
+
+    def names(rs):       # a run recorded at several batches per GPU is named with its batch
+        return ", ".join(f"{r['launcher']} {r['model']} {r['path']}"
+                         + (f" at {r['batch']}/GPU" if runs.count((r["launcher"], r["model"], r["path"])) > 1 else "")
+                         + f" ({r[key]:+.1f}%)" for r in rs)
 
     def gaps(rs):
         g = sorted(abs(_gap_ms(r)) for r in rs)
