@@ -605,6 +605,8 @@ def test_a_strong_job_run_again_for_the_batches_left_is_joined_to_the_first_run(
     assert "global batch(es) 4, 8, 16 recorded 2026-11-28T11:15:12" in joined.notes[-1]
     assert "global batch(es) 32, 64 recorded 2026-11-28T11:42:01" in joined.notes[-1]
     assert rs.holds_runs(joined, first) and rs.holds_runs(joined, second) and not rs.holds_runs(first, second)
+    earlier = _strong_part([32, 64], "2026-11-28T10:00:00+00:00")   # the larger batches ran first: dated by the later
+    assert rs.join_strong(first, earlier).provenance["date"] == "2026-11-28T11:15:12+00:00"
     assert rs.join_strong(first, _strong_part([16, 32], "2026-11-28T12:00:00+00:00")) is None     # 16 twice
     other = _strong_part([32, 64], "2026-11-28T12:00:00+00:00")
     other.config["repeats"] = 5

@@ -122,14 +122,14 @@ def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], pa
 def merge_strong(parts: Sequence[ExperimentResult]) -> ExperimentResult:
     """One strong-scaling result from several (each of other global batches, same run description):
     rows and runs in order, each row's run indices moved to the merged list; the provenance of the
-    last part, its command naming every global batch."""
+    latest part (by date: the last one, for parts recorded in order), its command naming every global batch."""
     rows, runs = [], []
     for part in parts:
         offset = len(runs)
         runs += part.runs
         rows += [dict(r, runs=[i + offset for i in r.get("runs", [])]) for r in part.rows]
     batches = sorted({g for part in parts for g in part.config.get("global_batches", [])})
-    last = parts[-1]
+    last = max(reversed(parts), key=lambda part: str((part.provenance or {}).get("date", "")))   # a tie: the last
     prov = dict(last.provenance)
     prov["command"] = re.sub(r"global_batches=\[[^\]]*\]", f"global_batches={batches}", prov.get("command", ""))
     return ExperimentResult(last.name, rows, last.source, prov, list(parts[0].notes),
@@ -141,7 +141,7 @@ def join_strong(there: ExperimentResult, here: ExperimentResult) -> Optional[Exp
     run again for the batches left, e.g. ``--global-batches 32,64,128``) as one result, or None when they
     are not that: another experiment or run description (a config that differs beyond its global
     batches), another machine or software (:data:`ddlab.system.provenance.SAME_MACHINE`), or a global
-    batch in both. The parts are joined in batch order (:func:`merge_strong`), dated by the later, and a
+    batch in both. The parts are joined in batch order (:func:`merge_strong`, dated by the later), and a
     note names each part's batches and date; every run keeps its own provenance."""
     def batches(r):
         return sorted(r.config.get("global_batches", []))
@@ -153,12 +153,10 @@ def join_strong(there: ExperimentResult, here: ExperimentResult) -> Optional[Exp
             or not batches(there) or not batches(here) or set(batches(there)) & set(batches(here))):
         return None
     parts = sorted([there, here], key=lambda r: batches(r)[0])
-    joined = merge_strong(parts)
-    later = max((there, here), key=lambda r: str(r.provenance.get("date", "")))
-    joined.provenance["date"] = later.provenance.get("date")
+    joined = merge_strong(parts)       # dated by the later part
     said = "; ".join(f"global batch(es) {', '.join(map(str, batches(p)))} recorded {p.provenance.get('date', '?')}"
                      for p in parts)
-    joined.notes.append(f"joined from {len(parts)} runs of the same JOB on {provenance.machine_of(later.provenance)}"
+    joined.notes.append(f"joined from {len(parts)} runs of the same JOB on {provenance.machine_of(joined.provenance)}"
                         f" (the second ran the global batches the first did not finish): {said}")
     return joined
 
