@@ -616,6 +616,50 @@ def test_a_strong_job_run_again_for_the_batches_left_is_joined_to_the_first_run(
     assert rs.join_strong(first, other) is None
 
 
+def test_strong_parts_whose_repeats_ran_in_another_order_are_joined_and_the_note_says_which():
+    """A part recorded before strong scaling interleaved its repeats joins one recorded after: the joined
+    config claims no order and drops the interleaved note, and the note says how each part's repeats ran."""
+    from ddlab.training import recording_sets as rs
+    from ddlab.training.experiment_kit import INTERLEAVED_NOTE_START
+    old, new = _strong_part([4, 8], "2026-11-27T12:00:00+00:00"), _strong_part([16], "2026-11-28T12:00:00+00:00")
+    old.config.pop("order", None)
+    old.notes = [n for n in old.notes if not n.startswith(INTERLEAVED_NOTE_START)]
+    new.config["order"] = "interleaved"
+    new.notes = list(new.notes[:1]) + [f"{INTERLEAVED_NOTE_START}: each of 3 round(s) ran every global batch once"]
+    for a, b in ((old, new), (new, old)):
+        joined = rs.join_strong(a, b)
+        assert joined.config["global_batches"] == [4, 8, 16] and "order" not in joined.config
+        assert not any(n.startswith(INTERLEAVED_NOTE_START) for n in joined.notes)
+        assert "4, 8 recorded 2026-11-27T12:00:00+00:00, repeats back to back" in joined.notes[-1]
+        assert "16 recorded 2026-11-28T12:00:00+00:00, repeats interleaved" in joined.notes[-1]
+    both = rs.join_strong(_strong_part([4], "2026-11-27T12:00:00+00:00"), new)    # same order: no word about it
+    assert both.config["order"] == "interleaved" and "repeats" not in both.notes[-1].split("):")[-1]
+
+
+def test_adopt_results_never_replaces_a_strong_recording_with_one_that_drops_its_batches(tmp_path, monkeypatch, capsys):
+    """A later strong-scaling result of the same machine that cannot be joined (a batch in both) and lacks
+    batches of the one at home is not copied: named, exit 1, the home file unchanged."""
+    from ddlab.training import recording
+    mod = load("adopt_results.py")
+    ref = tmp_path / "reference"
+    (ref / "experiments").mkdir(parents=True)
+    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    name = "strong-scaling-torch-horovod-mlp-small-shm.json"
+    home = ref / "experiments" / name
+    recording.save(_strong_part([4, 8, 16], "2026-11-28T11:15:12+00:00"), str(home))
+    before = home.read_bytes()
+    run = tmp_path / "run"
+    run.mkdir()
+    recording.save(_strong_part([16, 32], "2026-11-28T12:00:00+00:00"), str(run / name))
+    assert mod.main([str(run)]) == 1
+    out = capsys.readouterr()
+    assert f"NOT copied  {name}" in out.out and "it would drop global batch(es) 4, 8 of" in out.out
+    assert home.read_bytes() == before
+    recording.save(_strong_part([4, 8, 16, 32], "2026-11-28T12:00:00+00:00"), str(run / name))   # holds them all
+    assert mod.main([str(run)]) == 0 and f"replaced    {name}" in capsys.readouterr().out
+    assert recording.load(str(home)).config["global_batches"] == [4, 8, 16, 32]
+
+
 def test_adopt_results_joins_a_strong_part_and_leaves_what_is_already_in(tmp_path, monkeypatch, capsys):
     """adopt_results joins a second run's strong-scaling batches to the first's at home; adopting either
     folder again changes nothing ("already in"), and a convergence point an earlier run left, whose runs

@@ -24,7 +24,9 @@ left alone). A file whose runs are all in its home already (a part joined there 
 convergence point whose runs are all in the committed sweep, is named "already in" and left alone. Two
 strong-scaling recordings of one JOB with different global batches (a JOB cut short, then run again with
 ``--global-batches`` for the batches left) are joined into one (``recording_sets.join_strong``: a note
-names each part's batches and date). Every copy is written to a temporary file, then renamed.
+names each part's batches and date, and each part's order of repeats where they differ). A strong-scaling
+recording that would replace one holding global batches it lacks, and cannot be joined to it, is not
+copied (named, exit 1): nothing recorded is dropped. Every copy is written to a temporary file, then renamed.
 Files of other kinds (logs, tasks.txt, partial convergence parts) stay where they are.
 """
 import argparse
@@ -96,12 +98,20 @@ def _already_in(src: str, home: str, reference: str) -> str:
     return ""
 
 
+def _batches_lost(home: str, src: str) -> list:
+    """The global batches of the strong-scaling recording at ``home`` that ``src`` does not hold."""
+    def batches(path):
+        return set(recording.load(path).config.get("global_batches", []))
+    return sorted(batches(home) - batches(src))
+
+
 def plan(results: str, reference: str = None, pending: str = None, replace_other: bool = False) -> list:
     """(source, home, action, why) for each recording in ``results``: action "new", "replace",
     "same" (already there), "inside" (its runs are already in its home or in the committed sweep),
     "join" (a strong-scaling part joined to the one there; the step then has a fifth item, the joined
     result), "older" (the recording there is of the same machine and later), or "refuse" (home holds
-    another machine's recording, or the result has no provenance; ``why`` says which). A result that
+    another machine's recording, the result has no provenance, or a strong-scaling result would drop
+    global batches of the one there; ``why`` says which). A result that
     cannot be read raises ResultFileError (a ValueError)."""
     out = []
     for src in sorted(glob.glob(os.path.join(results, "*.json"))):
@@ -131,12 +141,17 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
         if joined is not None:
             out.append((src, home, "join", f"global batches {joined.config['global_batches']}", joined))
             continue
+        lost = (_batches_lost(home, src) if os.path.basename(src).startswith("strong-scaling-") else [])
         if not differ and new_at and old_at and new_at < old_at:
             out.append((src, home, "older", f"recorded {here.get('date')}, the one there {there.get('date')}"))
         elif differ and not replace_other:
             out.append((src, home, "refuse", f"{os.path.relpath(home, ROOT)} was recorded on "
                         f"{provenance.machine_of(there)}, this result on {provenance.machine_of(here)} "
                         f"({'; '.join(differ)})"))
+        elif lost:
+            out.append((src, home, "refuse", f"it would drop global batch(es) {', '.join(map(str, lost))} of "
+                        f"{os.path.relpath(home, ROOT)} (recorded {there.get('date', '?')}), and the two could not "
+                        "be joined (another run description, or a global batch in both)"))
         else:
             out.append((src, home, "replace", f"{there.get('date', '?')} -> {here.get('date', '?')}"
                         + (f" (another machine: {'; '.join(differ)})" if differ else "")))

@@ -53,10 +53,13 @@ def interleaved(configs: Sequence[tuple], rounds: int, start: int = 0, got: Opti
     return got, failed
 
 
+INTERLEAVED_NOTE_START = "the repeats were interleaved"
+
+
 def interleaved_note(rounds: int, what: str = "every configuration") -> str:
     """The note of a result whose repeats ran in ``rounds`` interleaved rounds (:func:`interleaved`);
-    ``what``: what each round ran once."""
-    return (f"the repeats were interleaved: each of {rounds} round(s) ran {what} once, in the table's order, "
+    ``what``: what each round ran once. It starts with :data:`INTERLEAVED_NOTE_START`."""
+    return (f"{INTERLEAVED_NOTE_START}: each of {rounds} round(s) ran {what} once, in the table's order, "
             "so a drift of the machine during the experiment spreads over every row's min-max instead of looking "
             "like one row's effect")
 

@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 from ddlab.base import files
 from ddlab.system import frameworks, provenance
 from ddlab.training import experiments
+from ddlab.training.experiment_kit import INTERLEAVED_NOTE_START
 from ddlab.training.recording import MIN_REPEATS, gpu_spec, reference_name, save
 from ddlab.training.results import ExperimentResult, combine_launchers, summary_table
 from ddlab.training.runspec import RunSpec, _check_choice
@@ -140,22 +141,31 @@ def join_strong(there: ExperimentResult, here: ExperimentResult) -> Optional[Exp
     """Two recordings of one strong-scaling JOB that hold different global batches (a JOB cut short and
     run again for the batches left, e.g. ``--global-batches 32,64,128``) as one result, or None when they
     are not that: another experiment or run description (a config that differs beyond its global
-    batches), another machine or software (:data:`ddlab.system.provenance.SAME_MACHINE`), or a global
-    batch in both. The parts are joined in batch order (:func:`merge_strong`, dated by the later), and a
-    note names each part's batches and date; every run keeps its own provenance."""
+    batches and the order of its repeats), another machine or software
+    (:data:`ddlab.system.provenance.SAME_MACHINE`), or a global batch in both. The parts are joined in batch order (:func:`merge_strong`, dated by the later), and a
+    note names each part's batches and date (and how its repeats ran, where the parts differ: the joined
+    config then has no ``order``); every run keeps its own provenance."""
     def batches(r):
         return sorted(r.config.get("global_batches", []))
 
-    def rest(r):
-        return {k: v for k, v in r.config.items() if k != "global_batches"}
+    def rest(r):                       # the repeats' order may differ: the note names each part's
+        return {k: v for k, v in r.config.items() if k not in ("global_batches", "order")}
     if (there.name != here.name or not there.name.startswith("strong-scaling") or rest(there) != rest(here)
             or provenance.differences(there.provenance, here.provenance)
             or not batches(there) or not batches(here) or set(batches(there)) & set(batches(here))):
         return None
     parts = sorted([there, here], key=lambda r: batches(r)[0])
     joined = merge_strong(parts)       # dated by the later part
+    orders = {p.config.get("order") for p in parts}
+    if len(orders) > 1:                # the config's order and note hold only when every part ran so
+        joined.config.pop("order", None)
+        joined.notes = [n for n in joined.notes if not n.startswith(INTERLEAVED_NOTE_START)]
+
+    def order_of(part):
+        return ("" if len(orders) == 1 else
+                ", repeats interleaved" if part.config.get("order") == "interleaved" else ", repeats back to back")
     said = "; ".join(f"global batch(es) {', '.join(map(str, batches(p)))} recorded {p.provenance.get('date', '?')}"
-                     for p in parts)
+                     f"{order_of(p)}" for p in parts)
     joined.notes.append(f"joined from {len(parts)} runs of the same JOB on {provenance.machine_of(joined.provenance)}"
                         f" (the second ran the global batches the first did not finish): {said}")
     return joined
