@@ -39,12 +39,11 @@ def test_held_out_on_the_recorded_runs():
     keys = {c.key for c in t.columns}
     assert {"model_err", "path_matters", "bound", "spread"} <= keys
     assert "in_sample" not in keys           # nothing fitted
-    # the strong-scaling runs add per-GPU batches beside 512, so a batch can be held out too; leaving out the
-    # model, the path or the batch predicts the same here: one column pair shows them, the rows keep each
-    # the strong-scaling runs add per-GPU batches beside 512, so a batch can be held out too
-    assert {r["batch"] for r in rows if r["launcher"] == "ddp strong"} == {2, 16}
-    assert {r["batch"] for r in rows if r["launcher"] == "horovod strong"} == {2, 4, 8, 16, 32}
-    assert {r["model"] for r in rows if r["launcher"].endswith("strong")} == {"mlp-small"}
+    # the strong-scaling runs add per-GPU batches beside 512 (global batches 4 to 128 split over two), so a
+    # batch can be held out too
+    assert {r["batch"] for r in rows if r["launcher"] == "ddp strong"} == {2, 16, 64}
+    assert {r["batch"] for r in rows if r["launcher"] == "horovod strong"} == {2, 4, 8, 16, 32, 64}
+    assert {r["model"] for r in rows if r["launcher"].endswith("strong")} == {"mlp-small", "mlp-large"}
     # Horovod's host cost is measured per model and batch on one worker, so leaving a model or a batch out
     # changes Horovod's predictions (its rows leave that measurement): each held-out column pair is shown.
     # DDP's measured cost enters as a mean too, yet leaving a path out drops nothing.
@@ -71,7 +70,7 @@ def test_held_out_on_the_recorded_runs():
     for name in ("strong-scaling-torch-ddp-mlp-small-shm", "nccl-paths-torch-ddp-mlp-small-b128",
                  "nccl-paths-torch-ddp-mlp-large-b2048"):
         assert name in h100
-    assert {p.batch for p in rec.points} == {512, 2, 4, 8, 16, 32}
+    assert {p.batch for p in rec.points} == {512, 2, 4, 8, 16, 32, 64}
     for by in ("model", "path", "batch"):             # the counts in the notes are the rows' own
         k, m = val.hits(rows, f"{by}_err")
         assert f"leaving each {by} out, {k} of {m} within" in notes
@@ -232,7 +231,7 @@ def test_each_other_machine_with_its_own_sweeps_gets_its_own_held_out_table(tmp_
     assert [rec.sweeps for rec in recorded_runs.recorded_sets()] == ["h200x2", "2xh100-80gb-hbm3-nv18"]
     assert [rec.sweeps for rec in recorded_runs.recorded_sets(others_only=True)] == ["2xh100-80gb-hbm3-nv18"]
     first = val.held_out().to_dict()["rows"]
-    assert {r["batch"] for r in first} == {512, 2, 4, 8, 16, 32}
+    assert {r["batch"] for r in first} == {512, 2, 4, 8, 16, 32, 64}
     (other,) = val.held_out_other_machines()
     assert "2x NVIDIA H100 80GB HBM3" in other.title
     rows = other.to_dict()["rows"]

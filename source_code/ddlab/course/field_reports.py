@@ -242,8 +242,8 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
         one = _one_gpu_step(rec, m)
         pred = _predict_split(one, m, g, path) if one is not None else None
         got = measured.get((m, g))
-        if got and got[2] not in machines:
-            machines.append(got[2])
+        if got and (m, got[2]) not in machines:
+            machines.append((m, got[2]))
         rows.append({"model": m, "global": g, "per_gpu": g // 2, "cited": r["speedup"],
                      "predicted": pred.speedup if pred else None, "bound": pred.bound if pred else "-",
                      "measured": got[0] if got else None, "spread": got[1] if got else "-"})
@@ -253,7 +253,8 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
              f"predicted: ddlab predict for the course's recorded machine ({rec.machine or _predict.RECORDED}), path "
              f"{named}, {launcher}, from its recorded one-GPU step (predicted()).",
              "measured: the course's recording of the same split, model and path, median with its min-max over the "
-             "repeats, on " + (", ".join(machines) if machines else "no machine yet: not recorded") + " (recorded()).",
+             "repeats, " + ("; ".join(f"{m} on {machine}" for m, machine in machines) if machines
+                            else "on no machine yet: not recorded") + " (recorded()).",
              "Three machines and two frameworks: set side by side, none checks another. What they share is the "
              "experiment: the same hidden widths and global batches, split over two GPUs with peer-to-peer off."]
     cols = [("model", "text"), ("global", "int", "global batch"), ("per_gpu", "int", "per GPU"),
