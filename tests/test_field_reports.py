@@ -193,3 +193,13 @@ def test_the_live_run_on_two_gpus_splits_each_batch_over_them_with_peer_to_peer_
     calls.clear()
     fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
     assert [c[0] for c in calls] == list(fr.REPORT_MLPS)                     # both, when asked
+
+
+def test_recordings_come_in_the_reports_order_launcher_model_then_path():
+    """The recorded table reads like the reports: per launcher the small MLP first, and P2P off (shm) before
+    the other paths of the same model; a file name's alphabetical order would put mlp-large first."""
+    recs = fr.recordings()
+    keys = [(r.config["launcher"], fr.REPORT_MLPS.index(r.config["model"]),
+             ("shm", "default", "socket").index(r.config.get("path") or "default")) for r in recs]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    assert len({k[1] for k in keys}) == 2             # both MLPs recorded, so the order is tested

@@ -175,9 +175,15 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
 
 def recordings() -> list:
     """The recorded runs of the reports' experiment (``record_experiments.py strong:launcher:model[:path]``),
-    as ExperimentResults, in name order; empty until one is recorded."""
+    as ExperimentResults, by launcher, then model (the reports' order, :data:`REPORT_MLPS`), then path (shm
+    first: the reports' case); empty until one is recorded."""
     from ddlab.training import recording
-    return [res for _, res in recording.recorded_with_prefix(recorded_runs.STRONG_PREFIX)]
+    found = [res for _, res in recording.recorded_with_prefix(recorded_runs.STRONG_PREFIX)]
+
+    def rank(value, order):
+        return order.index(value) if value in order else len(order)
+    return sorted(found, key=lambda r: (str(r.config.get("launcher")), rank(r.config.get("model"), REPORT_MLPS),
+                                        rank(r.config.get("path") or "default", ("shm", "default", "socket"))))
 
 
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
