@@ -200,6 +200,6 @@ def test_recordings_come_in_the_reports_order_launcher_model_then_path():
     the other paths of the same model; a file name's alphabetical order would put mlp-large first."""
     recs = fr.recordings()
     keys = [(r.config["launcher"], fr.REPORT_MLPS.index(r.config["model"]),
-             ("shm", "default", "socket").index(r.config.get("path") or "default")) for r in recs]
+             fr.RECORDED_PATHS.index(r.config.get("path") or "default")) for r in recs]
     assert keys == sorted(keys) and len(set(keys)) == len(keys)
     assert len({k[1] for k in keys}) == 2             # both MLPs recorded, so the order is tested

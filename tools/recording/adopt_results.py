@@ -98,11 +98,11 @@ def _already_in(src: str, home: str, reference: str) -> str:
     return ""
 
 
-def _batches_lost(home: str, src: str) -> list:
-    """The global batches of the strong-scaling recording at ``home`` that ``src`` does not hold."""
-    def batches(path):
-        return set(recording.load(path).config.get("global_batches", []))
-    return sorted(batches(home) - batches(src))
+def _batches_lost(at_home, this) -> list:
+    """The global batches of the strong-scaling result ``at_home`` that ``this`` does not hold."""
+    def batches(res):
+        return set(res.config.get("global_batches", []))
+    return sorted(batches(at_home) - batches(this))
 
 
 def plan(results: str, reference: str = None, pending: str = None, replace_other: bool = False) -> list:
@@ -111,8 +111,8 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
     "join" (a strong-scaling part joined to the one there; the step then has a fifth item, the joined
     result), "older" (the recording there is of the same machine and later), or "refuse" (home holds
     another machine's recording, the result has no provenance, or a strong-scaling result would drop
-    global batches of the one there; ``why`` says which). A result that
-    cannot be read raises ResultFileError (a ValueError)."""
+    global batches of the one there; ``why`` says which). A result that cannot be read raises
+    ResultFileError (a ValueError)."""
     out = []
     for src in sorted(glob.glob(os.path.join(results, "*.json"))):
         home = home_of(os.path.basename(src), reference, pending)
@@ -136,12 +136,14 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
         there = _provenance(home)
         differ = provenance.differences(there, here)
         new_at, old_at = _when(here), _when(there)
-        joined = (recording_sets.join_strong(recording.load(home), recording.load(src))
-                  if os.path.basename(src).startswith("strong-scaling-") and not differ else None)
-        if joined is not None:
-            out.append((src, home, "join", f"global batches {joined.config['global_batches']}", joined))
-            continue
-        lost = (_batches_lost(home, src) if os.path.basename(src).startswith("strong-scaling-") else [])
+        lost = []
+        if os.path.basename(src).startswith("strong-scaling-"):   # joined there, or none of its batches dropped
+            at_home, this = recording.load(home), recording.load(src)
+            joined = recording_sets.join_strong(at_home, this) if not differ else None
+            if joined is not None:
+                out.append((src, home, "join", f"global batches {joined.config['global_batches']}", joined))
+                continue
+            lost = _batches_lost(at_home, this)
         if not differ and new_at and old_at and new_at < old_at:
             out.append((src, home, "older", f"recorded {here.get('date')}, the one there {there.get('date')}"))
         elif differ and not replace_other:

@@ -33,6 +33,7 @@ REPORT_MLPS = ("mlp-small", "mlp-large")          # the course's models with the
 GPU_LIVE_MLPS = ("mlp-small",)
 REPORT_GLOBAL_BATCHES = (4, 8, 16, 32, 64, 128)  # the global batches the reports split over two GPUs
 REPORT_PATHS = ("shm", "default")                # P2P off (the reports' case), then NCCL's default here
+RECORDED_PATHS = REPORT_PATHS + ("socket",)      # every path a recording of their experiment may take, in order
 CPU_GLOBAL_BATCH = 32
 _STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
                    ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"), ("exposed", "time", "exposed"),
@@ -183,11 +184,11 @@ def recordings() -> list:
     def rank(value, order):
         return order.index(value) if value in order else len(order)
     return sorted(found, key=lambda r: (str(r.config.get("launcher")), rank(r.config.get("model"), REPORT_MLPS),
-                                        rank(r.config.get("path") or "default", ("shm", "default", "socket"))))
+                                        rank(r.config.get("path") or "default", RECORDED_PATHS)))
 
 
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
-             paths: Sequence[str] = ("shm", "default", "socket")) -> Table:
+             paths: Sequence[str] = RECORDED_PATHS) -> Table:
     """The reports' experiment as recorded: each global batch on one GPU, then split over two,
     median speedup with its min-max over the repeats. Its notes name each machine and say which
     of ``models`` x ``launchers`` x ``paths`` is not recorded yet."""

@@ -142,9 +142,10 @@ def join_strong(there: ExperimentResult, here: ExperimentResult) -> Optional[Exp
     run again for the batches left, e.g. ``--global-batches 32,64,128``) as one result, or None when they
     are not that: another experiment or run description (a config that differs beyond its global
     batches and the order of its repeats), another machine or software
-    (:data:`ddlab.system.provenance.SAME_MACHINE`), or a global batch in both. The parts are joined in batch order (:func:`merge_strong`, dated by the later), and a
-    note names each part's batches and date (and how its repeats ran, where the parts differ: the joined
-    config then has no ``order``); every run keeps its own provenance."""
+    (:data:`ddlab.system.provenance.SAME_MACHINE`), or a global batch in both. The parts are joined in
+    batch order (:func:`merge_strong`, dated by the later), and a note names each part's batches and
+    date (and how its repeats ran, where the parts differ: the joined config then has no ``order``);
+    every run keeps its own provenance."""
     def batches(r):
         return sorted(r.config.get("global_batches", []))
 
