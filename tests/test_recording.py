@@ -141,6 +141,35 @@ def test_strong_scaling_is_written_after_each_global_batch_and_merged(tmp_path, 
     assert "global_batches=[4, 32]" in res.provenance["command"]
 
 
+def test_strong_scaling_over_several_paths_writes_each_paths_file_after_each_batch(tmp_path, monkeypatch):
+    from ddlab.training import experiments, recording_sets
+    from ddlab.training.results import ExperimentResult
+    from ddlab.training.runspec import RunSpec
+    calls = []
+
+    def fake(base, global_batches, workers, paths, echo, progress):
+        (g,) = global_batches
+        calls.append((g, tuple(paths)))
+        if g == 128:
+            raise RuntimeError("cut short")
+        return {p: ExperimentResult("strong-scaling", [{"workers": 1, "global_batch": g, "runs": [0]},
+                                                        {"workers": 2, "global_batch": g, "runs": [1]}], "live",
+                                    {"command": f"x(global_batches=[{g}])"}, [], {"global_batches": [g], "path": p},
+                                    [{"global_batch": g}, {"global_batch": g, "path": p}]) for p in paths}
+    monkeypatch.setattr(experiments, "strong_scaling_paths", fake)
+    written = []
+    monkeypatch.setattr(recording_sets, "_write", lambda out, name, res, done: written.append((name, res)))
+    spec = RunSpec.for_device("cpu", "mlp-small", launcher="ddp", workers=2)
+    done = recording_sets.record_strong(str(tmp_path), spec, (4, 32, 128), path=["default", "socket"])
+    assert calls == [(4, ("default", "socket")), (32, ("default", "socket")), (128, ("default", "socket"))]
+    assert [n for n, _ in written] == ["strong-scaling-torch-ddp-mlp-small-default",
+                                       "strong-scaling-torch-ddp-mlp-small-socket"] * 2
+    last = dict(written[-2:])
+    assert last["strong-scaling-torch-ddp-mlp-small-socket"].config == {"global_batches": [4, 32], "path": "socket"}
+    assert done["strong-scaling-torch-ddp-mlp-small-default+strong-scaling-torch-ddp-mlp-small-socket"] == \
+        "RuntimeError: cut short"
+
+
 def test_a_result_that_cannot_be_saved_is_kept_aside_and_the_next_still_runs(tmp_path, monkeypatch, capsys):
     import json
     from ddlab.base import schemas

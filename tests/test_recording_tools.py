@@ -99,6 +99,18 @@ def test_record_experiments_reads_tune_jobs():
             mod.parse_job(bad)
 
 
+def test_record_experiments_reads_strong_jobs_with_several_paths():
+    mod = load("record_experiments.py")
+    assert mod.parse_job("strong:ddp:mlp-small") == ("ddp", "mlp-small", ("strong", "shm"))
+    assert mod.parse_job("strong:horovod:mlp-large:default+socket") == ("horovod", "mlp-large",
+                                                                       ("strong", "default+socket"))
+    for bad in ("strong:ddp:mlp-large:default+pigeon", "strong:ddp:mlp-large:shm+shm", "strong:ddp:mlp-large:+"):
+        with pytest.raises(Exception, match="expected strong:launcher:model"):
+            mod.parse_job(bad)
+    with pytest.raises(Exception, match="expected tune:launcher:model"):     # a tune JOB takes one path
+        mod.parse_job("tune:ddp:wide:default+shm")
+
+
 def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeypatch, capsys):
     from ddlab.system import frameworks
     from ddlab.training import recording, recording_sets, runs

@@ -33,6 +33,35 @@ def test_each_global_batch_runs_on_one_worker_then_split_in_interleaved_rounds(m
     assert "global batch 8, 32" in text and "0.85x" in text and "batch/worker" in text
 
 
+def test_several_paths_share_the_one_worker_runs_of_each_round(monkeypatch):
+    outcomes = []
+    for one, default, socket in ((100.0, 80.0, 50.0), (98.0, 90.0, 60.0), (102.0, 85.0, 55.0)):
+        for g in (4, 128):
+            outcomes += [script_result(one, global_batch=g), script_result(default, workers=2, global_batch=g),
+                         script_result(socket, workers=2, global_batch=g)]
+    fake = FakeLaunches(*outcomes)
+    monkeypatch.setattr(runs.launch, "run", fake)
+    spec = RunSpec.for_device("cuda", "mlp-small", launcher="ddp", repeats=3)
+    got = ex.strong_scaling_paths(spec, global_batches=(128, 4), paths=("default", "socket"))
+    assert len(fake.argvs) == 18 and list(got) == ["default", "socket"]     # 6 a batch, not 8
+    batches = [a[a.index("--batch-size") + 1] for a in fake.argvs]
+    assert batches == ["4", "2", "2", "128", "64", "64"] * 3
+    assert fake.envs[1].get("NCCL_P2P_DISABLE") is None and fake.envs[2].get("NCCL_P2P_DISABLE") == "1"
+    default, socket = got["default"], got["socket"]
+    # both hold the same one-worker runs; each its own path's
+    assert default.rows[0]["images_per_s"] == socket.rows[0]["images_per_s"] == 100.0
+    assert default.rows[1]["speedup"] == pytest.approx(0.85) and socket.rows[1]["speedup"] == pytest.approx(0.55)
+    assert default.config["path"] == "default" and socket.config["path"] == "socket"
+    assert [r["workers"] for r in socket.runs] == [1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2]
+    assert any("shared with the 2-worker runs over path(s) socket" in n for n in default.notes)
+    assert any("on 2 over each of the paths default, socket" in n for n in socket.notes)
+    assert "paths=['default', 'socket']" in socket.provenance["command"]
+    # one path alone is strong_scaling, with its notes and command as before
+    monkeypatch.setattr(runs.launch, "run", FakeLaunches(*[script_result(100.0), script_result(90.0, workers=2)] * 3))
+    one = ex.strong_scaling(spec, global_batches=(8,), path="socket")
+    assert not any("shared" in n for n in one.notes) and "path='socket'" in one.provenance["command"]
+
+
 def test_a_failed_launch_fails_the_strong_scaling_experiment(monkeypatch):
     monkeypatch.setattr(runs.launch, "run", FakeLaunches(script_result(100.0, global_batch=8), "a worker crashed"))
     with pytest.raises(runs.launch.LaunchError, match="launch failed"):   # the launch's own error, as before
@@ -44,6 +73,7 @@ def test_a_failed_launch_fails_the_strong_scaling_experiment(monkeypatch):
     (dict(global_batches=(1,)), "split evenly"),
     (dict(workers=1), "2 or more workers"),
     (dict(path="shm", device="cpu"), "NCCL setting"),
+    (dict(path="pigeon"), "pigeon"),
 ])
 def test_strong_scaling_refuses_what_it_cannot_run(kwargs, match):
     with pytest.raises(RunSpecError, match=match):

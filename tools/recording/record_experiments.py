@@ -15,7 +15,9 @@ path, default "default"; e.g. tune:ddp:wide, tune:horovod:wide:shm), or strong:l
 (the field reports' experiment, ddlab.training.experiments.strong_scaling: each global batch
 of --global-batches on one GPU, then split over two over NCCL path path, default "shm", i.e.
 peer-to-peer off as in the reports; written as strong-scaling-torch-<launcher>-<model>-<path>.json;
-e.g. strong:ddp:mlp-small). Default: ddp:cnn
+e.g. strong:ddp:mlp-small; several paths joined by "+", e.g. strong:ddp:mlp-large:default+socket,
+run in one experiment whose rounds run the one-GPU run once for all of them, and each path gets
+its file). Default: ddp:cnn
 ddp:wide horovod:cnn horovod:wide.
 
 Every run is ddlab.training.recording.gpu_spec(model): the same run description (batch, steps,
@@ -42,7 +44,8 @@ seconds a launch (start-up, data, warm-up, the timed steps, the test pass), plan
 10 minutes a JOB. The wide model over sockets is the slowest path (about 0.1 s a step). A tune
 JOB is (1 + 9 DDP or 8 Horovod tunings) x repeats launches, 30 or 27 with 3 repeats, each
 about as long as a comparison's: plan a run of about 10 minutes for each tune JOB, and a second
-one where launches are slower (it resumes).
+one where launches are slower (it resumes). A strong JOB is (1 + paths) x repeats launches per
+global batch: on 2x H200, 6 launches of 17-22 s with one path (100-130 s a batch), 9 with two.
 """
 import argparse
 import os
@@ -67,12 +70,15 @@ def say(line: str) -> None:
 def _with_path(job: str, parts: list, launchers, default_path: str, examples: str) -> tuple:
     """A KIND:launcher:model[:path] JOB (strong, tune) as (launcher, model, (KIND, path))."""
     kind = parts[0]
+    paths = parts[3].split("+") if len(parts) == 4 else [default_path]
+    several = kind == "strong"        # strong:launcher:model:default+socket shares the one-GPU runs
     if len(parts) not in (3, 4) or parts[1] not in launchers or parts[2] not in MODELS \
-            or (len(parts) == 4 and parts[3] not in PATHS):
+            or any(p not in PATHS for p in paths) or len(set(paths)) != len(paths) or (len(paths) > 1 and not several):
         raise argparse.ArgumentTypeError(f"bad job {job!r}: expected {kind}:launcher:model[:path], e.g. {examples} "
                                          f"(launcher {' or '.join(launchers)}; model one of {', '.join(MODELS)}; "
-                                         f"path one of {', '.join(PATHS)})")
-    return parts[1], parts[2], (kind, parts[3] if len(parts) == 4 else default_path)
+                                         f"path one of {', '.join(PATHS)}"
+                                         + ("; several joined by +, each once" if several else "") + ")")
+    return parts[1], parts[2], (kind, "+".join(paths))
 
 
 def parse_job(job: str) -> tuple:
@@ -193,8 +199,10 @@ def main(argv=None) -> int:
             base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout)
             say(f"\n== {job}: global batches {','.join(map(str, a.global_batches))} on 1 GPU, then split over 2, "
                 f"{base.steps} steps ({base.warmup_steps} warm-up), {base.precision}, {base.repeats} repeats")
-            done = (recording_sets.record_strong(a.out, base, a.global_batches, graph[1], a.echo, say) if ok else
-                    {f"strong-scaling-torch-{launcher}-{model}-{graph[1]}": f"skipped: {why}"})
+            paths = graph[1].split("+")
+            done = (recording_sets.record_strong(a.out, base, a.global_batches, paths if len(paths) > 1 else paths[0],
+                                                 a.echo, say) if ok else
+                    {f"strong-scaling-torch-{launcher}-{model}-{p}": f"skipped: {why}" for p in paths})
         elif isinstance(graph, tuple):
             job = f"tune:{job}:{graph[1]}"
             done = record_tuning(a.out, launcher, model, graph[1], a.repeats, a.timeout, a.echo)

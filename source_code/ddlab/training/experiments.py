@@ -94,30 +94,58 @@ def strong_scaling(base: Optional[RunSpec] = None, global_batches: Sequence[int]
     batch. ``path``: the NCCL path of the multi-worker runs (e.g. "shm": peer-to-peer off, as
     in the reports). ``fields``: RunSpec fields (framework, launcher="ddp", model, steps, ...)
     when no ``base`` is given. (Weak scaling, a fixed batch per worker, is
-    :func:`throughput_scaling`.)"""
+    :func:`throughput_scaling`; several paths sharing one set of one-worker runs is
+    :func:`strong_scaling_paths`.)"""
+    only, = strong_scaling_paths(base, global_batches, workers, device, (path,), echo, progress, **fields).values()
+    return only
+
+
+def strong_scaling_paths(base: Optional[RunSpec] = None, global_batches: Sequence[int] = (32,), workers: int = 2,
+                         device: str = "auto", paths: Sequence[str] = ("default",), echo: bool = False,
+                         progress: Progress = None, **fields) -> dict:
+    """:func:`strong_scaling` over several NCCL ``paths`` in one experiment: each round runs every
+    global batch on one worker, then split over ``workers`` on each path, so the paths share the
+    one-worker runs (one launch fewer per path beyond the first) and the same rounds. Returns
+    {path: ExperimentResult}, each as :func:`strong_scaling` gives it, with a note naming the
+    other paths when there are several."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
         raise RunSpecError(f"strong scaling splits the batch over 2 or more workers, got {workers!r}")
     batches = sorted({int(g) for g in global_batches})
     bad = [g for g in batches if g < workers or g % workers]
     if not batches or bad:
         raise RunSpecError(f"each global batch must split evenly over {workers} workers; got {bad or batches}")
+    paths = list(dict.fromkeys(nccl_path_name(p) for p in ([paths] if isinstance(paths, str) else paths)))
+    if not paths:
+        raise RunSpecError(f"name at least one NCCL path ({', '.join(nccl.PATHS)})")
     if base is None:
         fields.setdefault("launcher", "ddp")
     spec = base_spec(base, device, workers, dict(fields, workers=workers))
     if spec.launcher == "none":
         raise RunSpecError("launcher 'none' is one process; use 'ddp' or 'horovod' to split a batch")
-    if spec.device == "cpu" and nccl_path_name(path) != "default":
-        raise RunSpecError(f"path {path!r} is an NCCL setting: CPU processes all-reduce with gloo")
-    all_runs, rows = [], []
-    got, failed = interleaved([((g, w), spec.with_(workers=w, batch=g // w, path="default" if w == 1 else path),
-                                dict(env=None)) for g in batches for w in (1, workers)], spec.repeats,
-                              stop_at_failure=True, echo=echo, progress=progress)
+    if spec.device == "cpu" and paths != ["default"]:
+        raise RunSpecError(f"path {[p for p in paths if p != 'default'][0]!r} is an NCCL setting: "
+                           "CPU processes all-reduce with gloo")
+    configs = []
+    for g in batches:
+        configs.append(((g, 1, None), spec.with_(workers=1, batch=g, path="default"), dict(env=None)))
+        configs += [((g, workers, p), spec.with_(workers=workers, batch=g // workers, path=p), dict(env=None))
+                    for p in paths]
+    got, failed = interleaved(configs, spec.repeats, stop_at_failure=True, echo=echo, progress=progress)
     if failed:      # a failed launch fails the experiment, as before its repeats were interleaved
         raise next(iter(failed.values()))
+    what = ("every global batch on 1 and on several workers" if len(paths) == 1 else
+            f"every global batch on 1 worker, then on {workers} over each of the paths {', '.join(paths)}")
+    return {p: _strong_result(spec, batches, workers, p, paths, got, what) for p in paths}
+
+
+def _strong_result(spec: RunSpec, batches: list, workers: int, path: str, paths: list, got: dict,
+                   what: str) -> ExperimentResult:
+    """One path's strong-scaling result from the runs of :func:`strong_scaling_paths`."""
+    all_runs, rows = [], []
     for g in batches:
         base_ips = None
-        for w in (1, workers):
-            runs = got[(g, w)]
+        for w, key in ((1, (g, 1, None)), (workers, (g, workers, path))):
+            runs = got[key]
             row = row_of_repeats(runs)
             row.update(runs=keep_runs(all_runs, runs), batch_per_worker=g // w, global_batch=g)
             base_ips = base_ips or row["images_per_s"]
@@ -125,15 +153,21 @@ def strong_scaling(base: Optional[RunSpec] = None, global_batches: Sequence[int]
     notes = [f"strong scaling: each global batch on 1 worker, then split over {workers}; speedup over 1 worker at "
              "the same global batch"]
     if spec.repeats > 1:
-        notes.append(interleaved_note(spec.repeats, "every global batch on 1 and on several workers"))
+        notes.append(interleaved_note(spec.repeats, what))
     if spec.device == "cpu":
         notes.append("CPU processes with gloo: the workers share this machine's cores, so scaling shows the real "
                      "code path, not what GPUs would do")
     elif path != "default":
         notes.append(f"the {workers}-worker runs use NCCL path {path!r}")
+    others = [p for p in paths if p != path]
+    if others:
+        notes.append(f"the 1-worker runs are shared with the {workers}-worker runs over path(s) "
+                     f"{', '.join(others)}, recorded in the same experiment (their own files)")
+    call = (f"path={path!r}" if len(paths) == 1 else f"paths={paths}")
+    fn = "strong_scaling" if len(paths) == 1 else "strong_scaling_paths"
     return ExperimentResult("strong-scaling", rows, "live", run_provenance(
-        f"ddlab.training.experiments.strong_scaling({spec.framework!r}, {spec.launcher!r}, model={spec.model!r}, "
-        f"global_batches={batches}, workers={workers}, path={path!r})"), notes,
+        f"ddlab.training.experiments.{fn}({spec.framework!r}, {spec.launcher!r}, model={spec.model!r}, "
+        f"global_batches={batches}, workers={workers}, {call})"), notes,
         config_of(spec, all_runs[0], workers=[1, workers], global_batches=batches, batch_size=None,
                   path=None if spec.device == "cpu" else path, order="interleaved"),
         all_runs)

@@ -97,26 +97,34 @@ def record_one_gpu_step(out_dir: str, base: RunSpec, echo: bool = False,
     return done
 
 
-def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], path: str = "shm",
+def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], path="shm",
                   echo: bool = False, progress: Optional[Callable[[str], None]] = None,
                   done: Optional[dict] = None) -> dict:
     """Records strong scaling as the field reports ran it (:func:`ddlab.training.experiments.strong_scaling`):
     each of ``global_batches`` on one GPU, then split over ``base.workers`` GPUs over NCCL path
-    ``path``, ``base.repeats`` times each. Written as ``strong-scaling-<framework>-<launcher>-<model>-<path>``,
+    ``path``, ``base.repeats`` times each. ``path`` may be a list of paths: one experiment then
+    runs them all, sharing the one-GPU runs (:func:`ddlab.training.experiments.strong_scaling_paths`),
+    and each path gets its file. Written as ``strong-scaling-<framework>-<launcher>-<model>-<path>``,
     again after each global batch (:func:`merge_strong`), so a run cut short keeps the batches it finished.
     Returns ``done`` as :func:`record_paths`."""
     done = {} if done is None else done
     os.makedirs(out_dir, exist_ok=True)
-    name = reference_name("strong-scaling", base.framework, base.launcher, base.model) + f"-{path}"
-    parts = []
+    paths = [path] if isinstance(path, str) else list(path)
+    stem = reference_name("strong-scaling", base.framework, base.launcher, base.model)
+    names = {p: f"{stem}-{p}" for p in paths}
+    parts = {p: [] for p in paths}
     for g in sorted(set(global_batches)):      # written after each batch, so a run cut short keeps what finished
-        part = _attempt(done, name, lambda: experiments.strong_scaling(base, global_batches=(g,),
-                                                                       workers=base.workers, path=path, echo=echo,
-                                                                       progress=progress))
-        if part is None:
+        if len(paths) == 1:
+            got = _attempt(done, names[paths[0]], lambda: {paths[0]: experiments.strong_scaling(
+                base, global_batches=(g,), workers=base.workers, path=paths[0], echo=echo, progress=progress)})
+        else:
+            got = _attempt(done, "+".join(names.values()), lambda: experiments.strong_scaling_paths(
+                base, global_batches=(g,), workers=base.workers, paths=paths, echo=echo, progress=progress))
+        if got is None:
             break
-        parts.append(part)
-        _write(out_dir, name, merge_strong(parts), done)
+        for p in paths:
+            parts[p].append(got[p])
+            _write(out_dir, names[p], merge_strong(parts[p]), done)
     return done
 
 
