@@ -191,9 +191,10 @@ def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("d
              paths: Sequence[str] = RECORDED_PATHS) -> Table:
     """The reports' experiment as recorded: each global batch on one GPU, then split over two,
     median speedup with its min-max over the repeats. Its notes name each machine and say which
-    of ``models`` x ``launchers`` x ``paths`` is not recorded yet."""
+    of ``models`` x ``launchers`` x ``paths`` is not recorded yet; runs with the same machine,
+    software and date share one note."""
     results = recordings()
-    rows, notes, seen = [], [], set()
+    rows, notes, seen, ran_on = [], [], set(), {}
     for res in results:
         c, prov = res.config, res.provenance or {}
         path = c.get("path") or "default"
@@ -208,10 +209,11 @@ def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("d
                          "global": r.get("global_batch"), "per_gpu": r.get("batch_per_worker"),
                          "one": one["step_ms_median"] if one else None, "two": r.get("step_ms_median"),
                          "speedup": r.get("speedup"), "spread": _spread(r), "machine": machine})
-        notes.append(f"{c.get('model')}, {c.get('launcher')}, {path}: {machine}, {c.get('precision')}, "
-                     f"{c.get('repeats')} repeats, recorded {str(prov.get('date', '?'))[:10]} "
-                     f"(driver {prov.get('driver') or 'not recorded'}, CUDA {prov.get('cuda_runtime') or 'not recorded'}, "
-                     f"NCCL {prov.get('nccl') or 'not recorded'}, torch {prov.get('torch') or 'not recorded'}).")
+        where = (f"{machine}, {c.get('precision')}, {c.get('repeats')} repeats, recorded {str(prov.get('date', '?'))[:10]} "
+                 f"(driver {prov.get('driver') or 'not recorded'}, CUDA {prov.get('cuda_runtime') or 'not recorded'}, "
+                 f"NCCL {prov.get('nccl') or 'not recorded'}, torch {prov.get('torch') or 'not recorded'})")
+        ran_on.setdefault(where, []).append(f"{c.get('model')} {c.get('launcher')} {path}")
+    notes += [f"{', '.join(which)}: {where}." for where, which in ran_on.items()]    # one line per machine and software
     missing = [f"{m} {lc} {p}" for m in models for lc in launchers for p in paths if (m, lc, p) not in seen]
     if missing:
         notes.append("Not recorded yet: " + "; ".join(missing) + ".")
