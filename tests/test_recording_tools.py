@@ -628,6 +628,22 @@ def test_a_strong_job_run_again_for_the_batches_left_is_joined_to_the_first_run(
     assert rs.join_strong(first, other) is None
 
 
+def test_a_batch_between_those_of_a_joined_recording_joins_in_batch_order_and_names_the_earlier_join():
+    """4 and 64 recorded in two calls and joined, then 16 from a third: rows in batch order, the runs of each
+    row its own, and the last note points at the earlier join instead of dating its parts by the later one."""
+    from ddlab.training import recording_sets as rs
+    first = rs.join_strong(_strong_part([4], "2026-11-28T16:40:00+00:00"), _strong_part([64], "2026-11-28T16:55:00+00:00"))
+    third = _strong_part([16], "2026-11-28T17:05:00+00:00")
+    joined = rs.join_strong(first, third)
+    assert [r["global_batch"] for r in joined.rows] == [4, 4, 16, 16, 64, 64]
+    for r in joined.rows:
+        part = third if r["global_batch"] == 16 else first
+        mine = next(p for p in part.rows if (p["global_batch"], p["workers"]) == (r["global_batch"], r["workers"]))
+        assert [joined.runs[i] for i in r["runs"]] == [part.runs[i] for i in mine["runs"]]
+    assert "global batch(es) 4 recorded 2026-11-28T16:40:00" in joined.notes[-2]
+    assert "global batch(es) 4, 64 (the join above); global batch(es) 16 recorded 2026-11-28T17:05:00" in joined.notes[-1]
+
+
 def test_strong_parts_whose_repeats_ran_in_another_order_are_joined_and_the_note_says_which():
     """A part recorded before strong scaling interleaved its repeats joins one recorded after: the joined
     config claims no order and drops the interleaved note, and the note says how each part's repeats ran."""

@@ -130,13 +130,14 @@ def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], pa
 
 def merge_strong(parts: Sequence[ExperimentResult]) -> ExperimentResult:
     """One strong-scaling result from several (each of other global batches, same run description):
-    rows and runs in order, each row's run indices moved to the merged list; the provenance of the
+    rows in global-batch order, runs in the parts' order, each row's run indices moved to the merged list; the provenance of the
     latest part (by date: the last one, for parts recorded in order), its command naming every global batch."""
     rows, runs = [], []
     for part in parts:
         offset = len(runs)
         runs += part.runs
         rows += [dict(r, runs=[i + offset for i in r.get("runs", [])]) for r in part.rows]
+    rows.sort(key=lambda r: (r.get("global_batch", 0), r.get("workers", 0)))      # batch order, whatever the parts'
     batches = sorted({g for part in parts for g in part.config.get("global_batches", [])})
     last = max(reversed(parts), key=lambda part: str((part.provenance or {}).get("date", "")))   # a tie: the last
     prov = dict(last.provenance)
@@ -173,11 +174,16 @@ def join_strong(there: ExperimentResult, here: ExperimentResult) -> Optional[Exp
     def order_of(part):
         return ("" if len(orders) == 1 else
                 ", repeats interleaved" if part.config.get("order") == "interleaved" else ", repeats back to back")
-    said = "; ".join(f"global batch(es) {', '.join(map(str, batches(p)))} recorded {p.provenance.get('date', '?')}"
-                     f"{order_of(p)}" for p in parts)
-    joined.notes.append(f"joined from {len(parts)} runs of the same JOB on {provenance.machine_of(joined.provenance)}"
-                        f" (the second ran the global batches the first did not finish): {said}")
+    def when(part):                    # a part joined before is dated by its own note, above
+        return ("(the join above)" if any(n.startswith(JOIN_NOTE_START) for n in part.notes)
+                else f"recorded {part.provenance.get('date', '?')}")
+    said = "; ".join(f"global batch(es) {', '.join(map(str, batches(p)))} {when(p)}{order_of(p)}" for p in parts)
+    joined.notes.append(f"{JOIN_NOTE_START} {len(parts)} runs of the same JOB on "
+                        f"{provenance.machine_of(joined.provenance)} (each ran global batches the other did not): {said}")
     return joined
+
+
+JOIN_NOTE_START = "joined from"
 
 
 def holds_runs(there: ExperimentResult, here: ExperimentResult) -> bool:
