@@ -83,6 +83,25 @@ def test_the_recording_shows_each_split_with_its_one_gpu_step_and_names_what_is_
         assert sum(f"{model} {launcher} {path}" in line.split(":")[0].split(", ") for line in lines) == 1
 
 
+def test_the_grid_holds_one_row_per_recording_and_each_cell_is_that_batchs_speedup():
+    recs = fr.recordings()
+    t = fr.recorded_grid(global_batches=(4, 32, 128))
+    rows = t.to_dict()["rows"]
+    assert [(r["model"], r["launcher"], r["path"]) for r in rows] == \
+        [(r.config["model"], r.config["launcher"], r.config["path"]) for r in recs]
+    others = []
+    for res, row in zip(recs, rows):
+        two = {r["global_batch"]: r for r in res.rows if r["workers"] == 2}
+        for g in (4, 32, 128):
+            want = f"{two[g]['speedup']:.2f}x ({two[g]['speedup_min']:.2f}-{two[g]['speedup_max']:.2f})" if g in two else "-"
+            assert row[f"g{g}"] == want
+        others += [f"{res.config['model']} {res.config['launcher']} {res.config['path']} at" for g in two
+                   if g not in (4, 32, 128)]
+    also = next((n for n in t.notes if n.startswith("Also recorded")), "")
+    assert all(o in also for o in others) and bool(also) == bool(others)
+    assert "n/a" not in str(t)
+
+
 def test_without_recordings_the_table_recordings_lists_everything_as_not_recorded(monkeypatch):
     from ddlab.base import reference
     monkeypatch.setattr(reference, "names", lambda kind: [])

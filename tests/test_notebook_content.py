@@ -186,7 +186,7 @@ def test_notebook_10_claims_only_what_the_recordings_support():
     # the field reports' experiment is strong scaling; what is recorded of it keeps their scaling mode, batches,
     # widths and path, not their hardware or framework, so the notebook does not call it reproduced
     assert "not reproduced yet" in md and "strong" in md and "weak scaling" in md
-    assert "not their hardware or framework" in md and "field_reports.recorded()" in src and "field_reports.beside_cited()" in src
+    assert "not their hardware or framework" in md and "field_reports.recorded(paths=(\"shm\",))" in src and "field_reports.recorded_grid()" in src and "field_reports.beside_cited()" in src
     assert "field_reports.predicted()" in src and "field_reports.live(log=" in src
     assert "reproduces each" not in md and "Reproduced on one machine" not in md
     # held out is the headline; nothing is fitted to the runs, and the terms say where each number came from

@@ -190,43 +190,93 @@ def recordings() -> list:
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
              paths: Sequence[str] = RECORDED_PATHS) -> Table:
     """The reports' experiment as recorded: each global batch on one GPU, then split over two,
-    median speedup with its min-max over the repeats. Its notes name each machine and say which
-    of ``models`` x ``launchers`` x ``paths`` is not recorded yet; runs with the same machine,
-    software and date share one note."""
-    results = recordings()
-    rows, notes, seen, ran_on = [], [], set(), {}
+    the one- and two-GPU step times and the median speedup with its min-max over the repeats, for
+    the recordings of ``models`` x ``launchers`` x ``paths``. Its notes name each machine (runs with
+    the same machine, software and date share one note) and say which of them is not recorded yet."""
+    results = _chosen(models, launchers, paths)
+    rows = []
     for res in results:
-        c, prov = res.config, res.provenance or {}
-        path = c.get("path") or "default"
-        seen.add((c.get("model"), c.get("launcher"), path))
-        machine = prov.get("machine") or "machine not recorded"
+        c = res.config
         for r in res.rows:
             if r.get("workers", 1) < 2:
                 continue
             one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")),
                        None)
-            rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": path,
+            rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": c.get("path") or "default",
                          "global": r.get("global_batch"), "per_gpu": r.get("batch_per_worker"),
                          "one": one["step_ms_median"] if one else None, "two": r.get("step_ms_median"),
-                         "speedup": r.get("speedup"), "spread": _spread(r), "machine": machine})
-        where = (f"{machine}, {c.get('precision')}, {c.get('repeats')} repeats, recorded {str(prov.get('date', '?'))[:10]} "
-                 f"(driver {prov.get('driver') or 'not recorded'}, CUDA {prov.get('cuda_runtime') or 'not recorded'}, "
-                 f"NCCL {prov.get('nccl') or 'not recorded'}, torch {prov.get('torch') or 'not recorded'})")
+                         "speedup": r.get("speedup"), "spread": _spread(r)})
+    cols = [("model", "text"), ("launcher", "text"), ("path", "text"), ("global", "int", "global batch"),
+            ("per_gpu", "int", "per GPU"), ("one", lambda v: "-" if v is None else f"{v:.3f}", "step ms (1 GPU)"),
+            ("two", lambda v: "-" if v is None else f"{v:.3f}", "step ms (2 GPUs)"), ("speedup", "ratio"),
+            ("spread", "text", "min-max")]
+    return Table(cols, rows, title="The reports' experiment recorded: a global batch on one GPU, then split over two",
+                 notes=_recorded_notes(results, models, launchers, paths))
+
+
+def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence[str] = REPORT_MLPS,
+                  launchers: Sequence[str] = ("ddp", "horovod"), paths: Sequence[str] = RECORDED_PATHS) -> Table:
+    """The recordings of :func:`recorded` at a glance: one row per model, framework and path, one column
+    per global batch of ``global_batches`` with the median speedup of two GPUs over one and its min-max
+    ("-" where that batch is not recorded). The notes name the other batches recorded, which
+    :func:`recorded` shows with their step times."""
+    results = _chosen(models, launchers, paths)
+    rows, more = [], []
+    for res in results:
+        c = res.config
+        row = {"model": c.get("model"), "launcher": c.get("launcher"), "path": c.get("path") or "default",
+               **{f"g{g}": "-" for g in global_batches}}
+        for r in res.rows:
+            g = r.get("global_batch")
+            if r.get("workers", 1) >= 2 and g in global_batches:
+                row[f"g{g}"] = f"{r['speedup']:.2f}x ({_spread(r)})"
+            elif r.get("workers", 1) >= 2:
+                more.append((row["model"], row["launcher"], row["path"], g))
+        rows.append(row)
+    cols = [("model", "text"), ("launcher", "text"), ("path", "text")] + [
+        (f"g{g}", "text", f"global {g}") for g in global_batches]
+    notes = ["Each cell: the speedup of two GPUs over one at that global batch, median of the repeats (min-max); "
+             "'-': not recorded at that batch."]
+    if more:
+        said = {}
+        for m, lc, p, g in more:
+            said.setdefault(f"{m} {lc} {p}", []).append(str(g))
+        notes.append("Also recorded (recorded() shows them): " + "; ".join(f"{k} at {', '.join(v)}"
+                                                                           for k, v in said.items()) + ".")
+    return Table(cols, rows, title="The reports' experiment recorded: speedup of two GPUs over one, by global batch",
+                 notes=notes + _recorded_notes(results, models, launchers, paths),
+                 align={f"g{g}": "right" for g in global_batches})
+
+
+def _chosen(models: Sequence[str], launchers: Sequence[str], paths: Sequence[str]) -> list:
+    """The :func:`recordings` of ``models`` x ``launchers`` x ``paths``."""
+    return [r for r in recordings() if r.config.get("model") in models and r.config.get("launcher") in launchers
+            and (r.config.get("path") or "default") in paths]
+
+
+def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[str], paths: Sequence[str]) -> list:
+    """The notes :func:`recorded` and :func:`recorded_grid` share: one per machine, software and date, naming
+    the recordings it covers; what is not recorded yet; what the runs keep of the reports and what speedup means."""
+    ran_on, seen = {}, set()
+    for res in results:
+        c, prov = res.config, res.provenance or {}
+        path = c.get("path") or "default"
+        seen.add((c.get("model"), c.get("launcher"), path))
+        where = (f"{prov.get('machine') or 'machine not recorded'}, {c.get('precision')}, {c.get('repeats')} repeats, "
+                 f"recorded {str(prov.get('date', '?'))[:10]} (driver {prov.get('driver') or 'not recorded'}, "
+                 f"CUDA {prov.get('cuda_runtime') or 'not recorded'}, NCCL {prov.get('nccl') or 'not recorded'}, "
+                 f"torch {prov.get('torch') or 'not recorded'})")
         ran_on.setdefault(where, []).append(f"{c.get('model')} {c.get('launcher')} {path}")
-    notes += [f"{', '.join(which)}: {where}." for where, which in ran_on.items()]    # one line per machine and software
+    notes = [f"{', '.join(which)}: {where}." for where, which in ran_on.items()]
     missing = [f"{m} {lc} {p}" for m in models for lc in launchers for p in paths if (m, lc, p) not in seen]
     if missing:
         notes.append("Not recorded yet: " + "; ".join(missing) + ".")
     notes.append("The reports used TensorFlow's MirroredStrategy on two GeForce GPUs over PCIe; these runs split the "
                  "same global batches of the same MLP widths with the framework named in each row.")
     notes.append("Speedup: images/s on two GPUs over images/s on one at the same global batch (median of the "
-                 "repeats, min-max beside it); shm = peer-to-peer off, through host memory, as in the reports.")
-    cols = [("model", "text"), ("launcher", "text"), ("path", "text"), ("global", "int", "global batch"),
-            ("per_gpu", "int", "per GPU"), ("one", lambda v: "-" if v is None else f"{v:.3f}", "step ms (1 GPU)"),
-            ("two", lambda v: "-" if v is None else f"{v:.3f}", "step ms (2 GPUs)"), ("speedup", "ratio"),
-            ("spread", "text", "min-max")]
-    return Table(cols, rows, title="The reports' experiment recorded: a global batch on one GPU, then split over two",
-                 notes=notes)
+                 "repeats, min-max beside it); shm = peer-to-peer off, through host memory, as in the reports; "
+                 "default = NCCL's own choice (NVLink here); socket = TCP through the host.")
+    return notes
 
 
 def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
