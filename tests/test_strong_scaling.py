@@ -54,7 +54,8 @@ def test_several_paths_share_the_one_worker_runs_of_each_round(monkeypatch):
     assert default.config["path"] == "default" and socket.config["path"] == "socket"
     assert [r["workers"] for r in socket.runs] == [1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2]
     assert any("shared with the 2-worker runs over path(s) socket" in n for n in default.notes)
-    assert any("on 2 over each of the paths default, socket" in n for n in socket.notes)
+    assert any("ran every global batch on 1 worker and on 2 over each path (default, socket) once" in n
+               for n in socket.notes)
     assert "paths=['default', 'socket']" in socket.provenance["command"]
     # one path alone is strong_scaling, with its notes and command as before
     monkeypatch.setattr(runs.launch, "run", FakeLaunches(*[script_result(100.0), script_result(90.0, workers=2)] * 3))

@@ -134,7 +134,7 @@ def strong_scaling_paths(base: Optional[RunSpec] = None, global_batches: Sequenc
     if failed:      # a failed launch fails the experiment, as before its repeats were interleaved
         raise next(iter(failed.values()))
     what = ("every global batch on 1 and on several workers" if len(paths) == 1 else
-            f"every global batch on 1 worker, then on {workers} over each of the paths {', '.join(paths)}")
+            f"every global batch on 1 worker and on {workers} over each path ({', '.join(paths)})")
     return {p: _strong_result(spec, batches, workers, p, paths, got, what) for p in paths}
 
 
