@@ -100,6 +100,8 @@ def test_the_grid_holds_one_row_per_recording_and_each_cell_is_that_batchs_speed
     also = next((n for n in t.notes if n.startswith("Also recorded")), "")
     assert all(o in also for o in others) and bool(also) == bool(others)
     assert "n/a" not in str(t)
+    # the grid says what its cells and paths mean; the reports' framework is said once, under recorded()
+    assert "socket = TCP through the host" in str(t) and "MirroredStrategy" not in str(t)
 
 
 def test_without_recordings_the_table_recordings_lists_everything_as_not_recorded(monkeypatch):

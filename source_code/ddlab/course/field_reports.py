@@ -235,8 +235,8 @@ def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence
         rows.append(row)
     cols = [("model", "text"), ("launcher", "text"), ("path", "text")] + [
         (f"g{g}", "text", f"global {g}") for g in global_batches]
-    notes = ["Each cell: the speedup of two GPUs over one at that global batch, median of the repeats (min-max); "
-             "'-': not recorded at that batch."]
+    notes = ["Each cell: images/s on two GPUs over images/s on one at that global batch, median of the repeats "
+             f"(min-max); '-': not recorded at that batch. {PATHS_SAID}"]
     if more:
         said = {}
         for m, lc, p, g in more:
@@ -244,7 +244,7 @@ def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence
         notes.append("Also recorded (recorded() shows them): " + "; ".join(f"{k} at {', '.join(v)}"
                                                                            for k, v in said.items()) + ".")
     return Table(cols, rows, title="The reports' experiment recorded: speedup of two GPUs over one, by global batch",
-                 notes=notes + _recorded_notes(results, models, launchers, paths),
+                 notes=notes + _recorded_notes(results, models, launchers, paths, general=False),
                  align={f"g{g}": "right" for g in global_batches})
 
 
@@ -254,9 +254,15 @@ def _chosen(models: Sequence[str], launchers: Sequence[str], paths: Sequence[str
             and (r.config.get("path") or "default") in paths]
 
 
-def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[str], paths: Sequence[str]) -> list:
+PATHS_SAID = ("Paths: shm = peer-to-peer off, through host memory, as in the reports; default = NCCL's own choice "
+              "(NVLink on these machines); socket = TCP through the host.")
+
+
+def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[str], paths: Sequence[str],
+                    general: bool = True) -> list:
     """The notes :func:`recorded` and :func:`recorded_grid` share: one per machine, software and date, naming
-    the recordings it covers; what is not recorded yet; what the runs keep of the reports and what speedup means."""
+    the recordings it covers; what is not recorded yet; with ``general``, what the runs keep of the reports
+    and what speedup and the paths mean."""
     ran_on, seen = {}, set()
     for res in results:
         c, prov = res.config, res.provenance or {}
@@ -271,11 +277,11 @@ def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[st
     missing = [f"{m} {lc} {p}" for m in models for lc in launchers for p in paths if (m, lc, p) not in seen]
     if missing:
         notes.append("Not recorded yet: " + "; ".join(missing) + ".")
-    notes.append("The reports used TensorFlow's MirroredStrategy on two GeForce GPUs over PCIe; these runs split the "
-                 "same global batches of the same MLP widths with the framework named in each row.")
-    notes.append("Speedup: images/s on two GPUs over images/s on one at the same global batch (median of the "
-                 "repeats, min-max beside it); shm = peer-to-peer off, through host memory, as in the reports; "
-                 "default = NCCL's own choice (NVLink here); socket = TCP through the host.")
+    if general:
+        notes.append("The reports used TensorFlow's MirroredStrategy on two GeForce GPUs over PCIe; these runs split "
+                     "the same global batches of the same MLP widths with the framework named in each row.")
+        notes.append("Speedup: images/s on two GPUs over images/s on one at the same global batch (median of the "
+                     f"repeats, min-max beside it). {PATHS_SAID}")
     return notes
 
 
