@@ -114,18 +114,19 @@ def test_strong_scaling_is_written_after_each_global_batch_and_merged(tmp_path, 
     from ddlab.training.runspec import RunSpec
     calls = []
 
-    def fake(base, global_batches, workers, path, echo, progress):
+    def fake(base, global_batches, workers, paths, echo, progress):
         (g,) = global_batches
+        (path,) = paths
         calls.append(g)
         if g == 128:
             raise RuntimeError("cut short")
         rows = [{"workers": 1, "global_batch": g, "images_per_s": 10.0 * g, "runs": [0]},
                 {"workers": 2, "global_batch": g, "images_per_s": 9.0 * g, "runs": [1], "speedup": 0.9}]
-        return ExperimentResult("strong-scaling", rows, "live",
-                                {"command": f"strong_scaling(global_batches=[{g}], path={path!r})"},
-                                ["note"], {"global_batches": [g], "model": "mlp-small"},
-                                [{"global_batch": g, "workers": 1}, {"global_batch": g, "workers": 2}])
-    monkeypatch.setattr(experiments, "strong_scaling", fake)
+        return {path: ExperimentResult("strong-scaling", rows, "live",
+                                       {"command": f"strong_scaling(global_batches=[{g}], path={path!r})"},
+                                       ["note"], {"global_batches": [g], "model": "mlp-small"},
+                                       [{"global_batch": g, "workers": 1}, {"global_batch": g, "workers": 2}])}
+    monkeypatch.setattr(experiments, "strong_scaling_paths", fake)
     written = []
     monkeypatch.setattr(recording_sets, "_write", lambda out, name, res, done: written.append((name, res)))
     spec = RunSpec.for_device("cpu", "mlp-small", launcher="ddp", workers=2)

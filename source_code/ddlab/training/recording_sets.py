@@ -114,12 +114,8 @@ def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], pa
     names = {p: f"{stem}-{p}" for p in paths}
     parts = {p: [] for p in paths}
     for g in sorted(set(global_batches)):      # written after each batch, so a run cut short keeps what finished
-        if len(paths) == 1:
-            got = _attempt(done, names[paths[0]], lambda: {paths[0]: experiments.strong_scaling(
-                base, global_batches=(g,), workers=base.workers, path=paths[0], echo=echo, progress=progress)})
-        else:
-            got = _attempt(done, "+".join(names.values()), lambda: experiments.strong_scaling_paths(
-                base, global_batches=(g,), workers=base.workers, paths=paths, echo=echo, progress=progress))
+        got = _attempt(done, "+".join(names.values()), lambda: experiments.strong_scaling_paths(
+            base, global_batches=(g,), workers=base.workers, paths=paths, echo=echo, progress=progress))
         if got is None:
             break
         for p in paths:
@@ -130,8 +126,9 @@ def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], pa
 
 def merge_strong(parts: Sequence[ExperimentResult]) -> ExperimentResult:
     """One strong-scaling result from several (each of other global batches, same run description):
-    rows in global-batch order, runs in the parts' order, each row's run indices moved to the merged list; the provenance of the
-    latest part (by date: the last one, for parts recorded in order), its command naming every global batch."""
+    rows in global-batch order, runs in the parts' order, each row's run indices moved to the merged
+    list; the provenance of the latest part (by date: the last one, for parts recorded in order), its
+    command naming every global batch."""
     rows, runs = [], []
     for part in parts:
         offset = len(runs)
@@ -174,6 +171,7 @@ def join_strong(there: ExperimentResult, here: ExperimentResult) -> Optional[Exp
     def order_of(part):
         return ("" if len(orders) == 1 else
                 ", repeats interleaved" if part.config.get("order") == "interleaved" else ", repeats back to back")
+
     def when(part):                    # a part joined before is dated by its own note, above
         return ("(the join above)" if any(n.startswith(JOIN_NOTE_START) for n in part.notes)
                 else f"recorded {part.provenance.get('date', '?')}")
