@@ -243,7 +243,7 @@ def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence
             said.setdefault(f"{m} {lc} {p}", []).append(str(g))
         notes.append("Also recorded (recorded() shows them): " + "; ".join(f"{k} at {', '.join(v)}"
                                                                            for k, v in said.items()) + ".")
-    return Table(cols, rows, title="The reports' experiment recorded: speedup of two GPUs over one, by global batch",
+    return Table(cols, rows, title="Recorded: the speedup of two GPUs over one, by global batch",
                  notes=notes + _recorded_notes(results, models, launchers, paths, general=False),
                  align={f"g{g}": "right" for g in global_batches})
 
