@@ -169,7 +169,18 @@ def _leaves(victims: dict) -> list:
     return [p for pid, p in sorted(victims.items()) if pid not in parents]
 
 
-def kill_tree(proc: subprocess.Popen, launch_id: Optional[str] = None, grace_s: float = 3.0) -> None:
+def _signal_each(procs: list, sig: int) -> None:
+    """Sends ``sig`` to each of ``procs`` that is still there."""
+    import psutil
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def kill_tree(proc: subprocess.Popen, launch_id: Optional[str] = None, grace_s: float = 3.0,
+              hold_launchers: bool = False) -> None:
     """Terminate ``proc``, its process group, its descendants and marked strays; SIGKILL
     whatever is still alive after ``grace_s``.
 
@@ -177,7 +188,10 @@ def kill_tree(proc: subprocess.Popen, launch_id: Optional[str] = None, grace_s: 
     after the other with up to a second each, and only then to the launchers: a worker
     that called :func:`install_hang_traceback` prints where it was stuck while the launcher
     that relays its output (horovodrun) is still there to pass it on, and the dumps of
-    several workers do not interleave line by line."""
+    several workers do not interleave line by line. ``hold_launchers`` (for a launcher that
+    relays nothing, torchrun): the launchers are stopped (SIGSTOP) while the workers are
+    terminated, so that one does not answer the first worker's end with a SIGTERM of its own
+    to the next worker while that one is printing (a second SIGTERM cuts the dump short)."""
     import psutil
     victims = {}
     try:
@@ -190,12 +204,16 @@ def kill_tree(proc: subprocess.Popen, launch_id: Optional[str] = None, grace_s: 
         for p in _marked_processes(launch_id):
             victims[p.pid] = p
     deadline = time.monotonic() + grace_s
-    for p in _leaves(victims):
+    leaves = _leaves(victims)
+    held = [p for p in victims.values() if p not in leaves] if hold_launchers else []
+    _signal_each(held, signal.SIGSTOP)
+    for p in leaves:
         try:
             p.terminate()
             p.wait(timeout=max(0.05, min(1.0, deadline - time.monotonic())))
         except (psutil.Error, psutil.TimeoutExpired):
             pass
+    _signal_each(held, signal.SIGCONT)
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
@@ -275,10 +293,10 @@ def run(argv: Sequence[str], *, launcher: str = "python", nproc: int = 1,
     except subprocess.TimeoutExpired:
         timed_out = True
     except BaseException:  # KeyboardInterrupt in a notebook: still clean up
-        kill_tree(proc, launch_id)
+        kill_tree(proc, launch_id, hold_launchers=(launcher == "torchrun"))
         raise
     # Always sweep: a launcher that exited may have left workers behind.
-    kill_tree(proc, launch_id)
+    kill_tree(proc, launch_id, hold_launchers=(launcher == "torchrun"))
     reader.join(timeout=10)
     result = LaunchResult(command=cmd, returncode=proc.returncode, output="".join(lines),
                           duration_s=time.monotonic() - start, env=overrides, timed_out=timed_out,
