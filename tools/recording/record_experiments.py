@@ -200,8 +200,7 @@ def main(argv=None) -> int:
             say(f"\n== {job}: global batches {','.join(map(str, a.global_batches))} on 1 GPU, then split over 2, "
                 f"{base.steps} steps ({base.warmup_steps} warm-up), {base.precision}, {base.repeats} repeats")
             paths = graph[1].split("+")
-            done = (recording_sets.record_strong(a.out, base, a.global_batches, paths if len(paths) > 1 else paths[0],
-                                                 a.echo, say) if ok else
+            done = (recording_sets.record_strong(a.out, base, a.global_batches, paths, a.echo, say) if ok else
                     {f"strong-scaling-torch-{launcher}-{model}-{p}": f"skipped: {why}" for p in paths})
         elif isinstance(graph, tuple):
             job = f"tune:{job}:{graph[1]}"

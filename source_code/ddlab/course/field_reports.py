@@ -184,7 +184,7 @@ def recordings() -> list:
     def rank(value, order):
         return order.index(value) if value in order else len(order)
     return sorted(found, key=lambda r: (str(r.config.get("launcher")), rank(r.config.get("model"), REPORT_MLPS),
-                                        rank(r.config.get("path") or "default", RECORDED_PATHS)))
+                                        rank(_path_of(r), RECORDED_PATHS)))
 
 
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
@@ -202,7 +202,7 @@ def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("d
                 continue
             one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")),
                        None)
-            rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": c.get("path") or "default",
+            rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": _path_of(res),
                          "global": r.get("global_batch"), "per_gpu": r.get("batch_per_worker"),
                          "one": one["step_ms_median"] if one else None, "two": r.get("step_ms_median"),
                          "speedup": r.get("speedup"), "spread": _spread(r)})
@@ -221,37 +221,39 @@ def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence
     ("-" where that batch is not recorded). The notes name the other batches recorded, which
     :func:`recorded` shows with their step times."""
     results = _chosen(models, launchers, paths)
-    rows, more = [], []
+    rows, more = [], {}          # more: "model launcher path" -> the other global batches recorded
     for res in results:
         c = res.config
-        row = {"model": c.get("model"), "launcher": c.get("launcher"), "path": c.get("path") or "default",
+        row = {"model": c.get("model"), "launcher": c.get("launcher"), "path": _path_of(res),
                **{f"g{g}": "-" for g in global_batches}}
         for r in res.rows:
             g = r.get("global_batch")
             if r.get("workers", 1) >= 2 and g in global_batches:
                 row[f"g{g}"] = f"{r['speedup']:.2f}x ({_spread(r)})"
             elif r.get("workers", 1) >= 2:
-                more.append((row["model"], row["launcher"], row["path"], g))
+                more.setdefault(f"{row['model']} {row['launcher']} {row['path']}", []).append(str(g))
         rows.append(row)
     cols = [("model", "text"), ("launcher", "text"), ("path", "text")] + [
         (f"g{g}", "text", f"global {g}") for g in global_batches]
     notes = ["Each cell: images/s on two GPUs over images/s on one at that global batch, median of the repeats "
              f"(min-max); '-': not recorded at that batch. {PATHS_SAID}"]
     if more:
-        said = {}
-        for m, lc, p, g in more:
-            said.setdefault(f"{m} {lc} {p}", []).append(str(g))
         notes.append("Also recorded (recorded() shows them): " + "; ".join(f"{k} at {', '.join(v)}"
-                                                                           for k, v in said.items()) + ".")
+                                                                           for k, v in more.items()) + ".")
     return Table(cols, rows, title="Recorded: the speedup of two GPUs over one, by global batch",
                  notes=notes + _recorded_notes(results, models, launchers, paths, general=False),
                  align={f"g{g}": "right" for g in global_batches})
 
 
+def _path_of(res) -> str:
+    """The NCCL path of a recording of the reports' experiment ("default" where its config names none)."""
+    return res.config.get("path") or "default"
+
+
 def _chosen(models: Sequence[str], launchers: Sequence[str], paths: Sequence[str]) -> list:
     """The :func:`recordings` of ``models`` x ``launchers`` x ``paths``."""
     return [r for r in recordings() if r.config.get("model") in models and r.config.get("launcher") in launchers
-            and (r.config.get("path") or "default") in paths]
+            and _path_of(r) in paths]
 
 
 PATHS_SAID = ("Paths: shm = peer-to-peer off, through host memory, as in the reports; default = NCCL's own choice "
@@ -266,7 +268,7 @@ def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[st
     ran_on, seen = {}, set()
     for res in results:
         c, prov = res.config, res.provenance or {}
-        path = c.get("path") or "default"
+        path = _path_of(res)
         seen.add((c.get("model"), c.get("launcher"), path))
         where = (f"{prov.get('machine') or 'machine not recorded'}, {c.get('precision')}, {c.get('repeats')} repeats, "
                  f"recorded {str(prov.get('date', '?'))[:10]} (driver {prov.get('driver') or 'not recorded'}, "
@@ -295,7 +297,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
     measured = {}
     for res in recordings():
         c = res.config
-        if c.get("launcher") == launcher and (c.get("path") or "default") == path:
+        if c.get("launcher") == launcher and _path_of(res) == path:
             for r in res.rows:
                 if r.get("workers", 1) >= 2:
                     measured[(c.get("model"), r.get("global_batch"))] = (r.get("speedup"), _spread(r),

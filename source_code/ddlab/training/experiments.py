@@ -133,14 +133,14 @@ def strong_scaling_paths(base: Optional[RunSpec] = None, global_batches: Sequenc
     got, failed = interleaved(configs, spec.repeats, stop_at_failure=True, echo=echo, progress=progress)
     if failed:      # a failed launch fails the experiment, as before its repeats were interleaved
         raise next(iter(failed.values()))
+    return {p: _strong_result(spec, batches, workers, p, paths, got) for p in paths}
+
+
+def _strong_result(spec: RunSpec, batches: list, workers: int, path: str, paths: list,
+                   got: dict) -> ExperimentResult:
+    """One path's strong-scaling result from the runs of :func:`strong_scaling_paths`."""
     what = ("every global batch on 1 and on several workers" if len(paths) == 1 else
             f"every global batch on 1 worker and on {workers} over each path ({', '.join(paths)})")
-    return {p: _strong_result(spec, batches, workers, p, paths, got, what) for p in paths}
-
-
-def _strong_result(spec: RunSpec, batches: list, workers: int, path: str, paths: list, got: dict,
-                   what: str) -> ExperimentResult:
-    """One path's strong-scaling result from the runs of :func:`strong_scaling_paths`."""
     all_runs, rows = [], []
     for g in batches:
         base_ips = None
