@@ -268,3 +268,16 @@ def test_an_old_temporary_file_of_a_killed_writer_is_removed_by_the_next_write(t
     files.write_json(str(p), {"rows": [3]})
     assert not old.exists() and fresh.exists()      # a fresh one may belong to a writer still at work
     assert files.read_json(str(p)) == {"rows": [3]}
+
+
+def test_set_aside_renames_a_file_to_a_free_name_beside_it(tmp_path):
+    from ddlab.base import files
+    for text in ("one", "two", "three"):
+        (tmp_path / "r.json").write_text(text)
+        files.set_aside(str(tmp_path / "r.json"), "replaced-")
+    assert not (tmp_path / "r.json").exists()
+    assert [(p.name, p.read_text()) for p in sorted(tmp_path.iterdir())] == [
+        ("replaced-r-2.json", "two"), ("replaced-r-3.json", "three"), ("replaced-r.json", "one")]
+    with pytest.raises(FileNotFoundError):
+        files.set_aside(str(tmp_path / "missing.json"), "replaced-")
+

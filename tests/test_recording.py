@@ -171,6 +171,64 @@ def test_strong_scaling_over_several_paths_writes_each_paths_file_after_each_bat
         "RuntimeError: cut short"
 
 
+def _strong_part(g, path="shm"):
+    from ddlab.training.results import ExperimentResult
+    return ExperimentResult("strong-scaling", [{"workers": 1, "global_batch": g, "runs": [0]},
+                                               {"workers": 2, "global_batch": g, "runs": [1], "speedup": 0.9}],
+                            "live", {"command": f"x(global_batches=[{g}])", "date": "2026-11-28"}, [],
+                            {"global_batches": [g], "path": path}, [{"global_batch": g}, {"global_batch": g}])
+
+
+def _record_strong_over(tmp_path, monkeypatch, earlier, batches):
+    """record_strong for ``batches`` into tmp_path, where a file read as ``earlier`` is already saved."""
+    from ddlab.training import experiments, recording_sets
+    from ddlab.training.runspec import RunSpec
+    monkeypatch.setattr(experiments, "strong_scaling_paths",
+                        lambda base, global_batches, workers, paths, echo, progress:
+                        {p: _strong_part(global_batches[0], p) for p in paths})
+    (tmp_path / "strong-scaling-torch-ddp-mlp-small-shm.json").write_text("{}")
+    monkeypatch.setattr(recording_sets, "load", lambda path: earlier)
+    written = []
+    monkeypatch.setattr(recording_sets, "_write", lambda out, name, res, done: written.append((name, res)))
+    spec = RunSpec.for_device("cpu", "mlp-small", launcher="ddp", workers=2)
+    recording_sets.record_strong(str(tmp_path), spec, batches, path="shm")
+    return written
+
+
+def test_strong_scaling_joins_a_file_of_other_global_batches_already_in_the_folder(tmp_path, monkeypatch):
+    from ddlab.training import recording_sets
+    earlier = recording_sets.merge_strong([_strong_part(4), _strong_part(128)])
+    written = _record_strong_over(tmp_path, monkeypatch, earlier, (32,))
+    name, res = written[-1]
+    # the batches run before (4 and 128) are kept, the new one joined between them, and the join is noted
+    assert res.config["global_batches"] == [4, 32, 128]
+    assert [r["global_batch"] for r in res.rows] == [4, 4, 32, 32, 128, 128]
+    assert any(n.startswith(recording_sets.JOIN_NOTE_START) for n in res.notes)
+    assert not list(tmp_path.glob("replaced-*"))
+
+
+def test_strong_scaling_sets_aside_a_file_it_cannot_join(tmp_path, monkeypatch, capsys):
+    written = _record_strong_over(tmp_path, monkeypatch, _strong_part(32), (32,))
+    # the same global batch again: the new recording is written alone, the earlier file kept under another name
+    assert written[-1][1].config["global_batches"] == [32]
+    assert (tmp_path / "replaced-strong-scaling-torch-ddp-mlp-small-shm.json").read_text() == "{}"
+    assert not (tmp_path / "strong-scaling-torch-ddp-mlp-small-shm.json").exists()
+    assert "kept as" in capsys.readouterr().out
+
+
+def test_strong_scaling_sets_aside_a_file_it_cannot_read(tmp_path, capsys):
+    from ddlab.training import recording_sets
+    (tmp_path / "replaced-strong-scaling-torch-ddp-mlp-small-shm.json").write_text("first")
+    (tmp_path / "strong-scaling-torch-ddp-mlp-small-shm.json").write_text("cut write {")
+    assert recording_sets._earlier(str(tmp_path), "strong-scaling-torch-ddp-mlp-small-shm") is None
+    # kept under another name, an earlier set-aside file not overwritten (the next one gets a number)
+    assert (tmp_path / "replaced-strong-scaling-torch-ddp-mlp-small-shm.json").read_text() == "first"
+    assert (tmp_path / "replaced-strong-scaling-torch-ddp-mlp-small-shm-2.json").read_text() == "cut write {"
+    assert not (tmp_path / "strong-scaling-torch-ddp-mlp-small-shm.json").exists()
+    assert "cannot be read" in capsys.readouterr().out
+    assert recording_sets._earlier(str(tmp_path), "strong-scaling-torch-ddp-mlp-small-shm") is None   # none there
+
+
 def test_a_result_that_cannot_be_saved_is_kept_aside_and_the_next_still_runs(tmp_path, monkeypatch, capsys):
     import json
     from ddlab.base import schemas

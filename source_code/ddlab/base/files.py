@@ -55,6 +55,20 @@ def open_atomic(path: str, mode: str = "w", encoding: Optional[str] = "utf-8"):
     _remove_orphans(folder, "." + os.path.basename(path) + ".")
 
 
+def set_aside(path: str, prefix: str) -> str:
+    """Renames the file ``path`` to ``<prefix><name>`` beside it (``<prefix><stem>-2<ext>`` and on where
+    that is taken), so a file about to be written at ``path`` does not replace it; returns the new path.
+    A rename moves the whole file at once: nothing is written, and no reader sees half of it."""
+    folder, name = os.path.split(os.path.abspath(path))
+    stem, ext = os.path.splitext(name)
+    dst, n = os.path.join(folder, prefix + name), 1
+    while os.path.exists(dst):
+        n += 1
+        dst = os.path.join(folder, f"{prefix}{stem}-{n}{ext}")
+    os.replace(path, dst)
+    return dst
+
+
 ORPHAN_AGE_S = 3600     # a temporary file this old was left by a writer that was killed
 
 

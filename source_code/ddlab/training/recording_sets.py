@@ -18,7 +18,7 @@ from ddlab.base import files
 from ddlab.system import frameworks, provenance
 from ddlab.training import experiments
 from ddlab.training.experiment_kit import INTERLEAVED_NOTE_START
-from ddlab.training.recording import MIN_REPEATS, gpu_spec, reference_name, save
+from ddlab.training.recording import MIN_REPEATS, gpu_spec, load, reference_name, save
 from ddlab.training.results import ExperimentResult, combine_launchers, summary_table
 from ddlab.training.runspec import RunSpec, _check_choice
 
@@ -106,13 +106,16 @@ def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], pa
     runs them all, sharing the one-GPU runs (:func:`ddlab.training.experiments.strong_scaling_paths`),
     and each path gets its file. Written as ``strong-scaling-<framework>-<launcher>-<model>-<path>``,
     again after each global batch (:func:`merge_strong`), so a run cut short keeps the batches it finished.
-    Returns ``done`` as :func:`record_paths`."""
+    A file of that name already in ``out_dir`` (the same JOB run before for other global batches) is
+    joined with the new batches (:func:`join_strong`); one that cannot be joined is kept aside as
+    ``replaced-<name>.json``. Returns ``done`` as :func:`record_paths`."""
     done = {} if done is None else done
     os.makedirs(out_dir, exist_ok=True)
     paths = [path] if isinstance(path, str) else list(path)
     stem = reference_name("strong-scaling", base.framework, base.launcher, base.model)
     names = {p: f"{stem}-{p}" for p in paths}
     parts = {p: [] for p in paths}
+    earlier = {p: _earlier(out_dir, names[p]) for p in paths}
     for g in sorted(set(global_batches)):      # written after each batch, so a run cut short keeps what finished
         got = _attempt(done, "+".join(names.values()), lambda: experiments.strong_scaling_paths(
             base, global_batches=(g,), workers=base.workers, paths=paths, echo=echo, progress=progress))
@@ -120,8 +123,38 @@ def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], pa
             break
         for p in paths:
             parts[p].append(got[p])
-            _write(out_dir, names[p], merge_strong(parts[p]), done)
+            res = merge_strong(parts[p])
+            if earlier[p] is not None:
+                joined = join_strong(earlier[p], res)
+                if joined is None:     # another machine, or a global batch in both: the earlier file is kept aside
+                    _set_aside(out_dir, names[p])
+                    earlier[p] = None
+                else:
+                    res = joined
+            _write(out_dir, names[p], res, done)
     return done
+
+
+def _earlier(out_dir: str, name: str) -> Optional[ExperimentResult]:
+    """The result already saved as ``<name>.json`` in ``out_dir``, or None when there is none. One
+    that cannot be read is set aside (:func:`_set_aside`), so the new recording does not overwrite it."""
+    path = os.path.join(out_dir, name + ".json")
+    if not os.path.exists(path):
+        return None
+    try:
+        return load(path)
+    except Exception as exc:  # a cut write or another format: kept aside, named in the log
+        print(f"{path} cannot be read ({type(exc).__name__}: {exc})", flush=True)
+        _set_aside(out_dir, name)
+        return None
+
+
+def _set_aside(out_dir: str, name: str) -> None:
+    """Keeps ``<name>.json`` as ``replaced-<name>.json`` (:func:`ddlab.base.files.set_aside`) and says so,
+    so a recording about to be written in its place does not lose it."""
+    src = os.path.join(out_dir, name + ".json")
+    dst = files.set_aside(src, "replaced-")
+    print(f"{src} holds a recording that cannot be joined with this one: kept as {dst}", flush=True)
 
 
 def merge_strong(parts: Sequence[ExperimentResult]) -> ExperimentResult:
