@@ -191,11 +191,24 @@ def test_the_reports_figures_sit_beside_the_prediction_and_the_recording():
             assert r["measured"] is None and r["spread"] == "-"
     assert any(r["measured"] is not None for r in rows) and any(r["measured"] is None for r in rows)
     text = str(t)
-    assert "none checks another" in text and "RTX 4070 Ti SUPER" in text
-    machines = {res.config["model"]: res.provenance["machine"] for res in fr.recordings()
-                if res.config.get("path") == "shm" and res.config.get("launcher") == "ddp"}
-    for model, machine in machines.items():              # the note names each model's machine
-        assert f"{model} on {machine}" in text
+    assert "not checked by them" in text and "RTX 4070 Ti SUPER" in text
+    machines = {}
+    for res in fr.recordings():
+        if res.config.get("path") == "shm" and res.config.get("launcher") == "ddp":
+            machines.setdefault(res.provenance["machine"], []).append(res.config["model"])
+    for machine, models in machines.items():             # the note names each machine once, with its models
+        assert f"{' and '.join(models)} on {machine}" in text
+
+
+def test_the_prediction_checks_the_measurement_only_where_both_are_of_one_machine():
+    rec = recorded_runs.recorded_points()
+    same = {"gpu_count": 2, "gpu_model": "NVIDIA H200", "driver": "580.159.04", "nccl": "2.28.9"}
+    assert rec.made_here(same)                          # the course's sweeps' machine, as _machine_text writes it
+    other = dict(same, gpu_model="NVIDIA H100 80GB HBM3")
+    assert "so they do check each other" in fr._beside_said(rec, [same, same])
+    for measured_on in ([same, other], [other], []):     # one row elsewhere, or none measured: side by side only
+        said = fr._beside_said(rec, measured_on)
+        assert "not checked against each other" in said and "check each other (" not in said
 
 
 def test_the_live_run_on_two_gpus_splits_each_batch_over_them_with_peer_to_peer_off(monkeypatch):
@@ -230,3 +243,23 @@ def test_recordings_come_in_the_reports_order_launcher_model_then_path():
              fr.RECORDED_PATHS.index(r.config.get("path") or "default")) for r in recs]
     assert keys == sorted(keys) and len(set(keys)) == len(keys)
     assert len({k[1] for k in keys}) == 2             # both MLPs recorded, so the order is tested
+
+
+def test_a_recording_kept_under_a_machine_name_is_left_to_its_machines_check(monkeypatch):
+    """The same JOB recorded on another machine is kept as strong-scaling-...-<path>-<machine>: the course's
+    tables show the one under the JOB's own name and a note names the other; validation still reads it."""
+    from ddlab.training import recording
+    own = {n: r for n, r in recording.recorded_with_prefix(recorded_runs.STRONG_PREFIX) if n == fr._own_name(r)}
+    name = "strong-scaling-torch-ddp-mlp-small-shm"
+    other = ExperimentResult("strong-scaling", own[name].rows, "recorded",
+                             dict(own[name].provenance, machine="2x Test GPU, PIX"), [], dict(own[name].config))
+    monkeypatch.setattr(recording, "recorded_with_prefix",
+                        lambda prefix: list(own.items()) + [(name + "-2xtest-pix", other)])
+    assert len(fr.recordings()) == len(own)
+    assert all(r.provenance.get("machine") != "2x Test GPU, PIX" for r in fr.recordings())
+    assert [n for n, _ in fr.recorded_elsewhere()] == [name + "-2xtest-pix"]
+    notes = fr.recorded(paths=("shm",)).notes
+    assert any("Recorded on another machine too" in n and "mlp-small ddp shm on 2x Test GPU, PIX" in n for n in notes)
+    assert not any("another machine too" in n for n in fr.recorded(paths=("socket",)).notes)   # not its path
+    grid = [(r["model"], r["launcher"], r["path"]) for r in fr.recorded_grid().to_dict()["rows"]]
+    assert len(grid) == len(set(grid)) == len(own)      # one row per model, framework and path

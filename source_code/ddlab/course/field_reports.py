@@ -177,14 +177,34 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
 def recordings() -> list:
     """The recorded runs of the reports' experiment (``record_experiments.py strong:launcher:model[:path]``),
     as ExperimentResults, by launcher, then model (the reports' order, :data:`REPORT_MLPS`), then path (shm
-    first: the reports' case); empty until one is recorded."""
-    from ddlab.training import recording
-    found = [res for _, res in recording.recorded_with_prefix(recorded_runs.STRONG_PREFIX)]
+    first: the reports' case); empty until one is recorded. Only the recordings under their JOB's own name
+    (``strong-scaling-torch-<launcher>-<model>-<path>``); those kept under a longer name, the same JOB on
+    another machine, are :func:`recorded_elsewhere`."""
+    found = [res for name, res in _all_recordings() if name == _own_name(res)]
 
     def rank(value, order):
         return order.index(value) if value in order else len(order)
     return sorted(found, key=lambda r: (str(r.config.get("launcher")), rank(r.config.get("model"), REPORT_MLPS),
                                         rank(_path_of(r), RECORDED_PATHS)))
+
+
+def recorded_elsewhere() -> list:
+    """The recordings of the reports' experiment kept under a longer name than their JOB's (the same JOB
+    recorded on another machine than the course's, e.g. ``...-shm-2xh100-80gb-hbm3-nv18``), as
+    (name, ExperimentResult). :func:`ddlab.cost.validation.held_out_other_machines` predicts them from
+    their machine's own sweeps."""
+    return [(name, res) for name, res in _all_recordings() if name != _own_name(res)]
+
+
+def _all_recordings() -> list:
+    from ddlab.training import recording
+    return recording.recorded_with_prefix(recorded_runs.STRONG_PREFIX)
+
+
+def _own_name(res) -> str:
+    """The file name its JOB writes a recording of the reports' experiment under."""
+    c = res.config
+    return f"{recorded_runs.STRONG_PREFIX}{c.get('launcher')}-{c.get('model')}-{_path_of(res)}"
 
 
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
@@ -280,6 +300,13 @@ def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[st
     if missing:
         notes.append("Not recorded yet: " + "; ".join(missing) + ".")
     if general:
+        other = [f"{res.config.get('model')} {res.config.get('launcher')} {_path_of(res)} on "
+                 f"{(res.provenance or {}).get('machine') or 'a machine not recorded'}"
+                 for _, res in recorded_elsewhere() if _path_of(res) in paths and res.config.get("model") in models
+                 and res.config.get("launcher") in launchers]
+        if other:
+            notes.append("Recorded on another machine too, not shown here (validation.held_out_other_machines() "
+                         "predicts it from that machine's own all-reduce sweeps): " + "; ".join(other) + ".")
         notes.append("The reports used TensorFlow's MirroredStrategy on two GeForce GPUs over PCIe; these runs split "
                      "the same global batches of the same MLP widths with the framework named in each row.")
         notes.append("Speedup: images/s on two GPUs over images/s on one at the same global batch (median of the "
@@ -300,8 +327,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
         if c.get("launcher") == launcher and _path_of(res) == path:
             for r in res.rows:
                 if r.get("workers", 1) >= 2:
-                    measured[(c.get("model"), r.get("global_batch"))] = (r.get("speedup"), _spread(r),
-                                                                        (res.provenance or {}).get("machine"))
+                    measured[(c.get("model"), r.get("global_batch"))] = (r.get("speedup"), _spread(r), res.provenance)
     rows, machines = [], []
     theirs = reference.load(CITED_KIND, REPORTS)
     for r in theirs["rows"]:
@@ -309,7 +335,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
         one = _one_gpu_step(rec, m)
         pred = _predict_split(one, m, g, path) if one is not None else None
         got = measured.get((m, g))
-        if got and (m, got[2]) not in machines:
+        if got and (m, got[2].get("machine")) not in [(mm, p.get("machine")) for mm, p in machines]:
             machines.append((m, got[2]))
         rows.append({"model": m, "global": g, "per_gpu": g // 2, "cited": r["speedup"],
                      "predicted": pred.speedup if pred else None, "bound": pred.bound if pred else "-",
@@ -320,13 +346,32 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
              f"predicted: ddlab predict for the course's recorded machine ({rec.machine or _predict.RECORDED}), path "
              f"{named}, {launcher}, from its recorded one-GPU step (predicted()).",
              "measured: the course's recording of the same split, model and path, median with its min-max over the "
-             "repeats, " + ("; ".join(f"{m} on {machine}" for m, machine in machines) if machines
-                            else "on no machine yet: not recorded") + " (recorded()).",
-             "Three machines and two frameworks: set side by side, none checks another. What they share is the "
-             "experiment: the same hidden widths and global batches, split over two GPUs with peer-to-peer off."]
+             "repeats, " + (_models_on(machines) if machines else "on no machine yet: not recorded") + " (recorded()).",
+             _beside_said(rec, [prov for _, prov in machines])]
     cols = [("model", "text"), ("global", "int", "global batch"), ("per_gpu", "int", "per GPU"),
             ("cited", "text", "cited (theirs)"), ("predicted", "ratio", f"predicted ({named})"),
             ("bound", "text", "bound by"), ("measured", lambda v: "-" if v is None else f"{v:.3g}x", f"measured ({named})"),
             ("spread", "text", "min-max")]
     return Table(cols, rows, title="The reports' experiment: their speedups beside the course's prediction and "
                                    "recording", notes=notes, align={"cited": "right", "measured": "right"})
+
+
+def _models_on(machines: list) -> str:
+    """'mlp-small and mlp-large on M1; ...' from [(model, provenance)], one clause per machine."""
+    by = {}
+    for m, prov in machines:
+        by.setdefault(prov.get("machine") or "a machine not recorded", []).append(m)
+    return "; ".join(f"{' and '.join(ms)} on {where}" for where, ms in by.items())
+
+
+def _beside_said(rec, measured_on: list) -> str:
+    """What :func:`beside_cited`'s columns may be read as: the reports' column never checks the others; the
+    prediction checks the measurement only where every measured row ran on the machine of the prediction's
+    sweeps (``measured_on``: the provenance of each)."""
+    shared = ("What they share is the experiment: the same hidden widths and global batches, split over two GPUs "
+              "with peer-to-peer off.")
+    if measured_on and all(rec.made_here(prov) for prov in measured_on):
+        return ("The reports' column is another machine and framework, set beside the others, not checked by them; "
+                "the prediction and the measurement are of one machine, so they do check each other "
+                "(validation.held_out() counts every such row). " + shared)
+    return "Set side by side, not checked against each other: the columns come from different machines. " + shared
