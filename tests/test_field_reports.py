@@ -77,10 +77,35 @@ def test_the_recording_shows_each_split_with_its_one_gpu_step_and_names_what_is_
                 assert (f"{model} {launcher} {path}" in missing) == ((model, launcher, path) not in done)
     assert "MirroredStrategy" in text
     # one provenance line per machine, software and date, naming each recording it covers
-    lines = [line for line in t.notes if "repeats, recorded" in line]
-    assert 1 <= len(lines) <= len(recs)
+    _each_named_once(t.notes, done)
+
+
+def _each_named_once(notes, done):
+    """The provenance notes: one line for all when every recording shares machine, software and date
+    ("Every row: ..."), else one per group, naming each of ``done`` (model, launcher, path) exactly once."""
+    lines = [line for line in notes if "repeats, recorded" in line]
+    assert lines
+    if lines[0].startswith("Every row:"):
+        assert len(lines) == 1
+        return
     for model, launcher, path in done:
         assert sum(f"{model} {launcher} {path}" in line.split(":")[0].split(", ") for line in lines) == 1
+
+
+def test_recordings_of_two_machines_get_a_provenance_line_each(monkeypatch):
+    from ddlab.training import recording
+    own = [(n, r) for n, r in recording.recorded_with_prefix(recorded_runs.STRONG_PREFIX) if n == fr._own_name(r)]
+    name, first = own[0]
+    moved = ExperimentResult("strong-scaling", first.rows, "recorded",
+                             dict(first.provenance, machine="2x Test GPU, PIX"), [], dict(first.config))
+    monkeypatch.setattr(recording, "recorded_with_prefix", lambda prefix: [(name, moved)] + own[1:])
+    notes = fr.recorded().notes
+    lines = [line for line in notes if "repeats, recorded" in line]
+    assert len(lines) == 2 and not any(line.startswith("Every row:") for line in lines)
+    assert [line for line in lines if "2x Test GPU, PIX" in line] == [
+        next(line for line in lines if line.startswith(f"{first.config['model']} {first.config['launcher']} "
+                                                        f"{fr._path_of(first)}: 2x Test GPU, PIX"))]
+    _each_named_once(notes, {(r.config["model"], r.config["launcher"], fr._path_of(r)) for _, r in own})
 
 
 def test_the_grid_holds_one_row_per_recording_and_each_cell_is_that_batchs_speedup():

@@ -295,7 +295,8 @@ def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[st
                  f"CUDA {prov.get('cuda_runtime') or 'not recorded'}, NCCL {prov.get('nccl') or 'not recorded'}, "
                  f"torch {prov.get('torch') or 'not recorded'})")
         ran_on.setdefault(where, []).append(f"{c.get('model')} {c.get('launcher')} {path}")
-    notes = [f"{', '.join(which)}: {where}." for where, which in ran_on.items()]
+    notes = ([f"Every row: {where}." for where in ran_on] if len(ran_on) == 1 else   # one machine, software, date
+             [f"{', '.join(which)}: {where}." for where, which in ran_on.items()])
     missing = [f"{m} {lc} {p}" for m in models for lc in launchers for p in paths if (m, lc, p) not in seen]
     if missing:
         notes.append("Not recorded yet: " + "; ".join(missing) + ".")
