@@ -328,7 +328,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
         if c.get("launcher") == launcher and _path_of(res) == path:
             for r in res.rows:
                 if r.get("workers", 1) >= 2:
-                    measured[(c.get("model"), r.get("global_batch"))] = (r.get("speedup"), _spread(r), res.provenance)
+                    measured[(c.get("model"), r.get("global_batch"))] = (r.get("speedup"), _spread(r), res.provenance or {})
     rows, machines = [], []
     theirs = reference.load(CITED_KIND, REPORTS)
     for r in theirs["rows"]:
@@ -336,7 +336,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
         one = _one_gpu_step(rec, m)
         pred = _predict_split(one, m, g, path) if one is not None else None
         got = measured.get((m, g))
-        if got and (m, got[2].get("machine")) not in [(mm, p.get("machine")) for mm, p in machines]:
+        if got and m not in [mm for mm, _ in machines]:      # one recording (so one machine) per model
             machines.append((m, got[2]))
         rows.append({"model": m, "global": g, "per_gpu": g // 2, "cited": r["speedup"],
                      "predicted": pred.speedup if pred else None, "bound": pred.bound if pred else "-",
