@@ -347,14 +347,15 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
              f"predicted: ddlab predict for the course's recorded machine ({rec.machine or _predict.RECORDED}), path "
              f"{named}, {launcher}, from its recorded one-GPU step (predicted()).",
              "measured: the course's recording of the same split, model and path, median with its min-max over the "
-             "repeats, " + (_models_on(machines) if machines else "on no machine yet: not recorded") + " (recorded()).",
+             "repeats, " + (_models_on(machines) if machines else "on no machine yet: not recorded") +
+             " (recorded()); '-' where that global batch is not recorded.",
              _beside_said(rec, [prov for _, prov in machines])]
     cols = [("model", "text"), ("global", "int", "global batch"), ("per_gpu", "int", "per GPU"),
             ("cited", "text", "cited (theirs)"), ("predicted", "ratio", f"predicted ({named})"),
-            ("bound", "text", "bound by"), ("measured", lambda v: "-" if v is None else f"{v:.3g}x", f"measured ({named})"),
+            ("bound", "text", "bound by"), ("measured", lambda v: f"{v:.3g}x", f"measured ({named})"),
             ("spread", "text", "min-max")]
     return Table(cols, rows, title="The reports' experiment: their speedups beside the course's prediction and "
-                                   "recording", notes=notes, align={"cited": "right", "measured": "right"})
+                                   "recording", notes=notes, align={"cited": "right", "measured": "right"}, missing="-")
 
 
 def _models_on(machines: list) -> str:
