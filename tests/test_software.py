@@ -92,3 +92,32 @@ def test_horovod_build_from_files_matches_check_build():
     checked = software.horovod_build(notes, timeout=900)
     assert checked, f"horovodrun --check-build gave nothing: {notes}"
     assert software.horovod_build_from_files([]) == checked
+
+
+def test_a_console_script_beside_the_interpreter_wins_over_one_on_path(tmp_path, monkeypatch):
+    """A horovodrun on PATH may be another Python's (a base install whose script names an interpreter
+    that is gone); the one beside this interpreter is the one its packages installed."""
+    env_bin, other_bin = tmp_path / "venv" / "bin", tmp_path / "base" / "bin"
+    for folder in (env_bin, other_bin):
+        folder.mkdir(parents=True)
+        (folder / "horovodrun").write_text("#!/bin/sh\n")
+        (folder / "horovodrun").chmod(0o755)
+    monkeypatch.setenv("PATH", str(other_bin))
+    python = str(env_bin / "python")
+    assert software.executable("horovodrun", python) == str(env_bin / "horovodrun")
+    (env_bin / "horovodrun").unlink()                      # none beside it: PATH's, then the bare name
+    assert software.executable("horovodrun", python) == str(other_bin / "horovodrun")
+    assert software.executable("no-such-script", python) == "no-such-script"
+
+
+def test_horovod_build_runs_the_horovodrun_beside_the_interpreter(tmp_path, monkeypatch):
+    env_bin, other_bin = tmp_path / "venv" / "bin", tmp_path / "base" / "bin"
+    for folder, text in ((env_bin, "available frameworks:\n    [X] PyTorch\n"), (other_bin, "")):
+        folder.mkdir(parents=True)
+        (folder / "horovodrun").write_text(f"#!/bin/sh\nprintf '{text}'\n" if text else "#!/nonexistent/python\n")
+        (folder / "horovodrun").chmod(0o755)
+    monkeypatch.setenv("PATH", str(other_bin))
+    monkeypatch.setattr(software.sys, "executable", str(env_bin / "python"))
+    monkeypatch.setattr(software, "package_version", lambda name: "0.28.1")
+    notes = []
+    assert software.horovod_build(notes)["frameworks"] == ["PyTorch"] and notes == []

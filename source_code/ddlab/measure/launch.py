@@ -48,7 +48,7 @@ from typing import Mapping, Optional, Sequence
 from ddlab.base.errors import CourseError
 from ddlab.measure import rank_failures
 from ddlab.system import nccl
-from ddlab.system.frameworks import executable
+from ddlab.system.software import executable
 
 LAUNCHERS = ("python", "torchrun", "horovodrun", "mpirun")
 TAIL_LINES = 40

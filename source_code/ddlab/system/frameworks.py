@@ -35,12 +35,6 @@ def has_module(name: str) -> bool:
         return False
 
 
-def executable(name: str, python: str = sys.executable) -> str:
-    """A console script next to ``python`` (the venv's), else on PATH, else the bare name."""
-    here = os.path.join(os.path.dirname(python), name)
-    return here if os.path.exists(here) else (shutil.which(name) or name)
-
-
 def nvcc_path() -> Optional[str]:
     """The CUDA compiler: on PATH, else under ``$CUDA_HOME`` (default /usr/local/cuda); None if absent."""
     exe = shutil.which("nvcc")
@@ -116,7 +110,8 @@ def availability(framework: str, launcher: str, error=ValueError) -> tuple:
         if not horovod_extension(framework):
             return False, (f"Horovod is installed but not built for {FRAMEWORK_NAMES[framework]} "
                            f"(`make horovod` rebuilds it against this Python's frameworks)")
-        if not os.path.exists(executable("horovodrun")):
+        from ddlab.system import software
+        if not os.path.exists(software.executable("horovodrun")):
             return False, "horovodrun is not on PATH"
     return True, ""
 

@@ -217,10 +217,18 @@ def horovod_build_from_files(notes: list) -> dict:
         return {"frameworks": list(libs), "controllers": [], "tensor_operations": []}
 
 
+def executable(name: str, python: Optional[str] = None) -> str:
+    """A console script next to ``python`` (default: this interpreter, so its environment's), else on
+    PATH, else the bare name. Next to ``python`` first: a ``horovodrun`` found on PATH may belong to another
+    Python (a base install whose script names an interpreter that is gone)."""
+    here = os.path.join(os.path.dirname(python or sys.executable), name)
+    return here if os.path.exists(here) else (shutil.which(name) or name)
+
+
 def horovod_build(notes: list, timeout: float = 300) -> dict:
     """``horovodrun --check-build``, parsed (it imports every framework: seconds; ``ddlab
     doctor --check-build``). :func:`horovod_build_from_files` gives the same without that."""
-    exe = shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    exe = executable("horovodrun")
     if not package_version("horovod") or not os.path.exists(exe):
         return {}
     try:
