@@ -335,7 +335,7 @@ def test_notebook_8_without_horovod_says_which_and_goes_on(monkeypatch, installe
     monkeypatch.setattr(frameworks, "has_module",          # TensorFlow and tf-keras there: Horovod is what is missing
                         lambda name: installed if name == "horovod" else name in ("tensorflow", "tf_keras") or
                         real_has(name))
-    monkeypatch.setattr(frameworks, "executable", lambda name, python=None: __file__)      # horovodrun "found"
+    monkeypatch.setattr(software, "executable", lambda name, python=None: __file__)        # horovodrun "found"
     monkeypatch.setattr(software, "horovod_extensions", lambda: built)
     monkeypatch.setattr(handson.launch, "run", _FakeLaunch())
     ns = {"handson": handson, "PLAN": handson.plan(gpu_count=0), "ddp_run": _Run(), "display": print}
