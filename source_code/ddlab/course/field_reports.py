@@ -23,6 +23,7 @@ from ddlab.base import reference
 from ddlab.base.tables import Table, formatted
 from ddlab.cost import predict as _predict
 from ddlab.cost import recorded_runs, wrapper_cost
+from ddlab.system import provenance
 from ddlab.training.runs import launch_bar
 
 CITED_KIND = "cited"
@@ -202,9 +203,12 @@ def _all_recordings() -> list:
 
 
 def _own_name(res) -> str:
-    """The file name its JOB writes a recording of the reports' experiment under."""
+    """The file name its JOB writes a recording of the reports' experiment under (as
+    :func:`ddlab.training.recording_sets.record_strong` names it)."""
+    from ddlab.training.recording import reference_name
     c = res.config
-    return f"{recorded_runs.STRONG_PREFIX}{c.get('launcher')}-{c.get('model')}-{_path_of(res)}"
+    stem = reference_name("strong-scaling", c.get("framework", "torch"), c.get("launcher"), c.get("model"))
+    return f"{stem}-{_path_of(res)}"
 
 
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
@@ -272,8 +276,13 @@ def _path_of(res) -> str:
 
 def _chosen(models: Sequence[str], launchers: Sequence[str], paths: Sequence[str]) -> list:
     """The :func:`recordings` of ``models`` x ``launchers`` x ``paths``."""
-    return [r for r in recordings() if r.config.get("model") in models and r.config.get("launcher") in launchers
-            and _path_of(r) in paths]
+    return [r for r in recordings() if _one_of(r, models, launchers, paths)]
+
+
+def _one_of(res, models: Sequence[str], launchers: Sequence[str], paths: Sequence[str]) -> bool:
+    """Whether a recording of the reports' experiment is of one of ``models``, ``launchers`` and ``paths``."""
+    c = res.config
+    return c.get("model") in models and c.get("launcher") in launchers and _path_of(res) in paths
 
 
 PATHS_SAID = ("Paths: shm = peer-to-peer off, through host memory, as in the reports; default = NCCL's own choice "
@@ -302,9 +311,8 @@ def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[st
         notes.append("Not recorded yet: " + "; ".join(missing) + ".")
     if general:
         other = [f"{res.config.get('model')} {res.config.get('launcher')} {_path_of(res)} on "
-                 f"{(res.provenance or {}).get('machine') or 'a machine not recorded'}"
-                 for _, res in recorded_elsewhere() if _path_of(res) in paths and res.config.get("model") in models
-                 and res.config.get("launcher") in launchers]
+                 f"{provenance.machine_of(res.provenance)}"
+                 for _, res in recorded_elsewhere() if _one_of(res, models, launchers, paths)]
         if other:
             notes.append("Recorded on another machine too, not shown here (validation.held_out_other_machines() "
                          "predicts it from that machine's own all-reduce sweeps): " + "; ".join(other) + ".")
@@ -362,7 +370,7 @@ def _models_on(machines: list) -> str:
     """'mlp-small and mlp-large on M1; ...' from [(model, provenance)], one clause per machine."""
     by = {}
     for m, prov in machines:
-        by.setdefault(prov.get("machine") or "a machine not recorded", []).append(m)
+        by.setdefault(provenance.machine_of(prov), []).append(m)
     return "; ".join(f"{' and '.join(ms)} on {where}" for where, ms in by.items())
 
 

@@ -127,7 +127,7 @@ def record_strong(out_dir: str, base: RunSpec, global_batches: Sequence[int], pa
             if earlier[p] is not None:
                 joined = join_strong(earlier[p], res)
                 if joined is None:     # another machine, or a global batch in both: the earlier file is kept aside
-                    _set_aside(out_dir, names[p])
+                    _set_aside(out_dir, names[p], "holds a recording that cannot be joined with this one")
                     earlier[p] = None
                 else:
                     res = joined
@@ -144,17 +144,16 @@ def _earlier(out_dir: str, name: str) -> Optional[ExperimentResult]:
     try:
         return load(path)
     except Exception as exc:  # a cut write or another format: kept aside, named in the log
-        print(f"{path} cannot be read ({type(exc).__name__}: {exc})", flush=True)
-        _set_aside(out_dir, name)
+        _set_aside(out_dir, name, f"cannot be read ({type(exc).__name__}: {exc})")
         return None
 
 
-def _set_aside(out_dir: str, name: str) -> None:
-    """Keeps ``<name>.json`` as ``replaced-<name>.json`` (:func:`ddlab.base.files.set_aside`) and says so,
-    so a recording about to be written in its place does not lose it."""
+def _set_aside(out_dir: str, name: str, why: str) -> None:
+    """Keeps ``<name>.json`` as ``replaced-<name>.json`` (:func:`ddlab.base.files.set_aside`) and says
+    ``why``, so a recording about to be written in its place does not lose it."""
     src = os.path.join(out_dir, name + ".json")
     dst = files.set_aside(src, "replaced-")
-    print(f"{src} holds a recording that cannot be joined with this one: kept as {dst}", flush=True)
+    print(f"{src} {why}: kept as {dst}", flush=True)
 
 
 def merge_strong(parts: Sequence[ExperimentResult]) -> ExperimentResult:
