@@ -155,6 +155,25 @@ def test_the_command_json_has_speedup_step_and_terms(tmp_path, capsys):
     assert obj["speedup"] == pytest.approx(4 * 1.0 / obj["step_ms"])
 
 
+def test_the_wait_for_the_slower_rank_is_a_term_of_its_own_when_given(tmp_path, capsys):
+    f = _sweep_file(tmp_path, 10e-6, 1e9)
+    argv = ["--mlp", "100,100,10", "--step-ms", "1", "--batch", "64", "--fits", f, "--json"]
+    assert pr.cli(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["wait_ms"] == 0 and "not included" in plain["sources"]["slower rank"]
+    assert pr.cli(argv + ["--wait-ms", "0.25"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    # a serial step: the wait adds to it, beside the wrapper, which stays as it was
+    assert obj["wait_ms"] == pytest.approx(0.25) and obj["step_ms"] == pytest.approx(plain["step_ms"] + 0.25)
+    assert obj["wrapper_ms"] == pytest.approx(plain["wrapper_ms"])
+    assert obj["step_ms"] == pytest.approx(obj["compute_ms"] + obj["exposed_comm_ms"] + obj["wrapper_ms"]
+                                           + obj["wait_ms"])
+    t = next(t for t in obj["terms"] if t["name"] == "slower rank")
+    assert (t["ms"], t["basis"], t["source"]) == (pytest.approx(0.25), "given", "--wait-ms")
+    p = pr.predict(mlp=(100, 100, 10), step_ms=1, batch=64, fits=f, wait_ms=0.25, wait_source="from step times")
+    assert p.step.term("slower rank").basis == "measured" and p.sources["slower rank"] == "from step times"
+
+
 def test_ddlab_dispatches_predict(capsys):
     from ddlab import cli
     assert "predict" in cli.COMMANDS
@@ -175,6 +194,7 @@ def test_ddlab_dispatches_predict(capsys):
     (["--model", "cnn", "--step-ms", "-1", "--batch", "4"], "positive number of milliseconds"),
     (["--params", "6.9M", "--step-ms", "1", "--batch", "4"], "--layers"),
     (["--params", "6.9M", "--layers", "3", "--measure", "--batch", "4"], "--measure needs --model or --mlp"),
+    (["--model", "cnn", "--step-ms", "1", "--batch", "4", "--wait-ms", "-0.1"], "--wait-ms must be a number"),
 ])
 def test_bad_input_gets_one_message_and_status_2(argv, message, tmp_path, capsys):
     other = tmp_path / "p2p.json"

@@ -109,3 +109,27 @@ def test_a_second_machines_sweeps_make_a_set_of_that_machines_runs_only(tmp_path
     assert names["nccl-paths-torch-horovod-mlp-small"].startswith("2x NVIDIA H200")
     assert rec.missing == []
     assert names["nccl-paths-torch-horovod-mlp-large"].startswith("2x NVIDIA H200")
+
+
+def test_the_wait_for_the_slower_rank_comes_from_the_one_gpu_runs_step_times():
+    from types import SimpleNamespace
+    from ddlab.cost.step_model import slower_rank_wait
+    res = SimpleNamespace(runs=[{"step_times_ms": [1.0, 2.0]}, {"step_times_ms": [1.0, 1.0, 4.0]},
+                                {"step_times_ms": [3.0, 3.0]}, {"no step times": True}])
+    got = rr.rank_wait(res, {"runs": [0, 1, 2, 3]}, 2)
+    waits = sorted(slower_rank_wait(x, 2) for x in ([1.0, 2.0], [1.0, 1.0, 4.0], [3.0, 3.0]))
+    assert got["rank_wait_s"] == waits[1] * 1e-3                     # the median over the runs, ms -> s
+    assert "3 run(s) of 2/3 steps" in got["rank_wait_source"] and "2 independent draws" in got["rank_wait_source"]
+    assert rr.rank_wait(res, {"runs": [3]}, 2) == {}                   # no step times kept: nothing claimed
+    assert rr.rank_wait(res, {}, 2) == {} and rr.rank_wait(res, {"runs": [9]}, 2) == {}
+    # every recorded run on the course's machine has it; a prediction adds it only when asked, and then
+    # names where it came from
+    rec = rr.recorded_points()
+    assert all(p.rank_wait_s > 0 and p.rank_wait_source for p in rec.points)
+    p = next(p for p in rec.points if p.launcher == "ddp strong")
+    plain = rr.predict_point(p, rec.fits, rec.wrappers()[p.framework])
+    assert plain.term("slower rank").seconds == 0 and plain.term("slower rank").basis == "assumed"
+    pred = rr.predict_point(p, rec.fits, rec.wrappers()[p.framework], rank_wait=True)
+    t = pred.term("slower rank")
+    assert (t.seconds, t.basis, t.source) == (p.rank_wait_s, "measured", p.rank_wait_source)
+    assert pred.total_s == plain.total_s + p.rank_wait_s          # a serial (host-bound) step

@@ -213,3 +213,46 @@ def test_a_wrapper_already_in_the_one_gpu_step_is_not_added_again():
     assert grown.total_s == pytest.approx(sm.predict_step("cnn", 2e-3, link, 2).total_s + 0.2e-3)
     src = sm.predict_step("cnn", 2e-3, link, 2, sources={"one-GPU step": ("measured", "recorded")})
     assert src.term("one-GPU step").basis == "measured" and src.terms_table().rows[0]["source"] == "recorded"
+
+
+def test_the_wait_for_the_slower_rank_by_hand():
+    # two draws from {1, 2}: the longer is 1 only when both are 1 (1/4), else 2; mean 1.5
+    assert sm.slower_rank_wait([2.0, 1.0]) == pytest.approx(1.75 - 1.5)
+    # {1, 2, 3}, two draws: the longest is 1, 2, 3 with 1/9, 3/9, 5/9 -> 22/9, mean 2
+    assert sm.slower_rank_wait([3, 1, 2]) == pytest.approx(22 / 9 - 2)
+    # three ranks on {1, 2}: all three draw 1 with 1/8
+    assert sm.slower_rank_wait([1, 2], n_ranks=3) == pytest.approx(1 / 8 + 2 * 7 / 8 - 1.5)
+    assert sm.slower_rank_wait([4.0] * 10) == 0.0                 # a step that never varies: no wait
+    # more ranks wait longer for the same spread
+    xs = [1.0, 1.1, 1.3, 2.0, 1.05]
+    assert 0 < sm.slower_rank_wait(xs, 2) < sm.slower_rank_wait(xs, 4) < max(xs) - sum(xs) / len(xs)
+    for bad in ([], [1.0, float("nan")], [-1.0, 1.0]):
+        with pytest.raises(ValueError):
+            sm.slower_rank_wait(bad)
+    with pytest.raises(ValueError):
+        sm.slower_rank_wait([1.0, 2.0], n_ranks=0)
+
+
+def test_the_slower_rank_lengthens_the_hosts_path_with_its_source():
+    link = AlphaBeta(20e-6, 50e9)
+    base = sm.predict_step("mlp-small", 2e-3, link, framework="ddp", wrapper_in_step=True)
+    t = base.term("slower rank")
+    assert (t.seconds, t.basis) == (0.0, "assumed") and t.source == sm.SLOWER_RANK_SOURCE
+    waited = sm.predict_step("mlp-small", 2e-3, link, framework="ddp", wrapper_in_step=True, slower_rank_s=150e-6,
+                             sources={"slower rank": ("measured", "from the step times")})
+    assert waited.total_s == pytest.approx(base.total_s + 150e-6)          # a serial (host) step: it adds
+    assert waited.overhead_s == pytest.approx(base.overhead_s + 150e-6)
+    t = waited.term("slower rank")
+    assert (t.seconds, t.basis, t.source) == (150e-6, "measured", "from the step times")
+    # Horovod: the host's path, then the cycle's wait and the all-reduces
+    h0 = sm.predict_step("mlp-small", 2e-3, link, framework="horovod")
+    h1 = sm.predict_step("mlp-small", 2e-3, link, framework="horovod", slower_rank_s=150e-6)
+    assert h1.total_s == pytest.approx(h0.total_s + 150e-6)
+    # a device-bound step hides it behind the GPU's own time
+    d0 = sm.predict_step("mlp-small", 1e-3, link, device_s=5e-3, framework="ddp", wrapper_in_step=True)
+    d1 = sm.predict_step("mlp-small", 1e-3, link, device_s=5e-3, framework="ddp", wrapper_in_step=True,
+                         slower_rank_s=150e-6)
+    assert d1.total_s == pytest.approx(d0.total_s)
+    for bad in (-1e-6, float("inf"), "1"):
+        with pytest.raises(ValueError):
+            sm.predict_step("mlp-small", 2e-3, link, slower_rank_s=bad)

@@ -184,6 +184,26 @@ def test_link_effect_says_whether_the_path_decides_the_prediction():
     assert val.link_effect(rec, exposed, readiness="flops") > 1
 
 
+def test_the_candidate_wait_for_the_slower_rank_is_counted_beside_the_model_not_in_it():
+    rec = recorded_points()
+    t = val.held_out(rec)
+    note = next(n for n in t.notes if n.startswith("A candidate term, not in the model"))
+    rows = t.to_dict()["rows"]
+    # the model's own count, and the count with the term, each computed from predictions
+    k0, m0 = val.hits(rows, "model_err")
+    waited = val.held_out_speedups(rec, "model", profiles=rec.profiles, channels=rec.channels, rank_wait=True)
+    k, m = val.hits([{"e": 100 * (w / r["measured"] - 1)} for w, r in zip(waited, rows)], "e")
+    assert f"{k} of {m} would be within ±10% ({k0} of {m0} without it)" in note
+    assert "validation.held_out_other_machines()" in note
+    # it lengthens every predicted step that the host decides, so no speedup rises
+    assert all(w <= r["model_pred"] + 1e-12 for w, r in zip(waited, rows))
+    assert any(w < r["model_pred"] for w, r in zip(waited, rows))
+    assert val.term_bases(rec)["slower rank"] == "assumed"              # the model itself leaves it at 0
+    for other in val.held_out_other_machines():                        # runs it was not built on
+        assert any(n.startswith("A candidate term") and "these runs are ones it was not built on" in n
+                   for n in other.notes)
+
+
 def test_term_bases_name_how_each_term_is_known():
     bases = val.term_bases(recorded_points())
     assert bases["all-reduce"] == "measured" and bases["grows with the batch"] == "assumed"

@@ -222,8 +222,14 @@ class Prediction:
         return self.step.exposed_comm_s
 
     @property
+    def wait_s(self) -> float:
+        """The wait for the slower rank, as far as it lengthens the step (a device-bound step hides it)."""
+        given = next((t.seconds or 0.0 for t in self.step.terms if t.name == "slower rank"), 0.0)
+        return max(0.0, min(given, self.step.overhead_s))
+
+    @property
     def wrapper_s(self) -> float:
-        return self.step.overhead_s
+        return self.step.overhead_s - self.wait_s
 
     @property
     def speedup(self) -> float:
@@ -232,7 +238,7 @@ class Prediction:
 
     def terms(self) -> dict:
         return {"compute": self.compute_s, "exposed communication": self.exposed_comm_s,
-                "wrapper": self.wrapper_s}
+                "wrapper": self.wrapper_s, "slower rank": self.wait_s}
 
     def model_terms(self) -> list:
         """Every term of the step model with its time, basis and where its number came from."""
@@ -240,7 +246,7 @@ class Prediction:
 
     @property
     def bound(self) -> str:
-        """The largest of the three terms: what bounds the step."""
+        """The largest of the terms: what bounds the step."""
         t = self.terms()
         return max(t, key=t.get)
 
@@ -248,6 +254,7 @@ class Prediction:
         ms = 1e3
         return {"speedup": self.speedup, "step_ms": self.step_s * ms, "compute_ms": self.compute_s * ms,
                 "exposed_comm_ms": self.exposed_comm_s * ms, "wrapper_ms": self.wrapper_s * ms,
+                "wait_ms": self.wait_s * ms,
                 "bound": self.bound, "one_gpu_step_ms": self.one_gpu_step_s * ms,
                 "allreduce_ms": self.step.comm_s * ms, "hidden_comm_ms": self.step.hidden_comm_s * ms,
                 "buckets": len(self.step.buckets), "gradient_bytes": self.gradient_bytes,
@@ -283,9 +290,11 @@ def _positive_int(what: str, v) -> int:
     return v
 
 
-def _positive_ms(what: str, v) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
-        raise PredictError(f"{what} must be a positive number of milliseconds, got {v!r}")
+def _positive_ms(what: str, v, zero: bool = False) -> float:
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            or not (v >= 0 if zero else v > 0)):
+        raise PredictError(f"{what} must be a {'' if zero else 'positive '}number of milliseconds"
+                           f"{' >= 0' if zero else ''}, got {v!r}")
     return float(v)
 
 
@@ -293,7 +302,8 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
             layers: Optional[int] = None, step_ms: Optional[float] = None, measure: bool = False,
             batch: Optional[int] = None, global_batch: Optional[int] = None, gpus: int = 2, path: str = "default",
             fits=RECORDED, framework: str = "ddp", dtype: str = "fp32", fixed_ms: Optional[float] = None,
-            wrapper: Optional[Overheads] = None, step_device: Optional[str] = None) -> Prediction:
+            wrapper: Optional[Overheads] = None, step_device: Optional[str] = None,
+            wait_ms: Optional[float] = None, wait_source: str = "") -> Prediction:
     """Predict one data-parallel step on ``gpus`` GPUs (see the module's docstring).
 
     * the model: ``model`` (a course model), ``mlp`` (widths) or ``params`` with ``layers``;
@@ -307,7 +317,10 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
       wrapper's cost measured on one worker for that framework, unless ``wrapper`` gives one);
       ``dtype``: the gradients' type on the wire ("fp32" or "bf16");
     * ``step_device``: what a given ``step_ms`` was measured on ("cpu" or a GPU's name), so that
-      a recorded step profile of another device is not used.
+      a recorded step profile of another device is not used;
+    * ``wait_ms``: the wait for the slower rank per step (e.g.
+      :func:`ddlab.cost.step_model.slower_rank_wait` of one GPU's step times), with where it came
+      from in ``wait_source``; default: not included (0).
 
     Raises :class:`PredictError` (a ValueError) for input it cannot use."""
     label, model_layers_ = model_of(model, mlp, params, layers)
@@ -382,10 +395,17 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
            f"the ring formula on {getattr(link, 'name', link)} (its alpha and beta)")
     basis = "measured" if measure else "given"
     model_sources = {"one-GPU step": (basis, sources["compute"]), "all-reduce": how}
+    wait = 0.0
+    if wait_ms is not None:
+        wait = _positive_ms("--wait-ms", wait_ms, zero=True) * 1e-3
+        model_sources["slower rank"] = ("measured", wait_source) if wait_source else ("given", "--wait-ms")
+        sources["slower rank"] = wait_source or "given (--wait-ms)"
+    else:
+        sources["slower rank"] = "not included (--wait-ms)"
     try:
         step = predict_step(model_layers_, compute, link, gpus, batch=per_gpu, overheads=over,
                             bytes_per_param=bytes_per_param, fit_ranks=f.ranks.get(path, 2), framework=framework,
-                            sources=model_sources, **measured)
+                            sources=model_sources, slower_rank_s=wait, **measured)
     except ValueError as exc:
         raise PredictError(str(exc)) from None
     grad = sum(b.nbytes for b in step.buckets)
@@ -461,6 +481,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the one-GPU step ran under the same wrapper with one worker (DDP with world size 1): its "
                         "cost is in --step-ms already, so it is not added again (Horovod registers no hooks with "
                         "one worker, so its cost is still added)")
+    p.add_argument("--wait-ms", type=float, help="the wait for the slower rank per step in ms (a step lasts as long "
+                                                 "as the slowest rank's; default: not included)")
     p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES), help="the gradients' type on the wire")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
@@ -472,7 +494,7 @@ def cli(argv: list) -> int:
         a = parser().parse_args(argv)
         pred = predict(a.model, mlp=a.mlp, params=a.params, layers=a.layers, step_ms=a.step_ms, measure=a.measure,
                        batch=a.batch, global_batch=a.global_batch, gpus=a.gpus, path=a.path, fits=a.fits,
-                       framework=a.framework, dtype=a.dtype, fixed_ms=a.fixed_ms,
+                       framework=a.framework, dtype=a.dtype, fixed_ms=a.fixed_ms, wait_ms=a.wait_ms,
                        wrapper=wrapper_cost.over_one_worker_step(a.framework) if a.step_has_wrapper else None)
     except ValueError as exc:            # PredictError and the checks under it
         print(f"ddlab predict: {exc}", file=sys.stderr)

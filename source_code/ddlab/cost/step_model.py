@@ -20,7 +20,10 @@ number came from (:class:`Term`, ``StepPrediction.terms``):
   thread, on average half a cycle after the last gradient; a fused buffer waits for all its
   tensors, and the step waits in ``synchronize`` for the all-reduces, so they overlap nothing;
 * what grows with the batch on a multi-GPU step (input copies, synchronisation): 0, assumed,
-  unless given (``batch_term_s``).
+  unless given (``batch_term_s``);
+* the wait for the slower rank (``slower_rank_s``, :func:`slower_rank_wait`): every step ends
+  in an all-reduce that needs every rank, so a step lasts as long as the slowest rank's; from
+  the spread of the one-GPU run's own step times, else 0.
 
 The recorded runs and the measured inputs the model takes from them are in
 :mod:`ddlab.cost.recorded_runs`; the predictions set beside the recorded speedups in
@@ -39,6 +42,8 @@ from ddlab.cost.wrapper_cost import (HOROVOD_CYCLE_TIME_S, HOROVOD_FUSION_THRESH
 from ddlab.training.models import Layer, model_layers
 
 FRAMEWORKS = ("ddp", "horovod")
+SLOWER_RANK_SOURCE = ("not given, so 0 (the recorded runs take it from the one-GPU run's own step times, "
+                      "slower_rank_wait)")
 BATCH_TERM_SOURCE = ("assumed 0: nothing measures what grows with the batch on two GPUs (input copies, "
                      "synchronisation) apart from the 2-GPU runs the model is checked against, and the step profiles "
                      "time one GPU only")
@@ -53,6 +58,23 @@ def step_time(compute_s: float, comm_s: float, overlap: float = 0.0) -> float:
     if not 0.0 <= overlap <= 1.0:
         raise ValueError(f"overlap is a fraction between 0 and 1, got {overlap}")
     return compute_s + comm_s - overlap * min(compute_s, comm_s)
+
+
+def slower_rank_wait(step_times_s, n_ranks: int = 2) -> float:
+    """What waiting for the slowest of ``n_ranks`` ranks adds to a step, in the units of
+    ``step_times_s``: the expected longest of ``n_ranks`` independent draws from those step
+    times (one GPU's own steps, one per entry) minus their mean. A rank's step is taken to vary
+    as the one GPU's did, independently of the others; a collective at the end of every step
+    makes each step last as long as the slowest rank's. Exact for the empirical distribution:
+    with the times sorted, the k-th (from 0) is the longest of the draws with probability
+    ((k+1)^n - k^n) / N^n."""
+    xs = sorted(float(x) for x in step_times_s)
+    if not xs or not all(math.isfinite(x) and x >= 0 for x in xs):
+        raise ValueError("step times must be a non-empty list of numbers >= 0")
+    check_ranks(n_ranks)
+    n, size = int(n_ranks), len(xs)
+    longest = sum(x * ((k + 1) ** n - k ** n) for k, x in enumerate(xs)) / size ** n
+    return max(0.0, longest - sum(xs) / size)
 
 
 # DistributedDataParallel's defaults (torch.nn.parallel.DistributedDataParallel): gradients are
@@ -264,7 +286,7 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
                  bytes_per_param: int = 4, readiness="flops", fit_ranks: int = 2,
                  profile=None, comm_sm_share: float = 0.0, framework: str = "ddp",
                  wrapper_in_step: bool = False, fusion_threshold_bytes: Optional[int] = None,
-                 cycle_s: Optional[float] = None, batch_term_s: float = 0.0,
+                 cycle_s: Optional[float] = None, batch_term_s: float = 0.0, slower_rank_s: float = 0.0,
                  sources: Optional[Mapping[str, str]] = None) -> StepPrediction:
     """Predict one data-parallel training step on ``n_gpus`` (weak scaling).
 
@@ -300,15 +322,19 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
       ``max(host + wait, device) + all-reduces``.
     * ``batch_term_s``: what grows with the batch on a multi-GPU step beyond the one-GPU step
       (input copies, synchronisation), added to the host's path; 0 unless given.
+    * ``slower_rank_s``: the wait for the slower rank (:func:`slower_rank_wait` of the one-GPU
+      step times), added to the host's path; 0 unless given.
     * ``sources``: {term name: where its number came from} for the inputs the caller knows
-      ("one-GPU step", "GPU busy time", "all-reduce", "batch term"; the rest the model says).
+      ("one-GPU step", "GPU busy time", "all-reduce", "batch term", "slower rank"; the rest the
+      model says).
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if not (math.isfinite(comm_sm_share) and 0 <= comm_sm_share < 1):
         raise ValueError(f"comm_sm_share is a share of the GPU between 0 and 1, got {comm_sm_share!r}")
-    if not (math.isfinite(batch_term_s) and batch_term_s >= 0):
-        raise ValueError(f"batch_term_s must be a number of seconds >= 0, got {batch_term_s!r}")
+    for name, v in (("batch_term_s", batch_term_s), ("slower_rank_s", slower_rank_s)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a number of seconds >= 0, got {v!r}")
     cycle = HOROVOD_CYCLE_TIME_S if cycle_s is None else cycle_s
     if not (isinstance(cycle, (int, float)) and math.isfinite(cycle) and cycle >= 0):
         raise ValueError(f"the cycle time must be a number of seconds >= 0, got {cycle_s!r}")
@@ -350,7 +376,7 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
         wait = (cycle - over.cycle_s) / 2      # the measured cost holds half of its own cycle already
     else:
         wait = cycle / 2
-    host_path = compute_s + overhead + batch_term_s
+    host_path = compute_s + overhead + batch_term_s + slower_rank_s
     if framework == "ddp" and device_s is None:
         total, bound, shown_exposed = host_path + exposed, "serial", exposed
     elif framework == "ddp":
@@ -369,6 +395,8 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
     shown_over = 0.0 if abs(shown_over) < 1e-12 * max(1.0, total) else shown_over     # rounding, not a cost
     terms += _model_terms(framework, buckets, comm_total, shown_exposed, wait, over, overhead, wrapper_in_step,
                           batch_term_s, path, src, readiness, profile, comm_sm_share, threshold, cycle)
+    terms.append(Term("slower rank", slower_rank_s, *_given(src, "slower rank", "given")) if slower_rank_s else
+                 Term("slower rank", 0.0, "assumed", src.get("slower rank", SLOWER_RANK_SOURCE)))
     return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch,
                           framework, wait, tuple(terms))
 

@@ -40,7 +40,8 @@ from ddlab.base.units import format_ratio, format_time
 
 from ddlab.cost.alpha_beta import AlphaBeta
 from ddlab.cost import wrapper_cost
-from ddlab.cost.recorded_runs import RecordedPoint, RecordedSet, path_labels, predict_point, recorded_points
+from ddlab.cost.recorded_runs import (COURSE_SWEEPS, RecordedPoint, RecordedSet, path_labels, predict_point,
+                                      recorded_points)
 
 TOLERANCE = 0.10     # a prediction within ±10% of the measured speedup counts as right
 # What a held-out check leaves out: every recorded run of one model, one path or one batch per
@@ -145,6 +146,8 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     cols = [("launcher", "text"), ("model", "text"), ("path", path_labels(rec), "path"), ("batch", "int", "batch/GPU"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max")]
     notes = held_out_notes(rows, schemes, rec)
+    if schemes and any(p.rank_wait_s for p in rec.points):
+        notes.insert(1, _rank_wait_note(rec, rows, schemes[0], kwargs))
     groups = _same_predictions(rows, schemes)
     ratio = lambda v: "-" if v is None else format_ratio(v)    # noqa: E731
     for group in groups:
@@ -166,6 +169,24 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     return Table(cols, rows, title="Held out: each recorded 2-GPU run predicted from measured terms, its "
                                    f"{left} left out" + (f" ({rec.machine})" if rec.machine else ""),
                  notes=notes, compact=True)     # a dozen columns or more: narrow cells keep it on the page
+
+
+def _rank_wait_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> str:
+    """What the candidate wait for the slower rank (:func:`ddlab.cost.recorded_runs.rank_wait`) would do
+    to this table: how many rows it would hold within the band, beside the model's count."""
+    waited = held_out_speedups(rec, by, **dict(kwargs, rank_wait=True))
+    k, m = hits([{"e": _err(w, r["measured"])} for w, r in zip(waited, rows)], "e")
+    k0, m0 = hits(rows, f"{by}_err")
+    waits = sorted(p.rank_wait_s for p in rec.points)
+    return (f"A candidate term, not in the model: the wait for the slower rank, the expected longer of two draws "
+            f"from the one-worker run's own step times less their mean ({format_time(waits[0])} to "
+            f"{format_time(waits[-1])} here). Added, leaving each {by} out, {k} of {m} would be within "
+            f"±{100 * TOLERANCE:.0f}% ({k0} of {m0} without it). "
+            + ("It was built after this table's host-bound misses, so it counts only if it also holds on runs it was "
+               "not built on: compare the same line under each table of validation.held_out_other_machines()."
+               if rec.sweeps == COURSE_SWEEPS else
+               "It was built after the host-bound misses of the course's machine (validation.held_out()); these runs "
+               "are ones it was not built on."))
 
 
 def first_scheme(table):
@@ -338,8 +359,7 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
                          f"{gaps(rs)}: " + _horovod_host_gap())
         elif why.startswith("host_"):
             notes.append(f"  {rs[0]['launcher']}, host-bound: {names(rs)}; the measured step is longer than predicted by "
-                         f"{gaps(rs)}: what two processes cost beyond one (waiting for the slower rank, sharing the "
-                         "host) is not measured by the course and is modelled as 0.")
+                         f"{gaps(rs)}: " + TWO_PROCESSES_GAP)
         elif why == "too_long":
             notes.append(f"  predicted too slow: {names(rs)}; the predicted step is longer than the measured one by "
                          f"{gaps(rs)}, with the all-reduce {share(rs)} of the predicted step: the path's fit, from a "
@@ -430,6 +450,10 @@ def _input_notes(rec: RecordedSet, kwargs: dict) -> list:
         notes.append(f"Each layer's gradient is taken to be ready in proportion to its "
                      f"{'parameters' if kwargs.get('readiness') == 'params' else 'FLOPs'} (no measured step profile).")
     return notes
+
+
+TWO_PROCESSES_GAP = ("what two processes cost beyond one (waiting for the slower rank, sharing the host) is not "
+                     "measured by the course and is modelled as 0.")
 
 
 def _horovod_host_gap() -> str:
