@@ -21,9 +21,10 @@ number came from (:class:`Term`, ``StepPrediction.terms``):
   tensors, and the step waits in ``synchronize`` for the all-reduces, so they overlap nothing;
 * what grows with the batch on a multi-GPU step (input copies, synchronisation): 0, assumed,
   unless given (``batch_term_s``);
-* the wait for the slower rank (``slower_rank_s``, :func:`slower_rank_wait`): every step ends
-  in an all-reduce that needs every rank, so a step lasts as long as the slowest rank's; from
-  the spread of the one-GPU run's own step times, else 0.
+* the wait for the slower rank (``slower_rank_s``): every step ends in an all-reduce that needs
+  every rank, so a step lasts as long as the slowest rank's; 0 unless given. One estimate of it,
+  :func:`slower_rank_wait` of one GPU's own step times, is a candidate the course checks beside
+  the model, not in it (:func:`ddlab.cost.validation.held_out` counts what it would change).
 
 The recorded runs and the measured inputs the model takes from them are in
 :mod:`ddlab.cost.recorded_runs`; the predictions set beside the recorded speedups in
@@ -42,8 +43,8 @@ from ddlab.cost.wrapper_cost import (HOROVOD_CYCLE_TIME_S, HOROVOD_FUSION_THRESH
 from ddlab.training.models import Layer, model_layers
 
 FRAMEWORKS = ("ddp", "horovod")
-SLOWER_RANK_SOURCE = ("not given, so 0 (the recorded runs take it from the one-GPU run's own step times, "
-                      "slower_rank_wait)")
+SLOWER_RANK_SOURCE = ("not included, so 0: the one estimate the course has (slower_rank_wait of one GPU's step "
+                      "times) is a candidate checked beside the model, not in it")
 BATCH_TERM_SOURCE = ("assumed 0: nothing measures what grows with the batch on two GPUs (input copies, "
                      "synchronisation) apart from the 2-GPU runs the model is checked against, and the step profiles "
                      "time one GPU only")

@@ -178,8 +178,8 @@ def _rank_wait_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> str:
     k, m = hits([{"e": _err(w, r["measured"])} for w, r in zip(waited, rows)], "e")
     k0, m0 = hits(rows, f"{by}_err")
     waits = sorted(p.rank_wait_s for p in rec.points)
-    return (f"A candidate term, not in the model: the wait for the slower rank, the expected longer of two draws "
-            f"from the one-worker run's own step times less their mean ({format_time(waits[0])} to "
+    return (f"A candidate term, not in the model: the wait for the slower rank, the expected longest of one draw per "
+            f"GPU from the one-worker run's own step times less their mean ({format_time(waits[0])} to "
             f"{format_time(waits[-1])} here). Added, leaving each {by} out, {k} of {m} would be within "
             f"±{100 * TOLERANCE:.0f}% ({k0} of {m0} without it). "
             + ("It was built after this table's host-bound misses, so it counts only if it also holds on runs it was "
@@ -359,7 +359,8 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
                          f"{gaps(rs)}: " + _horovod_host_gap())
         elif why.startswith("host_"):
             notes.append(f"  {rs[0]['launcher']}, host-bound: {names(rs)}; the measured step is longer than predicted by "
-                         f"{gaps(rs)}: " + TWO_PROCESSES_GAP)
+                         f"{gaps(rs)}: what two processes cost beyond one (waiting for the slower rank, sharing the "
+                         "host) is not measured by the course and is modelled as 0.")
         elif why == "too_long":
             notes.append(f"  predicted too slow: {names(rs)}; the predicted step is longer than the measured one by "
                          f"{gaps(rs)}, with the all-reduce {share(rs)} of the predicted step: the path's fit, from a "
@@ -450,10 +451,6 @@ def _input_notes(rec: RecordedSet, kwargs: dict) -> list:
         notes.append(f"Each layer's gradient is taken to be ready in proportion to its "
                      f"{'parameters' if kwargs.get('readiness') == 'params' else 'FLOPs'} (no measured step profile).")
     return notes
-
-
-TWO_PROCESSES_GAP = ("what two processes cost beyond one (waiting for the slower rank, sharing the host) is not "
-                     "measured by the course and is modelled as 0.")
 
 
 def _horovod_host_gap() -> str:
