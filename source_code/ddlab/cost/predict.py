@@ -224,8 +224,7 @@ class Prediction:
     @property
     def wait_s(self) -> float:
         """The wait for the slower rank, as far as it lengthens the step (a device-bound step hides it)."""
-        given = next((t.seconds or 0.0 for t in self.step.terms if t.name == "slower rank"), 0.0)
-        return max(0.0, min(given, self.step.overhead_s))
+        return max(0.0, min(self.step.term("slower rank").seconds, self.step.overhead_s))
 
     @property
     def wrapper_s(self) -> float:

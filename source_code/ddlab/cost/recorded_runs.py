@@ -11,6 +11,7 @@ CUDA-graph runs that give the GPU's busy time per step, and the step profiles
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -300,10 +301,7 @@ def rank_wait(res, one_gpu_row: dict, n_ranks: int) -> dict:
             steps.append(len(times))
     if not waits:
         return {}
-    waits.sort()
-    mid = len(waits) // 2
-    wait = waits[mid] if len(waits) % 2 else (waits[mid - 1] + waits[mid]) / 2
-    return {"rank_wait_s": wait,
+    return {"rank_wait_s": statistics.median(waits),
             "rank_wait_source": (f"recorded: the one-worker run's own step times (CUDA events between steps; "
                                  f"{len(waits)} run(s) of {'/'.join(map(str, sorted(set(steps))))} steps, the median "
                                  f"over the runs): the expected longest of {n_ranks} independent draws minus their "
