@@ -1,0 +1,118 @@
+"""tools/recording/gpu_lab_server.py, the one-call recording of a 4- or 8-GPU machine, on CPU: its plan
+for 4 and 8 GPUs (from the recorded topologies), its dry run, and that a failed or timed-out step is
+recorded and the next one still runs."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..")
+SCRIPT = os.path.join(ROOT, "tools", "recording", "gpu_lab_server.py")
+TOPOLOGIES = os.path.join(ROOT, "source_code", "reference", "topologies")
+
+spec = importlib.util.spec_from_file_location("gpu_lab_server", SCRIPT)
+lab = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lab)
+
+
+def planned(*argv, gpus=8, topo="dgx-a100"):
+    args = lab.parse(["--dry-run", "--gpus", str(gpus), "--topo-file", os.path.join(TOPOLOGIES, topo + ".json"),
+                      *argv])
+    facts = lab.facts_of(args)
+    return {s["name"]: s for s in lab.plan(args, gpus, facts, "8xtest")}, args
+
+
+def env_of(step, args):
+    env = lab.base_env(args)
+    for k, v in step["env"].items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def test_nvls_is_off_in_every_step_unless_allowed_and_there_is_a_switch():
+    steps, args = planned()
+    assert all(env_of(s, args)["NCCL_NVLS_ENABLE"] == "0" for s in steps.values())
+    steps, args = planned("--allow-nvls")
+    on = [n for n, s in steps.items() if env_of(s, args)["NCCL_NVLS_ENABLE"] != "0"]
+    assert on == ["allreduce-default-nvls-on"]
+    steps, args = planned("--allow-nvls", topo="dgx1-v100")      # no NVSwitch: no NVLS step
+    assert all(env_of(s, args)["NCCL_NVLS_ENABLE"] == "0" for s in steps.values())
+
+
+def test_level_sweep_runs_on_the_farthest_pair_or_says_every_pair_is_nvlink():
+    steps, _ = planned(topo="dgx1-v100")
+    assert steps["levels"]["env"]["CUDA_VISIBLE_DEVICES"] == "0,5" and "--nproc" in steps["levels"]["argv"]
+    steps, _ = planned(topo="dgx-a100")
+    assert steps["levels"]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1" and "NVLink" in steps["levels"]["note"]
+
+
+@pytest.mark.parametrize("gpus,workers", [(4, "1,2,4"), (8, "1,2,4,8")])
+def test_scaling_covers_every_launcher_model_and_mode_up_to_all_gpus(gpus, workers):
+    steps, _ = planned(gpus=gpus, topo="pcie-4gpu" if gpus == 4 else "dgx-a100")
+    scaling = [s for n, s in steps.items() if n.startswith("scaling-")]
+    assert len(scaling) == 2 * 3 * 2
+    jobs = {s["argv"][3] for s in scaling}
+    assert jobs == {f"{la}:{m}:{mode}" for la in ("ddp", "horovod") for m in ("cnn", "mlp-small", "mlp-large")
+                    for mode in ("weak", "strong")}
+    for s in scaling:
+        argv = s["argv"]
+        assert argv[argv.index("--workers") + 1] == workers and argv[argv.index("--repeats") + 1] == "3"
+        assert argv[argv.index("--paths") + 1] == "default,shm,socket"
+
+
+def test_every_step_has_a_timeout_and_nbval_runs_with_all_and_with_two_gpus():
+    steps, _ = planned()
+    assert all(s["timeout"] > 0 for s in steps.values())
+    assert "CUDA_VISIBLE_DEVICES" not in steps["nbval-all"]["env"]
+    assert len(steps["nbval-2"]["env"]["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+    assert steps["report-compare"]["argv"][-2:] == ["--compare", "h200x2"] and "--resume" in steps["report-compare"]["argv"]
+    assert list(steps).index("report") < list(steps).index("report-compare")
+
+
+def test_only_and_skip_pick_steps_and_an_unknown_name_is_refused():
+    steps, args = planned()
+    got = lab.pick(list(steps.values()), ["scaling-ddp", "levels"], ["scaling-ddp-cnn"])
+    assert [s["name"] for s in got][0] == "levels" and len(got) == 1 + 4
+    with pytest.raises(SystemExit):
+        lab.pick(list(steps.values()), ["no-such-step"], None)
+
+
+def test_dry_run_prints_each_step_and_runs_nothing(tmp_path):
+    out = subprocess.run([sys.executable, SCRIPT, "--dry-run", "--out", str(tmp_path / "out"), "--work",
+                          str(tmp_path / "work"), "--topo-file", os.path.join(TOPOLOGIES, "dgx1-v100.json")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "source_code")))
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("[")]
+    steps, _ = planned(topo="dgx1-v100")
+    assert [ln.split("]")[0][1:] for ln in lines] == list(steps)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def test_a_failed_and_a_timed_out_step_are_recorded_and_the_run_goes_on(monkeypatch, tmp_path):
+    fake = [lab.step("fails", [sys.executable, "-c", "raise SystemExit(3)"], 60, 1),
+            lab.step("hangs", [sys.executable, "-c", "import time; time.sleep(60)"], 1, 1),
+            lab.step("works", f"{sys.executable} -c 'print(1)' > {tmp_path / 'w.txt'}", 60, 1, shell=True)]
+    monkeypatch.setattr(lab, "plan", lambda *a: fake)
+    monkeypatch.setattr(lab, "facts_of", lambda args: {})
+    monkeypatch.setenv("NAME", "2xtest")
+    monkeypatch.setenv("DDLAB_MACHINE", "2x Test GPU")
+    rc = lab.main(["--gpus", "2", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")])
+    assert rc == 1
+    with open(tmp_path / "out" / "steps.json") as f:
+        got = json.load(f)
+    assert [(s["name"], s["status"], s["rc"]) for s in got["steps"]] == [
+        ("fails", "failed", 3), ("hangs", "timed out", None), ("works", "done", 0)]
+    assert (tmp_path / "w.txt").read_text().strip() == "1"
+    with tarfile.open(tmp_path / "out" / "lab_server.tgz") as tar:
+        names = tar.getnames()
+    assert "lab_server/steps.json" in names and "lab_server/logs/fails.txt" in names
+    assert sorted(os.listdir(tmp_path / "out")) == ["lab_server.tgz", "lab_server.txt", "steps.json"]
