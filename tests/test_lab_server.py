@@ -116,3 +116,40 @@ def test_a_failed_and_a_timed_out_step_are_recorded_and_the_run_goes_on(monkeypa
         names = tar.getnames()
     assert "lab_server/steps.json" in names and "lab_server/logs/fails.txt" in names
     assert sorted(os.listdir(tmp_path / "out")) == ["lab_server.tgz", "lab_server.txt", "steps.json"]
+
+
+def test_adopt_results_takes_a_lab_servers_files_home_and_checks_their_machine_tag(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("adopt_results", os.path.join(ROOT, "tools", "recording",
+                                                                                "adopt_results.py"))
+    adopt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adopt)
+    ref, res = tmp_path / "reference", tmp_path / "results"
+    res.mkdir()
+    monkeypatch.setattr(adopt, "REFERENCE", str(ref))
+    monkeypatch.setattr(adopt, "PENDING", str(tmp_path / "pending"))
+    eight = {"machine": "8x NVIDIA H200, NV18", "gpu_model": "NVIDIA H200", "gpu_count": 8, "date": "2026-11-29"}
+    four = dict(eight, machine="4x NVIDIA H200, NV18", gpu_count=4)
+    tag = "8xh200-nv18"
+
+    def put(name, prov):
+        (res / name).write_text(json.dumps({"experiment": "scaling", "rows": [{}], "provenance": prov}))
+    for name in (f"reference_allreduce_{tag}.json", f"levels_{tag}.json", f"p2p_{tag}.json",
+                 f"topology_{tag}.json", f"scaling-torch-ddp-cnn-weak-default-{tag}.json"):
+        put(name, eight)
+    put("scaling-torch-horovod-cnn-strong-shm-8xh200-nv18.json", four)      # a 4-GPU file under an 8-GPU name
+    steps = {os.path.basename(s[0]): s for s in adopt.plan(str(res))}
+    home = {n: os.path.relpath(s[1], ref) for n, s in steps.items()}
+    assert home[f"levels_{tag}.json"] == os.path.join("allreduce", f"{tag}-levels.json")
+    assert home[f"p2p_{tag}.json"] == os.path.join("p2p", f"{tag}.json")
+    assert home[f"topology_{tag}.json"] == os.path.join("topologies", f"{tag}.json")
+    assert home[f"reference_allreduce_{tag}.json"] == os.path.join("allreduce", f"{tag}.json")
+    assert home[f"scaling-torch-ddp-cnn-weak-default-{tag}.json"] == os.path.join(
+        "experiments", f"scaling-torch-ddp-cnn-weak-default-{tag}.json")
+    assert [n for n, s in steps.items() if s[2] == "refuse"] == ["scaling-torch-horovod-cnn-strong-shm-8xh200-nv18.json"]
+    assert all(s[2] == "new" for n, s in steps.items() if "horovod" not in n)
+    assert adopt.main([str(res)]) == 1
+    assert (ref / "p2p" / f"{tag}.json").exists() and not (ref / "experiments" /
+                                                           "scaling-torch-horovod-cnn-strong-shm-8xh200-nv18.json").exists()
+    # names without a tag (the course's older files), and tags that agree, pass the check
+    assert adopt.tag_mismatch("h200x2.json", eight) == "" and adopt.tag_mismatch(f"p2p_{tag}.json", eight) == ""
+    assert adopt.tag_mismatch("reference_allreduce_2xh100-80gb-hbm3-nv18.json", four)

@@ -192,8 +192,11 @@ def _training(ctx: Context) -> dict:
     res = experiments.nccl_path_comparison(device=pl.train_device, paths=pl.train_paths, workers=2, repeats=1)
     if pl.train_device == "cpu":
         res.notes.insert(0, "no 2 GPUs here: a small real run on 2 CPU processes with gloo")
+    elif pl.gpus > 2:      # the course's two-GPU comparison, so that --compare sets like beside like
+        res.notes.insert(0, f"run on GPUs 0 and 1 of this machine's {pl.gpus}, as the course's two-GPU comparison "
+                            "(tools/recording/record_scaling.py scales over all of them)")
     res.notes.append("each configuration run once (ddlab experiment nccl-paths repeats them for a median)")
-    d = {"result": res.to_dict(), "device": pl.train_device}
+    d = {"result": res.to_dict(), "device": pl.train_device, "workers": 2, "gpus": pl.gpus}
     ax = res.plot()
     d["plots"] = [ctx.save_plot(ax.figure, "training.png")]
     return d

@@ -1,0 +1,79 @@
+"""The course on machines of more than two GPUs, faked on CPU: what a notebook says it runs with 4 or 8 GPUs
+and with CUDA_VISIBLE_DEVICES naming two, the report's plan and its training step on 4 and 8 GPUs, the
+provenance of a run on some of a machine's GPUs, and a real all-reduce sweep between 4 CPU processes."""
+import pytest
+
+from ddlab.course import sequence
+from ddlab.measure import collectives, collectives_run
+from ddlab.report import plan as report_plan
+from ddlab.report import steps as report_steps
+from ddlab.report.context import Context
+from ddlab.system import hardware, policy, provenance
+from ddlab.training import experiments
+
+
+def inventory(n):
+    return hardware.Inventory(gpus=[hardware.GPU(index=i, name="NVIDIA H200") for i in range(n)])
+
+
+def machine(n):
+    return policy.Machine(gpus=n, label=f"{n}x NVIDIA H200", nvcc=True, software=lambda f, la: (True, ""))
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_a_notebook_on_n_gpus_runs_in_the_multi_gpu_mode_and_with_two_visible_as_two(n, monkeypatch):
+    live = sequence.live_here(5, inventory(n), usable=n)
+    assert f"{n} GPUs" in live and sequence.NOTEBOOKS[5][1]["multi-gpu"] in live
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    two = sequence.live_here(5, inventory(n), usable=2)
+    assert "2 GPUs" in two and "CUDA_VISIBLE_DEVICES='0,1'" in two and sequence.NOTEBOOKS[5][1]["multi-gpu"] in two
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_the_policy_runs_two_gpu_parts_live_on_n_gpus_and_refuses_more_than_there_are(n):
+    assert policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), machine(n)).live
+    assert not policy.decide(policy.Needs(gpus=n + 1), machine(n)).live
+    assert experiments._needed_gpus("scaling", (1, 2, 4, 8)) == 8
+
+
+@pytest.mark.parametrize("n,pairs", [(4, 12), (8, 56)])
+def test_the_report_plans_every_directed_pair_all_ranks_and_each_gpus_host_link_within_its_budget(n, pairs):
+    for nodes in (1, 2):
+        p = report_plan.plan(machine(n), numa_nodes=nodes)
+        assert p.p2p["pairs"] == pairs and p.host_link["devices"] == list(range(n))
+        assert p.total_s() <= report_plan.FULL_BUDGET_S
+        assert p.paths == ["default", "shm", "socket"] and p.train_device == "cuda"
+
+
+def test_the_report_training_step_on_eight_gpus_runs_on_two_and_says_so(monkeypatch, tmp_path):
+    from _experiment_fakes import fake_paths_result
+    seen = {}
+
+    def fake(**kw):
+        seen.update(kw)
+        return fake_paths_result()
+    monkeypatch.setattr(experiments, "nccl_path_comparison", fake)
+    ctx = Context(str(tmp_path), machine(8), report_plan.plan(machine(8), numa_nodes=1))
+    monkeypatch.setattr(ctx, "save_plot", lambda fig, name: name)
+    d = report_steps._training(ctx)
+    assert seen["workers"] == 2 and d["workers"] == 2 and d["gpus"] == 8
+    assert len(d["result"]["notes"]) == len(fake_paths_result().notes) + 2     # the 2-of-8 note added
+
+
+def test_a_run_on_some_of_the_gpus_records_which(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,5")
+    assert provenance.collect("x", inventory=inventory(8))["cuda_visible_devices"] == "0,5"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert "cuda_visible_devices" not in provenance.collect("x", inventory=inventory(8))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_real_gloo_sweep_between_four_cpu_processes():
+    for op in ("all_reduce", "all_gather"):
+        r = collectives_run.sweep(op=op, backend="gloo", nproc=4, sizes=[1 << 10, 64 << 10], iters=3, warmup=1,
+                                  timeout=300, inventory=hardware.Inventory())
+        assert r.nproc == 4 and [row["bytes"] for row in r.rows] == [1 << 10, 64 << 10]
+        for row in r.rows:     # busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, n = 4
+            assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * collectives.bus_factor(op, 4))
+        assert collectives.bus_factor(op, 4) == pytest.approx(1.5 if op == "all_reduce" else 0.75)
