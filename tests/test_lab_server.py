@@ -153,3 +153,27 @@ def test_adopt_results_takes_a_lab_servers_files_home_and_checks_their_machine_t
     # names without a tag (the course's older files), and tags that agree, pass the check
     assert adopt.tag_mismatch("h200x2.json", eight) == "" and adopt.tag_mismatch(f"p2p_{tag}.json", eight) == ""
     assert adopt.tag_mismatch("reference_allreduce_2xh100-80gb-hbm3-nv18.json", four)
+
+
+def test_the_topology_step_writes_a_recording_that_loads(monkeypatch, tmp_path):
+    from ddlab.system import topology
+    with open(os.path.join(HERE, "fixtures", "topo", "h200x2.txt")) as f:
+        text = f.read()
+    monkeypatch.setattr(topology.Topology, "from_system", classmethod(lambda cls: topology.parse_topo_matrix(text)))
+    path = tmp_path / "topology_2xh200-nv18.json"
+    assert lab.main(["--record-topology", str(path)]) == 0
+    with open(path) as f:
+        again = topology.Topology.from_dict(json.load(f))
+    assert again.name == "2xh200-nv18" and again.link(0, 1).label == "NV18" and again.provenance["kind"] == "measured"
+
+
+def test_the_combine_step_joins_the_nvls_off_sweeps_for_the_reference(tmp_path):
+    from ddlab.measure import collectives
+    rows = [{"bytes": 1024, "time_us": 10.0, "algbw_gbps": 0.1, "busbw_gbps": 0.15}]
+    for p in ("default", "shm"):
+        collectives.write_json([collectives.SweepResult(op="all_reduce", backend="nccl", path=p, env={}, nproc=8,
+                                                        rows=rows, provenance={"gpu_count": 8})],
+                               str(tmp_path / f"allreduce_{p}_8xtest.json"))
+    assert lab.main(["--combine-allreduce", str(tmp_path), "8xtest"]) == 0
+    got = collectives.read_json(str(tmp_path / "reference_allreduce_8xtest.json"))
+    assert [s.path for s in got] == ["default", "shm"] and all(s.nproc == 8 for s in got)
