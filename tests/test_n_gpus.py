@@ -77,3 +77,31 @@ def test_a_real_gloo_sweep_between_four_cpu_processes():
         for row in r.rows:     # busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, n = 4
             assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * collectives.bus_factor(op, 4))
         assert collectives.bus_factor(op, 4) == pytest.approx(1.5 if op == "all_reduce" else 0.75)
+
+
+def test_on_a_mesh_the_best_pairs_share_is_of_its_own_links_peak():
+    """DGX-1 V100: NV1, NV2 and SYS pairs, so no one link peak holds for every pair."""
+    import json
+    import os
+    import numpy as np
+    from ddlab.measure import p2p_diagnosis
+    from ddlab.measure.p2p import P2PResult
+    from ddlab.system.topology import Topology
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "source_code", "reference", "topologies", "dgx1-v100.json")) as f:
+        topo = Topology.from_dict(json.load(f))
+    peaks = np.array(report_steps.link_peaks(topo.to_dict(), ["Tesla V100-SXM2-16GB"] * 8), dtype=float)
+    slow = min((i, j) for i in range(8) for j in range(8) if i != j and peaks[i, j] == np.nanmin(peaks))
+    m = 0.45 * peaks
+    m[slow] = 0.95 * peaks[slow]     # the best pair is on the slowest link, near its peak; the others at 45%
+    np.fill_diagonal(m, 800.0)
+    best = np.unravel_index(np.nanargmax(np.where(np.eye(8, dtype=bool), -1, m)), m.shape)
+    assert best == slow
+    r = P2PResult(n=8, labels=list(range(8)), variants={"uni_p2p_on:ce:write": m})
+    assert p2p_diagnosis.pair_peak(r, peaks, *best) == peaks[best]
+    assert p2p_diagnosis.pair_peak(r, peaks, *best) < np.nanmax(np.where(np.eye(8, dtype=bool), np.nan, peaks))
+    text = p2p_diagnosis.summary(r, peaks)
+    assert f"{100 * m[best] / peaks[best]:.0f}%" in text      # its own link's share, not the fastest link's
+    # one peak for every pair (an NVSwitch machine): the same as the single figure
+    flat = np.full((8, 8), 300.0)
+    assert p2p_diagnosis.pair_peak(r, flat, 0, 1) == p2p_diagnosis.single_link_peak(r, flat) == 300.0
