@@ -105,3 +105,19 @@ def test_on_a_mesh_the_best_pairs_share_is_of_its_own_links_peak():
     # one peak for every pair (an NVSwitch machine): the same as the single figure
     flat = np.full((8, 8), 300.0)
     assert p2p_diagnosis.pair_peak(r, flat, 0, 1) == p2p_diagnosis.single_link_peak(r, flat) == 300.0
+
+
+@pytest.mark.parametrize("visible,want", [(None, list(range(8))), ("0,5", [0, 1]), ("", [0])])
+def test_the_host_link_recording_measures_the_gpus_cuda_numbers_here(monkeypatch, visible, want):
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "recording", "record_host_link.py")
+    spec = importlib.util.spec_from_file_location("record_host_link", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: inventory(8))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert mod.default_devices() == want
