@@ -121,3 +121,14 @@ def test_the_host_link_recording_measures_the_gpus_cuda_numbers_here(monkeypatch
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert mod.default_devices() == want
+
+
+def test_capturing_an_nccl_log_on_more_gpus_than_are_visible_stops_before_launching(monkeypatch):
+    from ddlab.measure import launch, nccl_capture
+    from ddlab.system import frameworks
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: inventory(8))
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)
+    monkeypatch.setattr(launch, "run", lambda *a, **kw: pytest.fail("launched"))
+    with pytest.raises(RuntimeError) as exc:
+        nccl_capture.capture_allreduce_log(nproc=4)
+    assert "2" in str(exc.value) and "8" in str(exc.value)
