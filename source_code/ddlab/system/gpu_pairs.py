@@ -62,7 +62,9 @@ def uniform_nvlink(topo: Topology) -> bool:
 def nvswitch_like(topo: Topology) -> bool:
     """More than two GPUs, every pair the same NVLink: the GPUs meet in an NVSwitch, where NVLink
     multicast (NVLS) may apply. (Two GPUs joined directly have no NVLS; ``nvidia-smi topo -m``
-    shows no switch, so a uniform matrix of three or more GPUs is the sign of one.)"""
+    shows no switch, so a uniform matrix of three or more GPUs is the sign of one. A board whose GPUs
+    are all joined directly, with as many links per pair, reads the same: NCCL then finds no NVLS, and an
+    NVLS-on sweep reads as the NVLS-off one, its NCCL log saying no NVLS was set up.)"""
     return len(topo.gpus) > 2 and uniform_nvlink(topo)
 
 
