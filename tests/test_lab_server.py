@@ -177,3 +177,36 @@ def test_the_combine_step_joins_the_nvls_off_sweeps_for_the_reference(tmp_path):
     assert lab.main(["--combine-allreduce", str(tmp_path), "8xtest"]) == 0
     got = collectives.read_json(str(tmp_path / "reference_allreduce_8xtest.json"))
     assert [s.path for s in got] == ["default", "shm"] and all(s.nproc == 8 for s in got)
+
+
+def test_a_call_with_a_deadline_skips_what_does_not_fit_and_a_later_call_keeps_the_earlier_records(
+        monkeypatch, tmp_path):
+    fake = [lab.step("quick", [sys.executable, "-c", "print(1)"], 60, 1),
+            lab.step("long", [sys.executable, "-c", "print(2)"], 600, 500)]
+    monkeypatch.setattr(lab, "plan", lambda *a: fake)
+    monkeypatch.setattr(lab, "facts_of", lambda args: {})
+    monkeypatch.setenv("NAME", "2xtest")
+    monkeypatch.setenv("DDLAB_MACHINE", "2x Test GPU")
+    common = ["--gpus", "2", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
+    assert lab.main(common + ["--deadline", "100"]) == 1
+    steps = json.loads((tmp_path / "out" / "steps.json").read_text())["steps"]
+    assert [(s["name"], s["status"]) for s in steps] == [("quick", "done"), ("long", "skipped")]
+    assert lab.main(common + ["--only", "long"]) == 0
+    steps = json.loads((tmp_path / "out" / "steps.json").read_text())["steps"]
+    assert [(s["name"], s["status"]) for s in steps] == [("quick", "done"), ("long", "done")]
+
+
+def test_a_large_pack_comes_back_in_parts_that_join(monkeypatch, tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    (work / "big.bin").write_bytes(os.urandom(3 << 20))      # does not compress
+    monkeypatch.setattr(lab, "PART_BYTES", 1 << 20)
+    args = lab.parse(["--out", str(out), "--work", str(work)])
+    names = lab.pack(args)
+    assert len(names) == 4 and sorted(os.listdir(out)) == names
+    joined = tmp_path / "joined.tgz"
+    joined.write_bytes(b"".join((out / n).read_bytes() for n in names))
+    with tarfile.open(joined) as tar:
+        assert tar.extractfile("lab_server/big.bin").read() == (work / "big.bin").read_bytes()
+    assert lab.pack(lab.parse(["--out", str(out), "--work", str(tmp_path / "work")])) == names   # parts replaced

@@ -28,7 +28,10 @@ gpu_setup.sh, Horovod where no wheel imports; it edits nothing in the checkout. 
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0 in every step) unless --allow-nvls is given: the shared
 machines must not use it. Results: the work folder (--work, default /tmp/ddlab-lab-server, outside OUT)
 is packed after every step into $OUT/lab_server.tgz; $OUT/steps.json says each step's status, exit code,
-seconds and command, and $OUT/lab_server.txt holds what the script printed. Three files come back.
+seconds and command, and $OUT/lab_server.txt holds what the script printed: three files (a pack over
+15 MiB is split into lab_server.tgz.00, .01, ...; cat them back into one). A run split over several
+calls (--only, --skip, --deadline SECONDS for a call of limited time) into the same --work folder keeps
+every step's record in steps.json and every result in the pack.
 Unpack the tar and run adopt_results.py on its results/ folder.
 
 Time (design estimates, not timed yet): on 8 GPUs about 10 minutes for the report, 5-10 for the p2p
@@ -220,12 +223,42 @@ def run_step(s: dict, args, log) -> dict:
     return rec
 
 
-def pack(args) -> None:
-    """The work folder into $OUT/lab_server.tgz, written aside and renamed (a cut run keeps the last pack)."""
+PART_BYTES = 15 << 20      # what comes back from a leased machine: files of at most 16 MiB, 8 of them
+
+
+def pack(args) -> list:
+    """The work folder into $OUT/lab_server.tgz, written aside and renamed (a cut run keeps the last pack);
+    a pack over :data:`PART_BYTES` is split into lab_server.tgz.00, .01, ... (``cat lab_server.tgz.* >
+    lab_server.tgz`` joins them). Returns the files written."""
     tmp = os.path.join(args.out, "lab_server.tgz.tmp")
     with tarfile.open(tmp, "w:gz") as tar:
         tar.add(args.work, arcname="lab_server")
-    os.replace(tmp, os.path.join(args.out, "lab_server.tgz"))
+    for old in os.listdir(args.out):
+        if old.startswith("lab_server.tgz") and old != "lab_server.tgz.tmp":
+            os.remove(os.path.join(args.out, old))
+    if os.path.getsize(tmp) <= PART_BYTES:
+        os.replace(tmp, os.path.join(args.out, "lab_server.tgz"))
+        return ["lab_server.tgz"]
+    names = []
+    with open(tmp, "rb") as f:
+        while True:
+            chunk = f.read(PART_BYTES)
+            if not chunk:
+                break
+            names.append(f"lab_server.tgz.{len(names):02d}")
+            with open(os.path.join(args.out, names[-1]), "wb") as part:
+                part.write(chunk)
+    os.remove(tmp)
+    return names
+
+
+def earlier_records(args) -> list:
+    """The steps of earlier calls into the same work folder (a run split with --only), for steps.json."""
+    try:
+        with open(os.path.join(args.work, "steps.json")) as f:
+            return list(json.load(f).get("steps") or [])
+    except (OSError, ValueError):
+        return []
 
 
 def write_steps(args, records: list, meta: dict) -> None:
@@ -296,6 +329,8 @@ def parse(argv):
                    "GPUs plans for 8)")
     p.add_argument("--topo-file", help="plan from this topology (text or a reference/topologies JSON)")
     p.add_argument("--python", default=os.environ.get("PYTHON") or sys.executable)
+    p.add_argument("--deadline", type=float, help="seconds this call may take: a step whose estimate does not fit "
+                   "what is left is skipped (recorded so), and each step's timeout is cut to what is left")
     p.add_argument("--dry-run", action="store_true", help="print every step's command and estimate; run nothing")
     p.add_argument("--record-topology", metavar="PATH", help=argparse.SUPPRESS)
     p.add_argument("--combine-allreduce", nargs=2, metavar=("RESULTS", "NAME"), help=argparse.SUPPRESS)
@@ -330,10 +365,23 @@ def main(argv=None) -> int:
         return 2
     os.makedirs(os.path.join(args.work, "results"), exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
-    records, meta = [], {"machine": label, "name": name, "gpus": gpus, "pairs": facts, "allow_nvls": args.allow_nvls}
+    meta = {"machine": label, "name": name, "gpus": gpus, "pairs": facts, "allow_nvls": args.allow_nvls}
+    mine = {s["name"] for s in steps}
+    records = [r for r in earlier_records(args) if r.get("name") not in mine]
+    start = time.monotonic()
     with open(os.path.join(args.out, "lab_server.txt"), "a") as log:
         say(head, log)
         for s in steps:
+            left = None if args.deadline is None else args.deadline - (time.monotonic() - start)
+            if left is not None and (left < s["est"] or left < 10):
+                rec = {"name": s["name"], "command": shown(s), "status": "skipped", "rc": None, "seconds": 0.0,
+                       "why": f"{left:.0f} s left of --deadline, the step is estimated at {s['est']:.0f} s"}
+                records.append(rec)
+                say(f"[{s['name']}] skipped: {rec['why']}", log)
+                write_steps(args, records, meta)
+                continue
+            if left is not None:
+                s = dict(s, timeout=int(min(s["timeout"], left)))
             if s["note"]:
                 say(f"# {s['note']}", log)
             say(f"[{s['name']}] start (timeout {s['timeout']} s): {shown(s)}", log)
@@ -343,7 +391,7 @@ def main(argv=None) -> int:
                 log)
             write_steps(args, records, meta)
             pack(args)
-        bad = [r["name"] for r in records if r["status"] != "done"]
+        bad = [r["name"] for r in records if r["name"] in mine and r["status"] != "done"]
         say("gpu_lab_server: done; " + (f"not done: {', '.join(bad)}" if bad else "every step done"), log)
     return 1 if bad else 0
 
