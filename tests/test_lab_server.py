@@ -43,6 +43,9 @@ def test_nvls_is_off_in_every_step_unless_allowed_and_there_is_a_switch():
     steps, args = planned("--allow-nvls")
     on = [n for n, s in steps.items() if env_of(s, args)["NCCL_NVLS_ENABLE"] != "0"]
     assert on == ["allreduce-default-nvls-on"]
+    # PyTorch's and NVSHMEM's multicast stay off in every step, the NVLS one too
+    assert all(env_of(s, args)["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" == env_of(s, args)["NVSHMEM_DISABLE_NVLS"]
+               for s in steps.values())
     steps, args = planned("--allow-nvls", topo="dgx1-v100")      # no NVSwitch: no NVLS step
     assert all(env_of(s, args)["NCCL_NVLS_ENABLE"] == "0" for s in steps.values())
 

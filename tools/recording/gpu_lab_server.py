@@ -25,8 +25,10 @@ gpu_setup.sh, Horovod where no wheel imports; it edits nothing in the checkout. 
   nbval-all, nbval-2  every notebook under nbval with all GPUs visible, then with CUDA_VISIBLE_DEVICES
                       naming two (gpu_nbval.sh)
 
-NVLink multicast stays off (NCCL_NVLS_ENABLE=0 in every step) unless --allow-nvls is given: the shared
-machines must not use it. Results: the work folder (--work, default /tmp/ddlab-lab-server, outside OUT)
+NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1
+in every step); --allow-nvls turns NCCL's NVLS on for one extra sweep of the default path, and only where
+the GPUs meet in an NVSwitch. Never give it on a shared machine: multicast there can put the host's GPUs
+out of service for others. Results: the work folder (--work, default /tmp/ddlab-lab-server, outside OUT)
 is packed after every step into $OUT/lab_server.tgz; $OUT/steps.json says each step's status, exit code,
 seconds and command, and $OUT/lab_server.txt holds what the script printed: three files (a pack over
 15 MiB is split into lab_server.tgz.00, .01, ...; cat them back into one). A run split over several
@@ -101,7 +103,8 @@ def base_env(args) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(ROOT, "source_code") + (os.pathsep + env["PYTHONPATH"]
                                                              if env.get("PYTHONPATH") else "")
-    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", PYTHONUNBUFFERED="1")
+    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
+               PYTHONUNBUFFERED="1")
     return env
 
 
@@ -142,7 +145,7 @@ def plan(args, gpus: int, facts: dict, name: str) -> list:
                                                         "--max-bytes", "1G", "--timeout", "400", "--log-dir",
                                                         os.path.join(nccl_dir, "nvls-on"), "--out",
                                                         os.path.join(res, f"allreduce_default_nvls-on_{name}.json")],
-                          480, 100, env={"NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": None},
+                          480, 100, env={"NCCL_NVLS_ENABLE": "1"},
                           note="NVLS on (--allow-nvls, the GPUs meet in an NVSwitch): the default path only"))
     steps.append(step("allreduce-combine", [py, os.path.abspath(__file__), "--combine-allreduce", res, name], 60, 2,
                       note=("NVLS stays off: " + ("--allow-nvls not given" if not args.allow_nvls else
@@ -319,8 +322,9 @@ def parse(argv):
     p.add_argument("--out", default=os.environ.get("OUT") or os.path.join(os.getcwd(), "lab_out"),
                    help="where the three files go (default $OUT, else ./lab_out)")
     p.add_argument("--work", default="/tmp/ddlab-lab-server", help="the work folder (packed into OUT)")
-    p.add_argument("--allow-nvls", action="store_true", help="also sweep the default path with NVLS on where "
-                   "the GPUs meet in an NVSwitch (off by default: NCCL_NVLS_ENABLE=0 everywhere)")
+    p.add_argument("--allow-nvls", action="store_true", help="also sweep the default path with NCCL's NVLS on "
+                   "where the GPUs meet in an NVSwitch (off by default: NCCL_NVLS_ENABLE=0 everywhere). Only on a "
+                   "machine of your own: on a shared one multicast can put the GPUs out of service for others")
     p.add_argument("--only", type=lambda t: t.split(","), help="run only these steps (a prefix names a group: "
                    "scaling, allreduce, nbval, scaling-ddp)")
     p.add_argument("--skip", type=lambda t: t.split(","), help="leave these steps out")
