@@ -65,3 +65,32 @@ def test_one_gpu_has_no_pair():
     assert gpu_pairs.facts(topo)["level_pair"] is None
     with pytest.raises(ValueError):
         gpu_pairs.level_pair(topo)
+
+
+def test_the_live_topology_keeps_the_gpus_cuda_visible_devices_names(monkeypatch):
+    """On 8 GPUs with two named, the pairs a notebook may pick from are of those two, numbered as
+    nvidia-smi numbers them (what a child's CUDA_VISIBLE_DEVICES then names)."""
+    from ddlab.system import hardware
+    from ddlab.system.topology_ranking import ranked_pairs
+    topo = recorded("dgx1-v100")
+    inv = hardware.Inventory(gpus=[hardware.GPU(index=i, name="Tesla V100-SXM2-16GB") for i in range(8)])
+    assert gpu_pairs.visible_topology(topo, None, inv) is topo or "CUDA_VISIBLE_DEVICES" in os.environ
+    two = gpu_pairs.visible_topology(topo, "5,0", inv)
+    assert two.gpus == [0, 5] and two.pairs() == [(0, 5)] and two.link(0, 5).label == topo.link(0, 5).label
+    assert [g.pairs for g in ranked_pairs(two)] == [[(0, 5)]]
+    assert len(two.nics) == len(topo.nics) and "GPU3" not in str(two.matrix_table())
+    four = gpu_pairs.visible_topology(topo, "0,1,2,3", inv)
+    assert four.gpus == [0, 1, 2, 3] and len(four.pairs()) == 6
+    assert gpu_pairs.visible_topology(topo, "MIG-abc", inv).gpus == topo.gpus      # cannot place it: all kept
+
+
+def test_the_topology_part_of_a_notebook_shows_the_visible_gpus(monkeypatch):
+    from ddlab.course import mode
+    from ddlab.system import hardware, policy
+    topo = recorded("dgx-a100")
+    monkeypatch.setattr(Topology, "from_system", classmethod(lambda cls: recorded("dgx-a100")))
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory(
+        gpus=[hardware.GPU(index=i, name="NVIDIA A100-SXM4-40GB") for i in range(8)]))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,6")
+    shown = mode.live_or_recorded("topology", machine=policy.Machine(gpus=2, label="8x NVIDIA A100-SXM4-40GB, NV12"))
+    assert shown.live and shown.value.gpus == [2, 6] and len(topo.gpus) == 8

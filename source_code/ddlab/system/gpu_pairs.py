@@ -15,6 +15,7 @@ not hold for another:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Optional
@@ -66,6 +67,40 @@ def nvswitch_like(topo: Topology) -> bool:
     are all joined directly, with as many links per pair, reads the same: NCCL then finds no NVLS, and an
     NVLS-on sweep reads as the NVLS-off one, its NCCL log saying no NVLS was set up.)"""
     return len(topo.gpus) > 2 and uniform_nvlink(topo)
+
+
+def restrict(topo: Topology, gpus) -> Topology:
+    """``topo`` with only the GPUs ``gpus`` (their indices as ``nvidia-smi topo -m`` numbers them, kept),
+    and every NIC; the raw ``text`` stays the whole matrix."""
+    keep = {f"GPU{int(g)}" for g in gpus}
+    unknown = keep - set(topo.devices)
+    if unknown:
+        raise ValueError(f"no {', '.join(sorted(unknown))} in this topology (GPUs: {topo.gpus})")
+    gpu_columns = {f"GPU{g}" for g in topo.gpus}
+    devices = [d for d in topo.devices if d in keep or d not in gpu_columns]
+    return dataclasses.replace(topo, devices=devices,
+                               links={k: v for k, v in topo.links.items() if k[0] in devices and k[1] in devices},
+                               extras={k: v for k, v in topo.extras.items() if k in devices},
+                               gpu_names={g: n for g, n in topo.gpu_names.items() if f"GPU{g}" in keep},
+                               warnings=list(topo.warnings))
+
+
+def visible_topology(topo: Topology, value: Optional[str] = None, inventory=None) -> Topology:
+    """This machine's topology as the GPUs CUDA may use see it: under ``CUDA_VISIBLE_DEVICES`` (``value``;
+    default the environment's) only the GPUs it names, with their ``nvidia-smi`` numbers, so that a pair
+    picked from it is one of them (on 8 GPUs with two named, a pair experiment then runs on those two,
+    not on GPUs the learner hid). Unchanged when the variable is not set or names a GPU the inventory
+    cannot place (a MIG UUID)."""
+    import os
+    from ddlab.system import hardware
+    value = os.environ.get("CUDA_VISIBLE_DEVICES") if value is None else value
+    if value is None:
+        return topo
+    inv = inventory or hardware.inventory(software=False)
+    seen = hardware.visible_gpus(value, inv.gpus, os.environ.get("CUDA_DEVICE_ORDER")).gpus
+    if any(g is None for g in seen) or any(g.index not in topo.gpus for g in seen):
+        return topo
+    return restrict(topo, [g.index for g in seen])
 
 
 def facts(topo: Topology) -> dict:
