@@ -132,3 +132,22 @@ def test_capturing_an_nccl_log_on_more_gpus_than_are_visible_stops_before_launch
     with pytest.raises(RuntimeError) as exc:
         nccl_capture.capture_allreduce_log(nproc=4)
     assert "2" in str(exc.value) and "8" in str(exc.value)
+
+
+def test_the_report_topology_on_two_of_eight_gpus_is_of_those_two(monkeypatch, tmp_path):
+    import json
+    import os
+    from ddlab.system.topology import Topology
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "source_code", "reference", "topologies", "dgx1-v100.json")) as f:
+        rec = json.load(f)
+    monkeypatch.setattr(Topology, "from_system", classmethod(lambda cls: Topology.from_dict(rec)))
+    monkeypatch.setattr(hardware, "inventory", lambda **kw: inventory(8))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,5")
+    ctx = Context(str(tmp_path), machine(2), report_plan.plan(machine(2), numa_nodes=1))
+    monkeypatch.setattr(ctx, "save_plot", lambda fig, name: name)
+    d = report_steps._topology(ctx)
+    assert d["topology"]["gpus"] == [0, 5] and list(d["best_subsets"]) == ["2"]
+    # the link peaks of the two measured GPUs, as the p2p and all-reduce steps read them (2 x 2)
+    peaks = report_steps.link_peaks(d["topology"], ["Tesla V100-SXM2-16GB"] * 2)
+    assert peaks is not None and len(peaks) == 2

@@ -48,11 +48,15 @@ def _topology(ctx: Context) -> dict:
         if not decision.live:
             raise Skip(f"{decision.why}, so there is no nvidia-smi topo -m to read "
                        "(pass --topo-file FILE to read a saved one)")
+        from ddlab.system import gpu_pairs
         try:
-            topo = topology.Topology.from_system()
+            whole = topology.Topology.from_system()
         except topology.NoGPUError as exc:
             raise Skip(str(exc).split(" To explore")[0]) from None
-        source = "nvidia-smi topo -m on this machine"
+        topo = gpu_pairs.visible_topology(whole)      # the GPUs the other steps measure
+        source = "nvidia-smi topo -m on this machine" + (
+            f", the {len(topo.gpus)} of its {len(whole.gpus)} GPUs CUDA_VISIBLE_DEVICES names"
+            if len(topo.gpus) < len(whole.gpus) else "")
     d = topology_data(topo)
     d["source"] = source
     if len(topo.gpus) >= 1:

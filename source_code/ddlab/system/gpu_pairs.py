@@ -15,7 +15,6 @@ not hold for another:
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from typing import Optional
@@ -70,19 +69,8 @@ def nvswitch_like(topo: Topology) -> bool:
 
 
 def restrict(topo: Topology, gpus) -> Topology:
-    """``topo`` with only the GPUs ``gpus`` (their indices as ``nvidia-smi topo -m`` numbers them, kept),
-    and every NIC; the raw ``text`` stays the whole matrix."""
-    keep = {f"GPU{int(g)}" for g in gpus}
-    unknown = keep - set(topo.devices)
-    if unknown:
-        raise ValueError(f"no {', '.join(sorted(unknown))} in this topology (GPUs: {topo.gpus})")
-    gpu_columns = {f"GPU{g}" for g in topo.gpus}
-    devices = [d for d in topo.devices if d in keep or d not in gpu_columns]
-    return dataclasses.replace(topo, devices=devices,
-                               links={k: v for k, v in topo.links.items() if k[0] in devices and k[1] in devices},
-                               extras={k: v for k, v in topo.extras.items() if k in devices},
-                               gpu_names={g: n for g, n in topo.gpu_names.items() if f"GPU{g}" in keep},
-                               warnings=list(topo.warnings))
+    """``topo`` with only the GPUs ``gpus`` (:meth:`ddlab.system.topology.Topology.only`)."""
+    return topo.only(gpus)
 
 
 def visible_topology(topo: Topology, value: Optional[str] = None, inventory=None) -> Topology:
