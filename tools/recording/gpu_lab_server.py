@@ -125,7 +125,9 @@ def plan(args, gpus: int, facts: dict, name: str) -> list:
              step("pairs", f"{shlex.quote(py)} -m ddlab.system.gpu_pairs > {shlex.quote(os.path.join(res, 'pairs.json'))}",
                   120, 3, shell=True)]
     report = os.path.join(W, "report")
-    steps.append(step("report", [py, "-m", "ddlab", "report", "--out", report], 1800, 600 if gpus > 4 else 560))
+    # --resume: a call that finds the report folder of an earlier call of a split run keeps its finished steps
+    steps.append(step("report", [py, "-m", "ddlab", "report", "--out", report, "--resume"], 1800,
+                      600 if gpus > 4 else 560))
     steps.append(step("report-compare", [py, "-m", "ddlab", "report", "--out", report, "--resume", "--compare",
                                          COMPARE_WITH], 600, 30))
     steps.append(step("topology", f"nvidia-smi topo -m > {shlex.quote(os.path.join(res, 'topo.txt'))} 2>&1; "
