@@ -228,7 +228,7 @@ def run_step(s: dict, args, log) -> dict:
     return rec
 
 
-PART_BYTES = 15 << 20      # what comes back from a leased machine: files of at most 16 MiB, 8 of them
+PART_BYTES = 15 << 20      # parts small enough to copy off the GPU machine one by one (at most 16 MiB each)
 
 
 def pack(args) -> list:
