@@ -130,7 +130,8 @@ def _result(base: RunSpec, mode: str, many: list, path: str, paths: list, got: d
         r["mode"] = mode
     notes = [f"{mode} scaling: speedup = images/s over the plain one-GPU run (no wrapper, one process) at the "
              + ("same batch per GPU" if mode == "weak" else "same global batch")
-             + "; the wrapper with one worker is its own row; efficiency = speedup / GPUs",
+             + f"; rows: the plain run, then {base.launcher} on 1 worker (the wrapper's own cost), then "
+             + ", ".join(map(str, many)) + " workers; efficiency = speedup / GPUs",
              interleaved_note(rounds, "the plain run, the one-worker wrapper and every worker count on every path")]
     if rounds < base.repeats:
         notes.append(f"partial: {rounds} of {base.repeats} rounds ran")
