@@ -10,11 +10,6 @@ from ddlab.training.runspec import RunSpec, RunSpecError
 from _experiment_fakes import FakeLaunches, script_result
 
 
-def fake_round(ips_by_key):
-    """One round's outcomes in the sweep's launch order: plain, wrapper 1, then each (workers, path)."""
-    return [script_result(ips, workers=w, batch_per_worker=b) for (w, b), ips in ips_by_key]
-
-
 def test_weak_sweep_on_eight_gpus_interleaves_and_divides_by_the_plain_run(monkeypatch, tmp_path):
     base = RunSpec.for_device("cuda", "cnn", launcher="ddp", repeats=3)
     order = [(1, 1), (1, 1)] + [(w, 1) for w in (2, 4, 8) for _ in ("default", "shm")]
@@ -24,7 +19,8 @@ def test_weak_sweep_on_eight_gpus_interleaves_and_divides_by_the_plain_run(monke
                      zip(order, [1000, 900, 1900, 1000, 3800, 1500, 7600, 1700])]
     fake = FakeLaunches(*outcomes)
     monkeypatch.setattr(data, "require", lambda: str(tmp_path))
-    monkeypatch.setattr(runs.launch, "run", lambda argv, nproc, **kw: nprocs.append(nproc) or fake(argv, nproc=nproc, **kw))
+    monkeypatch.setattr(runs.launch, "run",
+                        lambda argv, nproc, **kw: nprocs.append(nproc) or fake(argv, nproc=nproc, **kw))
     partials = []
     got = gpu_scaling.scaling_sweep(base, workers=(1, 2, 4, 8), mode="weak", paths=("default", "shm"),
                                     partial=partials.append)

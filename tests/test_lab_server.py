@@ -76,7 +76,8 @@ def test_every_step_has_a_timeout_and_nbval_runs_with_all_and_with_two_gpus():
     assert all(s["timeout"] > 0 for s in steps.values())
     assert "CUDA_VISIBLE_DEVICES" not in steps["nbval-all"]["env"]
     assert len(steps["nbval-2"]["env"]["CUDA_VISIBLE_DEVICES"].split(",")) == 2
-    assert steps["report-compare"]["argv"][-2:] == ["--compare", "h200x2"] and "--resume" in steps["report-compare"]["argv"]
+    compare = steps["report-compare"]["argv"]
+    assert compare[-2:] == ["--compare", "h200x2"] and "--resume" in compare
     assert list(steps).index("report") < list(steps).index("report-compare")
 
 
@@ -148,11 +149,11 @@ def test_adopt_results_takes_a_lab_servers_files_home_and_checks_their_machine_t
     assert home[f"reference_allreduce_{tag}.json"] == os.path.join("allreduce", f"{tag}.json")
     assert home[f"scaling-torch-ddp-cnn-weak-default-{tag}.json"] == os.path.join(
         "experiments", f"scaling-torch-ddp-cnn-weak-default-{tag}.json")
-    assert [n for n, s in steps.items() if s[2] == "refuse"] == ["scaling-torch-horovod-cnn-strong-shm-8xh200-nv18.json"]
+    mislabelled = "scaling-torch-horovod-cnn-strong-shm-8xh200-nv18.json"
+    assert [n for n, s in steps.items() if s[2] == "refuse"] == [mislabelled]
     assert all(s[2] == "new" for n, s in steps.items() if "horovod" not in n)
     assert adopt.main([str(res)]) == 1
-    assert (ref / "p2p" / f"{tag}.json").exists() and not (ref / "experiments" /
-                                                           "scaling-torch-horovod-cnn-strong-shm-8xh200-nv18.json").exists()
+    assert (ref / "p2p" / f"{tag}.json").exists() and not (ref / "experiments" / mislabelled).exists()
     # names without a tag (the course's older files), and tags that agree, pass the check
     assert adopt.tag_mismatch("h200x2.json", eight) == "" and adopt.tag_mismatch(f"p2p_{tag}.json", eight) == ""
     assert adopt.tag_mismatch("reference_allreduce_2xh100-80gb-hbm3-nv18.json", four)

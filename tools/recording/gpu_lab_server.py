@@ -120,10 +120,11 @@ def plan(args, gpus: int, facts: dict, name: str) -> list:
     """Every step of the run, in order (the module docstring says what each does)."""
     py, W = args.python, args.work
     res = os.path.join(W, "results")
-    steps = [step("doctor", f"{shlex.quote(py)} -m ddlab doctor --json > {shlex.quote(os.path.join(res, 'doctor.json'))}",
-                  300, 10, shell=True),
-             step("pairs", f"{shlex.quote(py)} -m ddlab.system.gpu_pairs > {shlex.quote(os.path.join(res, 'pairs.json'))}",
-                  120, 3, shell=True)]
+    q = shlex.quote
+    steps = [step("doctor", f"{q(py)} -m ddlab doctor --json > {q(os.path.join(res, 'doctor.json'))}", 300, 10,
+                  shell=True),
+             step("pairs", f"{q(py)} -m ddlab.system.gpu_pairs > {q(os.path.join(res, 'pairs.json'))}", 120, 3,
+                  shell=True)]
     report = os.path.join(W, "report")
     # --resume: a call that finds the report folder of an earlier call of a split run keeps its finished steps
     steps.append(step("report", [py, "-m", "ddlab", "report", "--out", report, "--resume"], 1800,
@@ -353,7 +354,8 @@ def main(argv=None) -> int:
     if args.dry_run and not gpus:
         gpus = 8
     facts = facts_of(args)
-    label, name = ("(dry run)", f"{gpus}x-dry-run") if args.dry_run and not os.environ.get("NAME") else machine_name(args)
+    dry = args.dry_run and not os.environ.get("NAME")
+    label, name = ("(dry run)", f"{gpus}x-dry-run") if dry else machine_name(args)
     steps = pick(plan(args, gpus, facts, name), args.only, args.skip)
     total = sum(s["est"] for s in steps)
     head = (f"gpu_lab_server: {len(steps)} step(s) on {label} ({gpus} GPUs, file names {name}); NVLS "
@@ -393,8 +395,8 @@ def main(argv=None) -> int:
             say(f"[{s['name']}] start (timeout {s['timeout']} s): {shown(s)}", log)
             rec = run_step(s, args, log)
             records.append(rec)
-            say(f"[{s['name']}] {rec['status']} in {rec['seconds']} s" + (f" (exit {rec['rc']})" if rec.get("rc") else ""),
-                log)
+            say(f"[{s['name']}] {rec['status']} in {rec['seconds']} s"
+                + (f" (exit {rec['rc']})" if rec.get("rc") else ""), log)
             write_steps(args, records, meta)
             pack(args)
         bad = [r["name"] for r in records if r["name"] in mine and r["status"] != "done"]

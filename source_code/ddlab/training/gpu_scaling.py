@@ -142,7 +142,8 @@ def _result(base: RunSpec, mode: str, many: list, path: str, paths: list, got: d
                      "code path, not what GPUs would do")
     others = [p for p in paths if p != path]
     if others:
-        notes.append(f"the one-GPU rows are shared with path(s) {', '.join(others)} of the same sweep (their own files)")
+        notes.append(f"the one-GPU rows are shared with path(s) {', '.join(others)} of the same sweep "
+                     "(their own files)")
     name = "scaling" if mode == "weak" else "strong-scaling"
     first = all_runs[0] if all_runs else {}
     global_batches = sorted({r["global_batch"] for r in rows if r.get("global_batch")})
