@@ -214,3 +214,12 @@ def test_a_large_pack_comes_back_in_parts_that_join(monkeypatch, tmp_path):
     with tarfile.open(joined) as tar:
         assert tar.extractfile("lab_server/big.bin").read() == (work / "big.bin").read_bytes()
     assert lab.pack(lab.parse(["--out", str(out), "--work", str(tmp_path / "work")])) == names   # parts replaced
+
+
+def test_a_machine_of_two_gpu_models_counts_both_groups_of_its_tag():
+    spec = importlib.util.spec_from_file_location("adopt_results", os.path.join(ROOT, "tools", "recording",
+                                                                                "adopt_results.py"))
+    adopt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adopt)
+    name = "scaling-torch-ddp-cnn-weak-default-2xh100-80gb-hbm3-2xa100-pcie-40gb-nv4-sys.json"
+    assert adopt.tag_mismatch(name, {"gpu_count": 4}) == "" and adopt.tag_mismatch(name, {"gpu_count": 2})

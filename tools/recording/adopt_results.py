@@ -53,7 +53,7 @@ PENDING = os.path.join(ROOT, "tools", "recording", "pending")
 # allreduce/<NAME>-levels.json, p2p_<NAME>.json -> p2p/<NAME>.json, topology_<NAME>.json -> topologies/<NAME>.json
 MACHINE_FILES = (("levels_", "allreduce", "-levels"), ("p2p_", "p2p", ""), ("topology_", "topologies", ""))
 # A machine's file tag in a name (e.g. 4xh200-nv18): the GPU count the file must have been recorded with.
-MACHINE_TAG = re.compile(r"(?<![a-z0-9])(\d+)x[a-z][a-z0-9]*")
+MACHINE_TAG = re.compile(r"(?<![a-z0-9])(\d+)x[a-z]")
 EXPERIMENT_PREFIXES = ("nccl-paths-", "scaling-", "strong-scaling-", "tuning-", "one-gpu-", "perf-options-",
                        "wrapper-cost-", "input-pipeline-", "convergence-torch-")
 
@@ -81,11 +81,11 @@ def home_of(name: str, reference: str = None, pending: str = None):
 def tag_mismatch(name: str, prov: dict) -> str:
     """Why a file named for a machine of N GPUs (``4xh200-nv18`` in its name) does not come from one: its
     provenance counts another number of GPUs; "" when it does, or the name carries no such tag."""
-    tag = MACHINE_TAG.search(name)
+    tags = MACHINE_TAG.findall(name)          # a machine of two models has two: 2xh100-...-2xa100-...
     count = prov.get("gpu_count")
-    if tag is None or count is None or int(tag.group(1)) == int(count):
+    if not tags or count is None or sum(map(int, tags)) == int(count):
         return ""
-    return (f"its name is of a machine of {tag.group(1)} GPUs ({tag.group(0)}) and it was recorded on "
+    return (f"its name is of a machine of {sum(map(int, tags))} GPUs and it was recorded on "
             f"{provenance.machine_of(prov)} ({count} GPUs)")
 
 
