@@ -56,6 +56,8 @@ def test_capture_runs_the_smoke_all_reduce_under_torchrun(monkeypatch):
     from ddlab.measure import launch
     monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory(gpus=[hardware.GPU(0, "g"),
                                                                                    hardware.GPU(1, "g")]))
+    from ddlab.system import frameworks
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)     # both usable by PyTorch
     calls = []
 
     def fake_run(argv, **kw):

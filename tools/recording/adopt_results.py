@@ -8,6 +8,8 @@ file there goes to its home:
 
 * ``convergence-point-*.json``            -> tools/recording/pending/ (a sweep still in progress)
 * ``reference_allreduce_<NAME>.json``     -> source_code/reference/allreduce/<NAME>.json
+* ``levels_<NAME>.json``                  -> source_code/reference/allreduce/<NAME>-levels.json
+* ``p2p_<NAME>.json``, ``topology_<NAME>.json`` -> source_code/reference/p2p/, topologies/ (gpu_lab_server.py)
 * ``step-<model>[-bN].json``              -> source_code/reference/profiles/
 * every other recording of an experiment  -> source_code/reference/experiments/ (nccl-paths-, scaling-,
   strong-scaling-, tuning-, one-gpu-, perf-options-, wrapper-cost-, input-pipeline-, convergence-torch-)
@@ -27,12 +29,15 @@ strong-scaling recordings of one JOB with different global batches (a JOB cut sh
 names each part's batches and date, and each part's order of repeats where they differ). A strong-scaling
 recording that would replace one holding global batches it lacks, and cannot be joined to it, is not
 copied (named, exit 1): nothing recorded is dropped. Every copy is written to a temporary file, then renamed.
-Files of other kinds (logs, tasks.txt, partial convergence parts) stay where they are.
+A file whose name carries a machine's tag (``4xh200-nv18``, as gpu_lab_server.py and record_scaling.py
+name theirs) is copied only when its provenance counts that many GPUs. Files of other kinds (logs,
+tasks.txt, partial convergence parts) stay where they are.
 """
 import argparse
 import datetime
 import glob
 import os
+import re
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -44,6 +49,11 @@ from ddlab.training import recording, recording_sets  # noqa: E402
 
 REFERENCE = os.path.join(ROOT, "source_code", "reference")
 PENDING = os.path.join(ROOT, "tools", "recording", "pending")
+# (file name prefix, home folder under reference/, suffix of the home's name): levels_<NAME>.json ->
+# allreduce/<NAME>-levels.json, p2p_<NAME>.json -> p2p/<NAME>.json, topology_<NAME>.json -> topologies/<NAME>.json
+MACHINE_FILES = (("levels_", "allreduce", "-levels"), ("p2p_", "p2p", ""), ("topology_", "topologies", ""))
+# A machine's file tag in a name (e.g. 4xh200-nv18): the GPU count the file must have been recorded with.
+MACHINE_TAG = re.compile(r"(?<![a-z0-9])(\d+)x[a-z]")
 EXPERIMENT_PREFIXES = ("nccl-paths-", "scaling-", "strong-scaling-", "tuning-", "one-gpu-", "perf-options-",
                        "wrapper-cost-", "input-pipeline-", "convergence-torch-")
 
@@ -58,11 +68,25 @@ def home_of(name: str, reference: str = None, pending: str = None):
         return os.path.join(pending, name)
     if name.startswith("reference_allreduce_"):
         return os.path.join(reference, "allreduce", name[len("reference_allreduce_"):])
+    for prefix, kind, suffix in MACHINE_FILES:      # gpu_lab_server.py's files, named after the machine
+        if name.startswith(prefix) and len(name) > len(prefix) + len(".json"):
+            return os.path.join(reference, kind, name[len(prefix):-len(".json")] + suffix + ".json")
     if name.startswith("step-"):
         return os.path.join(reference, "profiles", name)
     if name.startswith(EXPERIMENT_PREFIXES):
         return os.path.join(reference, "experiments", name)
     return None
+
+
+def tag_mismatch(name: str, prov: dict) -> str:
+    """Why a file named for a machine of N GPUs (``4xh200-nv18`` in its name) does not come from one: its
+    provenance counts another number of GPUs; "" when it does, or the name carries no such tag."""
+    tags = MACHINE_TAG.findall(name)          # a machine of two models has two: 2xh100-...-2xa100-...
+    count = prov.get("gpu_count")
+    if not tags or count is None or sum(map(int, tags)) == int(count):
+        return ""
+    return (f"its name is of a machine of {sum(map(int, tags))} GPUs and it was recorded on "
+            f"{provenance.machine_of(prov)} ({count} GPUs)")
 
 
 def _provenance(path: str) -> dict:
@@ -121,6 +145,10 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
         here = _provenance(src)           # read first: a truncated result is never copied
         if not here:
             out.append((src, home, "refuse", "it has no provenance (which machine, software and command made it)"))
+            continue
+        wrong = tag_mismatch(os.path.basename(src), here)
+        if wrong:
+            out.append((src, home, "refuse", wrong))
             continue
         inside = _already_in(src, home, reference or REFERENCE)
         if inside:

@@ -63,8 +63,17 @@ done
 
 # 3. The NCCL_P2P_LEVEL sweep of notebook 4: one 256 MiB all-reduce under each level, with NCCL's log
 #    (the transport it chose). About 65 s on 2x NVIDIA H200, NV18.
-timeout 200 "$PY" -m ddlab allreduce --paths LOC,NVL,PIX,PXB,PHB,SYS --min-bytes 256M --max-bytes 256M \
-    --nccl-debug --timeout 60 --out "$OUT/levels_$NAME.json" | tee "$OUT/levels.txt" \
+#    On more than two GPUs it runs on one pair (each level acts per pair): the farthest pair, where the
+#    levels differ, else GPUs 0 and 1 (ddlab.system.gpu_pairs says which, and why, in one line).
+PAIR_ENV=()
+if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())' || echo 0)" -gt 2 ]; then
+  read -r PAIR PAIR_WHY < <("$PY" -m ddlab.system.gpu_pairs | "$PY" -c 'import json,sys; d=json.load(sys.stdin)
+p=d.get("level_pair") or [0, 1]; print(f"{p[0]},{p[1]}", d.get("level_pair_why", ""))') || true
+  echo "level sweep on GPUs ${PAIR:-0,1}: $PAIR_WHY" | tee "$OUT/levels_pair.txt"
+  PAIR_ENV=(env "CUDA_VISIBLE_DEVICES=${PAIR:-0,1}")
+fi
+timeout 200 ${PAIR_ENV[@]+"${PAIR_ENV[@]}"} "$PY" -m ddlab allreduce --nproc 2 --paths LOC,NVL,PIX,PXB,PHB,SYS \
+    --min-bytes 256M --max-bytes 256M --nccl-debug --timeout 60 --out "$OUT/levels_$NAME.json" | tee "$OUT/levels.txt" \
     || { echo "gpu_allreduce.sh: NCCL_P2P_LEVEL sweep failed (exit $?)"; failed=1; }
 
 # 4. One file for source_code/reference/allreduce/, and the summary.

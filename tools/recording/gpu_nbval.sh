@@ -6,7 +6,8 @@
 # Needs nbval, ipykernel and ipywidgets importable (on a machine without a package registry:
 # source tools/recording/gpu_setup.sh first, with the wheels in .whl/). Writes $OUT/nbval-<name>.txt (pytest's output,
 # each line stamped with the seconds since the notebook started)
-# and $OUT/nbval.json (per notebook, kept across runs: seconds, exit status, date, GPUs, and the SHA-256
+# and $OUT/nbval.json (per notebook, kept across runs: seconds, exit status, date, GPUs (every GPU of the
+# machine; cuda_visible_devices says which the notebook saw where it was set), and the SHA-256
 # of the notebook file that ran, so a time is never held against a later version of the notebook:
 # ddlab.course.minutes.timing_is_current). Exit status: 0 when every notebook passed.
 set -u
@@ -32,7 +33,8 @@ except (OSError, ValueError):
     table = {}
 table[os.environ["NB"]] = {"seconds": float(os.environ["SECS"]), "exit": int(os.environ["RC"]),
                            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpus": os.environ["GPUS"],
-                           "sha256": minutes.file_sha256(os.environ["NB"])}
+                           "sha256": minutes.file_sha256(os.environ["NB"]),
+                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 with open(path + ".tmp", "w") as f:
     json.dump(table, f, indent=1)
 os.replace(path + ".tmp", path)

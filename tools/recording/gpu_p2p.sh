@@ -5,8 +5,9 @@
 #   OUT=/some/dir [LINK_PEAK=GBPS] [NAME=...] bash tools/recording/gpu_p2p.sh
 #
 # LINK_PEAK is the raw rate per direction in GB/s; by default the sum of GPU 0's NVLink rates
-# as `nvidia-smi nvlink --status` prints them (NV18 of 26.56 GB/s links: about 478), and left
-# out (no share-of-peak lines) on a machine without NVLink. NAME (file names) and DDLAB_MACHINE
+# as `nvidia-smi nvlink --status` prints them (NV18 of 26.56 GB/s links: about 478) where every GPU
+# pair has the same NVLink, and left out (no share-of-peak lines) elsewhere: without NVLink, or where
+# the pairs differ (a mesh of 4 or 8 GPUs), as no one figure is every pair's peak there. NAME (file names) and DDLAB_MACHINE
 # default to the hardware's own name (machine_name.sh). PYTHON is the interpreter for the ddlab
 # steps (needs numpy). Takes about a minute on 2 GPUs.
 # Exit status: 0 when every step did what it should (including the deliberately corrupted
@@ -18,7 +19,13 @@ PYTHON=${PYTHON:-python3}
 PY=$PYTHON
 export PYTHONPATH="$PWD/source_code${PYTHONPATH:+:$PYTHONPATH}"
 source tools/recording/machine_name.sh || exit 1
-if [ -z "${LINK_PEAK:-}" ]; then
+# The sum of GPU 0's NVLinks is one pair's peak only where every pair has the same NVLink (two GPUs, or
+# GPUs behind an NVSwitch); on a mesh (NV1/NV2 pairs) or a PCIe machine no one figure holds for every pair.
+UNIFORM=$("$PYTHON" -m ddlab.system.gpu_pairs 2>/dev/null | "$PYTHON" -c 'import json,sys; print(int(json.load(sys.stdin).get("uniform_nvlink", False)))' 2>/dev/null)
+LINK_PEAK=${LINK_PEAK:-}
+if [ -z "$LINK_PEAK" ] && [ "${UNIFORM:-0}" != 1 ]; then
+  echo "link peak: left out (the GPU pairs are not all the same NVLink; set LINK_PEAK to give one)"
+elif [ -z "$LINK_PEAK" ]; then
   # "Link 0: 26.562 GB/s" per active link of GPU 0; the sum is the raw rate per direction.
   LINK_PEAK=$(nvidia-smi nvlink --status -i 0 2>/dev/null | awk '/Link [0-9]+:/ {
       for (i = 1; i < NF; i++) if ($(i + 1) == "GB/s" && $i ~ /^[0-9.]+$/) s += $i }

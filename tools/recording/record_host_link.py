@@ -101,6 +101,15 @@ def training_part(which: str, a) -> dict:
     return {"status": "done", "files": [recording.save(res, os.path.join(a.out, name))]}
 
 
+def default_devices() -> list:
+    """Every GPU CUDA numbers here: NVML's GPUs under CUDA_VISIBLE_DEVICES (on a machine of 8 GPUs with two
+    named, CUDA devices 0 and 1, not 0 to 7); [0] without any, so the parts say why they are skipped."""
+    from ddlab.system import hardware
+    inv = hardware.inventory(software=False)
+    seen = hardware.visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), inv.gpus, os.environ.get("CUDA_DEVICE_ORDER"))
+    return list(range(max(1, len(seen.gpus))))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("out", help="folder for the results (made if missing)")
@@ -126,8 +135,7 @@ def main(argv=None) -> int:
     if a.devices:
         devices = _ints(a.devices)
     else:
-        from ddlab.system import hardware
-        devices = list(range(max(1, hardware.inventory(software=False).gpu_count)))
+        devices = default_devices()
     done, failed = {}, False
     for part in parts:
         t0 = time.monotonic()

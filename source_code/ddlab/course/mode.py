@@ -42,8 +42,9 @@ def _topology(live: bool, machine: Machine):
     from ddlab.system import topology
     from ddlab.system.topology_parse import TopologyParseError
     if live:
-        try:
-            return topology.Topology.from_system(), None
+        from ddlab.system import gpu_pairs
+        try:     # the GPUs CUDA_VISIBLE_DEVICES names, so a pair chosen from it is one this notebook may use
+            return gpu_pairs.visible_topology(topology.Topology.from_system()), None
         except TopologyParseError as exc:    # nvidia-smi printed something this parser cannot read
             raise NoGPUError("`nvidia-smi topo -m` printed a matrix this course cannot read: "
                              + str(exc).splitlines()[0]) from None

@@ -11,7 +11,7 @@ from typing import Optional
 
 from ddlab.base import files
 from ddlab.measure import launch
-from ddlab.system import hardware, nccl_log
+from ddlab.system import frameworks, hardware, nccl_log
 
 
 # The all-reduce that makes NCCL set up (and print) its connections is the smoke check
@@ -26,8 +26,10 @@ def capture_allreduce_log(env: Optional[dict] = None, nproc: int = 2, timeout: f
     Raises RuntimeError (before launching anything) when this machine has fewer GPUs, and
     ddlab.measure.launch.LaunchError when the run fails or hangs."""
     have = hardware.inventory(software=False).gpu_count
-    if have < nproc:
-        raise RuntimeError(f"capturing an NCCL log needs {nproc} GPUs; this machine has {have}. "
+    usable = frameworks.gpu_count("torch") if have >= nproc else have     # CUDA_VISIBLE_DEVICES applied
+    if usable < nproc:
+        where = f"this machine has {have}" if usable == have else f"PyTorch can use {usable} of this machine's {have}"
+        raise RuntimeError(f"capturing an NCCL log needs {nproc} GPUs; {where}. "
                            f"Parse a recorded log instead: ddlab nccl-log FILE")
     run_env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": None}
     run_env.update(env or {})

@@ -49,6 +49,28 @@ def single_link_peak(result: P2PResult, link_peak_gbps) -> Optional[float]:
     return float(vals.max()) if vals.size else None
 
 
+def _uneven(link_peak_gbps) -> bool:
+    """Whether a per-pair peak matrix holds more than one peak (a mesh of NV1/NV2 pairs, NVLink and PCIe)."""
+    if link_peak_gbps is None or np.isscalar(link_peak_gbps):
+        return False
+    vals = offdiag(np.asarray(link_peak_gbps, dtype=float))
+    return len({float(v) for v in vals[vals > 0]}) > 1
+
+
+def pair_peak(result: P2PResult, link_peak_gbps, src, dst) -> Optional[float]:
+    """The peak per direction of the link from GPU ``src`` to ``dst``: its entry of a per-pair matrix
+    where the pairs' peaks differ (on 4 or 8 GPUs the best pair's share is of its own link, not of the
+    fastest link of the machine), else :func:`single_link_peak`."""
+    if not _uneven(link_peak_gbps):
+        return single_link_peak(result, link_peak_gbps)
+    v = float(np.asarray(link_peak_gbps, dtype=float)[result.labels.index(src), result.labels.index(dst)])
+    return v if v > 0 else None
+
+
+def _whose(link_peak_gbps) -> str:
+    return "its link's" if _uneven(link_peak_gbps) else "the link's"
+
+
 def _matrix(m, labels=None) -> tuple:
     """(square float matrix, labels) from a matrix, a nested list or a :class:`P2PResult`
     (its unidirectional P2P-on table); ValueError naming what is wrong otherwise."""
@@ -253,10 +275,13 @@ def summary(result: P2PResult, link_peak_gbps=None) -> str:
     on, off = mats.get("uni_p2p_on"), mats.get("uni_p2p_off")
     if on is not None and (b := extreme(on, labels)):
         w = extreme(on, labels, best=False)
-        share = f" ({100 * b[0] / peak:.0f}% of the link's peak, {peak:g} GB/s per direction, as measured)" \
-            if peak else ""
-        s.append(f"Unidirectional with peer access: best {b[0]:.1f} GB/s (GPU {b[1]} -> {b[2]}), "
-                 f"worst {w[0]:.1f} GB/s (GPU {w[1]} -> {w[2]}){share}.")
+        peak = pair_peak(result, link_peak_gbps, b[1], b[2])
+        share = (f"{100 * b[0] / peak:.0f}% of {_whose(link_peak_gbps)} peak, {peak:g} GB/s per direction, "
+                 "as measured") if peak else ""
+        own = share if _uneven(link_peak_gbps) else ""      # the pairs' peaks differ: the share is the best pair's
+        s.append(f"Unidirectional with peer access: best {b[0]:.1f} GB/s (GPU {b[1]} -> {b[2]}"
+                 + (f", {own}" if own else "") + f"), worst {w[0]:.1f} GB/s (GPU {w[1]} -> {w[2]})"
+                 + (f" ({share})" if share and not own else "") + ".")
     if off is not None and offdiag(off).size:
         mean_off = float(offdiag(off).mean())
         s.append(f"Host-staged (P2P off): {mean_off:.1f} GB/s on average.")
@@ -269,6 +294,7 @@ def summary(result: P2PResult, link_peak_gbps=None) -> str:
                 s.append(f"Peer access is {ratio:.1f}x faster on average.")
     bi = mats.get("bi_p2p_on")
     if bi is not None and (b := extreme(bi, labels)):
+        peak = pair_peak(result, link_peak_gbps, b[1], b[2])
         share = f", {100 * b[0] / (2 * peak):.0f}% of the peak in both directions" if peak else ""
         s.append(f"Both directions at once: up to {b[0]:.1f} GB/s (GPU {b[1]} <-> {b[2]}{share}).")
     ce = [v for k, v in result.variants.items() if k.startswith("uni_p2p_on:ce")]

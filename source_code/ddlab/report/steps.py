@@ -48,11 +48,15 @@ def _topology(ctx: Context) -> dict:
         if not decision.live:
             raise Skip(f"{decision.why}, so there is no nvidia-smi topo -m to read "
                        "(pass --topo-file FILE to read a saved one)")
+        from ddlab.system import gpu_pairs
         try:
-            topo = topology.Topology.from_system()
+            whole = topology.Topology.from_system()
         except topology.NoGPUError as exc:
             raise Skip(str(exc).split(" To explore")[0]) from None
-        source = "nvidia-smi topo -m on this machine"
+        topo = gpu_pairs.visible_topology(whole)      # the GPUs the other steps measure
+        source = "nvidia-smi topo -m on this machine" + (
+            f", the {len(topo.gpus)} of its {len(whole.gpus)} GPUs CUDA_VISIBLE_DEVICES names"
+            if len(topo.gpus) < len(whole.gpus) else "")
     d = topology_data(topo)
     d["source"] = source
     if len(topo.gpus) >= 1:
@@ -192,8 +196,11 @@ def _training(ctx: Context) -> dict:
     res = experiments.nccl_path_comparison(device=pl.train_device, paths=pl.train_paths, workers=2, repeats=1)
     if pl.train_device == "cpu":
         res.notes.insert(0, "no 2 GPUs here: a small real run on 2 CPU processes with gloo")
+    elif pl.gpus > 2:      # the course's two-GPU comparison, so that --compare sets like beside like
+        res.notes.insert(0, f"run on GPUs 0 and 1 of this machine's {pl.gpus}, as the course's two-GPU comparison "
+                            "(tools/recording/record_scaling.py scales over all of them)")
     res.notes.append("each configuration run once (ddlab experiment nccl-paths repeats them for a median)")
-    d = {"result": res.to_dict(), "device": pl.train_device}
+    d = {"result": res.to_dict(), "device": pl.train_device, "workers": 2, "gpus": pl.gpus}
     ax = res.plot()
     d["plots"] = [ctx.save_plot(ax.figure, "training.png")]
     return d

@@ -106,7 +106,7 @@ def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[s
     from ddlab.system import hardware
     inv = inventory or hardware.inventory(horovod_check=False)
     names = sorted({g.name for g in inv.gpus})
-    return {
+    prov = {
         "machine": hardware_label(inv, machine or os.environ.get("DDLAB_MACHINE")),
         "gpu_model": ", ".join(names) if names else None,
         "gpu_count": inv.gpu_count,
@@ -123,6 +123,10 @@ def collect(command: Union[str, Sequence[str], None] = None, machine: Optional[s
         "ddlab_commit": _git_commit(),
         "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
     }
+    # On a machine of more than two GPUs a run often uses some of them: which, as CUDA numbered them.
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        prov["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return prov
 
 
 def run_provenance(command, torch_facts: bool = True) -> dict:

@@ -17,6 +17,7 @@ best k GPUs for a ring in :mod:`ddlab.system.topology_ranking`, the summary in w
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
@@ -123,6 +124,22 @@ class Topology:
         """The link between GPU ``gpu`` and a NIC (its name, ``NICn`` or its position in ``nics``)."""
         return self.links[(self._gpu_col(gpu), self._nic_col(nic))]
 
+    def only(self, gpus) -> "Topology":
+        """This topology with only the GPUs ``gpus`` (their numbers kept) and every NIC, e.g. the GPUs
+        ``CUDA_VISIBLE_DEVICES`` names on a larger machine; ``text`` stays the whole matrix, and
+        :meth:`to_dict` lists the GPUs kept, which :meth:`from_dict` keeps again."""
+        keep = {f"GPU{int(g)}" for g in gpus}
+        unknown = keep - set(self.devices)
+        if unknown:
+            raise ValueError(f"no {', '.join(sorted(unknown))} in this topology (GPUs: {self.gpus})")
+        gpu_columns = {f"GPU{g}" for g in self.gpus}
+        devices = [d for d in self.devices if d in keep or d not in gpu_columns]
+        return dataclasses.replace(self, devices=devices,
+                                   links={k: v for k, v in self.links.items() if k[0] in devices and k[1] in devices},
+                                   extras={k: v for k, v in self.extras.items() if k in devices},
+                                   gpu_names={g: n for g, n in self.gpu_names.items() if f"GPU{g}" in keep},
+                                   warnings=list(self.warnings))
+
     def pairs(self) -> list:
         return list(itertools.combinations(self.gpus, 2))
 
@@ -188,6 +205,8 @@ class Topology:
         topo = parse_topo_matrix(d["text"])
         topo.name, topo.description, topo.provenance = d.get("name"), d.get("description"), d.get("provenance")
         topo.gpu_names = {int(k): v for k, v in (d.get("gpu_names") or {}).items()}
+        if d.get("gpus") is not None and sorted(d["gpus"]) != topo.gpus:    # some GPUs of the matrix (Topology.only)
+            topo = topo.only(d["gpus"])
         stored = d.get("links") or {}
         for key, label in stored.items():
             i, j = (int(x) for x in key.split("-"))
