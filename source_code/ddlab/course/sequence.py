@@ -21,11 +21,13 @@ NOTEBOOKS = {
                      "scaling, all live",
     }),
     2: ("Latency and bandwidth", {
-        "cpu": "the calculator and an all-reduce sweep between 2 CPU processes (Gloo), fitted to the alpha-beta model",
-        "single-gpu": "the calculator, this GPU's host link (the cost of host staging) and an all-reduce sweep "
-                      "between 2 CPU processes (Gloo): one GPU has no peer to exchange data with",
-        "multi-gpu": "the calculator, GPU 0's host link (the cost of host staging) and an NCCL all-reduce sweep "
-                     "across this machine's GPUs, fitted to the alpha-beta model",
+        "cpu": "the calculator, a timed all-reduce loop and an all-reduce sweep between 2 CPU processes (Gloo), "
+               "fitted to the alpha-beta model",
+        "single-gpu": "the calculator, this GPU's host link (the cost of host staging), and a timed all-reduce loop "
+                      "and sweep between 2 CPU processes (Gloo): one GPU has no peer to exchange data with",
+        "multi-gpu": "the calculator, GPU 0's host link (the cost of host staging), a timed all-reduce loop on 2 CPU "
+                     "processes (Gloo) and an NCCL all-reduce sweep across this machine's GPUs, fitted to the "
+                     "alpha-beta model",
     }),
     3: ("System topology", {
         "cpu": "no GPU to read: the recorded machines' topologies are parsed, ranked and drawn",
