@@ -54,3 +54,13 @@ def test_pytorch_is_asked_only_where_the_inventory_lists_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert sequence.live_here(2, Inv(2)).startswith("This machine has 2 GPUs, but PyTorch can use one of them")
     assert asked == ["torch"]
+
+
+@pytest.mark.parametrize("gpus, usable, runs_as", [(0, None, "cpu"), (1, 1, "single-gpu"), (4, 4, "multi-gpu"),
+                                                   (4, 1, "single-gpu"), (2, 0, "cpu")])
+def test_start_heres_table_lists_every_notebook_in_the_mode_pytorch_runs_in(gpus, usable, runs_as):
+    table = sequence.here_table(Inv(gpus), usable=usable)
+    assert [r["notebook"].split(".")[0] for r in table.rows] == [str(n) for n in sequence.NOTEBOOKS]
+    assert [r["live"] for r in table.rows] == [what[runs_as] for _, what in sequence.NOTEBOOKS.values()]
+    for n in sequence.NOTEBOOKS:        # the table and each notebook's first line say the same
+        assert sequence.live_here(n, Inv(gpus), usable=usable).endswith(sequence.NOTEBOOKS[n][1][runs_as] + ".")

@@ -199,3 +199,27 @@ def live_or_recorded(part: str, source: str = "auto", machine: Optional[Machine]
 def _because(decision: Decision) -> str:
     """Why a part is not live, appended to its one line ("": live, or recorded as asked)."""
     return "" if decision.live or decision.why == "as asked" else f" (not live here: {decision.why})"
+
+
+def commands(value) -> list:
+    """The command lines behind a live or recorded result, each once, in the order they ran: every
+    launched run's own (the whole launch line, launcher and flags, that the training script records
+    in its provenance), else the result's provenance command (for an in-process measurement, the call).
+    Printed under a result so that the learner sees what ran and can run it again."""
+    runs = getattr(value, "runs", None) or []
+    lines = [(r.get("provenance") or {}).get("command") for r in runs if isinstance(r, dict)]
+    lines = [c for c in lines if c] or [(getattr(value, "provenance", None) or {}).get("command")]
+    return list(dict.fromkeys(c for c in lines if c))
+
+
+def what_ran(value, most: int = 3, env: Optional[dict] = None) -> str:
+    """"what ran:" and :func:`commands` of ``value``, one a line, each prefixed by ``env`` (``K=V``, the
+    variables the launch set); past ``most`` lines, how many more there are and the call that lists them."""
+    lines = commands(value)
+    if not lines:
+        return "what ran: no command recorded"
+    prefix = "".join(f"{k}={v} " for k, v in (env or {}).items())
+    shown = [prefix + c for c in lines[:most]]
+    more = len(lines) - len(shown)
+    return "\n  ".join(["what ran:", *shown]
+                       + ([f"... and {more} more like them: mode.commands(...)"] if more > 0 else []))

@@ -21,11 +21,13 @@ NOTEBOOKS = {
                      "scaling, all live",
     }),
     2: ("Latency and bandwidth", {
-        "cpu": "the calculator and an all-reduce sweep between 2 CPU processes (Gloo), fitted to the alpha-beta model",
-        "single-gpu": "the calculator, this GPU's host link (the cost of host staging) and an all-reduce sweep "
-                      "between 2 CPU processes (Gloo): one GPU has no peer to exchange data with",
-        "multi-gpu": "the calculator, GPU 0's host link (the cost of host staging) and an NCCL all-reduce sweep "
-                     "across this machine's GPUs, fitted to the alpha-beta model",
+        "cpu": "the calculator, a timed all-reduce loop and an all-reduce sweep between 2 CPU processes (Gloo), "
+               "fitted to the alpha-beta model",
+        "single-gpu": "the calculator, this GPU's host link (the cost of host staging), and a timed all-reduce loop "
+                      "and sweep between 2 CPU processes (Gloo): one GPU has no peer to exchange data with",
+        "multi-gpu": "the calculator, GPU 0's host link (the cost of host staging), a timed all-reduce loop on 2 CPU "
+                     "processes (Gloo) and an NCCL all-reduce sweep across this machine's GPUs, fitted to the "
+                     "alpha-beta model",
     }),
     3: ("System topology", {
         "cpu": "no GPU to read: the recorded machines' topologies are parsed, ranked and drawn",
@@ -96,6 +98,18 @@ NOTEBOOKS = {
 }
 
 
+def _usable_here(inventory, usable: Optional[int]) -> tuple:
+    """(the inventory's mode, the GPUs PyTorch can use: ``usable``, else asked where the inventory
+    lists any, else the inventory's count)."""
+    mode = inventory.mode
+    if mode not in MODES:
+        raise ValueError(f"unknown hardware mode {mode!r}; expected one of {', '.join(MODES)}")
+    if inventory.gpu_count and usable is None:
+        from ddlab.system import frameworks
+        usable = frameworks.gpu_count("torch")
+    return mode, inventory.gpu_count if usable is None else usable
+
+
 def live_here(notebook: int, inventory, usable: Optional[int] = None) -> str:
     """One sentence for the top of ``notebook``: the mode of this machine and what runs live.
     ``usable``: the GPUs PyTorch can use here (default: asked, where the inventory lists any);
@@ -103,15 +117,10 @@ def live_here(notebook: int, inventory, usable: Optional[int] = None) -> str:
     the inventory lists, or PyTorch is a CPU-only build, the sentence says so."""
     if notebook not in NOTEBOOKS:
         raise ValueError(f"the course's notebooks are {', '.join(map(str, NOTEBOOKS))}; got {notebook!r}")
-    mode = inventory.mode
-    if mode not in MODES:
-        raise ValueError(f"unknown hardware mode {mode!r}; expected one of {', '.join(MODES)}")
+    mode, usable = _usable_here(inventory, usable)
     n = inventory.gpu_count
     machine = _gpus(mode, n)
-    if n and usable is None:
-        from ddlab.system import frameworks
-        usable = frameworks.gpu_count("torch")
-    if usable is None or usable >= n:
+    if usable >= n:
         return f"This machine has {machine}, so this notebook runs live: {NOTEBOOKS[notebook][1][mode]}."
     runs_as = MODES[min(usable, 2)]
     seen = {0: "none of them", 1: "one of them"}.get(usable, f"{usable} of them")
@@ -120,6 +129,18 @@ def live_here(notebook: int, inventory, usable: Optional[int] = None) -> str:
            "a CPU-only PyTorch, or a driver PyTorch cannot use" if usable == 0 else "CUDA leaves it no more")
     return (f"This machine has {machine}, but PyTorch can use {seen} ({why}), so this notebook runs as with "
             f"{_gpus(runs_as, usable)}: {NOTEBOOKS[notebook][1][runs_as]}.")
+
+
+def here_table(inventory, usable: Optional[int] = None):
+    """Every notebook and what it runs live on this machine, as :func:`live_here` says it (the mode of
+    the GPUs PyTorch can use): a :class:`ddlab.base.tables.Table` for Start_Here."""
+    from ddlab.base.tables import Table
+    mode, usable = _usable_here(inventory, usable)
+    runs_as = mode if usable >= inventory.gpu_count else MODES[min(usable, 2)]
+    n = inventory.gpu_count if runs_as == mode else usable
+    rows = [{"notebook": f"{k}. {title}", "live": what[runs_as]} for k, (title, what) in NOTEBOOKS.items()]
+    return Table([("notebook", "text"), ("live", "text", f"runs live here ({_gpus(runs_as, n)})")],
+                 rows, wrap=("live",))
 
 
 def _gpus(mode: str, n: int) -> str:
