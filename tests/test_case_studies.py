@@ -89,16 +89,50 @@ def test_predicted_vs_measured_needs_a_baseline_and_a_fit_per_path():
         cs.predicted_vs_measured(paths, {"default": alpha_beta.AlphaBeta(1e-3, 1e9)})
 
 
-def test_exercise_matrix_has_one_slow_gpu_and_one_asymmetric_pair_and_the_check_agrees():
-    m, labels, desc = cs.exercise_matrix()
-    assert "not a measurement" in desc
-    assert np.isnan(np.diag(m)).all()
+def test_the_report_matrix_has_the_reports_slow_gpu_and_asymmetric_pair_and_the_check_agrees():
+    m, labels, desc = cs.report_matrix()
+    assert np.isnan(np.diag(m)).all() and labels == [0, 1, 2, 3]
     d = p2p_diagnosis.diagnose(m, labels)
-    assert d.outlier_labels == [1] and d.asymmetric_labels == [(2, 3)]
-    assert checks.check_p2p_diagnosis(m, 1, (3, 2))
-    assert not checks.check_p2p_diagnosis(m, 2, (2, 3))
-    table = str(cs.exercise_table())
-    assert "GPU3" in table and "not a measurement" in table
+    assert d.outlier_labels == [0] and d.asymmetric_labels == [(2, 3)]
+    assert checks.check_p2p_diagnosis(m, 0, (3, 2))
+    assert not checks.check_p2p_diagnosis(m, 1, (2, 3))
+    table = str(cs.report_table())
+    assert "GPU2 <-> GPU3" in table and "Cited, not measured" in table
+
+
+def test_run_command_puts_the_runs_nccl_variables_before_its_launch():
+    run = {"nccl_env": {"NCCL_VERSION": "2.0", "NCCL_P2P_LEVEL": "LOC", "NCCL_NVLS_ENABLE": "0"},
+           "provenance": {"command": "python3 -m torch.distributed.run --nproc-per-node=2 train.py"}}
+    assert cs.run_command(run) == ("NCCL_NVLS_ENABLE=0 NCCL_P2P_LEVEL=LOC python3 -m torch.distributed.run "
+                                   "--nproc-per-node=2 train.py")
+    assert cs.run_command({}) == "not recorded"
+
+
+def test_the_tuning_effects_compare_each_setting_with_the_untuned_two_gpu_run():
+    found, _ = cs.recorded_tunings()
+    t = cs.tuning_effects(found)
+    rows = t.to_dict()["rows"]
+    assert len(rows) == len(found)
+    for res, row in zip(found, rows):
+        by = {r["tuning"]: r for r in res.rows}
+        base = by["untuned"]
+        for head, name in zip(cs._TUNING_HEADS, cs.TUNING_SHOWN[res.config["launcher"]]):
+            r = by[name]
+            ratio = r["images_per_s"] / base["images_per_s"]
+            assert row[head].startswith(f"{ratio:.2f}x ")
+            if r["images_per_s_min"] > base["images_per_s_max"]:
+                assert row[head].endswith("faster")
+            elif r["images_per_s_max"] < base["images_per_s_min"]:
+                assert row[head].endswith("slower")
+            else:
+                assert row[head].endswith("overlap")
+    text = cs.tuning_commands("ddp", "default", found)
+    res = next(r for r in found if (r.config["launcher"], r.config["path"]) == ("ddp", "default"))
+    by = {r["tuning"]: r for r in res.rows}
+    for name in ("untuned",) + cs.TUNING_SHOWN["ddp"][:2]:
+        assert f"{name}: {cs.run_command(res.runs[by[name]['runs'][0]])}" in text
+    assert "--comm-hook bf16" in text and "--bucket-cap-mb 100" in text
+    assert cs.tuning_commands("ddp", "nowhere", found) == "ddp over nowhere: not recorded."
 
 
 def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatch):

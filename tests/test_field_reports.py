@@ -18,6 +18,9 @@ def test_cited_tables_name_their_source_and_refuse_uncited_files(tmp_path, monke
     # every row names its section of the source: the report's technical appendix, at a fixed revision
     rows = reference.load(fr.CITED_KIND, fr.REPORTS)["rows"]
     assert len(t.to_dict()["rows"]) == len(rows) and all(r["section"].endswith("- Detailed Results") for r in rows)
+    # the sections are named once, in a note, when the table has no section column
+    assert "section" not in [c.key for c in t.columns]
+    assert sum(all(f"'{s}'" in n for s in {r["section"] for r in rows}) for n in t.notes) == 1
     assert {r["course_model"] for r in rows} == set(fr.REPORT_MLPS)
     assert sorted({r["batch"] for r in rows}) == list(fr.REPORT_GLOBAL_BATCHES)   # 4..128 over both networks
     assert all(r["speedup"] == f"{r['speedup_value']:.2f}x" for r in rows)      # the number and its text agree
@@ -48,7 +51,7 @@ def test_the_prediction_is_ddlab_predict_with_a_global_batch():
                            wrapper=wrapper_cost.over_one_worker_step("ddp"))
     row = next(r for r in rows if (r["model"], r["path"]) == ("mlp-small", "shm"))
     assert row["speedup"] == pytest.approx(same.speedup) and row["global"] == "4-128 (each)"
-    assert row["speedup"] < 1 and row["bound"] == "compute"
+    assert row["speedup"] < 1 and "bound" not in [c.key for c in t.columns]   # no "bound by" beside a host-bound step
     text = str(t)
     assert "wrapper" not in [c.key for c in t.columns] and "--step-has-wrapper" in text and "no wrapper column" in text
     assert "field_reports.recorded()" in text and "python -m ddlab predict --model mlp-small" in text
@@ -288,3 +291,34 @@ def test_a_recording_kept_under_a_machine_name_is_left_to_its_machines_check(mon
     assert not any("another machine too" in n for n in fr.recorded(paths=("socket",)).notes)   # not its path
     grid = [(r["model"], r["launcher"], r["path"]) for r in fr.recorded_grid().to_dict()["rows"]]
     assert len(grid) == len(set(grid)) == len(own)      # one row per model, framework and path
+
+
+def test_the_reports_own_step_times_show_their_batch_is_split():
+    t = fr.samples_per_step()
+    cited = [r for r in reference.load(fr.CITED_KIND, fr.REPORTS)["rows"] if r.get("step_ms_one")]
+    rows = t.to_dict()["rows"]
+    assert [r["batch"] for r in rows] == [r["batch"] for r in cited]
+    for r, c in zip(rows, cited):
+        assert r["one"] == pytest.approx(fr._number(c["one_gpu"]) * c["step_ms_one"] / 1e3)
+        assert r["two"] == pytest.approx(fr._number(c["two_gpus"]) * c["step_ms_two"] / 1e3)
+        assert r["one"] == pytest.approx(r["batch"], rel=0.05) and r["two"] == pytest.approx(r["batch"], rel=0.05)
+
+
+def test_the_course_mlps_and_the_reports_networks_are_set_side_by_side_with_both_counts():
+    from ddlab.training import models
+    rows = {r["model"]: r for r in fr.model_sizes().to_dict()["rows"]}
+    cited = {r["course_model"]: int(r["parameters"].replace(",", ""))
+             for r in reference.load(fr.CITED_KIND, fr.REPORTS)["rows"]}
+    for m in fr.REPORT_MLPS:
+        ours = sum(layer.params for layer in models.model_layers(m))
+        assert rows[m]["ours"] == ours and rows[m]["ours_bytes"] == 4 * ours
+        assert rows[m]["theirs"] == cited[m] and rows[m]["theirs_bytes"] == 4 * cited[m]
+    recorded = fr.recording("mlp-large", "ddp", "shm")
+    if recorded is not None:          # the recording's own gradient bytes agree with the count
+        assert recorded.config["gradient_bytes_per_step"] == rows["mlp-large"]["ours_bytes"]
+
+
+def test_every_cited_file_names_a_section_for_each_row():
+    for name in reference.names(fr.CITED_KIND):
+        t = fr.cited(name)
+        assert t.rows and t.notes[0].startswith("Source: ")

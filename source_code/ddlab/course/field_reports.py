@@ -3,17 +3,20 @@ peer-to-peer, one global batch split over the two (strong scaling), slower than 
 
 * :func:`cited`: what the reports published, each figure with the section of the source it
   stands in (``source_code/reference/cited/``), shown as cited, never as the course's;
+  :func:`samples_per_step` reads the reports' own step times to show their batch is split;
+  :func:`model_sizes` sets the course's MLPs beside the reports' networks of the same widths;
 * :func:`predicted`: the step model's prediction of the same experiment for the course's
   recorded machine (:func:`ddlab.cost.predict.predict`, ``ddlab predict --global-batch``);
 * :func:`beside_cited`: the reports' speedups and that prediction side by side, per model and
   global batch, with what the course recorded of the experiment where it has it;
-* :func:`recordings` and :func:`recorded`: the course's own runs of it
-  (``tools/recording/record_experiments.py strong:launcher:model[:path]``);
+* :func:`recordings`, :func:`recording`, :func:`recorded` and :func:`recorded_grid`: the course's own
+  runs of it (``tools/recording/record_experiments.py strong:launcher:model[:path]``);
 * :func:`live`: the same experiment run now, on two GPUs with peer-to-peer off, or on two
   CPU processes over gloo.
 
-The course's ``mlp-small`` and ``mlp-large`` have the reports' layer widths; the reports used
-TensorFlow's MirroredStrategy on GeForce cards, the course runs PyTorch DDP (and Horovod).
+The course's ``mlp-small`` and ``mlp-large`` have the reports' hidden widths (not their parameter
+counts: :func:`model_sizes`); the reports used TensorFlow on GeForce cards, the course runs
+PyTorch DDP (and Horovod).
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ RECORDED_PATHS = REPORT_PATHS + ("socket",)      # every path a recording of the
 CPU_GLOBAL_BATCH = 32
 _STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
                    ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"), ("exposed", "time", "exposed"),
-                   ("step", "time", "step (2 GPUs)"), ("speedup", "ratio", "predicted"), ("bound", "text", "bound by")]
+                   ("step", "time", "step (2 GPUs)"), ("speedup", "ratio", "predicted")]
 
 
 def cited(name: str = REPORTS) -> Table:
@@ -57,9 +60,64 @@ def cited(name: str = REPORTS) -> Table:
                          "the source (a cited figure must be found at a named place in it)")
     cols = [tuple(c) for c in obj["columns"]]
     title = f"Cited, not measured by this course: {obj.get('title', name)}"
-    notes = [f"Source: {prov['source']} (retrieved {prov.get('retrieved', '?')}).",
-             f"Their machine: {prov.get('machine', 'not stated')}."] + list(obj.get("notes", []))
-    return Table(cols, obj["rows"], title=title, notes=notes, wrap=obj.get("wrap", ()))
+    retrieved = f" (retrieved {prov['retrieved']})" if prov.get("retrieved") else ""
+    notes = [f"Source: {prov['source']}{retrieved}.", f"Their machine: {prov.get('machine', 'not stated')}."]
+    if "section" not in [c[0] for c in cols]:      # one line naming the sections, not a column repeating them
+        sections = list(dict.fromkeys(r["section"] for r in obj["rows"]))
+        notes.append("Section" + ("s" if len(sections) > 1 else "") + ": " + "; ".join(f"'{x}'" for x in sections)
+                     + ".")
+    return Table(cols, obj["rows"], title=title, notes=notes + list(obj.get("notes", [])), wrap=obj.get("wrap", ()))
+
+
+def _number(text: str) -> float:
+    """The figure of a cited cell such as "1,234 ± 45" (the part before the ±)."""
+    return float(str(text).split("±")[0].replace(",", "").strip())
+
+
+def samples_per_step(name: str = REPORTS) -> Table:
+    """The reports' own evidence that their batch is global: for each row that gives a step time,
+    samples/s x step time, the samples one step processes, on one GPU and on two. Equal counts say the
+    two GPUs split the batch (strong scaling); two GPUs each taking it would process twice as many."""
+    obj = reference.load(CITED_KIND, name)
+    rows = []
+    for r in obj["rows"]:
+        if r.get("step_ms_one") is None:
+            continue
+        rows.append({"model": r["model"], "batch": r["batch"],
+                     "one": _number(r["one_gpu"]) * r["step_ms_one"] / 1e3,
+                     "two": _number(r["two_gpus"]) * r["step_ms_two"] / 1e3})
+    if not rows:
+        raise ValueError(f"reference/{CITED_KIND}/{name} gives no step time to read the batch from")
+    worst = max(abs(r[k] / r["batch"] - 1) for r in rows for k in ("one", "two"))
+    sections = "; ".join(dict.fromkeys(f"'{r['section']}'" for r in obj["rows"] if r.get("step_ms_one")))
+    cols = [("model", "text", "network"), ("batch", "int", "batch"), ("one", lambda v: f"{v:.1f}", "1 GPU"),
+            ("two", lambda v: f"{v:.1f}", "2 GPUs")]
+    return Table(cols, rows, title="Samples per step = samples/s x step time, from the reports' own figures",
+                 notes=[f"Computed from the cited samples/s and step times ({sections}). One and two GPUs process "
+                        f"the batch once per step (within {100 * worst:.1f}%): it is split over the two GPUs."])
+
+
+def model_sizes(name: str = REPORTS) -> Table:
+    """The course's MLPs beside the reports' networks of the same hidden widths: parameters, counted
+    from the course's layers (784 pixels in, 10 classes out) and as the reports state theirs, and the
+    fp32 gradient bytes each all-reduces per step (4 per parameter)."""
+    from ddlab.training import models
+    theirs = {}
+    for r in reference.load(CITED_KIND, name)["rows"]:
+        theirs.setdefault(r["course_model"], int(str(r["parameters"]).replace(",", "")))
+    rows = []
+    for m in REPORT_MLPS:
+        ours = sum(layer.params for layer in models.model_layers(m))
+        rows.append({"model": m, "widths": "-".join(map(str, models.MLP_WIDTHS[m])), "ours": ours,
+                     "ours_bytes": 4 * ours, "theirs": theirs.get(m), "theirs_bytes": 4 * theirs[m] if m in theirs else None})
+    count = lambda v: f"{v:,}"     # noqa: E731
+    cols = [("model", "text"), ("widths", "text", "hidden widths"), ("ours", count, "params (course)"),
+            ("ours_bytes", "bytes", "grads (course)"), ("theirs", count, "params (reports)"),
+            ("theirs_bytes", "bytes", "grads (reports)")]
+    return Table(cols, rows, title="The same hidden widths, not the same networks: parameters and fp32 gradient bytes",
+                 notes=["course: counted from ddlab.training.models (784 pixels in, 10 classes out); reports: the "
+                        "counts their 'Model Specifications' state (input and output sizes not stated there)."],
+                 missing="-")
 
 
 def _one_gpu_step(rec, model: str):
@@ -117,7 +175,7 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
                 span = str(gs[0]) if len(gs) == 1 else f"{gs[0]}-{gs[-1]} (each)"
                 rows.append({"model": m, "path": path, "global": span, "one": p.one_gpu_step_s,
                              "compute": p.compute_s, "exposed": p.exposed_comm_s, "step": p.step_s,
-                             "speedup": p.speedup, "bound": p.bound})
+                             "speedup": p.speedup})
     if not rows:
         raise ValueError("none of the models has a recorded one-GPU step to predict from")
     notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
@@ -187,6 +245,24 @@ def recordings() -> list:
         return order.index(value) if value in order else len(order)
     return sorted(found, key=lambda r: (str(r.config.get("launcher")), rank(r.config.get("model"), REPORT_MLPS),
                                         rank(_path_of(r), RECORDED_PATHS)))
+
+
+def recording(model: str = "mlp-small", launcher: str = "ddp", path: str = "shm"):
+    """The course's recording of the reports' experiment for ``model``, ``launcher`` and ``path``
+    (:func:`recordings`), or None while it is not recorded."""
+    return next((r for r in _chosen((model,), (launcher,), (path,))), None)
+
+
+def split_commands(result, global_batch: int) -> str:
+    """The exact command line of the first recorded run of ``global_batch`` on one GPU and of the first on
+    two (:func:`ddlab.course.case_studies.run_command`), one copyable line each."""
+    from ddlab.course.case_studies import run_command
+    runs = [r for r in result.runs if r.get("global_batch") == global_batch]
+    lines = []
+    for workers, label in ((1, "1 GPU: "), (2, "2 GPUs:")):
+        run = next((r for r in runs if r.get("workers") == workers), None)
+        lines.append(f"{label} {run_command(run) if run else 'not recorded'}")
+    return "\n".join(lines)
 
 
 def recorded_elsewhere() -> list:
@@ -347,7 +423,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
         if got and m not in [mm for mm, _ in machines]:      # one recording (so one machine) per model
             machines.append((m, got[2]))
         rows.append({"model": m, "global": g, "per_gpu": g // 2, "cited": r["speedup"],
-                     "predicted": pred.speedup if pred else None, "bound": pred.bound if pred else "-",
+                     "predicted": pred.speedup if pred else None,
                      "measured": got[0] if got else None, "spread": got[1] if got else "-"})
     named = rec.path_label(path)
     notes = [f"cited: the reports' speedup of 2 GPUs over 1 ({theirs['provenance']['machine'].split(';')[0]}, "
@@ -360,7 +436,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
              _beside_said(rec, [prov for _, prov in machines])]
     cols = [("model", "text"), ("global", "int", "global batch"), ("per_gpu", "int", "per GPU"),
             ("cited", "text", "cited (theirs)"), ("predicted", "ratio", f"predicted ({named})"),
-            ("bound", "text", "bound by"), ("measured", lambda v: f"{v:.3g}x", f"measured ({named})"),
+            ("measured", lambda v: f"{v:.3g}x", f"measured ({named})"),
             ("spread", "text", "min-max")]
     return Table(cols, rows, title="The reports' experiment: their speedups beside the course's prediction and "
                                    "recording", notes=notes, align={"cited": "right", "measured": "right"}, missing="-")
