@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ddlab.course import case_studies as cs
+from ddlab.course import field_reports as fr
 from ddlab.course import checks
 from ddlab.cost import alpha_beta, recorded_runs, step_model, wrapper_cost
 from ddlab.measure import p2p_diagnosis
@@ -103,9 +104,9 @@ def test_the_report_matrix_has_the_reports_slow_gpu_and_asymmetric_pair_and_the_
 def test_run_command_puts_the_runs_nccl_variables_before_its_launch():
     run = {"nccl_env": {"NCCL_VERSION": "2.0", "NCCL_P2P_LEVEL": "LOC", "NCCL_NVLS_ENABLE": "0"},
            "provenance": {"command": "python3 -m torch.distributed.run --nproc-per-node=2 train.py"}}
-    assert cs.run_command(run) == ("NCCL_NVLS_ENABLE=0 NCCL_P2P_LEVEL=LOC python3 -m torch.distributed.run "
+    assert fr.run_command(run) == ("NCCL_NVLS_ENABLE=0 NCCL_P2P_LEVEL=LOC python3 -m torch.distributed.run "
                                    "--nproc-per-node=2 train.py")
-    assert cs.run_command({}) == "not recorded"
+    assert fr.run_command({}) == "not recorded"
 
 
 def test_the_tuning_effects_compare_each_setting_with_the_untuned_two_gpu_run():
@@ -130,7 +131,7 @@ def test_the_tuning_effects_compare_each_setting_with_the_untuned_two_gpu_run():
     res = next(r for r in found if (r.config["launcher"], r.config["path"]) == ("ddp", "default"))
     by = {r["tuning"]: r for r in res.rows}
     for name in ("untuned",) + cs.TUNING_SHOWN["ddp"][:2]:
-        assert f"{name}: {cs.run_command(res.runs[by[name]['runs'][0]])}" in text
+        assert f"{name}: {fr.run_command(res.runs[by[name]['runs'][0]])}" in text
     assert "--comm-hook bf16" in text and "--bucket-cap-mb 100" in text
     assert cs.tuning_commands("ddp", "nowhere", found) == "ddp over nowhere: not recorded."
 

@@ -153,12 +153,15 @@ def test_the_live_run_runs_the_two_mlps_on_two_cpu_processes(monkeypatch):
                 for w, ips in ((1, 1000.0), (2, 700.0))]
         return ExperimentResult("strong-scaling", rows, "live", {}, [], {})
     monkeypatch.setattr(experiments, "strong_scaling", fake)
-    t = fr.live(machine=policy.Machine(gpus=0))
+    t = fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=0))
     assert [c[:6] for c in calls] == [(m, 3, 20, (32,), "cpu", "default") for m in fr.REPORT_MLPS]
     assert all(c[6] == 120 for c in calls)                       # each launch keeps its timeout
     rows = t.to_dict()["rows"]
     assert [(r["model"], r["workers"], r["per_worker"]) for r in rows] == [
         ("mlp-small", 1, 32), ("mlp-small", 2, 16), ("mlp-large", 1, 32), ("mlp-large", 2, 16)]
+    calls.clear()
+    fr.live(machine=policy.Machine(gpus=0))                      # by default: the exercise's MLP only
+    assert [c[0] for c in calls] == list(fr.LIVE_MLPS) == ["mlp-small"]
     assert rows[1]["speedup"] == pytest.approx(0.7) and rows[1]["spread"] == "0.63-0.77"
     assert "gloo" in str(t) and "MirroredStrategy" in str(t)
 
@@ -182,7 +185,7 @@ def test_the_live_cases_show_one_bar_per_cell_and_log_each_launch(monkeypatch, t
         return ExperimentResult("strong-scaling", [], "live", {}, [], {})
     monkeypatch.setattr(experiments, "strong_scaling", fake)
     log = tmp_path / "strong.log"
-    fr.live(machine=policy.Machine(gpus=0), log=str(log))
+    fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=0), log=str(log))
     out = capsys.readouterr().out
     assert len(launched) == 12 and "strong scaling: mlp-small, mlp-large on 1 and 2 workers: 12 of 12 done" in out
     assert log.read_text().count(DONE_MARK) == 12 and "launch mlp-large on 2 worker(s)" in log.read_text()
@@ -255,7 +258,7 @@ def test_the_live_run_on_two_gpus_splits_each_batch_over_them_with_peer_to_peer_
     monkeypatch.setattr(experiments, "strong_scaling", fake)
     t = fr.live(machine=policy.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
     assert calls == [("mlp-small", 3, "cuda", (32,), "cuda", "shm")]      # on GPUs the recorded MLP only
-    assert fr.GPU_LIVE_MLPS == ("mlp-small",)
+    assert fr.LIVE_MLPS == ("mlp-small",)
     assert "two GPUs, NCCL path shm (peer-to-peer off)" in str(t) and "gloo" not in str(t)
     assert [r["speedup"] for r in t.to_dict()["rows"] if r["workers"] == 2] == pytest.approx([0.85])
     calls.clear()

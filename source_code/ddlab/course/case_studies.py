@@ -27,6 +27,7 @@ from ddlab.cost import alpha_beta, recorded_runs, step_model, wrapper_cost
 from ddlab.cost import predict as _predict
 from ddlab.base import reference
 from ddlab.base.tables import Table, formatted
+from ddlab.course import field_reports
 from ddlab.training.runs import launch_bar
 
 
@@ -171,7 +172,6 @@ def report_table(name: str = V100_REPORT) -> Table:
     fastest figure beside what PCIe 3.0 x16 (a Tesla V100-PCIE's link) carries per direction
     (:func:`ddlab.system.links.pcie_x16_gbs`), a question about how the report measured."""
     from ddlab.base import reference
-    from ddlab.course import field_reports
     from ddlab.system import links
     t = field_reports.cited(name)
     fastest = max(r["high_gbps"] for r in reference.load("cited", name)["rows"])
@@ -424,15 +424,6 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
 
 
 # ----------------------------------------------------------------------------- one-line readings of the recordings
-def run_command(run: dict) -> str:
-    """The exact command line of one recorded run, copyable: the NCCL variables the run was given (its
-    ``nccl_env``, less NCCL_VERSION, which reports the library) before the launch command its provenance
-    recorded (the launcher, the script and its flags)."""
-    env = {k: v for k, v in sorted((run.get("nccl_env") or {}).items()) if k != "NCCL_VERSION"}
-    command = (run.get("provenance") or {}).get("command") or "not recorded"
-    return " ".join([f"{k}={v}" for k, v in env.items()] + [command])
-
-
 def held_out_line(held=None) -> str:
     """The step model's held-out check in one line, counted from :func:`ddlab.cost.validation.held_out`
     (``held``: its table, if already computed): how many recorded 2-GPU runs it predicts within the band
@@ -513,8 +504,8 @@ def tuning_effects(found: Optional[list] = None) -> Table:
 
 
 def tuning_commands(launcher: str = "ddp", path: str = "default", found: Optional[list] = None) -> str:
-    """The exact command line (:func:`run_command`) of the first recorded run of the untuned 2-GPU
-    comparison and of the two single settings of :data:`TUNING_SHOWN`, for ``launcher`` over ``path``."""
+    """The exact command line (:func:`ddlab.course.field_reports.run_command`) of the first recorded run of
+    the untuned 2-GPU comparison and of the two single settings of :data:`TUNING_SHOWN`, for ``launcher`` over ``path``."""
     found = found if found is not None else recorded_tunings()[0]
     res = next((r for r in found if r.config.get("launcher") == launcher and r.config.get("path") == path), None)
     if res is None:
@@ -524,7 +515,7 @@ def tuning_commands(launcher: str = "ddp", path: str = "default", found: Optiona
     for name in ("untuned",) + TUNING_SHOWN.get(launcher, ())[:2]:
         row = by.get(name)
         if row and row.get("runs"):
-            lines.append(f"  {name}: {run_command(res.runs[row['runs'][0]])}")
+            lines.append(f"  {name}: {field_reports.run_command(res.runs[row['runs'][0]])}")
     return "\n".join(lines)
 
 

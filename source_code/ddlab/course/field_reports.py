@@ -6,7 +6,8 @@ peer-to-peer, one global batch split over the two (strong scaling), slower than 
   :func:`samples_per_step` reads the reports' own step times to show their batch is split;
   :func:`model_sizes` sets the course's MLPs beside the reports' networks of the same widths;
 * :func:`predicted`: the step model's prediction of the same experiment for the course's
-  recorded machine (:func:`ddlab.cost.predict.predict`, ``ddlab predict --global-batch``);
+  recorded machine (:func:`ddlab.cost.predict.predict`, ``ddlab predict --global-batch``), and
+  :func:`busy_lines`, how much of the recorded one-GPU step it starts from is the GPU's own work;
 * :func:`beside_cited`: the reports' speedups and that prediction side by side, per model and
   global batch, with what the course recorded of the experiment where it has it;
 * :func:`recordings`, :func:`recording`, :func:`recorded` and :func:`recorded_grid`: the course's own
@@ -32,9 +33,9 @@ from ddlab.training.runs import launch_bar
 CITED_KIND = "cited"
 REPORTS = "two-gpus-without-p2p"      # reference/cited/<REPORTS>.json: the reports' figures
 REPORT_MLPS = ("mlp-small", "mlp-large")          # the course's models with the reports' MLP widths
-# On two GPUs the live run keeps to the MLP whose strong scaling is recorded (six launches, not twelve,
-# so that notebook 10's Run All fits its stated minutes there).
-GPU_LIVE_MLPS = ("mlp-small",)
+# The live run keeps to the MLP of notebook 10's exercise (six launches, not twelve, so that a Run All fits
+# its stated minutes on two GPUs and on a 2-core laptop alike).
+LIVE_MLPS = ("mlp-small",)
 REPORT_GLOBAL_BATCHES = (4, 8, 16, 32, 64, 128)  # the global batches the reports split over two GPUs
 REPORT_PATHS = ("shm", "default")                # P2P off (the reports' case), then NCCL's default here
 RECORDED_PATHS = REPORT_PATHS + ("socket",)      # every path a recording of their experiment may take, in order
@@ -141,6 +142,24 @@ def _spread(row: dict) -> str:
     return f"{row['speedup_min']:.2f}-{row['speedup_max']:.2f}" if "speedup_min" in row else "-"
 
 
+def _busy(model: str, one) -> str:
+    """How much of the recorded one-GPU step ``one`` the GPU is busy (its CUDA-graph recording), in words."""
+    return (f"{model}: the recorded one-GPU step is {one.compute_s * 1e3:.3f} ms at {one.batch} images; the GPU is busy "
+            f"{one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%, from a CUDA-graph "
+            "recording), the rest is the host launching kernels, which does not shrink with the batch")
+
+
+def busy_lines(models: Sequence[str] = REPORT_MLPS) -> str:
+    """For each of ``models``, how much of its recorded DDP one-GPU step the GPU is busy (one line each)."""
+    rec = _predict.recorded_set()
+    lines = []
+    for m in models:
+        one = _one_gpu_step(rec, m)
+        lines.append(_busy(m, one) + "." if one is not None and one.device_s else f"{m}: no CUDA-graph recording "
+                     "of its one-GPU step, so its busy time is not known.")
+    return "\n".join(lines)
+
+
 def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int] = REPORT_GLOBAL_BATCHES,
               paths: Sequence[str] = REPORT_PATHS, gpus: int = 2) -> Table:
     """The field reports' experiment predicted for the recorded machine: each global batch
@@ -157,10 +176,7 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
             notes.append(f"{m}: no recorded one-GPU step, so no prediction.")
             continue
         if one.device_s:
-            notes.append(f"{m}: the recorded one-GPU step is {one.compute_s * 1e3:.3f} ms at {one.batch} images; the "
-                         f"GPU is busy {one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%, "
-                         "from a CUDA-graph recording), the rest is the host launching kernels, which does not shrink "
-                         "with the batch: so the step is taken to be the same at these smaller global batches.")
+            notes.append(_busy(m, one) + ": so the step is taken to be the same at these smaller global batches.")
         for path in paths:
             preds = [(g, _predict_split(one, m, g, path, gpus)) for g in global_batches]
             commands.append(f"python -m ddlab predict --model {m} --step-ms {one.compute_s * 1e3:.3f} --global-batch "
@@ -195,13 +211,13 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
     split over two (:func:`ddlab.training.experiments.strong_scaling`), for each of ``models``,
     ``repeats`` times. With two GPUs: on the GPUs with peer-to-peer off (NCCL path shm), as in
     the reports. Otherwise: two CPU processes over gloo, with small step counts. ``models`` None:
-    :data:`GPU_LIVE_MLPS` on GPUs, :data:`REPORT_MLPS` on CPU processes. ``log``: a file for the
+    :data:`LIVE_MLPS`. ``log``: a file for the
     launches' lines, with a progress bar instead of them (None: neither)."""
     from ddlab.system import policy
     from ddlab.training import experiments
     from ddlab.training.runspec import RunSpec
     gpus = policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), machine).live
-    models = list(models) if models is not None else list(GPU_LIVE_MLPS if gpus else REPORT_MLPS)
+    models = list(models) if models is not None else list(LIVE_MLPS)
     rows, device, results = [], "cuda" if gpus else "cpu", []
     with launch_bar(len(models) * 2 * repeats, f"strong scaling: {', '.join(models)} on 1 and 2 workers",
                      log) as progress:
@@ -247,6 +263,15 @@ def recordings() -> list:
                                         rank(_path_of(r), RECORDED_PATHS)))
 
 
+def run_command(run: dict) -> str:
+    """The exact command line of one recorded run, copyable: the NCCL variables the run was given (its
+    ``nccl_env``, less NCCL_VERSION, which reports the library) before the launch command its provenance
+    recorded (the launcher, the script and its flags)."""
+    env = {k: v for k, v in sorted((run.get("nccl_env") or {}).items()) if k != "NCCL_VERSION"}
+    command = (run.get("provenance") or {}).get("command") or "not recorded"
+    return " ".join([f"{k}={v}" for k, v in env.items()] + [command])
+
+
 def recording(model: str = "mlp-small", launcher: str = "ddp", path: str = "shm"):
     """The course's recording of the reports' experiment for ``model``, ``launcher`` and ``path``
     (:func:`recordings`), or None while it is not recorded."""
@@ -255,8 +280,7 @@ def recording(model: str = "mlp-small", launcher: str = "ddp", path: str = "shm"
 
 def split_commands(result, global_batch: int) -> str:
     """The exact command line of the first recorded run of ``global_batch`` on one GPU and of the first on
-    two (:func:`ddlab.course.case_studies.run_command`), one copyable line each."""
-    from ddlab.course.case_studies import run_command
+    two (:func:`run_command`), one copyable line each."""
     runs = [r for r in result.runs if r.get("global_batch") == global_batch]
     lines = []
     for workers, label in ((1, "1 GPU: "), (2, "2 GPUs:")):
