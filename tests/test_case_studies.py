@@ -27,7 +27,7 @@ def test_second_gpu_table_puts_prediction_beside_the_recorded_median_and_spread(
     # the same model all-reduces more slowly on a slower path: the ratio falls from default to socket
     wide = {r["path"]: r["ratio"] for r in rows if r["model"] == "wide"}
     assert wide["default"] > wide["shm"] > wide["socket"]
-    assert "ratio: step (1) / all-reduce" in str(t) and "Wrapper cost" in " ".join(t.notes)
+    assert "ratio: step (1) / all-reduce" in str(t) and any(n.startswith("wrapper: 0 s") for n in t.notes)
 
 
 def test_second_gpu_table_rejects_a_launcher_without_recordings():
@@ -130,9 +130,12 @@ def test_the_tuning_effects_compare_each_setting_with_the_untuned_two_gpu_run():
     text = cs.tuning_commands("ddp", "default", found)
     res = next(r for r in found if (r.config["launcher"], r.config["path"]) == ("ddp", "default"))
     by = {r["tuning"]: r for r in res.rows}
-    for name in ("untuned",) + cs.TUNING_SHOWN["ddp"][:2]:
-        assert f"{name}: {fr.run_command(res.runs[by[name]['runs'][0]])}" in text
-    assert "--comm-hook bf16" in text and "--bucket-cap-mb 100" in text
+    tuned = fr.run_command(res.runs[by["bf16 hook"]["runs"][0]])
+    plain = fr.run_command(res.runs[by["untuned"]["runs"][0]])
+    assert f"bf16 hook: {tuned}" in text and tuned.endswith("--comm-hook bf16")
+    # the untuned run is named "the same without" the flags only where it is exactly that
+    assert ("(untuned: the same without --comm-hook bf16)" in text) == (tuned == plain + " --comm-hook bf16")
+    assert ("(untuned: the same" in text) != (f"untuned: {plain}" in text)
     assert cs.tuning_commands("ddp", "nowhere", found) == "ddp over nowhere: not recorded."
 
 
@@ -237,20 +240,35 @@ def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
     assert args[:3] == ("wide", "ddp", "default") and kw["tunings"] == cs.GPU_LIVE_TUNINGS and kw["device"] == "cuda"
 
 
-def test_tuning_here_runs_on_two_gpus_only_when_asked_and_on_cpu_processes_always(monkeypatch):
+def test_tuning_here_runs_only_when_asked_on_gpus_and_on_cpu_processes(monkeypatch):
+    from ddlab.course import tuning
     from ddlab.system import policy
     calls = []
     monkeypatch.setattr(cs, "tuning_live", lambda launcher, **kw: calls.append((launcher, kw)) or "result")
     two = policy.Machine(gpus=2, software=lambda framework, launcher: (True, ""))
     res, line = cs.tuning_here(machine=two)
     assert res is None and not calls
-    from ddlab.course import tuning
-    launches = tuning.planned_launches("ddp", cs.GPU_LIVE_TUNINGS, 3)      # 9 where every tuning can run
-    assert "set LIVE_GPU_TUNING = True" in line and f"{launches} launches" in line and "wide" in line
+    launches = tuning.planned_launches("ddp", cs.GPU_LIVE_TUNINGS, 3)
+    assert "LIVE_TUNING = True" in line and f"{launches} launches" in line and "wide" in line
     res, line = cs.tuning_here(True, machine=two)
     assert res == "result" and calls[-1][0] == "ddp" and line == "Measured now: two GPUs, the wide model on NCCL's default path."
     res, line = cs.tuning_here(machine=policy.Machine(gpus=0))
+    assert res is None and len(calls) == 1 and cs.CPU_MODEL in line
+    res, line = cs.tuning_here(True, machine=policy.Machine(gpus=0))
     assert res == "result" and len(calls) == 2 and "two CPU processes over gloo, mlp-large" in line
+
+
+def test_second_gpu_here_runs_on_a_gpu_and_on_cpu_processes_only_when_asked(monkeypatch):
+    from ddlab.system import policy
+    calls = []
+    monkeypatch.setattr(cs, "second_gpu_live", lambda inv, **kw: calls.append(kw) or "table")
+    table, line = cs.second_gpu_here(machine=policy.Machine(gpus=0))
+    assert table is None and not calls and "LIVE_CPU = True" in line
+    table, line = cs.second_gpu_here(asked=True, machine=policy.Machine(gpus=0))
+    assert table == "table" and calls[-1]["batches"] == (512,)
+    one = policy.Machine(gpus=1, software=lambda framework, launcher: (True, ""))
+    table, line = cs.second_gpu_here(machine=one)
+    assert table == "table" and len(calls) == 2
 
 
 def _fake_batch_sweep(monkeypatch, machine_b128=None):
@@ -315,9 +333,16 @@ def test_recorded_batch_sweep_of_another_machine_says_whose_links_predict_it():
     assert len(note) == bool(above) and all(f"batch {r['batch']} over " in note[0] for r in above)
 
 
-def test_the_ratio_note_states_overlap_and_the_ring_factor():
-    t = cs.second_gpu_table("ddp")
-    assert cs.RATIO_NOTE in t.notes and "2(n-1)/n" in cs.RATIO_NOTE and "(n-1) steps" in cs.RATIO_NOTE
+def test_the_weak_scaling_table_says_only_what_its_rows_hold():
+    t = cs.second_gpu_table("ddp", models=("mlp-small", "mlp-large"))
+    rows = t.to_dict()["rows"]
+    assert {r["model"] for r in rows} == {"mlp-small", "mlp-large"}
+    points = {(p.model, p.path): p for p in recorded_runs.recorded_points().points if p.launcher == "ddp"}
+    assert len(rows) == len([k for k in points if k[0] in ("mlp-small", "mlp-large")])
+    for r in rows:
+        assert r["measured"] == points[(r["model"], r["path"])].measured
+    # the wrapper's source is named only where a wrapper cost is added
+    assert not any(n.startswith("Wrapper cost:") for n in t.notes)
 
 
 def test_a_wrapper_column_of_zeros_is_left_out_with_a_note_and_kept_otherwise():

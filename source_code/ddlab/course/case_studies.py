@@ -13,7 +13,7 @@
   :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
 * **Tuning when communication dominates**: :func:`recorded_tunings` (the recorded
   :mod:`ddlab.course.tuning` comparisons, and a line naming those missing), :func:`tuning_live`, and
-  :func:`tuning_here`, the notebook's cell: on two GPUs only when asked.
+  :func:`tuning_here`, the notebook's cell: only when asked.
 
 The field reports' own experiment (strong scaling, their cited figures) is :mod:`ddlab.course.field_reports`.
 """
@@ -47,19 +47,12 @@ _COLUMNS = [("model", "text"), ("path", "text"), ("gradients", "bytes", "grads")
             ("overhead", "time", "wrapper"), ("predicted", "ratio", "predicted"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max"),
             ("error_pct", lambda v: f"{v:+.1f}%", "error")]
-_LEGEND_TERMS = ("grads: gradient bytes per step; step (1): the one-worker step; all-reduce: those bytes on that path "
-                 "(its alpha-beta fit); ratio: step (1) / all-reduce; exposed: the all-reduce the backward pass "
-                 "cannot hide; wrapper: the wrapper's own cost per step")
-_LEGEND = (_LEGEND_TERMS + "; predicted (the model's bound) and measured (median, min-max over the repeats): speedup "
-           "of 2 workers over 1.")
+_LEGEND_TERMS = ("step (1): the one-worker step; all-reduce: the grads on that path (alpha-beta fit); ratio: step (1) / "
+                 "all-reduce; exposed: what the backward pass cannot hide; wrapper: its own cost per step")
+_LEGEND = _LEGEND_TERMS + "; predicted (the bound) and measured (median, min-max): speedup of 2 workers over 1."
 
-PATHS_NOTE = "Paths: default = NCCL's own choice (NVLink here); shm = peer-to-peer off; socket = TCP through the host."
+PATHS_NOTE = "default = NCCL's own choice (NVLink here); shm = peer-to-peer off; socket = TCP."
 TABLE_WIDTH = 110      # characters: the widest table line notebook 10 shows (the HTML table fits the notebook)
-
-# What the ratio can and cannot say (weak scaling: n GPUs, each with the one-GPU batch).
-RATIO_NOTE = ("The ratio is a first look: the backward pass hides part of the all-reduce, which carries 2(n-1)/n of "
-              "the gradients on n GPUs. The bound: n x step / (step + exposed + wrapper); n GPUs lose when exposed + "
-              "wrapper exceed (n-1) steps.")
 
 
 def _case_table(columns: list, rows: list, title: str, notes: list) -> Table:
@@ -67,7 +60,7 @@ def _case_table(columns: list, rows: list, title: str, notes: list) -> Table:
     as for DDP, whose cost is in the one-worker step, so the table fits the notebook's width."""
     if rows and all(not r.get("overhead") for r in rows):
         columns = [c for c in columns if c[0] != "overhead"]
-        notes = notes + ["wrapper: 0 s in every row (in the one-worker step), so its column is left out."]
+        notes = notes + ["wrapper: 0 s in every row (in the one-worker step), so no column."]
     return Table(columns, rows, title=title, notes=notes)
 
 
@@ -92,7 +85,9 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
                                            channels=rec.channels, sweeps=rec.sweeps)
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
-    notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {pred.term('wrapper').source}.", PATHS_NOTE]
+    notes = [_LEGEND + " " + PATHS_NOTE]
+    if any(r["overhead"] for r in rows):
+        notes.append(f"Wrapper cost: {pred.term('wrapper').source}.")
     return _case_table(list(_COLUMNS), rows, f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                        + (f" ({rec.machine})" if rec.machine else ""), notes)
 
@@ -161,9 +156,8 @@ def report_matrix(name: str = V100_REPORT) -> tuple:
         m[a, b], m[b, a] = r["low_gbps"], r["high_gbps"]
         if r["low_gbps"] != r["high_gbps"]:
             ranged.append(f"GPU{a} -> GPU{b} {r['low_gbps']:g}, GPU{b} -> GPU{a} {r['high_gbps']:g}")
-    desc = ("The report's figure for each pair in both directions (cited, not measured by the course)"
-            + (f"; its range for the asymmetric pair is put as {'; '.join(ranged)}: the report does not say "
-               "which direction is slow." if ranged else "."))
+    desc = ("Matrix: each pair's figure both ways" + (f"; {'; '.join(ranged)} (the report does not say which "
+                                                      "direction is slow)." if ranged else "."))
     return m, list(range(n)), desc
 
 
@@ -177,9 +171,8 @@ def report_table(name: str = V100_REPORT) -> Table:
     fastest = max(r["high_gbps"] for r in reference.load("cited", name)["rows"])
     gen3 = links.pcie_x16_gbs(3)
     if fastest > gen3:
-        t.notes.append(f"Read it critically: its fastest figure, {fastest:g} GB/s, is above the {gen3:.2f} GB/s that "
-                       "PCIe 3.0 x16, the Tesla V100-PCIE's link, carries in one direction: what did it measure? "
-                       "(a question of the quiz below)")
+        t.notes.append(f"Read it critically: {fastest:g} GB/s is above the {gen3:.2f} GB/s PCIe 3.0 x16 (a V100-PCIE's "
+                       "link) carries one way. What did it measure? (quiz below)")
     return t
 
 
@@ -323,25 +316,37 @@ def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATH
     return found, line
 
 
-def tuning_here(on_gpus: bool = False, launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None,
+def tuning_here(asked: bool = False, launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None,
                 log: Optional[str] = None) -> tuple:
-    """Notebook 10's live case 3: (a result, or None; one line saying what ran, or why nothing did).
-    Without two GPUs, :func:`tuning_live`'s small comparison on two CPU processes always runs. With two
-    GPUs, the wide model's comparison runs only when ``on_gpus`` is True: it is the longest live run of
-    the notebook, and the recorded comparisons above are the same experiment with more tunings, so a Run
-    All leaves it out and says how to ask for it."""
+    """Notebook 10's live case 3: (a result, or None; one line saying what ran, or why nothing did). It runs
+    only when ``asked`` (LIVE_TUNING = True in the cell): with two GPUs the wide model's comparison, the
+    notebook's longest wait; otherwise :func:`tuning_live`'s small comparison on two CPU processes. The
+    recorded comparisons above are the experiment itself, so a Run All leaves it out and says how to ask."""
     from ddlab.course import tuning
     gpus = _gpus_live(launcher, machine)
-    if gpus and not on_gpus:
-        launches = tuning.planned_launches(launcher, GPU_LIVE_TUNINGS, repeats)
-        return None, (f"Two GPUs here: the {TUNED_MODEL} model's tuning ({', '.join(GPU_LIVE_TUNINGS)}, {repeats} "
-                      f"repeats each, {launches} launches) runs live only when asked, since it is this notebook's "
-                      "longest wait: set LIVE_GPU_TUNING = True in this cell and run it again. The recorded "
-                      "comparisons above are the same experiment.")
+    if not asked:
+        chosen = GPU_LIVE_TUNINGS if gpus else CPU_TUNINGS
+        what = (f"the {TUNED_MODEL} model on two GPUs" if gpus else f"{CPU_MODEL} on two CPU processes over Gloo")
+        launches = tuning.planned_launches(launcher, chosen, repeats)
+        return None, (f"Live tuning ({what}: {', '.join(chosen)}, {launches} launches) runs when asked: set "
+                      "LIVE_TUNING = True in this cell and run it again.")
     res = tuning_live(launcher, repeats=repeats, echo=echo, machine=machine, log=log)
     where = (f"two GPUs, the {TUNED_MODEL} model on NCCL's default path" if gpus else
              f"two CPU processes over gloo, {CPU_MODEL}")
     return res, f"Measured now: {where}."
+
+
+def second_gpu_here(inventory=None, asked: bool = False, machine=None, log: Optional[str] = None) -> tuple:
+    """Notebook 10's live weak-scaling case: (a table, or None; one line). With one GPU or two,
+    :func:`second_gpu_live` runs (the one-GPU step measured and a second GPU predicted, or the NCCL-path
+    comparison). Without a GPU it runs only when ``asked``: two CPU processes share the cores, which the
+    model does not know, so the comparison says more about the laptop than about the model."""
+    from ddlab.system import policy
+    machine = machine or policy.Machine.detect()
+    if not asked and not _gpus_live("ddp", machine, gpus=1):
+        return None, ("No GPU here: 1 against 2 CPU processes over Gloo at batch 512 runs when asked (LIVE_CPU = "
+                      "True in this cell); the processes share the cores, which the model does not know.")
+    return second_gpu_live(inventory, batches=(512,), machine=machine, log=log), "Measured now."
 
 
 def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None, log: Optional[str] = None):
@@ -438,7 +443,7 @@ def held_out_line(held=None) -> str:
     misses = [r for r in held.rows if r.get(key) is not None and abs(r[key]) > band]
     optimistic = sum(r[key] > 0 for r in misses)
     wrong = [r for r in held.rows if r.get(pred) is not None and (r[pred] > 1) != (r["measured"] > 1)]
-    named = "; ".join(f"{r['launcher']} {r['model']} {r['path']} batch {r['batch']}" for r in wrong)
+    named = "; ".join(f"{r['launcher']} {r['model']} {r['path']} {r['batch']}/GPU" for r in wrong)
     return (f"Held out ({key[:-len('_err')]} left out): {k} of {m} recorded 2-GPU runs within ±{band:.0f}%; "
             f"{optimistic} of the {len(misses)} misses predict faster than measured. Wrong about whether the second "
             f"GPU pays on {len(wrong)}" + (f": {named}." if wrong else ".")
@@ -495,10 +500,9 @@ def tuning_effects(found: Optional[list] = None) -> Table:
         where = (res.provenance or {}).get("machine") or "machine not recorded"
         machines.setdefault(where, []).append(f"{row['launcher']} {row['path']}")
     cols = [("launcher", "text"), ("path", "text")] + [(k, "text", k) for k in _TUNING_HEADS]
-    notes = ["Each cell: images/s of two GPUs with that setting over two GPUs untuned, same path, medians; faster or "
-             "slower where the repeats' min-max ranges do not overlap. 16-bit grads: DDP's bf16 hook, Horovod's fp16 "
-             "compression; buckets / fusion: 100 MB buckets (DDP), a 256 MB fusion buffer (Horovod). default = "
-             "NVLink on these machines, shm = peer-to-peer off.",
+    notes = ["Each cell: 2-GPU images/s with the setting over untuned, same path (medians); faster or slower where "
+             "the min-max ranges do not overlap. 16-bit: bf16 hook (DDP), fp16 compression (Horovod); buckets / "
+             "fusion: 100 MB (DDP), 256 MB (Horovod).",
              "Recorded on " + "; ".join(f"{m} ({', '.join(w)})" for m, w in machines.items()) + "."]
     return Table(cols, rows, title="Recorded tunings of the wide model on two GPUs, against untuned", notes=notes)
 
@@ -511,12 +515,16 @@ def tuning_commands(launcher: str = "ddp", path: str = "default", found: Optiona
     if res is None:
         return f"{launcher} over {path}: not recorded."
     by = {r.get("tuning"): r for r in res.rows}
-    lines = [f"{launcher} over {path}, the first of each row's runs:"]
-    for name in ("untuned",) + TUNING_SHOWN.get(launcher, ())[:2]:
-        row = by.get(name)
-        if row and row.get("runs"):
-            lines.append(f"  {name}: {field_reports.run_command(res.runs[row['runs'][0]])}")
-    return "\n".join(lines)
+    first = lambda name: field_reports.run_command(res.runs[by[name]["runs"][0]])   # noqa: E731
+    name = TUNING_SHOWN.get(launcher, ())[0]
+    if not by.get(name, {}).get("runs") or not by.get("untuned", {}).get("runs"):
+        return f"{launcher} over {path}: no run of {name} or untuned recorded."
+    tuned, plain = first(name), first("untuned")
+    flags = by[name].get("flags") or ""
+    flags = flags if isinstance(flags, str) else " ".join(map(str, flags))
+    same = bool(flags) and tuned == f"{plain} {flags}"
+    return (f"{launcher} over {path}, {name}: {tuned}" +
+            (f"\n  (untuned: the same without {flags})" if same else f"\n  untuned: {plain}"))
 
 
 def tuning_check_line() -> str:
@@ -529,3 +537,18 @@ def tuning_check_line() -> str:
     k, m = validation.hits(t.rows, key)
     return (f"The step model on the recorded tunings it has an input for: {k} of {m} within "
             f"±{100 * validation.TOLERANCE:.0f}% (the table: tables.show(tuning_check.tuning_check())).")
+
+
+def diagnosis_text(matrix, labels, causes: int = 1) -> str:
+    """:func:`ddlab.measure.p2p_diagnosis.diagnose` of ``matrix`` as text, with only the first ``causes`` typical
+    causes of each finding (the rest: ``print(p2p_diagnosis.diagnose(matrix, labels))``)."""
+    from ddlab.measure import p2p_diagnosis
+    d = p2p_diagnosis.diagnose(matrix, labels)
+    kept, seen = [], {}
+    for c in d.causes:
+        kind = c.split(":")[0]
+        seen[kind] = seen.get(kind, 0) + 1
+        if seen[kind] <= causes:
+            kept.append(c)
+    d.causes = kept
+    return d.text()

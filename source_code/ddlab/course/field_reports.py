@@ -94,8 +94,8 @@ def samples_per_step(name: str = REPORTS) -> Table:
     cols = [("model", "text", "network"), ("batch", "int", "batch"), ("one", lambda v: f"{v:.1f}", "1 GPU"),
             ("two", lambda v: f"{v:.1f}", "2 GPUs")]
     return Table(cols, rows, title="Samples per step = samples/s x step time, from the reports' own figures",
-                 notes=[f"Computed from the cited samples/s and step times ({sections}). One and two GPUs process "
-                        f"the batch once per step (within {100 * worst:.1f}%): it is split over the two GPUs."])
+                 notes=[f"From the cited samples/s and step times ({sections}). One and two GPUs process the "
+                        f"batch once per step (within {100 * worst:.1f}%): it is split over the two."])
 
 
 def model_sizes(name: str = REPORTS) -> Table:
@@ -116,8 +116,8 @@ def model_sizes(name: str = REPORTS) -> Table:
             ("ours_bytes", "bytes", "grads (course)"), ("theirs", count, "params (reports)"),
             ("theirs_bytes", "bytes", "grads (reports)")]
     return Table(cols, rows, title="The same hidden widths, not the same networks: parameters and fp32 gradient bytes",
-                 notes=["course: counted from ddlab.training.models (784 pixels in, 10 classes out); reports: the "
-                        "counts their 'Model Specifications' state (input and output sizes not stated there)."],
+                 notes=["course: counted from ddlab.training.models (784 in, 10 out); reports: as 'Model "
+                        "Specifications' states them (input and output sizes not stated)."],
                  missing="-")
 
 
@@ -144,20 +144,24 @@ def _spread(row: dict) -> str:
 
 def _busy(model: str, one) -> str:
     """How much of the recorded one-GPU step ``one`` the GPU is busy (its CUDA-graph recording), in words."""
-    return (f"{model}: the recorded one-GPU step is {one.compute_s * 1e3:.3f} ms at {one.batch} images; the GPU is busy "
-            f"{one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%, from a CUDA-graph "
-            "recording), the rest is the host launching kernels, which does not shrink with the batch")
+    return (f"{model}: recorded one-GPU step {one.compute_s * 1e3:.3f} ms at {one.batch} images, the GPU busy "
+            f"{one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%)")
+
+
+HOST_SAID = ("the busy time from a CUDA-graph recording; the rest is the host launching kernels, which does not "
+             "shrink with the batch")
 
 
 def busy_lines(models: Sequence[str] = REPORT_MLPS) -> str:
-    """For each of ``models``, how much of its recorded DDP one-GPU step the GPU is busy (one line each)."""
+    """For each of ``models``, how much of its recorded DDP one-GPU step the GPU is busy (one line each),
+    then what the rest is."""
     rec = _predict.recorded_set()
     lines = []
     for m in models:
         one = _one_gpu_step(rec, m)
         lines.append(_busy(m, one) + "." if one is not None and one.device_s else f"{m}: no CUDA-graph recording "
                      "of its one-GPU step, so its busy time is not known.")
-    return "\n".join(lines)
+    return "\n".join(lines + [f"({HOST_SAID}.)"])
 
 
 def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int] = REPORT_GLOBAL_BATCHES,
@@ -176,7 +180,8 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
             notes.append(f"{m}: no recorded one-GPU step, so no prediction.")
             continue
         if one.device_s:
-            notes.append(_busy(m, one) + ": so the step is taken to be the same at these smaller global batches.")
+            notes.append(_busy(m, one) + f", {HOST_SAID}: so the step is taken to be the same at these smaller "
+                         "global batches.")
         for path in paths:
             preds = [(g, _predict_split(one, m, g, path, gpus)) for g in global_batches]
             commands.append(f"python -m ddlab predict --model {m} --step-ms {one.compute_s * 1e3:.3f} --global-batch "
