@@ -6,14 +6,17 @@
   of the 2-GPU step and the predicted speedup beside the measured median and spread.
   :func:`predicted_vs_measured` does the same for a live scaling or NCCL-path result and a live
   all-reduce fit (CPU processes over gloo, or GPUs over NCCL); :func:`second_gpu_live` runs
-  it now; :func:`recorded_batch_sweep` joins the recordings at several batches per GPU.
+  it now (:func:`second_gpu_here`, the notebook's cell: on CPU processes only when asked);
+  :func:`recorded_batch_sweep` joins the recordings at several batches per GPU; :func:`below_one_line`
+  names the recorded runs slower than one GPU, :func:`held_out_line` counts the step model's held-out hits.
 * **Diagnosing a machine from its p2p matrix**: :func:`report_matrix` is the 4x V100 report's pair
   figures (cited) as a matrix, :func:`report_table` the figures themselves;
-  :func:`ddlab.measure.p2p_diagnosis.diagnose` reads the matrix, and
-  :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
+  :func:`ddlab.measure.p2p_diagnosis.diagnose` reads the matrix (:func:`diagnosis_text`, one cause of
+  each kind), and :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
 * **Tuning when communication dominates**: :func:`recorded_tunings` (the recorded
-  :mod:`ddlab.course.tuning` comparisons, and a line naming those missing), :func:`tuning_live`, and
-  :func:`tuning_here`, the notebook's cell: only when asked.
+  :mod:`ddlab.course.tuning` comparisons, and a line naming those missing), :func:`tuning_effects` (each
+  setting against the untuned 2-GPU run) with :func:`tuning_commands` (the recorded runs' commands),
+  :func:`tuning_check_line`, :func:`tuning_live`, and :func:`tuning_here`, the notebook's cell: only when asked.
 
 The field reports' own experiment (strong scaling, their cited figures) is :mod:`ddlab.course.field_reports`.
 """
