@@ -155,7 +155,7 @@ def test_the_live_run_runs_the_two_mlps_on_two_cpu_processes(monkeypatch):
     monkeypatch.setattr(experiments, "strong_scaling", fake)
     t = fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=0))
     assert [c[:6] for c in calls] == [(m, 3, 20, (32,), "cpu", "default") for m in fr.REPORT_MLPS]
-    assert all(c[6] == 120 for c in calls)                       # each launch keeps its timeout
+    assert all(c[6] == fr.CPU_LAUNCH_TIMEOUT_S for c in calls)   # each launch keeps its timeout
     rows = t.to_dict()["rows"]
     assert [(r["model"], r["workers"], r["per_worker"]) for r in rows] == [
         ("mlp-small", 1, 32), ("mlp-small", 2, 16), ("mlp-large", 1, 32), ("mlp-large", 2, 16)]

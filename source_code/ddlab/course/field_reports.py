@@ -40,6 +40,7 @@ REPORT_GLOBAL_BATCHES = (4, 8, 16, 32, 64, 128)  # the global batches the report
 REPORT_PATHS = ("shm", "default")                # P2P off (the reports' case), then NCCL's default here
 RECORDED_PATHS = REPORT_PATHS + ("socket",)      # every path a recording of their experiment may take, in order
 CPU_GLOBAL_BATCH = 32
+CPU_LAUNCH_TIMEOUT_S = 300     # one CPU launch: seconds on an idle laptop, minutes on a shared, loaded machine
 _STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
                    ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"), ("exposed", "time", "exposed"),
                    ("step", "time", "step (2 GPUs)"), ("speedup", "ratio", "predicted")]
@@ -231,7 +232,7 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
                 spec = RunSpec.for_device("cuda", m, launcher="ddp", repeats=repeats)
             else:
                 spec = RunSpec.for_device("cpu", m, launcher="ddp", steps=20, warmup_steps=5, repeats=repeats,
-                                          test_samples=500, timeout=120)
+                                          test_samples=500, timeout=CPU_LAUNCH_TIMEOUT_S)
             results.append((m, experiments.strong_scaling(spec, global_batches=(global_batch,), device=device,
                                                           path="shm" if gpus else "default", echo=echo,
                                                           progress=progress)))
