@@ -98,7 +98,6 @@ SHOWN = {
     "sizes": fr.model_sizes,
     "grid": fr.recorded_grid,
     "beside": fr.beside_cited,
-    "weak": lambda: cs.second_gpu_table("ddp", models=("mlp-small", "mlp-large")),
     "v100": cs.report_table,
     "tunings": cs.tuning_effects,
 }

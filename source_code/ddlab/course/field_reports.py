@@ -117,8 +117,8 @@ def model_sizes(name: str = REPORTS) -> Table:
             ("ours_bytes", "bytes", "grads (course)"), ("theirs", count, "params (reports)"),
             ("theirs_bytes", "bytes", "grads (reports)")]
     return Table(cols, rows, title="The same hidden widths, not the same networks: parameters and fp32 gradient bytes",
-                 notes=["course: counted from ddlab.training.models (784 in, 10 out); reports: as 'Model "
-                        "Specifications' states them (input and output sizes not stated)."],
+                 notes=["course: ddlab.training.models (784 in, 10 out); reports: 'Model Specifications' (input "
+                        "and output sizes not stated)."],
                  missing="-")
 
 
@@ -365,8 +365,7 @@ def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence
         rows.append(row)
     cols = [("model", "text"), ("launcher", "text"), ("path", "text")] + [
         (f"g{g}", "text", f"global {g}") for g in global_batches]
-    notes = ["Each cell: images/s on two GPUs over images/s on one at that global batch, median of the repeats "
-             f"(min-max); '-': not recorded at that batch. {PATHS_SAID}"]
+    notes = [f"Each cell: 2-GPU over 1-GPU images/s at that global batch, median (min-max); '-': not recorded. {PATHS_SAID}"]
     if more:
         notes.append("Also recorded (recorded() shows them): " + "; ".join(f"{k} at {', '.join(v)}"
                                                                            for k, v in more.items()) + ".")
@@ -391,8 +390,8 @@ def _one_of(res, models: Sequence[str], launchers: Sequence[str], paths: Sequenc
     return c.get("model") in models and c.get("launcher") in launchers and _path_of(res) in paths
 
 
-PATHS_SAID = ("Paths: shm = peer-to-peer off, through host memory, as in the reports; default = NCCL's own choice "
-              "(NVLink on these machines); socket = TCP through the host.")
+PATHS_SAID = ("shm = peer-to-peer off (as in the reports); default = NCCL's own choice (NVLink here); socket = "
+              "TCP through the host.")
 
 
 def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[str], paths: Sequence[str],

@@ -84,7 +84,7 @@ NOTEBOOKS = {
     }),
     10: ("Case studies", {
         "cpu": "the field reports' strong-scaling experiment (the small MLP) on 2 CPU processes (Gloo); the 2-GPU "
-               "results are recorded, and the weak-scaling and tuning comparisons run on CPU processes when asked",
+               "results are recorded",
         "single-gpu": "the small MLP's one-GPU step on this GPU with the step model's prediction of a second GPU "
                       "over the recorded links, doctor's PCIe check of this GPU, and the reports' strong-scaling "
                       "experiment on 2 CPU processes (Gloo); the 2-GPU results are recorded",
