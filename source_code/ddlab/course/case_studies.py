@@ -503,9 +503,8 @@ def tuning_effects(found: Optional[list] = None) -> Table:
         where = (res.provenance or {}).get("machine") or "machine not recorded"
         machines.setdefault(where, []).append(f"{row['launcher']} {row['path']}")
     cols = [("launcher", "text"), ("path", "text")] + [(k, "text", k) for k in _TUNING_HEADS]
-    notes = ["Each cell: 2-GPU images/s with the setting over untuned, same path (medians); faster or slower where "
-             "the min-max ranges do not overlap. 16-bit: bf16 hook (DDP), fp16 compression (Horovod); buckets / "
-             "fusion: 100 MB (DDP), 256 MB (Horovod).",
+    notes = ["Each cell: 2-GPU images/s with the setting over untuned (medians); faster or slower: min-max ranges "
+             "apart. 16-bit: bf16 hook (DDP), fp16 (Horovod); buckets / fusion: 100 MB (DDP), 256 MB (Horovod).",
              "Recorded on " + "; ".join(f"{m} ({', '.join(w)})" for m, w in machines.items()) + "."]
     return Table(cols, rows, title="Recorded tunings of the wide model on two GPUs, against untuned", notes=notes)
 

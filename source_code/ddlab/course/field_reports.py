@@ -91,12 +91,11 @@ def samples_per_step(name: str = REPORTS) -> Table:
     if not rows:
         raise ValueError(f"reference/{CITED_KIND}/{name} gives no step time to read the batch from")
     worst = max(abs(r[k] / r["batch"] - 1) for r in rows for k in ("one", "two"))
-    sections = "; ".join(dict.fromkeys(f"'{r['section']}'" for r in obj["rows"] if r.get("step_ms_one")))
     cols = [("model", "text", "network"), ("batch", "int", "batch"), ("one", lambda v: f"{v:.1f}", "1 GPU"),
             ("two", lambda v: f"{v:.1f}", "2 GPUs")]
     return Table(cols, rows, title="Samples per step = samples/s x step time, from the reports' own figures",
-                 notes=[f"From the cited samples/s and step times ({sections}). One and two GPUs process the "
-                        f"batch once per step (within {100 * worst:.1f}%): it is split over the two."])
+                 notes=[f"From the cited samples/s and step times. One and two GPUs process the batch once per step "
+                        f"(within {100 * worst:.1f}%): it is split over the two."])
 
 
 def model_sizes(name: str = REPORTS) -> Table:
@@ -116,7 +115,7 @@ def model_sizes(name: str = REPORTS) -> Table:
     cols = [("model", "text"), ("widths", "text", "hidden widths"), ("ours", count, "params (course)"),
             ("ours_bytes", "bytes", "grads (course)"), ("theirs", count, "params (reports)"),
             ("theirs_bytes", "bytes", "grads (reports)")]
-    return Table(cols, rows, title="The same hidden widths, not the same networks: parameters and fp32 gradient bytes",
+    return Table(cols, rows, title="Same hidden widths, different networks: parameters and fp32 gradient bytes",
                  notes=["course: ddlab.training.models (784 in, 10 out); reports: 'Model Specifications' (input "
                         "and output sizes not stated)."],
                  missing="-")
@@ -149,8 +148,7 @@ def _busy(model: str, one) -> str:
             f"{one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%)")
 
 
-HOST_SAID = ("the busy time from a CUDA-graph recording; the rest is the host launching kernels, which does not "
-             "shrink with the batch")
+HOST_SAID = "busy: from a CUDA-graph recording; the rest is the host launching kernels"
 
 
 def busy_lines(models: Sequence[str] = REPORT_MLPS) -> str:
