@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ddlab.course import case_studies as cs
+from ddlab.course import field_reports as fr
 from ddlab.course import checks
 from ddlab.cost import alpha_beta, recorded_runs, step_model, wrapper_cost
 from ddlab.measure import p2p_diagnosis
@@ -26,7 +27,7 @@ def test_second_gpu_table_puts_prediction_beside_the_recorded_median_and_spread(
     # the same model all-reduces more slowly on a slower path: the ratio falls from default to socket
     wide = {r["path"]: r["ratio"] for r in rows if r["model"] == "wide"}
     assert wide["default"] > wide["shm"] > wide["socket"]
-    assert "ratio: step (1) / all-reduce" in str(t) and "Wrapper cost" in " ".join(t.notes)
+    assert "ratio: step (1) / all-reduce" in str(t) and any(n.startswith("wrapper: 0 s") for n in t.notes)
 
 
 def test_second_gpu_table_rejects_a_launcher_without_recordings():
@@ -89,16 +90,53 @@ def test_predicted_vs_measured_needs_a_baseline_and_a_fit_per_path():
         cs.predicted_vs_measured(paths, {"default": alpha_beta.AlphaBeta(1e-3, 1e9)})
 
 
-def test_exercise_matrix_has_one_slow_gpu_and_one_asymmetric_pair_and_the_check_agrees():
-    m, labels, desc = cs.exercise_matrix()
-    assert "not a measurement" in desc
-    assert np.isnan(np.diag(m)).all()
+def test_the_report_matrix_has_the_reports_slow_gpu_and_asymmetric_pair_and_the_check_agrees():
+    m, labels, desc = cs.report_matrix()
+    assert np.isnan(np.diag(m)).all() and labels == [0, 1, 2, 3]
     d = p2p_diagnosis.diagnose(m, labels)
-    assert d.outlier_labels == [1] and d.asymmetric_labels == [(2, 3)]
-    assert checks.check_p2p_diagnosis(m, 1, (3, 2))
-    assert not checks.check_p2p_diagnosis(m, 2, (2, 3))
-    table = str(cs.exercise_table())
-    assert "GPU3" in table and "not a measurement" in table
+    assert d.outlier_labels == [0] and d.asymmetric_labels == [(2, 3)]
+    assert checks.check_p2p_diagnosis(m, 0, (3, 2))
+    assert not checks.check_p2p_diagnosis(m, 1, (2, 3))
+    table = str(cs.report_table())
+    assert "GPU2 <-> GPU3" in table and "Cited, not measured" in table
+
+
+def test_run_command_puts_the_runs_nccl_variables_before_its_launch():
+    run = {"nccl_env": {"NCCL_VERSION": "2.0", "NCCL_P2P_LEVEL": "LOC", "NCCL_NVLS_ENABLE": "0"},
+           "provenance": {"command": "python3 -m torch.distributed.run --nproc-per-node=2 train.py"}}
+    assert fr.run_command(run) == ("NCCL_NVLS_ENABLE=0 NCCL_P2P_LEVEL=LOC python3 -m torch.distributed.run "
+                                   "--nproc-per-node=2 train.py")
+    assert fr.run_command({}) == "not recorded"
+
+
+def test_the_tuning_effects_compare_each_setting_with_the_untuned_two_gpu_run():
+    found, _ = cs.recorded_tunings()
+    t = cs.tuning_effects(found)
+    rows = t.to_dict()["rows"]
+    assert len(rows) == len(found)
+    for res, row in zip(found, rows):
+        by = {r["tuning"]: r for r in res.rows}
+        base = by["untuned"]
+        for head, name in zip(cs._TUNING_HEADS, cs.TUNING_SHOWN[res.config["launcher"]]):
+            r = by[name]
+            ratio = r["images_per_s"] / base["images_per_s"]
+            assert row[head].startswith(f"{ratio:.2f}x ")
+            if r["images_per_s_min"] > base["images_per_s_max"]:
+                assert row[head].endswith("faster")
+            elif r["images_per_s_max"] < base["images_per_s_min"]:
+                assert row[head].endswith("slower")
+            else:
+                assert row[head].endswith("overlap")
+    text = cs.tuning_commands("ddp", "default", found)
+    res = next(r for r in found if (r.config["launcher"], r.config["path"]) == ("ddp", "default"))
+    by = {r["tuning"]: r for r in res.rows}
+    tuned = fr.run_command(res.runs[by["bf16 hook"]["runs"][0]])
+    plain = fr.run_command(res.runs[by["untuned"]["runs"][0]])
+    assert f"bf16 hook: {tuned}" in text and tuned.endswith("--comm-hook bf16")
+    # the untuned run is named "the same without" the flags only where it is exactly that
+    assert ("(untuned: the same without --comm-hook bf16)" in text) == (tuned == plain + " --comm-hook bf16")
+    assert ("(untuned: the same" in text) != (f"untuned: {plain}" in text)
+    assert cs.tuning_commands("ddp", "nowhere", found) == "ddp over nowhere: not recorded."
 
 
 def test_second_gpu_live_on_cpu_predicts_each_batch_from_a_gloo_sweep(monkeypatch):
@@ -202,20 +240,35 @@ def test_tuning_live_picks_the_gpu_or_the_small_cpu_comparison(monkeypatch):
     assert args[:3] == ("wide", "ddp", "default") and kw["tunings"] == cs.GPU_LIVE_TUNINGS and kw["device"] == "cuda"
 
 
-def test_tuning_here_runs_on_two_gpus_only_when_asked_and_on_cpu_processes_always(monkeypatch):
+def test_tuning_here_runs_only_when_asked_on_gpus_and_on_cpu_processes(monkeypatch):
+    from ddlab.course import tuning
     from ddlab.system import policy
     calls = []
     monkeypatch.setattr(cs, "tuning_live", lambda launcher, **kw: calls.append((launcher, kw)) or "result")
     two = policy.Machine(gpus=2, software=lambda framework, launcher: (True, ""))
     res, line = cs.tuning_here(machine=two)
     assert res is None and not calls
-    from ddlab.course import tuning
-    launches = tuning.planned_launches("ddp", cs.GPU_LIVE_TUNINGS, 3)      # 9 where every tuning can run
-    assert "set LIVE_GPU_TUNING = True" in line and f"{launches} launches" in line and "wide" in line
+    launches = tuning.planned_launches("ddp", cs.GPU_LIVE_TUNINGS, 3)
+    assert "LIVE_TUNING = True" in line and f"{launches} launches" in line and "wide" in line
     res, line = cs.tuning_here(True, machine=two)
     assert res == "result" and calls[-1][0] == "ddp" and line == "Measured now: two GPUs, the wide model on NCCL's default path."
     res, line = cs.tuning_here(machine=policy.Machine(gpus=0))
+    assert res is None and len(calls) == 1 and cs.CPU_MODEL in line
+    res, line = cs.tuning_here(True, machine=policy.Machine(gpus=0))
     assert res == "result" and len(calls) == 2 and "two CPU processes over gloo, mlp-large" in line
+
+
+def test_second_gpu_here_runs_on_a_gpu_and_on_cpu_processes_only_when_asked(monkeypatch):
+    from ddlab.system import policy
+    calls = []
+    monkeypatch.setattr(cs, "second_gpu_live", lambda inv, **kw: calls.append(kw) or "table")
+    table, line = cs.second_gpu_here(machine=policy.Machine(gpus=0))
+    assert table is None and not calls and "LIVE_CPU = True" in line
+    table, line = cs.second_gpu_here(asked=True, machine=policy.Machine(gpus=0))
+    assert table == "table" and calls[-1]["batches"] == (512,)
+    one = policy.Machine(gpus=1, software=lambda framework, launcher: (True, ""))
+    table, line = cs.second_gpu_here(machine=one)
+    assert table == "table" and len(calls) == 2
 
 
 def _fake_batch_sweep(monkeypatch, machine_b128=None):
@@ -280,9 +333,16 @@ def test_recorded_batch_sweep_of_another_machine_says_whose_links_predict_it():
     assert len(note) == bool(above) and all(f"batch {r['batch']} over " in note[0] for r in above)
 
 
-def test_the_ratio_note_states_overlap_and_the_ring_factor():
-    t = cs.second_gpu_table("ddp")
-    assert cs.RATIO_NOTE in t.notes and "2(n-1)/n" in cs.RATIO_NOTE and "(n-1) steps" in cs.RATIO_NOTE
+def test_the_weak_scaling_table_says_only_what_its_rows_hold():
+    t = cs.second_gpu_table("ddp", models=("mlp-small", "mlp-large"))
+    rows = t.to_dict()["rows"]
+    assert {r["model"] for r in rows} == {"mlp-small", "mlp-large"}
+    points = {(p.model, p.path): p for p in recorded_runs.recorded_points().points if p.launcher == "ddp"}
+    assert len(rows) == len([k for k in points if k[0] in ("mlp-small", "mlp-large")])
+    for r in rows:
+        assert r["measured"] == points[(r["model"], r["path"])].measured
+    # the wrapper's source is named only where a wrapper cost is added
+    assert not any(n.startswith("Wrapper cost:") for n in t.notes)
 
 
 def test_a_wrapper_column_of_zeros_is_left_out_with_a_note_and_kept_otherwise():

@@ -18,6 +18,9 @@ def test_cited_tables_name_their_source_and_refuse_uncited_files(tmp_path, monke
     # every row names its section of the source: the report's technical appendix, at a fixed revision
     rows = reference.load(fr.CITED_KIND, fr.REPORTS)["rows"]
     assert len(t.to_dict()["rows"]) == len(rows) and all(r["section"].endswith("- Detailed Results") for r in rows)
+    # the sections are named once, in a note, when the table has no section column
+    assert "section" not in [c.key for c in t.columns]
+    assert sum(all(f"'{s}'" in n for s in {r["section"] for r in rows}) for n in t.notes) == 1
     assert {r["course_model"] for r in rows} == set(fr.REPORT_MLPS)
     assert sorted({r["batch"] for r in rows}) == list(fr.REPORT_GLOBAL_BATCHES)   # 4..128 over both networks
     assert all(r["speedup"] == f"{r['speedup_value']:.2f}x" for r in rows)      # the number and its text agree
@@ -48,7 +51,7 @@ def test_the_prediction_is_ddlab_predict_with_a_global_batch():
                            wrapper=wrapper_cost.over_one_worker_step("ddp"))
     row = next(r for r in rows if (r["model"], r["path"]) == ("mlp-small", "shm"))
     assert row["speedup"] == pytest.approx(same.speedup) and row["global"] == "4-128 (each)"
-    assert row["speedup"] < 1 and row["bound"] == "compute"
+    assert row["speedup"] < 1 and "bound" not in [c.key for c in t.columns]   # no "bound by" beside a host-bound step
     text = str(t)
     assert "wrapper" not in [c.key for c in t.columns] and "--step-has-wrapper" in text and "no wrapper column" in text
     assert "field_reports.recorded()" in text and "python -m ddlab predict --model mlp-small" in text
@@ -150,12 +153,15 @@ def test_the_live_run_runs_the_two_mlps_on_two_cpu_processes(monkeypatch):
                 for w, ips in ((1, 1000.0), (2, 700.0))]
         return ExperimentResult("strong-scaling", rows, "live", {}, [], {})
     monkeypatch.setattr(experiments, "strong_scaling", fake)
-    t = fr.live(machine=policy.Machine(gpus=0))
+    t = fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=0))
     assert [c[:6] for c in calls] == [(m, 3, 20, (32,), "cpu", "default") for m in fr.REPORT_MLPS]
-    assert all(c[6] == 120 for c in calls)                       # each launch keeps its timeout
+    assert all(c[6] == fr.CPU_LAUNCH_TIMEOUT_S for c in calls)   # each launch keeps its timeout
     rows = t.to_dict()["rows"]
     assert [(r["model"], r["workers"], r["per_worker"]) for r in rows] == [
         ("mlp-small", 1, 32), ("mlp-small", 2, 16), ("mlp-large", 1, 32), ("mlp-large", 2, 16)]
+    calls.clear()
+    fr.live(machine=policy.Machine(gpus=0))                      # by default: the exercise's MLP only
+    assert [c[0] for c in calls] == list(fr.LIVE_MLPS) == ["mlp-small"]
     assert rows[1]["speedup"] == pytest.approx(0.7) and rows[1]["spread"] == "0.63-0.77"
     assert "gloo" in str(t) and "MirroredStrategy" in str(t)
 
@@ -179,7 +185,7 @@ def test_the_live_cases_show_one_bar_per_cell_and_log_each_launch(monkeypatch, t
         return ExperimentResult("strong-scaling", [], "live", {}, [], {})
     monkeypatch.setattr(experiments, "strong_scaling", fake)
     log = tmp_path / "strong.log"
-    fr.live(machine=policy.Machine(gpus=0), log=str(log))
+    fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=0), log=str(log))
     out = capsys.readouterr().out
     assert len(launched) == 12 and "strong scaling: mlp-small, mlp-large on 1 and 2 workers: 12 of 12 done" in out
     assert log.read_text().count(DONE_MARK) == 12 and "launch mlp-large on 2 worker(s)" in log.read_text()
@@ -252,7 +258,7 @@ def test_the_live_run_on_two_gpus_splits_each_batch_over_them_with_peer_to_peer_
     monkeypatch.setattr(experiments, "strong_scaling", fake)
     t = fr.live(machine=policy.Machine(gpus=2, software=lambda framework, launcher: (True, "")))
     assert calls == [("mlp-small", 3, "cuda", (32,), "cuda", "shm")]      # on GPUs the recorded MLP only
-    assert fr.GPU_LIVE_MLPS == ("mlp-small",)
+    assert fr.LIVE_MLPS == ("mlp-small",)
     assert "two GPUs, NCCL path shm (peer-to-peer off)" in str(t) and "gloo" not in str(t)
     assert [r["speedup"] for r in t.to_dict()["rows"] if r["workers"] == 2] == pytest.approx([0.85])
     calls.clear()
@@ -288,3 +294,34 @@ def test_a_recording_kept_under_a_machine_name_is_left_to_its_machines_check(mon
     assert not any("another machine too" in n for n in fr.recorded(paths=("socket",)).notes)   # not its path
     grid = [(r["model"], r["launcher"], r["path"]) for r in fr.recorded_grid().to_dict()["rows"]]
     assert len(grid) == len(set(grid)) == len(own)      # one row per model, framework and path
+
+
+def test_the_reports_own_step_times_show_their_batch_is_split():
+    t = fr.samples_per_step()
+    cited = [r for r in reference.load(fr.CITED_KIND, fr.REPORTS)["rows"] if r.get("step_ms_one")]
+    rows = t.to_dict()["rows"]
+    assert [r["batch"] for r in rows] == [r["batch"] for r in cited]
+    for r, c in zip(rows, cited):
+        assert r["one"] == pytest.approx(fr._number(c["one_gpu"]) * c["step_ms_one"] / 1e3)
+        assert r["two"] == pytest.approx(fr._number(c["two_gpus"]) * c["step_ms_two"] / 1e3)
+        assert r["one"] == pytest.approx(r["batch"], rel=0.05) and r["two"] == pytest.approx(r["batch"], rel=0.05)
+
+
+def test_the_course_mlps_and_the_reports_networks_are_set_side_by_side_with_both_counts():
+    from ddlab.training import models
+    rows = {r["model"]: r for r in fr.model_sizes().to_dict()["rows"]}
+    cited = {r["course_model"]: int(r["parameters"].replace(",", ""))
+             for r in reference.load(fr.CITED_KIND, fr.REPORTS)["rows"]}
+    for m in fr.REPORT_MLPS:
+        ours = sum(layer.params for layer in models.model_layers(m))
+        assert rows[m]["ours"] == ours and rows[m]["ours_bytes"] == 4 * ours
+        assert rows[m]["theirs"] == cited[m] and rows[m]["theirs_bytes"] == 4 * cited[m]
+    recorded = fr.recording("mlp-large", "ddp", "shm")
+    if recorded is not None:          # the recording's own gradient bytes agree with the count
+        assert recorded.config["gradient_bytes_per_step"] == rows["mlp-large"]["ours_bytes"]
+
+
+def test_every_cited_file_names_a_section_for_each_row():
+    for name in reference.names(fr.CITED_KIND):
+        t = fr.cited(name)
+        assert t.rows and t.notes[0].startswith("Source: ")

@@ -157,31 +157,6 @@ def test_live_or_recorded_is_decided_by_the_one_policy(path):
                 f"{os.path.basename(path)} decides from NVML's count: {line.strip()}"
 
 
-def test_notebook_10_claims_only_what_the_recordings_support():
-    md, src = text(10), code(10)
-    # the field reports' experiment is strong scaling; what is recorded of it keeps their scaling mode, batches,
-    # widths and path, not their hardware or framework, so the notebook does not call it reproduced
-    assert "not reproduced yet" in md and "strong" in md and "weak scaling" in md
-    assert "not their hardware or framework" in md and "field_reports.recorded(paths=(\"shm\",))" in src and "field_reports.recorded_grid()" in src and "field_reports.beside_cited()" in src
-    assert "field_reports.predicted()" in src and "field_reports.live(log=" in src
-    assert "reproduces each" not in md and "Reproduced on one machine" not in md
-    # held out is the headline; nothing is fitted to the runs, and the terms say where each number came from
-    assert "validation.held_out()" in src and "validation.validate()" in md      # the plain table one call away
-    assert "Nothing in it is fitted" in md and "no in-sample table" in md
-    assert "validation.recorded_terms(" in src and "by how much and why" in md
-    # statements the recordings do not support
-    for phrase in ("below about 1 the second GPU makes training slower", "97%", "between which the driver does not",
-                   "Small models on links without peer-to-peer lose", "each tuning alone and combined, on NCCL's\n"
-                   "default path (NVLink) and with P2P off, for DDP and Horovod, three repeats each, with"):
-        assert phrase not in md, phrase
-    assert "2(n-1)" in md and "(n-1)" in md                      # the rule states the ring factor and overlap
-    assert not re.search(r"\b\d+\.\d+x\b", md)                 # no speedup typed into the text
-    from ddlab.course import quiz_questions, tuning
-    quiz = " ".join(q.explanation for q in quiz_questions.QUIZZES[10])
-    assert "scale badly even on the fastest link" not in quiz
-    assert "302 MB dense gradient is not changed" in tuning.TUNINGS["horovod"]["fusion 256 MB"].why
-
-
 def test_the_two_hands_on_notebooks_each_stand_on_their_own():
     """Notebook 7 converts to DDP and holds the repair exercise; notebook 8 the Horovod conversions, with
     its own set-up and its own run of the finished DDP script to compare with."""

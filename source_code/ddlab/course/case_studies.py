@@ -6,14 +6,17 @@
   of the 2-GPU step and the predicted speedup beside the measured median and spread.
   :func:`predicted_vs_measured` does the same for a live scaling or NCCL-path result and a live
   all-reduce fit (CPU processes over gloo, or GPUs over NCCL); :func:`second_gpu_live` runs
-  it now; :func:`recorded_batch_sweep` joins the recordings at several batches per GPU.
-* **Diagnosing a machine from its p2p matrix**: :func:`exercise_matrix` is a matrix built for
-  the exercise (not a measurement) in the shape field reports describe: four PCIe GPUs, one of
-  them slow with every partner, one pair slower in one direction. :func:`ddlab.measure.p2p_diagnosis.diagnose`
-  reads it, and :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
+  it now (:func:`second_gpu_here`, the notebook's cell: on CPU processes only when asked);
+  :func:`recorded_batch_sweep` joins the recordings at several batches per GPU; :func:`below_one_line`
+  names the recorded runs slower than one GPU, :func:`held_out_line` counts the step model's held-out hits.
+* **Diagnosing a machine from its p2p matrix**: :func:`report_matrix` is the 4x V100 report's pair
+  figures (cited) as a matrix, :func:`report_table` the figures themselves;
+  :func:`ddlab.measure.p2p_diagnosis.diagnose` reads the matrix (:func:`diagnosis_text`, one cause of
+  each kind), and :func:`ddlab.course.checks.check_p2p_diagnosis` checks the learner's answer.
 * **Tuning when communication dominates**: :func:`recorded_tunings` (the recorded
-  :mod:`ddlab.course.tuning` comparisons, and a line naming those missing), :func:`tuning_live`, and
-  :func:`tuning_here`, the notebook's cell: on two GPUs only when asked.
+  :mod:`ddlab.course.tuning` comparisons, and a line naming those missing), :func:`tuning_effects` (each
+  setting against the untuned 2-GPU run) with :func:`tuning_commands` (the recorded runs' commands),
+  :func:`tuning_check_line`, :func:`tuning_live`, and :func:`tuning_here`, the notebook's cell: only when asked.
 
 The field reports' own experiment (strong scaling, their cited figures) is :mod:`ddlab.course.field_reports`.
 """
@@ -27,6 +30,7 @@ from ddlab.cost import alpha_beta, recorded_runs, step_model, wrapper_cost
 from ddlab.cost import predict as _predict
 from ddlab.base import reference
 from ddlab.base.tables import Table, formatted
+from ddlab.course import field_reports
 from ddlab.training.runs import launch_bar
 
 
@@ -46,17 +50,12 @@ _COLUMNS = [("model", "text"), ("path", "text"), ("gradients", "bytes", "grads")
             ("overhead", "time", "wrapper"), ("predicted", "ratio", "predicted"),
             ("measured", "ratio", "measured"), ("spread", "text", "min-max"),
             ("error_pct", lambda v: f"{v:+.1f}%", "error")]
-_LEGEND_TERMS = ("grads: gradient bytes per step; step (1): the one-worker (one-GPU) step; all-reduce: its time "
-                 "for those bytes on that path, from the path's alpha-beta fit; ratio: step (1) / all-reduce; "
-                 "exposed: the part of the all-reduce the backward pass cannot hide; wrapper: the data-parallel "
-                 "wrapper's own cost per step")
-_LEGEND = (_LEGEND_TERMS + "; predicted and measured: speedup of 2 workers over 1 (measured: the median, min-max "
-           "over the repeats).")
+_LEGEND_TERMS = ("step (1): the one-worker step; all-reduce: the grads on that path (alpha-beta fit); ratio: step (1) / "
+                 "all-reduce; exposed: what the backward pass cannot hide; wrapper: its own cost per step")
+_LEGEND = _LEGEND_TERMS + "; predicted (the bound) and measured (median, min-max): speedup of 2 workers over 1."
 
-# What the ratio can and cannot say (weak scaling: n GPUs, each with the one-GPU batch).
-RATIO_NOTE = ("The ratio is a first look, not the verdict: part of the all-reduce hides behind the backward pass, and on "
-              "n GPUs each carries 2(n-1)/n of the gradients (1 for two GPUs). The speedup is n x step / (step + "
-              "exposed + wrapper), so n GPUs are slower than one only when exposed + wrapper exceed (n-1) steps.")
+PATHS_NOTE = "default = NCCL's own choice (NVLink here); shm = peer-to-peer off; socket = TCP."
+TABLE_WIDTH = 110      # characters: the widest table line notebook 10 shows (the HTML table fits the notebook)
 
 
 def _case_table(columns: list, rows: list, title: str, notes: list) -> Table:
@@ -64,7 +63,7 @@ def _case_table(columns: list, rows: list, title: str, notes: list) -> Table:
     as for DDP, whose cost is in the one-worker step, so the table fits the notebook's width."""
     if rows and all(not r.get("overhead") for r in rows):
         columns = [c for c in columns if c[0] != "overhead"]
-        notes = notes + ["wrapper: 0 s in every row (nothing is added for it), so its column is left out."]
+        notes = notes + ["wrapper: 0 s in every row (in the one-worker step), so no column."]
     return Table(columns, rows, title=title, notes=notes)
 
 
@@ -89,9 +88,10 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
                                            channels=rec.channels, sweeps=rec.sweeps)
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
                          p.repeats))
-    notes = [_LEGEND, RATIO_NOTE, f"Wrapper cost: {pred.term('wrapper').source}."]
-    cols = formatted(_COLUMNS, "path", recorded_runs.path_labels(rec))
-    return _case_table(cols, rows, f"When a second GPU pays: {launcher}, 2 GPUs over 1"
+    notes = [_LEGEND + " " + PATHS_NOTE]
+    if any(r["overhead"] for r in rows):
+        notes.append(f"Wrapper cost: {pred.term('wrapper').source}.")
+    return _case_table(list(_COLUMNS), rows, f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                        + (f" ({rec.machine})" if rec.machine else ""), notes)
 
 
@@ -140,29 +140,43 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
 
 
 # ----------------------------------------------------------------------------- case 2
-def exercise_matrix() -> tuple:
-    """(matrix in GB/s, labels, description) for the diagnosis exercise: a 4-GPU PCIe
-    machine's unidirectional P2P bandwidth, built for the exercise in the shape field reports
-    describe (one GPU slow with every partner, one pair slower in one direction). Not a
-    measurement: the numbers are chosen so the answer is clear."""
-    n = 4
-    m = np.full((n, n), 10.2)
-    m += np.array([[0.0, 0.1, -0.2, 0.1], [0.2, 0.0, 0.1, -0.1], [-0.1, 0.2, 0.0, 0.1], [0.1, -0.2, 0.1, 0.0]])
-    m[1, :] = m[:, 1] = 3.4          # GPU 1: a third of the others' speed with every partner
-    m[2, 3] = 5.9                    # 2 -> 3 much slower than 3 -> 2
-    np.fill_diagonal(m, np.nan)      # copies within one GPU are not a link: left out
-    desc = ("A matrix built for this exercise (not a measurement): unidirectional P2P bandwidth of a 4-GPU "
-            "PCIe machine, rows = source GPU, GB/s.")
+V100_REPORT = "four-v100-p2p"       # reference/cited/<V100_REPORT>.json: the 4x V100 report's P2P figures
+
+
+def report_matrix(name: str = V100_REPORT) -> tuple:
+    """(matrix in GB/s, labels, description) for the diagnosis exercise: the cited report's pair
+    figures (:data:`V100_REPORT`) as a 4 x 4 matrix, rows = source GPU. The report gives one figure per
+    pair, so a pair's two cells hold the same figure; for the pair it calls asymmetric it gives a range
+    and no direction, so the matrix puts the low end on the lower GPU's row (an assumption the
+    description states)."""
+    from ddlab.base import reference
+    rows = reference.load("cited", name)["rows"]
+    n = 1 + max(max(r["a"], r["b"]) for r in rows)
+    m = np.full((n, n), np.nan)
+    ranged = []
+    for r in rows:
+        a, b = r["a"], r["b"]
+        m[a, b], m[b, a] = r["low_gbps"], r["high_gbps"]
+        if r["low_gbps"] != r["high_gbps"]:
+            ranged.append(f"GPU{a} -> GPU{b} {r['low_gbps']:g}, GPU{b} -> GPU{a} {r['high_gbps']:g}")
+    desc = ("Matrix: each pair's figure both ways" + (f"; {'; '.join(ranged)} (the report does not say which "
+                                                      "direction is slow)." if ranged else "."))
     return m, list(range(n)), desc
 
 
-def exercise_table() -> Table:
-    """:func:`exercise_matrix` as a table (rows = source GPU)."""
-    m, labels, desc = exercise_matrix()
-    cols = [("src", "text", "from \\ to")] + [(f"g{j}", lambda v: "-" if np.isnan(v) else f"{v:.1f}", f"GPU{j}")
-                                             for j in labels]
-    rows = [dict({"src": f"GPU{i}"}, **{f"g{j}": float(m[i, j]) for j in labels}) for i in labels]
-    return Table(cols, rows, title="Diagnosis exercise: unidirectional P2P bandwidth (GB/s)", notes=desc)
+def report_table(name: str = V100_REPORT) -> Table:
+    """The cited report's pair figures (:func:`ddlab.course.field_reports.cited`) with one note more: its
+    fastest figure beside what PCIe 3.0 x16 (a Tesla V100-PCIE's link) carries per direction
+    (:func:`ddlab.system.links.pcie_x16_gbs`), a question about how the report measured."""
+    from ddlab.base import reference
+    from ddlab.system import links
+    t = field_reports.cited(name)
+    fastest = max(r["high_gbps"] for r in reference.load("cited", name)["rows"])
+    gen3 = links.pcie_x16_gbs(3)
+    if fastest > gen3:
+        t.notes.append(f"Read it critically: {fastest:g} GB/s is above the {gen3:.2f} GB/s PCIe 3.0 x16 (a V100-PCIE's "
+                       "link) carries one way. What did it measure? (quiz below)")
+    return t
 
 
 # ----------------------------------------------------------------------------- case 1, live
@@ -305,25 +319,37 @@ def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATH
     return found, line
 
 
-def tuning_here(on_gpus: bool = False, launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None,
+def tuning_here(asked: bool = False, launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None,
                 log: Optional[str] = None) -> tuple:
-    """Notebook 10's live case 3: (a result, or None; one line saying what ran, or why nothing did).
-    Without two GPUs, :func:`tuning_live`'s small comparison on two CPU processes always runs. With two
-    GPUs, the wide model's comparison runs only when ``on_gpus`` is True: it is the longest live run of
-    the notebook, and the recorded comparisons above are the same experiment with more tunings, so a Run
-    All leaves it out and says how to ask for it."""
+    """Notebook 10's live case 3: (a result, or None; one line saying what ran, or why nothing did). It runs
+    only when ``asked`` (LIVE_TUNING = True in the cell): with two GPUs the wide model's comparison, the
+    notebook's longest wait; otherwise :func:`tuning_live`'s small comparison on two CPU processes. The
+    recorded comparisons above are the experiment itself, so a Run All leaves it out and says how to ask."""
     from ddlab.course import tuning
     gpus = _gpus_live(launcher, machine)
-    if gpus and not on_gpus:
-        launches = tuning.planned_launches(launcher, GPU_LIVE_TUNINGS, repeats)
-        return None, (f"Two GPUs here: the {TUNED_MODEL} model's tuning ({', '.join(GPU_LIVE_TUNINGS)}, {repeats} "
-                      f"repeats each, {launches} launches) runs live only when asked, since it is this notebook's "
-                      "longest wait: set LIVE_GPU_TUNING = True in this cell and run it again. The recorded "
-                      "comparisons above are the same experiment.")
+    if not asked:
+        chosen = GPU_LIVE_TUNINGS if gpus else CPU_TUNINGS
+        what = (f"the {TUNED_MODEL} model on two GPUs" if gpus else f"{CPU_MODEL} on two CPU processes over Gloo")
+        launches = tuning.planned_launches(launcher, chosen, repeats)
+        return None, (f"Live tuning ({what}: {', '.join(chosen)}, {launches} launches) runs when asked: set "
+                      "LIVE_TUNING = True in this cell and run it again.")
     res = tuning_live(launcher, repeats=repeats, echo=echo, machine=machine, log=log)
     where = (f"two GPUs, the {TUNED_MODEL} model on NCCL's default path" if gpus else
              f"two CPU processes over gloo, {CPU_MODEL}")
     return res, f"Measured now: {where}."
+
+
+def second_gpu_here(inventory=None, asked: bool = False, machine=None, log: Optional[str] = None) -> tuple:
+    """Notebook 10's live weak-scaling case: (a table, or None; one line). With one GPU or two,
+    :func:`second_gpu_live` runs (the one-GPU step measured and a second GPU predicted, or the NCCL-path
+    comparison). Without a GPU it runs only when ``asked``: two CPU processes share the cores, which the
+    model does not know, so the comparison says more about the laptop than about the model."""
+    from ddlab.system import policy
+    machine = machine or policy.Machine.detect()
+    if not asked and not _gpus_live("ddp", machine, gpus=1):
+        return None, ("No GPU here: 1 against 2 CPU processes over Gloo at batch 512 runs when asked (LIVE_CPU = "
+                      "True in this cell); the processes share the cores, which the model does not know.")
+    return second_gpu_live(inventory, batches=(512,), machine=machine, log=log), "Measured now."
 
 
 def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None, log: Optional[str] = None):
@@ -403,3 +429,128 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
                            "why.")
     return table, line
 
+
+
+# ----------------------------------------------------------------------------- one-line readings of the recordings
+def held_out_line(held=None) -> str:
+    """The step model's held-out check in one line, counted from :func:`ddlab.cost.validation.held_out`
+    (``held``: its table, if already computed): how many recorded 2-GPU runs it predicts within the band
+    with each run's model left out, how many of the misses it predicts faster than measured, and on how
+    many it gets "does a second GPU pay?" wrong (the prediction and the measurement on opposite sides of 1x)."""
+    from ddlab.cost import validation
+    held = held if held is not None else validation.held_out()
+    key = next(c.key for c in held.columns if c.key.endswith("_err"))
+    pred = key[:-len("_err")] + "_pred"
+    k, m = validation.hits(held.rows, key)
+    band = 100 * validation.TOLERANCE
+    misses = [r for r in held.rows if r.get(key) is not None and abs(r[key]) > band]
+    optimistic = sum(r[key] > 0 for r in misses)
+    wrong = [r for r in held.rows if r.get(pred) is not None and (r[pred] > 1) != (r["measured"] > 1)]
+    named = "; ".join(f"{r['launcher']} {r['model']} {r['path']} {r['batch']}/GPU" for r in wrong)
+    return (f"Held out ({key[:-len('_err')]} left out): {k} of {m} recorded 2-GPU runs within ±{band:.0f}%; "
+            f"{optimistic} of the {len(misses)} misses predict faster than measured. Wrong about whether the second "
+            f"GPU pays on {len(wrong)}" + (f": {named}." if wrong else ".")
+            + " The table: python -m ddlab.cost.validation")
+
+
+def below_one_line(recorded: Optional[recorded_runs.RecordedSet] = None) -> str:
+    """Which recorded 2-GPU runs with the batch per GPU kept (weak scaling: every launcher but the
+    "... strong" ones) measured slower than one GPU, by model, from their median speedups."""
+    rec = recorded or recorded_runs.recorded_points()
+    weak = [p for p in rec.points if "strong" not in p.launcher]
+    slow: dict = {}
+    for p in weak:
+        if p.measured is not None and p.measured < 1:
+            slow.setdefault(p.model, []).append(f"{p.launcher} {p.path}")
+    batches = sorted({p.batch for p in weak})
+    head = (f"Recorded with {', '.join(map(str, batches))} images per GPU on both GPUs ({rec.machine or 'recorded'}), "
+            f"{sum(map(len, slow.values()))} of {len(weak)} runs measured slower than one GPU")
+    return head + (": " + "; ".join(f"{m}: {', '.join(v)}" for m, v in slow.items()) + "." if slow else ".")
+
+
+TUNING_SHOWN = {"ddp": ("bf16 hook", "bucket 100 MB", "combined"),
+                "horovod": ("fp16 compression", "fusion 256 MB", "combined")}
+_TUNING_HEADS = ("16-bit grads", "buckets / fusion", "combined")
+
+
+def _against(row: dict, base: dict) -> str:
+    """A tuning's 2-GPU images/s over the untuned 2-GPU run's, and whether the repeats' min-max ranges
+    say it is faster, slower or neither."""
+    ratio = row["images_per_s"] / base["images_per_s"]
+    lo, hi = row.get("images_per_s_min", row["images_per_s"]), row.get("images_per_s_max", row["images_per_s"])
+    blo, bhi = base.get("images_per_s_min", base["images_per_s"]), base.get("images_per_s_max", base["images_per_s"])
+    word = "faster" if lo > bhi else "slower" if hi < blo else "overlap"
+    return f"{ratio:.2f}x {word}"
+
+
+def tuning_effects(found: Optional[list] = None) -> Table:
+    """What each recorded tuning comparison (:func:`recorded_tunings`) shows for the settings that keep
+    the global batch: 16-bit gradients, DDP's bucket cap or Horovod's fusion buffer, and every fix
+    combined, each as its 2-GPU images/s over the untuned 2-GPU run's on the same path (the same
+    baseline for every cell), with "faster" or "slower" where the repeats' min-max ranges do not overlap."""
+    found = found if found is not None else recorded_tunings()[0]
+    rows, machines = [], {}
+    for res in found:
+        c = res.config
+        by = {r.get("tuning"): r for r in res.rows}
+        base = by.get("untuned")
+        if base is None:
+            continue
+        row = {"launcher": c.get("launcher"), "path": c.get("path")}
+        for key, name in zip(_TUNING_HEADS, TUNING_SHOWN.get(c.get("launcher"), ())):
+            row[key] = _against(by[name], base) if name in by else "-"
+        rows.append(row)
+        where = (res.provenance or {}).get("machine") or "machine not recorded"
+        machines.setdefault(where, []).append(f"{row['launcher']} {row['path']}")
+    cols = [("launcher", "text"), ("path", "text")] + [(k, "text", k) for k in _TUNING_HEADS]
+    notes = ["Each cell: 2-GPU images/s with the setting over untuned (medians); faster or slower: min-max ranges "
+             "apart. 16-bit: bf16 hook (DDP), fp16 (Horovod); buckets / fusion: 100 MB (DDP), 256 MB (Horovod).",
+             "Recorded on " + "; ".join(f"{m} ({', '.join(w)})" for m, w in machines.items()) + "."]
+    return Table(cols, rows, title="Recorded tunings of the wide model on two GPUs, against untuned", notes=notes)
+
+
+def tuning_commands(launcher: str = "ddp", path: str = "default", found: Optional[list] = None) -> str:
+    """The exact command line (:func:`ddlab.course.field_reports.run_command`) of the first recorded run of
+    the untuned 2-GPU comparison and of the two single settings of :data:`TUNING_SHOWN`, for ``launcher`` over ``path``."""
+    found = found if found is not None else recorded_tunings()[0]
+    res = next((r for r in found if r.config.get("launcher") == launcher and r.config.get("path") == path), None)
+    if res is None:
+        return f"{launcher} over {path}: not recorded."
+    by = {r.get("tuning"): r for r in res.rows}
+    first = lambda name: field_reports.run_command(res.runs[by[name]["runs"][0]])   # noqa: E731
+    name = TUNING_SHOWN.get(launcher, ())[0]
+    if not by.get(name, {}).get("runs") or not by.get("untuned", {}).get("runs"):
+        return f"{launcher} over {path}: no run of {name} or untuned recorded."
+    tuned, plain = first(name), first("untuned")
+    flags = by[name].get("flags") or ""
+    flags = flags if isinstance(flags, str) else " ".join(map(str, flags))
+    same = bool(flags) and tuned == f"{plain} {flags}"
+    return (f"{launcher} over {path}, {name}: {tuned}" +
+            (f"\n  (untuned: the same without {flags})" if same else f"\n  untuned: {plain}"))
+
+
+def tuning_check_line() -> str:
+    """How the step model does on the recorded tunings (:func:`ddlab.cost.tuning_check.tuning_check`), in one line."""
+    from ddlab.cost import tuning_check, validation
+    t = tuning_check.tuning_check()
+    key = next((c.key for c in t.columns if "err" in c.key), None)
+    if key is None or not t.rows:
+        return "The step model on the recorded tunings: nothing to check."
+    k, m = validation.hits(t.rows, key)
+    return (f"The step model on the recorded tunings it has an input for: {k} of {m} within "
+            f"±{100 * validation.TOLERANCE:.0f}% (the table: tables.show(tuning_check.tuning_check())).")
+
+
+def diagnosis_text(matrix, labels, causes: int = 1) -> str:
+    """:func:`ddlab.measure.p2p_diagnosis.diagnose` of ``matrix`` as text, with only the first ``causes`` typical
+    causes of each finding (the rest: ``print(p2p_diagnosis.diagnose(matrix, labels))``)."""
+    from ddlab.measure import p2p_diagnosis
+    d = p2p_diagnosis.diagnose(matrix, labels)
+    kept, seen = [], {}
+    for c in d.causes:
+        kind = c.split(":")[0]
+        seen[kind] = seen.get(kind, 0) + 1
+        if seen[kind] <= causes:
+            kept.append(c)
+    d.causes = kept
+    return d.text()

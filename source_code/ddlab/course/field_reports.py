@@ -3,17 +3,21 @@ peer-to-peer, one global batch split over the two (strong scaling), slower than 
 
 * :func:`cited`: what the reports published, each figure with the section of the source it
   stands in (``source_code/reference/cited/``), shown as cited, never as the course's;
+  :func:`samples_per_step` reads the reports' own step times to show their batch is split;
+  :func:`model_sizes` sets the course's MLPs beside the reports' networks of the same widths;
 * :func:`predicted`: the step model's prediction of the same experiment for the course's
-  recorded machine (:func:`ddlab.cost.predict.predict`, ``ddlab predict --global-batch``);
+  recorded machine (:func:`ddlab.cost.predict.predict`, ``ddlab predict --global-batch``), and
+  :func:`busy_lines`, how much of the recorded one-GPU step it starts from is the GPU's own work;
 * :func:`beside_cited`: the reports' speedups and that prediction side by side, per model and
   global batch, with what the course recorded of the experiment where it has it;
-* :func:`recordings` and :func:`recorded`: the course's own runs of it
-  (``tools/recording/record_experiments.py strong:launcher:model[:path]``);
+* :func:`recordings`, :func:`recording`, :func:`recorded` and :func:`recorded_grid`: the course's own
+  runs of it (``tools/recording/record_experiments.py strong:launcher:model[:path]``);
 * :func:`live`: the same experiment run now, on two GPUs with peer-to-peer off, or on two
   CPU processes over gloo.
 
-The course's ``mlp-small`` and ``mlp-large`` have the reports' layer widths; the reports used
-TensorFlow's MirroredStrategy on GeForce cards, the course runs PyTorch DDP (and Horovod).
+The course's ``mlp-small`` and ``mlp-large`` have the reports' hidden widths (not their parameter
+counts: :func:`model_sizes`); the reports used TensorFlow on GeForce cards, the course runs
+PyTorch DDP (and Horovod).
 """
 from __future__ import annotations
 
@@ -29,16 +33,17 @@ from ddlab.training.runs import launch_bar
 CITED_KIND = "cited"
 REPORTS = "two-gpus-without-p2p"      # reference/cited/<REPORTS>.json: the reports' figures
 REPORT_MLPS = ("mlp-small", "mlp-large")          # the course's models with the reports' MLP widths
-# On two GPUs the live run keeps to the MLP whose strong scaling is recorded (six launches, not twelve,
-# so that notebook 10's Run All fits its stated minutes there).
-GPU_LIVE_MLPS = ("mlp-small",)
+# The live run keeps to the MLP of notebook 10's exercise (six launches, not twelve, so that a Run All fits
+# its stated minutes on two GPUs and on a 2-core laptop alike).
+LIVE_MLPS = ("mlp-small",)
 REPORT_GLOBAL_BATCHES = (4, 8, 16, 32, 64, 128)  # the global batches the reports split over two GPUs
 REPORT_PATHS = ("shm", "default")                # P2P off (the reports' case), then NCCL's default here
 RECORDED_PATHS = REPORT_PATHS + ("socket",)      # every path a recording of their experiment may take, in order
 CPU_GLOBAL_BATCH = 32
+CPU_LAUNCH_TIMEOUT_S = 300     # one CPU launch: seconds on an idle laptop, minutes on a shared, loaded machine
 _STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
                    ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"), ("exposed", "time", "exposed"),
-                   ("step", "time", "step (2 GPUs)"), ("speedup", "ratio", "predicted"), ("bound", "text", "bound by")]
+                   ("step", "time", "step (2 GPUs)"), ("speedup", "ratio", "predicted")]
 
 
 def cited(name: str = REPORTS) -> Table:
@@ -57,9 +62,63 @@ def cited(name: str = REPORTS) -> Table:
                          "the source (a cited figure must be found at a named place in it)")
     cols = [tuple(c) for c in obj["columns"]]
     title = f"Cited, not measured by this course: {obj.get('title', name)}"
-    notes = [f"Source: {prov['source']} (retrieved {prov.get('retrieved', '?')}).",
-             f"Their machine: {prov.get('machine', 'not stated')}."] + list(obj.get("notes", []))
-    return Table(cols, obj["rows"], title=title, notes=notes, wrap=obj.get("wrap", ()))
+    retrieved = f" (retrieved {prov['retrieved']})" if prov.get("retrieved") else ""
+    notes = [f"Source: {prov['source']}{retrieved}.", f"Their machine: {prov.get('machine', 'not stated')}."]
+    if "section" not in [c[0] for c in cols]:      # one line naming the sections, not a column repeating them
+        sections = list(dict.fromkeys(r["section"] for r in obj["rows"]))
+        notes.append("Section" + ("s" if len(sections) > 1 else "") + ": " + "; ".join(f"'{x}'" for x in sections)
+                     + ".")
+    return Table(cols, obj["rows"], title=title, notes=notes + list(obj.get("notes", [])), wrap=obj.get("wrap", ()))
+
+
+def _number(text: str) -> float:
+    """The figure of a cited cell such as "1,234 ± 45" (the part before the ±)."""
+    return float(str(text).split("±")[0].replace(",", "").strip())
+
+
+def samples_per_step(name: str = REPORTS) -> Table:
+    """The reports' own evidence that their batch is global: for each row that gives a step time,
+    samples/s x step time, the samples one step processes, on one GPU and on two. Equal counts say the
+    two GPUs split the batch (strong scaling); two GPUs each taking it would process twice as many."""
+    obj = reference.load(CITED_KIND, name)
+    rows = []
+    for r in obj["rows"]:
+        if r.get("step_ms_one") is None:
+            continue
+        rows.append({"model": r["model"], "batch": r["batch"],
+                     "one": _number(r["one_gpu"]) * r["step_ms_one"] / 1e3,
+                     "two": _number(r["two_gpus"]) * r["step_ms_two"] / 1e3})
+    if not rows:
+        raise ValueError(f"reference/{CITED_KIND}/{name} gives no step time to read the batch from")
+    worst = max(abs(r[k] / r["batch"] - 1) for r in rows for k in ("one", "two"))
+    cols = [("model", "text", "network"), ("batch", "int", "batch"), ("one", lambda v: f"{v:.1f}", "1 GPU"),
+            ("two", lambda v: f"{v:.1f}", "2 GPUs")]
+    return Table(cols, rows, title="Samples per step = samples/s x step time, from the reports' own figures",
+                 notes=[f"From the cited samples/s and step times. One and two GPUs process the batch once per step "
+                        f"(within {100 * worst:.1f}%): it is split over the two."])
+
+
+def model_sizes(name: str = REPORTS) -> Table:
+    """The course's MLPs beside the reports' networks of the same hidden widths: parameters, counted
+    from the course's layers (784 pixels in, 10 classes out) and as the reports state theirs, and the
+    fp32 gradient bytes each all-reduces per step (4 per parameter)."""
+    from ddlab.training import models
+    theirs = {}
+    for r in reference.load(CITED_KIND, name)["rows"]:
+        theirs.setdefault(r["course_model"], int(str(r["parameters"]).replace(",", "")))
+    rows = []
+    for m in REPORT_MLPS:
+        ours = sum(layer.params for layer in models.model_layers(m))
+        rows.append({"model": m, "widths": "-".join(map(str, models.MLP_WIDTHS[m])), "ours": ours,
+                     "ours_bytes": 4 * ours, "theirs": theirs.get(m), "theirs_bytes": 4 * theirs[m] if m in theirs else None})
+    count = lambda v: f"{v:,}"     # noqa: E731
+    cols = [("model", "text"), ("widths", "text", "hidden widths"), ("ours", count, "params (course)"),
+            ("ours_bytes", "bytes", "grads (course)"), ("theirs", count, "params (reports)"),
+            ("theirs_bytes", "bytes", "grads (reports)")]
+    return Table(cols, rows, title="Same hidden widths, different networks: parameters and fp32 gradient bytes",
+                 notes=["course: ddlab.training.models (784 in, 10 out); reports: 'Model Specifications' (input "
+                        "and output sizes not stated)."],
+                 missing="-")
 
 
 def _one_gpu_step(rec, model: str):
@@ -83,6 +142,27 @@ def _spread(row: dict) -> str:
     return f"{row['speedup_min']:.2f}-{row['speedup_max']:.2f}" if "speedup_min" in row else "-"
 
 
+def _busy(model: str, one) -> str:
+    """How much of the recorded one-GPU step ``one`` the GPU is busy (its CUDA-graph recording), in words."""
+    return (f"{model}: recorded one-GPU step {one.compute_s * 1e3:.3f} ms at {one.batch} images, the GPU busy "
+            f"{one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%)")
+
+
+HOST_SAID = "busy: from a CUDA-graph recording; the rest is the host launching kernels"
+
+
+def busy_lines(models: Sequence[str] = REPORT_MLPS) -> str:
+    """For each of ``models``, how much of its recorded DDP one-GPU step the GPU is busy (one line each),
+    then what the rest is."""
+    rec = _predict.recorded_set()
+    lines = []
+    for m in models:
+        one = _one_gpu_step(rec, m)
+        lines.append(_busy(m, one) + "." if one is not None and one.device_s else f"{m}: no CUDA-graph recording "
+                     "of its one-GPU step, so its busy time is not known.")
+    return "\n".join(lines + [f"({HOST_SAID}.)"])
+
+
 def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int] = REPORT_GLOBAL_BATCHES,
               paths: Sequence[str] = REPORT_PATHS, gpus: int = 2) -> Table:
     """The field reports' experiment predicted for the recorded machine: each global batch
@@ -99,10 +179,8 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
             notes.append(f"{m}: no recorded one-GPU step, so no prediction.")
             continue
         if one.device_s:
-            notes.append(f"{m}: the recorded one-GPU step is {one.compute_s * 1e3:.3f} ms at {one.batch} images; the "
-                         f"GPU is busy {one.device_s * 1e3:.3f} ms of it ({100 * one.device_s / one.compute_s:.0f}%, "
-                         "from a CUDA-graph recording), the rest is the host launching kernels, which does not shrink "
-                         "with the batch: so the step is taken to be the same at these smaller global batches.")
+            notes.append(_busy(m, one) + f", {HOST_SAID}: so the step is taken to be the same at these smaller "
+                         "global batches.")
         for path in paths:
             preds = [(g, _predict_split(one, m, g, path, gpus)) for g in global_batches]
             commands.append(f"python -m ddlab predict --model {m} --step-ms {one.compute_s * 1e3:.3f} --global-batch "
@@ -117,7 +195,7 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
                 span = str(gs[0]) if len(gs) == 1 else f"{gs[0]}-{gs[-1]} (each)"
                 rows.append({"model": m, "path": path, "global": span, "one": p.one_gpu_step_s,
                              "compute": p.compute_s, "exposed": p.exposed_comm_s, "step": p.step_s,
-                             "speedup": p.speedup, "bound": p.bound})
+                             "speedup": p.speedup})
     if not rows:
         raise ValueError("none of the models has a recorded one-GPU step to predict from")
     notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
@@ -137,13 +215,13 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
     split over two (:func:`ddlab.training.experiments.strong_scaling`), for each of ``models``,
     ``repeats`` times. With two GPUs: on the GPUs with peer-to-peer off (NCCL path shm), as in
     the reports. Otherwise: two CPU processes over gloo, with small step counts. ``models`` None:
-    :data:`GPU_LIVE_MLPS` on GPUs, :data:`REPORT_MLPS` on CPU processes. ``log``: a file for the
+    :data:`LIVE_MLPS`. ``log``: a file for the
     launches' lines, with a progress bar instead of them (None: neither)."""
     from ddlab.system import policy
     from ddlab.training import experiments
     from ddlab.training.runspec import RunSpec
     gpus = policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), machine).live
-    models = list(models) if models is not None else list(GPU_LIVE_MLPS if gpus else REPORT_MLPS)
+    models = list(models) if models is not None else list(LIVE_MLPS)
     rows, device, results = [], "cuda" if gpus else "cpu", []
     with launch_bar(len(models) * 2 * repeats, f"strong scaling: {', '.join(models)} on 1 and 2 workers",
                      log) as progress:
@@ -152,7 +230,7 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
                 spec = RunSpec.for_device("cuda", m, launcher="ddp", repeats=repeats)
             else:
                 spec = RunSpec.for_device("cpu", m, launcher="ddp", steps=20, warmup_steps=5, repeats=repeats,
-                                          test_samples=500, timeout=120)
+                                          test_samples=500, timeout=CPU_LAUNCH_TIMEOUT_S)
             results.append((m, experiments.strong_scaling(spec, global_batches=(global_batch,), device=device,
                                                           path="shm" if gpus else "default", echo=echo,
                                                           progress=progress)))
@@ -187,6 +265,32 @@ def recordings() -> list:
         return order.index(value) if value in order else len(order)
     return sorted(found, key=lambda r: (str(r.config.get("launcher")), rank(r.config.get("model"), REPORT_MLPS),
                                         rank(_path_of(r), RECORDED_PATHS)))
+
+
+def run_command(run: dict) -> str:
+    """The exact command line of one recorded run, copyable: the NCCL variables the run was given (its
+    ``nccl_env``, less NCCL_VERSION, which reports the library) before the launch command its provenance
+    recorded (the launcher, the script and its flags)."""
+    env = {k: v for k, v in sorted((run.get("nccl_env") or {}).items()) if k != "NCCL_VERSION"}
+    command = (run.get("provenance") or {}).get("command") or "not recorded"
+    return " ".join([f"{k}={v}" for k, v in env.items()] + [command])
+
+
+def recording(model: str = "mlp-small", launcher: str = "ddp", path: str = "shm"):
+    """The course's recording of the reports' experiment for ``model``, ``launcher`` and ``path``
+    (:func:`recordings`), or None while it is not recorded."""
+    return next((r for r in _chosen((model,), (launcher,), (path,))), None)
+
+
+def split_commands(result, global_batch: int) -> str:
+    """The exact command line of the first recorded run of ``global_batch`` on one GPU and of the first on
+    two (:func:`run_command`), one copyable line each."""
+    runs = [r for r in result.runs if r.get("global_batch") == global_batch]
+    lines = []
+    for workers, label in ((1, "1 GPU: "), (2, "2 GPUs:")):
+        run = next((r for r in runs if r.get("workers") == workers), None)
+        lines.append(f"{label} {run_command(run) if run else 'not recorded'}")
+    return "\n".join(lines)
 
 
 def recorded_elsewhere() -> list:
@@ -259,8 +363,7 @@ def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence
         rows.append(row)
     cols = [("model", "text"), ("launcher", "text"), ("path", "text")] + [
         (f"g{g}", "text", f"global {g}") for g in global_batches]
-    notes = ["Each cell: images/s on two GPUs over images/s on one at that global batch, median of the repeats "
-             f"(min-max); '-': not recorded at that batch. {PATHS_SAID}"]
+    notes = [f"Each cell: 2-GPU over 1-GPU images/s at that global batch, median (min-max); '-': not recorded. {PATHS_SAID}"]
     if more:
         notes.append("Also recorded (recorded() shows them): " + "; ".join(f"{k} at {', '.join(v)}"
                                                                            for k, v in more.items()) + ".")
@@ -285,8 +388,8 @@ def _one_of(res, models: Sequence[str], launchers: Sequence[str], paths: Sequenc
     return c.get("model") in models and c.get("launcher") in launchers and _path_of(res) in paths
 
 
-PATHS_SAID = ("Paths: shm = peer-to-peer off, through host memory, as in the reports; default = NCCL's own choice "
-              "(NVLink on these machines); socket = TCP through the host.")
+PATHS_SAID = ("shm = peer-to-peer off (as in the reports); default = NCCL's own choice (NVLink here); socket = "
+              "TCP through the host.")
 
 
 def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[str], paths: Sequence[str],
@@ -347,7 +450,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
         if got and m not in [mm for mm, _ in machines]:      # one recording (so one machine) per model
             machines.append((m, got[2]))
         rows.append({"model": m, "global": g, "per_gpu": g // 2, "cited": r["speedup"],
-                     "predicted": pred.speedup if pred else None, "bound": pred.bound if pred else "-",
+                     "predicted": pred.speedup if pred else None,
                      "measured": got[0] if got else None, "spread": got[1] if got else "-"})
     named = rec.path_label(path)
     notes = [f"cited: the reports' speedup of 2 GPUs over 1 ({theirs['provenance']['machine'].split(';')[0]}, "
@@ -360,7 +463,7 @@ def beside_cited(path: str = "shm", launcher: str = "ddp") -> Table:
              _beside_said(rec, [prov for _, prov in machines])]
     cols = [("model", "text"), ("global", "int", "global batch"), ("per_gpu", "int", "per GPU"),
             ("cited", "text", "cited (theirs)"), ("predicted", "ratio", f"predicted ({named})"),
-            ("bound", "text", "bound by"), ("measured", lambda v: f"{v:.3g}x", f"measured ({named})"),
+            ("measured", lambda v: f"{v:.3g}x", f"measured ({named})"),
             ("spread", "text", "min-max")]
     return Table(cols, rows, title="The reports' experiment: their speedups beside the course's prediction and "
                                    "recording", notes=notes, align={"cited": "right", "measured": "right"}, missing="-")

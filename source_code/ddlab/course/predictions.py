@@ -18,8 +18,9 @@ from the data it is given, never from a typed number, and answers like the check
 :func:`check_lowest_levels` (NCCL levels: the lowest NCCL_P2P_LEVEL that allows P2P for a pair),
 :func:`check_p2p_speedup` (the p2p test: peer-to-peer against host staging),
 :func:`check_ddp_runs` (the hands-on: images per rank and equal weights of three DDP versions),
-:func:`check_finished_scripts` (the hands-on with Horovod: which finished scripts end with the same weights) and
-:func:`check_batch_rule` (convergence: which learning-rate rule keeps a large batch's accuracy).
+:func:`check_finished_scripts` (the hands-on with Horovod: which finished scripts end with the same weights),
+:func:`check_batch_rule` (convergence: which learning-rate rule keeps a large batch's accuracy) and
+:func:`check_split_speedup` (case studies: two GPUs over one when one global batch is split over them).
 """
 from __future__ import annotations
 
@@ -483,3 +484,42 @@ def check_batch_rule(prediction, sweep, labels: Sequence[str], name: str = "my_p
         return CheckResult(True, f"Right: {rule} — {RULE_WORDS[rule]}. {measured}{tie}")
     return CheckResult(False, f"Not quite: with {rule}, {RULE_WORDS[rule]}. In this sweep {best} did best: "
                               f"{RULE_WORDS[best]}. {measured}{tie}")
+
+
+# --------------------------------------------------------------------------- one global batch split over two GPUs
+SPLIT_TOLERANCE = 0.15      # a prediction within 15% of the recorded median (or inside its min-max) is right
+
+
+def check_split_speedup(prediction, result, global_batch: int = 32, name: str = "my_speedup") -> CheckResult:
+    """The speedup of two GPUs over one when ``global_batch`` images per step are split over the two
+    (strong scaling), against ``result``, a recorded strong-scaling experiment
+    (:class:`ddlab.training.results.ExperimentResult`): its two-worker row's median speedup; right within
+    :data:`SPLIT_TOLERANCE` or inside the repeats' min-max. The explanation compares the two recorded
+    step times: what splitting the batch did to the step."""
+    two = next((r for r in result.rows if r.get("global_batch") == global_batch and r.get("workers", 1) >= 2), None)
+    one = next((r for r in result.rows if r.get("global_batch") == global_batch and r.get("workers") == 1), None)
+    if two is None or one is None or two.get("speedup") is None:
+        raise ValueError(f"the recording holds no one- and two-GPU runs at global batch {global_batch}")
+    truth = two["speedup"]
+    lo, hi = two.get("speedup_min", truth), two.get("speedup_max", truth)
+    c = result.config or {}
+    where = f"{c.get('model')}, {c.get('launcher')}, path {c.get('path') or 'default'}"
+    t1, t2 = one.get("step_ms_median"), two.get("step_ms_median")
+    why = ""
+    if t1 and t2:
+        shrink = ("did not shorten the step" if t2 >= t1 else "barely shortened the step" if t2 > 0.75 * t1
+                  else "shortened the step")
+        why = (f"One GPU: {t1:.3f} ms per step for {global_batch} images; two GPUs: {t2:.3f} ms for "
+               f"{two.get('batch_per_worker', global_batch // 2)} images each ({t2 / t1:.0%} of the one-GPU step). "
+               f"Halving the batch per GPU {shrink}, and each step adds an all-reduce of the whole gradient: a "
+               "speedup of 2 needs the step to halve with no cost added.")
+    measured = f"recorded ({where}, median; min-max {lo:.2f}-{hi:.2f})"
+    a = as_number(prediction)
+    if a is not None and lo <= a <= hi:
+        return CheckResult(True, f"Right: you predicted {a:.2f}; {measured}: {truth:.2f}, inside the repeats' "
+                                 f"min-max. {why}")
+    return check_estimate(prediction, truth, name=name, fmt=lambda v: f"{v:.2f}",
+                          what=f"the speedup of two GPUs over one at global batch {global_batch}", example="1.5",
+                          rel_tol=SPLIT_TOLERANCE, measured=measured, why=why,
+                          slips=[Slip(2.0, "2 is linear scaling: each GPU would have to finish its half of the batch "
+                                           "in half the one-GPU step, with nothing added for the all-reduce.")])

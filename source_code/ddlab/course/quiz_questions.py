@@ -370,6 +370,17 @@ CASE_STUDIES_QUIZ = (
         {1: "NCCL_P2P_LEVEL changes how NCCL routes, not what the copy test measures between two GPUs.",
          2: "The p2p test runs no training at all."}),
     Question(
+        "The 4x V100 report gives about 21 GB/s between GPU1 and GPU2. A Tesla V100-PCIE's link is PCIe 3.0 x16, "
+        "which carries at most 15.75 GB/s in one direction. What do you conclude about that figure?",
+        ("those two GPUs must be joined by NVLink", "it most likely adds both directions of a bidirectional copy: "
+         "compare it with twice the one-way peak, and ask how the report measured before trusting its other "
+         "figures", "the link ran faster than its specification"), 1,
+        "No copy in one direction can beat its link's peak. Both directions of a Gen3 x16 link together carry up to "
+        "twice 15.75 GB/s, which fits 21 GB/s; the report does not say which it measured. Its own topology rules "
+        "NVLink out: every pair is SYS, PCIe through the CPUs. Read a report's method before its numbers.",
+        {0: "The report's topology has every pair SYS: PCIe and the CPUs' interconnect, no NVLink.",
+         2: "A link's signalling rate caps one direction; a figure above it measured something else."}),
+    Question(
         "Gradient accumulation over 4 micro-batches, with DDP's no_sync on the first 3. What changes?",
         ("one all-reduce per 4 micro-batches: the communication per image falls 4x, and the optimizer sees a "
          "4x larger global batch (revisit the learning rate)", "nothing: DDP all-reduces every backward pass "

@@ -85,15 +85,14 @@ NOTEBOOKS = {
                      "live, with the full recorded sweep beside it",
     }),
     10: ("Case studies", {
-        "cpu": "a small real version of each case on 2 CPU processes (Gloo): the field reports' strong-scaling "
-               "experiment, the step model against measured scaling, and the tuning options; the 2-GPU results "
-               "are recorded",
+        "cpu": "the field reports' strong-scaling experiment (the small MLP) on 2 CPU processes (Gloo); the 2-GPU "
+               "results are recorded",
         "single-gpu": "the small MLP's one-GPU step on this GPU with the step model's prediction of a second GPU "
                       "over the recorded links, doctor's PCIe check of this GPU, and the reports' strong-scaling "
-                      "experiment and the tuning options on 2 CPU processes (Gloo); the 2-GPU results are recorded",
+                      "experiment on 2 CPU processes (Gloo); the 2-GPU results are recorded",
         "multi-gpu": "the reports' strong-scaling experiment (the small MLP) on two GPUs with P2P off, the step "
                      "model against a live NCCL-path comparison of the small MLP and doctor's PCIe check, live on "
-                     "this machine's GPUs; the wide model untuned and tuned runs live when asked (LIVE_GPU_TUNING)",
+                     "this machine's GPUs; the wide model untuned and tuned runs live when asked (LIVE_TUNING)",
     }),
 }
 
