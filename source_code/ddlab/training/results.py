@@ -29,6 +29,8 @@ TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launcher
           "input-pipeline": "the input pipeline over the host link"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
 _SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning", "strong-scaling")
+# Experiments whose rows differ only in workers, launcher and NCCL path: each row's command is rebuilt from the spec.
+_COMMAND_ROWS = ("nccl-paths", "launchers", "scaling")
 _BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.system.nccl's
 
 
@@ -191,6 +193,48 @@ class ExperimentResult:
         what = ", ".join(f"{k.replace('_', ' ')} {a} (live default {b})" for k, (a, b) in diff.items())
         return f"recorded with {what}: not the same run description as a live run today"
 
+    # ---- the command of each row
+    def row_command(self, r: dict) -> Optional[str]:
+        """The command line that ran row ``r``, as one line for a shell
+        (:func:`ddlab.training.runs.command_line`): the row's own ``command`` where it keeps one;
+        else, for results whose rows differ only in workers, launcher and NCCL path
+        (:data:`_COMMAND_ROWS`), rebuilt from the result's spec with the row's workers, launcher
+        and path and the environment recorded (the shell's NCCL settings, the path's variables,
+        ``NCCL_DEBUG`` where the run had it). None where neither is known (a failed row's run)."""
+        from ddlab.training import runs as launching
+        if r.get("command"):
+            return r["command"]
+        spec = self.spec
+        if spec is None or self.name not in _COMMAND_ROWS or not isinstance(r.get("workers"), int):
+            return None
+        run = self.runs[r["run"]] if self.name != "launchers" and isinstance(r.get("run"), int) \
+            and 0 <= r["run"] < len(self.runs) else {}
+        launcher = run.get("launcher") or r.get("launcher") or spec.launcher
+        path = r.get("path") if r.get("path") in nccl.PATHS else "default"
+        try:
+            row_spec = spec.with_(workers=r["workers"], path=path,
+                                  launcher=launcher if r["workers"] > 1 or launcher != "none" else "none")
+        except RunSpecError:
+            return None
+        env = dict(r.get("env") or {})
+        debug = (run.get("nccl_env") or {}).get("NCCL_DEBUG")
+        if debug:
+            env["NCCL_DEBUG"] = debug
+        return launching.command_line(row_spec, launching.command_env(env, self.provenance.get("nccl_env")))
+
+    def command_lines(self) -> list:
+        """The lines a table prints under its notes: one per row that has a command,
+        ``"command (<row>): <command>"``; for a result whose rows have none, ``"command: <what
+        produced it>"`` from its provenance; else nothing."""
+        out = []
+        for r in self.rows:
+            cmd = self.row_command(r)
+            if cmd:
+                out.append(f"command ({row_label(self.name, r, self.provenance).replace(chr(10), ' ')}): {cmd}")
+        if not out and self.provenance.get("command"):
+            out.append(f"command: {self.provenance['command']}")
+        return out
+
     # ---- text
     def title(self) -> str:
         c = self.config
@@ -230,7 +274,7 @@ class ExperimentResult:
                 lines.append(explain.above_linear(self.name, self.rows, r, row_label(self.name, r, self.provenance)))
         if self.name == "perf-options":
             lines += explain.speed_options(self.rows, self.config)
-        # NCCL runs whose recorded environment had NVLink multicast off: say once why (the default path's name says it).
+        # NCCL runs whose recorded environment had NVLink multicast off: one short clause (notebook 4 says why).
         if any(not r.get("error") and (r.get("path") == "default" or r.get("backend") == "nccl")
                and nccl.multicast_was_off(row_env(r, self.provenance)) for r in self.rows):
             lines.append(nccl.MULTICAST_OFF_WHY)
@@ -258,7 +302,7 @@ class ExperimentResult:
                          else _fmt_cell(row, key, spread) for _, key in cols]
             rows.append(cells)
         return tables.Table(columns, rows, title=f"{self.title()} ({self.where()})",
-                            notes=[f"note: {n}" for n in self.table_notes()],
+                            notes=[f"note: {n}" for n in self.table_notes()] + self.command_lines(),
                             wrap=[k for k in ("env_text", "flags") if k in {c.key for c in columns}])
 
     def narrow_tables(self) -> list:
