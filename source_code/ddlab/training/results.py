@@ -274,6 +274,8 @@ class ExperimentResult:
                 lines.append(explain.above_linear(self.name, self.rows, r, row_label(self.name, r, self.provenance)))
         if self.name == "perf-options":
             lines += explain.speed_options(self.rows, self.config)
+        if self.name == "input-pipeline":
+            lines += explain.faster_than_on_gpu(self.rows)
         # NCCL runs whose recorded environment had NVLink multicast off: one short clause (notebook 4 says why).
         if any(not r.get("error") and (r.get("path") == "default" or r.get("backend") == "nccl")
                and nccl.multicast_was_off(row_env(r, self.provenance)) for r in self.rows):
