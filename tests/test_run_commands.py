@@ -77,15 +77,39 @@ def test_a_value_with_spaces_stays_one_word():
     assert split_command(line)[0] == {"NCCL_SOCKET_IFNAME": "eth 0"}
 
 
+def _commands_shown(res):
+    """{row label: the command a reader takes from the table's lines}: a full line as printed, or for a row
+    listed as "the same with each row's NCCL settings added", its settings column put in front of the line above."""
+    from ddlab.training.results import row_label
+    settings = {row_label(res.name, r, res.provenance).replace("\n", " "): r.get("env") or {} for r in res.rows}
+    shown, last = {}, None
+    for line in res.command_lines():
+        if line.startswith("command ("):
+            label, cmd = line[len("command ("):].split("): ", 1)
+            shown[label], last = cmd, cmd
+        else:
+            assert line.startswith("commands of ") and line.endswith(": the same with each row's NCCL settings added")
+            for label in line[len("commands of "):line.index(": the same")].split(", "):
+                env, launcher, script, flags = split_command(last)
+                shown[label] = shlex.join([f"{k}={v}" for k, v in {**env, **settings[label]}.items()]
+                                          + launcher + [script] + flags)
+    return shown
+
+
 @pytest.mark.parametrize("launcher, model", [("ddp", "cnn"), ("horovod", "wide")])
-def test_every_row_of_a_recorded_result_prints_a_runnable_command(launcher, model):
+def test_every_row_of_a_recorded_result_shows_a_runnable_command(launcher, model):
+    from ddlab.training.results import row_label
     res = experiments.live_or_recorded("nccl-paths", "torch", launcher, model, source="recorded")
     assert res.rows
-    lines = res.command_lines()
     table = res.as_table().text()
-    assert len(lines) == len(res.rows) and all(line in table for line in lines)
-    for r, line in zip(res.rows, lines):
-        cmd = line.split("): ", 1)[1]
+    assert all(line in table for line in res.command_lines())
+    shown = _commands_shown(res)
+    assert len(res.command_lines()) < len(res.rows)          # rows launched alike share a line
+    for r in res.rows:
+        cmd = shown[row_label(res.name, r, res.provenance).replace("\n", " ")]
+        # what the reader puts together is the row's exact command, word for word up to the order of K=V
+        assert split_command(cmd)[0] == split_command(res.row_command(r))[0]
+        assert split_command(cmd)[1:] == split_command(res.row_command(r))[1:]
         row_spec = res.spec.with_(workers=r["workers"], path=r["path"] if r["path"] in nccl.PATHS else "default")
         env = assert_runnable(cmd, row_spec)
         # the row's own variables (what the path set in that run) are all on its line
@@ -94,9 +118,9 @@ def test_every_row_of_a_recorded_result_prints_a_runnable_command(launcher, mode
 
 
 def test_the_side_by_side_view_prints_each_launchers_command():
+    from ddlab.training.results import row_label
     res = experiments.launchers_side_by_side("wide", missing_ok=True)
-    lines = res.command_lines()
-    assert len(lines) == len(res.rows)
-    for r, line in zip(res.rows, lines):
-        launcher = split_command(line.split("): ", 1)[1])[1][0]
+    shown = _commands_shown(res)
+    for r in res.rows:
+        launcher = split_command(shown[row_label(res.name, r, res.provenance).replace("\n", " ")])[1][0]
         assert launcher == {"ddp": "torchrun", "horovod": "horovodrun"}[r["launcher"]]

@@ -223,17 +223,32 @@ class ExperimentResult:
         return launching.command_line(row_spec, launching.command_env(env, self.provenance.get("nccl_env")))
 
     def command_lines(self) -> list:
-        """The lines a table prints under its notes: one per row that has a command,
-        ``"command (<row>): <command>"``; for a result whose rows have none, ``"command: <what
-        produced it>"`` from its provenance; else nothing."""
-        out = []
-        for r in self.rows:
-            cmd = self.row_command(r)
-            if cmd:
-                out.append(f"command ({row_label(self.name, r, self.provenance).replace(chr(10), ' ')}): {cmd}")
-        if not out and self.provenance.get("command"):
-            out.append(f"command: {self.provenance['command']}")
+        """The lines a table prints under its notes: each row's command (:meth:`row_command`), compactly.
+        Rows launched alike (the same launcher, workers, script and flags) whose commands differ only
+        by the row's own NCCL settings (its ``env``, the table's settings column) share one line: the
+        first such row's command in full, ``"command (<row>): <command>"``, then ``"commands of <rows>:
+        the same with each row's NCCL settings added"``. Any other row gets its own full line. A
+        result whose rows have no command shows ``"command: <what produced it>"`` from its provenance."""
+        rows = [(r, self.row_command(r)) for r in self.rows]
+        rows = [(r, cmd) for r, cmd in rows if cmd]
+        if not rows:
+            return [f"command: {self.provenance['command']}"] if self.provenance.get("command") else []
+        out, done = [], set()
+        for i, (ref, ref_cmd) in enumerate(rows):
+            if i in done:
+                continue
+            ref_env, ref_rest = split_command(ref_cmd)
+            out.append(f"command ({self._label(ref)}): {ref_cmd}")
+            alike = [j for j, (r, cmd) in enumerate(rows) if j > i and j not in done
+                     and split_command(cmd) == (ref_env | _env_words(r.get("env")), ref_rest)]
+            if alike:
+                done.update(alike)
+                out.append(f"commands of {', '.join(self._label(rows[j][0]) for j in alike)}: the same with "
+                           f"each row's NCCL settings added")
         return out
+
+    def _label(self, r: dict) -> str:
+        return row_label(self.name, r, self.provenance).replace(chr(10), " ")
 
     # ---- text
     def title(self) -> str:
@@ -417,6 +432,17 @@ class ExperimentResult:
         return cls(name=d["experiment"], rows=list(d["rows"]), source=source or d.get("source", "live"),
                    provenance=d["provenance"], notes=list(d.get("notes", [])), config=dict(d.get("config", {})),
                    runs=list(d.get("runs", [])), companion=comp)
+
+
+def _env_words(env: Optional[Mapping]) -> frozenset:
+    return frozenset(f"{k}={v}" for k, v in (env or {}).items() if v is not None)
+
+
+def split_command(line: str) -> tuple:
+    """(the set of ``K=V`` words in front, the rest of the line) of a command line."""
+    words = line.split(" ")
+    n = next((i for i, w in enumerate(words) if not ("=" in w and w.split("=", 1)[0].isupper())), len(words))
+    return frozenset(words[:n]), " ".join(words[n:])
 
 
 def _base_workers(rows) -> int:
