@@ -159,7 +159,7 @@ def test_notebook_5_predicts_like_with_like():
     assert "widgets.StepCase.of_result(label, res)" in src and "perf-options" not in src
     assert 'cuda_graph=graph, source="recorded"' in src
     assert 'r["share"]' in src                                      # the wide model's share is printed
-    assert "res.socket_interface()" in src and "experiments.where_it_runs(" in src
+    assert "res.socket_interface()" in src
 
 
 def test_no_notebook_refers_to_sections_of_the_old_single_notebook():

@@ -3,12 +3,13 @@
 views over several results (:func:`compare_speedups`, :func:`combine_launchers`,
 :func:`summary_table`).
 
-Two things a result says about itself, never hidden: a speedup above linear (2 workers more
+Under its table a result prints the command line of every row (:meth:`ExperimentResult.command_lines`,
+built by :func:`ddlab.training.runs.command_line`). Two things a result says about itself, never hidden: a speedup above linear (2 workers more
 than 2.0x faster than one; field ``above_linear`` on the row and a note under the table),
 and, for a recording, whether its run description is today's live default
 (:meth:`ExperimentResult.live_default_differences` and a note).
 
-About 500 lines, on purpose: the result, its table and plot, and the views over
+About 600 lines, on purpose: the result, its table and plot, and the views over
 several results all read the same rows; split, each half would need the other's helpers.
 """
 from __future__ import annotations
