@@ -124,9 +124,8 @@ def faster_than_on_gpu(rows: Sequence[dict]) -> list:
         if r is base or r.get("error") or not r.get("images_per_s") or r["images_per_s"] <= base["images_per_s"]:
             continue
         lo, hi = r.get("images_per_s_min"), base.get("images_per_s_max")
-        text = (f"{r['variant']} ran {r['images_per_s'] / base['images_per_s']:.2f}x the baseline whose batches are "
-                f"already on the GPU, although it copies every batch over the host link: the copy cannot be what "
-                f"made it faster")
+        text = (f"{r['variant']} ran {r['images_per_s'] / base['images_per_s']:.2f}x the baseline with its batches "
+                f"already on the GPU, though it copies each batch over the host link: the copy cannot have made it faster")
         if lo is not None and hi is not None and lo <= hi:
             text += (f". Its repeats ({units.format_count(lo)}-{units.format_count(r['images_per_s_max'])} images/s)"
                      f" overlap the baseline's ({units.format_count(base['images_per_s_min'])}-"
@@ -134,7 +133,7 @@ def faster_than_on_gpu(rows: Sequence[dict]) -> list:
         elif lo is not None and hi is not None:
             text += (f". Its slowest repeat ({units.format_count(lo)} images/s) beat the baseline's fastest "
                      f"({units.format_count(hi)}): beyond the spread")
-        text += (". The cause was not measured; candidates are what varies from run to run besides the code "
-                 "(GPU clocks, when the host gets to launch each kernel), which more repeats would average out")
+        text += (". The cause was not measured; candidates vary from run to run (GPU clocks, when the host "
+                 "launches each kernel)")
         notes.append(text)
     return notes
