@@ -213,8 +213,7 @@ class ExperimentResult:
         launcher = run.get("launcher") or r.get("launcher") or spec.launcher
         path = r.get("path") if r.get("path") in nccl.PATHS else "default"
         try:
-            row_spec = spec.with_(workers=r["workers"], path=path,
-                                  launcher=launcher if r["workers"] > 1 or launcher != "none" else "none")
+            row_spec = spec.with_(workers=r["workers"], path=path, launcher=launcher)
         except RunSpecError:
             return None
         env = dict(r.get("env") or {})
