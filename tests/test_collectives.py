@@ -44,11 +44,20 @@ def test_nccl_log_is_parsed_when_kept():
 def test_summary_is_a_table_of_busbw_per_sweep():
     sweeps = collectives_recorded.load_recorded("h200x2")
     t = collectives.summary(sweeps.values())
-    assert [c.heading for c in t.columns][:4] == ["op", "path", "ranks", "busbw at 512 MiB"]
-    # the recording ran with NCCL_NVLS_ENABLE=0: its default path is named for that, and the note says why
+    assert [c.key for c in t.columns][:5] == ["op", "path", "settings", "ranks", "busbw_at"]
+    # the recording ran with NCCL_NVLS_ENABLE=0: its default path is named for that, and a short note says so
     assert list(sweeps) == ["default", "shm", "socket"]
     assert t.column("path") == ["NCCL default, NVLS off", "shm", "socket"]
-    assert len(t.notes) == 1 and "NCCL_NVLS_ENABLE=0" in t.notes[0]
+    # each row shows the variables its sweep recorded (not what the path would set today)
+    assert t.column("settings") == [res.settings_text() for res in sweeps.values()]
+    assert all(k in t.column("settings")[1] for k, v in sweeps["shm"].env.items() if k != "NCCL_DEBUG")
+    assert "NCCL_DEBUG" not in " ".join(t.column("settings"))
+    assert "NCCL_NVLS_ENABLE=0" in t.notes[0] and len(t.notes[0].split()) <= 15
+    # and the command that produced the sweeps, once, with the shell's NCCL settings in front
+    commands = [n for n in t.notes if n.startswith("command: ")]
+    assert commands == [f"command: {c}" for c in collectives.sweep_commands(sweeps.values())] and len(commands) == 1
+    assert commands[0].endswith(sweeps["default"].provenance["command"]) and "NCCL_VERSION" not in commands[0]
+    assert "NCCL_NVLS_ENABLE=0" in commands[0] and "NCCL_P2P_LEVEL" not in commands[0]    # the shell's, not a path's
     for row, res in zip(t.rows, sweeps.values()):
         assert row["busbw_at"] == res.row_at(512 << 20)["busbw_gbps"] and row["peak"] == res.peak_busbw()
     lines = str(t).splitlines()[:2 + len(sweeps)]

@@ -192,3 +192,18 @@ def test_to_dict_is_json():
     d = json.loads(json.dumps(nccl_log.parse_file(path("torchrun_p2p_cumem_interleaved.log")).to_dict()))
     assert d["transport_counts"] == {"P2P": 12} and d["version"] == "2.28.9" and d["empty"] is False
     assert d["connections"][0]["transport"] == "P2P/CUMEM" and d["connections"][0]["kind"] == "P2P"
+
+
+def test_key_lines_are_the_lines_that_show_nccls_choice_as_printed():
+    from ddlab.course import mode
+    logs = mode.recorded_nccl_logs()
+    for path, lines in logs["lines"].items():
+        log = logs["logs"][path]
+        # each variable NCCL read, once, and the first connection lines of each kind, verbatim
+        assert sum("set by environment" in ln for ln in lines) == len(log.env)
+        kinds = {nccl_log.transport_kind(ln.split(" via ")[1].strip()) for ln in lines if " via " in ln}
+        assert kinds == set(log.transport_counts()) and all(ln == ln.rstrip() for ln in lines)
+        assert sum(" via " in ln for ln in lines) == 2 * len(kinds)
+    shm = logs["lines"]["shm"]
+    assert any("NCCL_P2P_LEVEL set by environment to LOC" in ln for ln in shm)
+    assert nccl_log.key_lines("no nccl here\n") == []

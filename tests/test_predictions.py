@@ -223,20 +223,22 @@ def _level_topologies():
 
 
 RIGHT_LEVELS = {"pcie-4gpu GPU0-GPU1": "PIX", "pcie-4gpu GPU1-GPU2": "SYS", "dgx1-v100 GPU0-GPU3": "NVL",
-                "dgx1-v100 GPU0-GPU5": "pix"}
+                "dgx1-v100 GPU0-GPU5": "sys"}
 
 
 def test_lowest_levels_come_from_the_path_kind():
     from ddlab.system import nccl
     topos = _level_topologies()
     assert pr.lowest_level(topos["pcie-4gpu"], 0, 1) == ("PIX", "PIX")
-    assert pr.lowest_level(topos["dgx1-v100"], 0, 5) == ("PIX", "NVB")   # SYS in topo -m, routed via GPU1
+    # SYS in topo -m: in a job on all eight GPUs NCCL routes it through GPU1 (NVB); a 2-GPU job has no relay
+    assert pr.lowest_level(topos["dgx1-v100"], 0, 5) == ("PIX", "NVB")
+    assert pr.lowest_level(topos["dgx1-v100"], 0, 5, job=(0, 5)) == ("SYS", "SYS")
     r = pr.check_lowest_levels(RIGHT_LEVELS, topos)
     assert r and r.message.startswith("Right. pcie-4gpu GPU0-GPU1: right, PIX")
-    _says(r, "dgx1-v100 GPU0-GPU5: right, PIX: the path is NVLink through a third GPU", "to GPU1")
+    _says(r, "dgx1-v100 GPU0-GPU5: right, SYS", "GPU1 is NVLinked to both")
     # every level at or above the answer allows the pair, none below: the answer is the lowest
     for (name, a, b) in pr.LEVEL_PAIRS:
-        truth, kind = pr.lowest_level(topos[name], a, b)
+        truth, kind = pr.lowest_level(topos[name], a, b, job=(a, b))
         allowed = [lvl for lvl in nccl.P2P_LEVELS if nccl.level_allows(lvl, kind)]
         assert allowed and allowed[0] == truth and allowed == list(nccl.P2P_LEVELS[nccl.P2P_LEVELS.index(truth):])
 
@@ -245,8 +247,8 @@ def test_lowest_levels_come_from_the_path_kind():
     ("pcie-4gpu GPU0-GPU1", "SYS", "so does the lower PIX"),
     ("pcie-4gpu GPU1-GPU2", "PHB", "under PHB NCCL refuses P2P here"),
     ("dgx1-v100 GPU0-GPU3", "LOC", "LOC never allows P2P"),
-    ("dgx1-v100 GPU0-GPU5", "NVL", "NVB ranks after NVL"),
-    ("dgx1-v100 GPU0-GPU5", "SYS", "does not go across the CPUs"),
+    ("dgx1-v100 GPU0-GPU5", "PIX", "a 2-GPU job has none"),
+    ("dgx1-v100 GPU0-GPU5", "NVL", "under NVL NCCL refuses P2P here"),
 ])
 def test_a_wrong_level_gets_the_hint_for_that_slip(pair, given, words):
     r = pr.check_lowest_levels(dict(RIGHT_LEVELS, **{pair: given}), _level_topologies())

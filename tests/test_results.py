@@ -8,6 +8,7 @@ import pytest
 matplotlib.use("Agg")
 
 from _experiment_fakes import fake_paths_result, script_result  # noqa: E402
+from ddlab.system import nccl  # noqa: E402
 from ddlab.training import results  # noqa: E402
 from ddlab.training.results import ExperimentResult  # noqa: E402
 
@@ -124,12 +125,12 @@ def test_default_is_named_for_what_it_ran_with_and_why():
     res = fake_paths_result()
     res.provenance["nccl_env"] = {"NCCL_NVLS_ENABLE": "0"}
     text = res.table()
-    assert "NCCL default, NVLS off" in text and "Dockerfile" in text and "\ndefault " not in text
+    assert "NCCL default, NVLS off" in text and nccl.MULTICAST_OFF_WHY in text and "\ndefault " not in text
     assert res.rows[1]["path"] == "default"                   # the stored key is unchanged
     assert results.row_label("nccl-paths", res.rows[1], res.provenance) == "NCCL default, NVLS off"
     assert [t.get_text() for t in res.plot().get_xticklabels()][1] == "NCCL default, NVLS off"
     plain = fake_paths_result().table()
-    assert "NCCL default" in plain and "NVLS off" not in plain and "Dockerfile" not in plain
+    assert "NCCL default" in plain and "NVLS off" not in plain and nccl.MULTICAST_OFF_WHY not in plain
     lines = results.compare_speedups({"rec": res}).splitlines()
     assert lines[2].startswith("1 worker") and lines[3].startswith("NCCL default, NVLS off")
 

@@ -29,7 +29,10 @@ def test_the_workers_get_the_spec_path_environment(monkeypatch):
     runs.train(RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2, path="shm"), env={"NCCL_DEBUG": "INFO"})
     env = fake.envs[0]
     assert env["NCCL_P2P_LEVEL"] == "LOC" and env["NCCL_DEBUG"] == "INFO" and env["NCCL_P2P_DISABLE"] is None
-    assert "torch.distributed.run" in env["DDLAB_COMMAND"] and "--batch-size 512" in env["DDLAB_COMMAND"]
+    # the run records the one line a shell can run: the path's variables, torchrun, the script and its flags
+    assert env["DDLAB_COMMAND"].startswith("NCCL_P2P_LEVEL=LOC ") or " NCCL_P2P_LEVEL=LOC " in env["DDLAB_COMMAND"]
+    assert " torchrun --standalone --nproc-per-node=2 source_code/train/fmnist_torch.py " in env["DDLAB_COMMAND"]
+    assert "NCCL_DEBUG=INFO" in env["DDLAB_COMMAND"] and "--batch-size 512" in env["DDLAB_COMMAND"]
     runs.train(RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2))       # default: NCCL's own
     assert all(fake.envs[1][k] is None for k in ("NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"))
 

@@ -31,11 +31,16 @@ class NotLiveHere(CourseError, RuntimeError):
 
 # ----------------------------------------------------------------------------- each part
 def recorded_nccl_logs(name: str = RECORDED) -> dict:
-    """{path: NcclLog} recorded on the course's GPU machine, and their provenance."""
+    """{path: NcclLog} recorded on the course's GPU machine (``"logs"``), the lines of each that show
+    NCCL's choice as printed (``"lines"``, :func:`ddlab.system.nccl_log.key_lines`), and their provenance."""
     from ddlab.system import nccl_log
     meta = reference.load("nccl_logs", name)
-    logs = {path: nccl_log.parse_file(os.path.join(NCCL_LOG_DIR, fname)) for path, fname in meta["logs"].items()}
-    return {"logs": logs, "provenance": meta["provenance"]}
+    texts = {}
+    for path, fname in meta["logs"].items():
+        with open(os.path.join(NCCL_LOG_DIR, fname), encoding="utf-8", errors="replace") as f:
+            texts[path] = f.read()
+    return {"logs": {p: nccl_log.parse(t) for p, t in texts.items()},
+            "lines": {p: nccl_log.key_lines(t) for p, t in texts.items()}, "provenance": meta["provenance"]}
 
 
 def _topology(live: bool, machine: Machine):

@@ -290,16 +290,20 @@ def pair_key(name: str, a: int, b: int) -> str:
     return f"{name} GPU{a}-GPU{b}"
 
 
-def lowest_level(topology, a: int, b: int) -> tuple:
-    """(the lowest NCCL_P2P_LEVEL under which NCCL may use P2P between GPUs ``a`` and ``b``, NCCL's path
-    kind between them), from :func:`ddlab.system.nccl.path_kind` and :func:`~ddlab.system.nccl.level_allows`."""
+def lowest_level(topology, a: int, b: int, job=None) -> tuple:
+    """(the lowest NCCL_P2P_LEVEL under which NCCL may use P2P between GPUs ``a`` and ``b`` in a job on
+    the GPUs ``job`` (None: every GPU of ``topology``), NCCL's path kind between them), from
+    :func:`ddlab.system.nccl.path_kind` and :func:`~ddlab.system.nccl.level_allows`."""
     from ddlab.system import nccl
-    kind = nccl.path_kind(topology, a, b)
+    kind = nccl.path_kind(topology, a, b, job=job)
     return next(lvl for lvl in nccl.P2P_LEVELS if nccl.level_allows(lvl, kind)), kind
 
 
-def _level_feedback(given: str, truth: str, kind: str, via, levels: Sequence[str]) -> str:
+def _level_feedback(given: str, truth: str, kind: str, via, levels: Sequence[str], relay=None) -> str:
     path = PATH_WORDS[kind].format(via=via)
+    if relay is not None and kind != "NVB":
+        path += (f" (GPU{relay} is NVLinked to both, but NCCL routes through a third GPU only when it is a rank "
+                 "of the same job, and a 2-GPU job has none)")
     if given == truth:
         return f"right, {truth}: the path is {path}"
     if given == "LOC":
@@ -329,11 +333,13 @@ def _keyed_answer_problem(prediction, keys: Sequence[str], name: str, what: str,
 
 
 def check_lowest_levels(prediction, topologies: Mapping, name: str = "my_levels") -> CheckResult:
-    """For each pair of :data:`LEVEL_PAIRS`, the learner's lowest ``NCCL_P2P_LEVEL`` under which NCCL may
-    use P2P, e.g. ``{"pcie-4gpu GPU0-GPU1": "PIX"}``; ``topologies`` maps each name to its
-    :class:`ddlab.system.topology.Topology`. The answer comes from the pair's NCCL path kind
-    (NVLink, NVB, then the `nvidia-smi topo -m` link); a level too low, too high or ``LOC`` gets a
-    hint that says why. A pair left at None is "still to predict"."""
+    """For each pair of :data:`LEVEL_PAIRS`, run as a 2-GPU job of its own (``CUDA_VISIBLE_DEVICES=a,b``),
+    the learner's lowest ``NCCL_P2P_LEVEL`` under which NCCL may use P2P, e.g.
+    ``{"pcie-4gpu GPU0-GPU1": "PIX"}``; ``topologies`` maps each name to its
+    :class:`ddlab.system.topology.Topology`. The answer comes from the pair's NCCL path kind in that
+    job (its own NVLink, else the `nvidia-smi topo -m` link: a 2-GPU job has no third GPU to route
+    through); a level too low, too high or ``LOC`` gets a hint that says why. A pair left at None is
+    "still to predict"."""
     from ddlab.system import nccl
     keys = [pair_key(*p) for p in LEVEL_PAIRS]
     problem = _keyed_answer_problem(prediction, keys, name, "the lowest level (a name: " + ", ".join(nccl.P2P_LEVELS)
@@ -352,10 +358,10 @@ def check_lowest_levels(prediction, topologies: Mapping, name: str = "my_levels"
             return CheckResult(False, f"`{name}[{key!r}]` = {given!r}: write one of "
                                       f"{', '.join(nccl.P2P_LEVELS)}{legacy}.")
         topo = topologies[topo_name]
-        truth, kind = lowest_level(topo, a, b)
+        truth, kind = lowest_level(topo, a, b, job=(a, b))        # each pair is a 2-GPU job of its own
         ok &= level == truth
-        msgs.append(f"{key}: " + _level_feedback(level, truth, kind, nccl.nvb_via(topo, a, b), nccl.P2P_LEVELS)
-                    + ".")
+        msgs.append(f"{key}: " + _level_feedback(level, truth, kind, nccl.nvb_via(topo, a, b, job=(a, b)),
+                                                 nccl.P2P_LEVELS, relay=nccl.nvb_via(topo, a, b)) + ".")
     return _verdict(ok, msgs, missing)
 
 

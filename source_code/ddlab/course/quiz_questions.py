@@ -171,13 +171,14 @@ NODE_LABEL = Question(
     "crossing between NUMA nodes. NCCL_P2P_LEVEL counts NODE like PHB.",
     {0: "Crossing between NUMA nodes is SYS.", 2: "One PCIe switch is PIX."})
 LEVEL_UNSET = Question(
-    "NCCL_P2P_LEVEL is not set. Up to which distance does NCCL use P2P?",
-    ("always SYS: P2P everywhere", "a level NCCL chooses itself from the architecture and environment",
+    "NCCL_P2P_LEVEL is not set, on a machine with Intel CPUs. Up to which distance does NCCL use P2P?",
+    ("SYS: P2P everywhere", "PXB: through PCIe switches, but not through the CPU",
      "LOC: P2P is off until you set a level"), 1,
-    "NCCL's documentation: if NCCL_P2P_LEVEL is not specified, NCCL attempts to select a value optimally based "
-    "on the architecture and the environment it runs in. Read NCCL_DEBUG=INFO to see what it chose.",
-    {0: "NCCL does not promise P2P at every distance; it decides per machine.",
-     2: "Unset, P2P is on where NCCL judges it worthwhile: the default path of this course uses it."})
+    "NCCL starts from PXB (ncclTopoCheckP2p in NCCL's src/graph/paths.cc: by default no P2P across CPU host "
+    "bridges and further apart); current NCCL raises it to SYS on AMD CPUs for jobs of at most two GPUs. So a "
+    "PHB, NODE or SYS pair gets SHM with nothing set. NCCL_DEBUG=INFO shows what it chose.",
+    {0: "Unset, NCCL does not go through the CPU: PHB, NODE and SYS pairs get SHM.",
+     2: "Unset, P2P is on up to PXB: the course's default path uses it over NVLink."})
 SUPERLINEAR = Question(
     "Two GPUs train at 2.1 times the images/s of one GPU on the same model. What do you conclude first?",
     ("data parallelism can beat linear scaling", "something differs between the runs: check steps, warm-up, "

@@ -151,6 +151,13 @@ class SweepResult:
         env.update(self.env or {})
         return nccl.display_name(self.path, env)
 
+    def settings_text(self) -> str:
+        """The NCCL variables the sweep's path set, as recorded (``NCCL_DEBUG``, which only makes NCCL
+        print its choices, left out): what the path *was* in this run, whatever the path's name says."""
+        if self.backend != "nccl":
+            return f"({self.backend}: no NCCL)"
+        return " ".join(f"{k}={v}" for k, v in (self.env or {}).items() if k != "NCCL_DEBUG") or "(NCCL defaults)"
+
     @property
     def multicast_off(self) -> bool:
         from ddlab.system import nccl
@@ -268,16 +275,33 @@ def summary(results: Iterable[SweepResult], at_bytes: Optional[int] = None) -> T
         row = r.row_at(at_bytes)
         best = max(r.rows, key=lambda x: x["busbw_gbps"])
         rows.append({"op": r.op, "path": r.path_name if r.backend == "nccl" else "gloo", "ranks": r.nproc,
-                     "busbw_at": row["busbw_gbps"], "measured_at": row["bytes"],
+                     "settings": r.settings_text(), "busbw_at": row["busbw_gbps"], "measured_at": row["bytes"],
                      "peak": best["busbw_gbps"], "peak_at": best["bytes"]})
-    cols = [("op", "text"), ("path", "text"), ("ranks", "int"),
+    cols = [("op", "text"), ("path", "text"), ("settings", "text", "NCCL settings it ran with"), ("ranks", "int"),
             ("busbw_at", "rate:GB/s", f"busbw at {format_bytes(at_bytes)}")]
     if any(x["measured_at"] != at_bytes for x in rows):    # a sweep that did not reach at_bytes
         cols.append(("measured_at", "bytes", "(nearest size)"))
     cols += [("peak", "rate:GB/s", "peak busbw"), ("peak_at", "bytes", "at")]
     from ddlab.system import nccl
-    return Table(cols, rows, notes=[nccl.MULTICAST_OFF_WHY] if any(r.multicast_off for r in results) else None)
+    notes = [nccl.MULTICAST_OFF_WHY] if any(r.multicast_off for r in results) else []
+    notes += [f"command: {c}" for c in sweep_commands(results)]
+    return Table(cols, rows, notes=notes or None)
 
+
+
+def sweep_commands(results: Iterable[SweepResult]) -> list:
+    """The commands that produced ``results``, one shell line each (once per distinct command): the NCCL
+    variables all of their workers had in common (the shell's; ``NCCL_VERSION``, which NVIDIA's containers
+    set to name their NCCL, left out), then the command the provenance recorded. A command that ran several
+    paths (``ddlab allreduce --paths ...``) set each path's own variables, which :meth:`SweepResult.settings_text`
+    shows per sweep. Empty when none was recorded."""
+    results = list(results)
+    envs = [dict((r.provenance or {}).get("nccl_env") or {}) for r in results]
+    common = {k: v for k, v in (envs[0] if envs else {}).items()
+              if k != "NCCL_VERSION" and all(e.get(k) == v for e in envs)}
+    words = [f"{k}={v}" for k, v in common.items()]
+    commands = dict.fromkeys(str((r.provenance or {}).get("command") or "") for r in results)
+    return [" ".join(words + [c]) for c in commands if c]
 
 
 def level_table(results: Mapping[str, "SweepResult"]):

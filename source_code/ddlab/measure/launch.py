@@ -94,8 +94,11 @@ def free_port() -> int:
 
 
 def command_for(launcher: str, nproc: int, argv: Sequence[str], *, python: str = sys.executable,
-                controller: str = "gloo", env_keys: Sequence[str] = ()) -> list:
-    """The command line that starts ``nproc`` copies of ``python argv...`` under ``launcher``."""
+                controller: str = "gloo", env_keys: Sequence[str] = (), shell_names: bool = False) -> list:
+    """The command line that starts ``nproc`` copies of ``python argv...`` under ``launcher``.
+    ``shell_names``: the launchers by the names a shell finds on its PATH (``torchrun``,
+    ``horovodrun``, ``mpirun``) instead of this interpreter's own copies; the same launch, as a
+    learner would type it."""
     argv = [str(a) for a in argv]
     if launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
@@ -107,13 +110,15 @@ def command_for(launcher: str, nproc: int, argv: Sequence[str], *, python: str =
         return [python, *argv]
     if launcher == "torchrun":
         # --standalone: a local rendezvous on a free port, so parallel courses do not collide.
-        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *argv]
+        start = ["torchrun"] if shell_names else [python, "-m", "torch.distributed.run"]
+        return [*start, "--standalone", f"--nproc-per-node={nproc}", *argv]
     if launcher == "horovodrun":
         if controller not in ("gloo", "mpi"):
             raise ValueError(f"horovod controller must be gloo or mpi, got {controller!r}")
-        return [executable("horovodrun", python), "-np", str(nproc), "-H", f"localhost:{nproc}",
-                f"--{controller}", python, *argv]
-    cmd = [executable("mpirun", python), "-np", str(nproc), "--bind-to", "none", "--oversubscribe"]
+        return ["horovodrun" if shell_names else executable("horovodrun", python), "-np", str(nproc),
+                "-H", f"localhost:{nproc}", f"--{controller}", python, *argv]
+    cmd = ["mpirun" if shell_names else executable("mpirun", python), "-np", str(nproc), "--bind-to", "none",
+           "--oversubscribe"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     for k in env_keys:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 SOURCE = ("NVIDIA NCCL User Guide, 'Environment Variables': NCCL_P2P_LEVEL ('the maximum distance between "
           "GPUs where NCCL will use the P2P transport', with the legacy integer values), NCCL_P2P_DISABLE, "
@@ -62,15 +62,10 @@ KIND_LEVEL = MappingProxyType({"NVLINK": "NVL", "PIX": "PIX", "PXB": "PXB", "PHB
 
 # NVLink multicast (NVLS) off: NCCL's NVLink SHARP and PyTorch's symmetric-memory multicast.
 MULTICAST_OFF = MappingProxyType({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"})
-# Why the course's recordings and its container run with multicast off (shown once beside a recorded
-# result whose environment has NCCL_NVLS_ENABLE=0): with NVLS on, the default path of an NVSwitch
-# machine may all-reduce inside the switch, which the shm and socket paths (multicast off) cannot.
-MULTICAST_OFF_WHY = ("NCCL_NVLS_ENABLE=0 was set for every run (the course's Dockerfile and its recording "
-                     "scripts set it), so the default path is NCCL's default with NVLink multicast (NVLS) off: "
-                     "on a machine whose GPUs meet in an NVSwitch, NVLS could run the default path's all-reduce "
-                     "inside the switch, which the shm and socket paths (multicast off too) cannot, and the rows "
-                     "would not compare like with like. Two GPUs joined directly by NVLink, or by PCIe, have no "
-                     "NVLS to turn off")
+# The clause under a result whose recorded environment had NCCL_NVLS_ENABLE=0 (notebook 4 explains why once:
+# with NVLS on, an NVSwitch machine's default path could all-reduce inside the switch, which the shm and socket
+# paths cannot, so the rows would not compare like with like).
+MULTICAST_OFF_WHY = "NVLS off (NCCL_NVLS_ENABLE=0 in every run's environment; notebook 4 says why)"
 MULTICAST_TEXT = MappingProxyType({
     "nccl": ("NVLink multicast (NVLS): NCCL decides (NCCL_NVLS_ENABLE not set by the course; NVLS applies only "
              "to GPUs behind an NVSwitch that supports it; a value inherited from the shell is kept)"),
@@ -113,9 +108,9 @@ class NcclPath:
 
     def allows_p2p(self, link) -> Optional[bool]:
         """May NCCL use its P2P transport over ``link`` (a topology Link, or a link kind such
-        as ``"NVLINK"`` or ``"NODE"``) under this path? ``None`` for ``default``: NCCL picks
-        the level itself from the architecture and environment (NCCL User Guide, 'Environment
-        Variables', NCCL_P2P_LEVEL), so the course cannot answer for it.
+        as ``"NVLINK"`` or ``"NODE"``) under this path? ``None`` for ``default``: NCCL then
+        starts from :data:`DEFAULT_LEVEL` (PXB), raised to SYS on AMD CPUs for jobs of at most two
+        GPUs, so the answer depends on the CPU, which a link does not say.
 
         Allowed is not the same as used: the platform must also support peer access for the
         pair (often not across CPU sockets), which NCCL checks separately."""
@@ -261,12 +256,16 @@ def recorded_environment(env: Mapping[str, Optional[str]]) -> dict:
 # NVB: two GPUs with no NVLink of their own that are both NVLinked to a third GPU. NCCL routes such a
 # pair over NVLink through that GPU (one hop at most) unless NCCL_NVB_DISABLE=1, and ranks the
 # route NVB, after NVL and before every PCIe path, so NCCL_P2P_LEVEL=NVL refuses it and PIX and
-# above allow it, whatever `nvidia-smi topo -m` prints for the pair.
+# above allow it. NCCL builds its topology from the GPUs of the communicator's ranks only, and
+# ncclTopoCheckP2p takes the relay from that topology: the third GPU must be a rank of the same
+# job. A 2-GPU job on such a pair has no relay, and its `nvidia-smi topo -m` link decides (the
+# bootcamp's log of DGX-1 GPUs 1 and 7 reads "via direct shared memory").
 SOURCE_NVB = ("NVIDIA NCCL User Guide, 'Environment Variables', NCCL_NVB_DISABLE (since 2.11: 'Disable intra-node "
               "communication through NVLink via an intermediate GPU', default 0); NCCL source, src/graph/topo.cc "
-              "(topoPathTypeStr: LOC, NVL, NVB, C2C, PIX, PXB, ...) and src/graph/paths.cc (ncclTopoSetPaths: "
-              "'allow routing through a GPU only as 1 hop', over NVLink, unless NCCL_NVB_DISABLE; "
-              "ncclTopoCheckP2p: P2P when the path type is at most the level)")
+              "(topoPathTypeStr: LOC, NVL, NVB, C2C, PIX, PXB, ...; the topology holds the communicator's GPUs) and "
+              "src/graph/paths.cc (ncclTopoSetPaths: 'allow routing through a GPU only as 1 hop', over NVLink, "
+              "unless NCCL_NVB_DISABLE; ncclTopoCheckP2p: P2P when the path type is at most the level, whose "
+              "default is PXB)")
 # NCCL's path kinds between two GPUs of one machine, nearest first (C2C, a CPU-GPU link, left out).
 PATH_KINDS = ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS")
 CHANNELS_NOTE = ("which pairs may use P2P, not which exchange data: NCCL builds several channels (rings or trees "
@@ -274,28 +273,39 @@ CHANNELS_NOTE = ("which pairs may use P2P, not which exchange data: NCCL builds 
                  "neighbours carry traffic; NCCL_DEBUG=INFO's 'via P2P/...' lines say what it chose")
 
 
-def nvb_via(topology, a: int, b: int) -> Optional[int]:
+def nvb_via(topology, a: int, b: int, job: Optional[Sequence[int]] = None) -> Optional[int]:
     """The GPU through which NCCL routes ``a`` and ``b`` over NVLink (its NVB path) when the pair has no
-    NVLink of its own but both GPUs have one to a third GPU (the lowest-numbered such GPU); ``None``
-    when the pair has its own NVLink or no GPU joins both (:data:`SOURCE_NVB`)."""
+    NVLink of its own but both GPUs have one to a third GPU that is a rank of the same job (the
+    lowest-numbered such GPU); ``None`` when the pair has its own NVLink or no GPU of the job joins
+    both. ``job``: the GPUs the job runs on (None: every GPU of ``topology``); NCCL sees only those
+    (:data:`SOURCE_NVB`), so a 2-GPU job never has a relay."""
     if str(topology.link(a, b).kind).upper() == "NVLINK":
         return None
-    for g in topology.gpus:
+    ranks = topology.gpus if job is None else [g for g in topology.gpus if g in set(job)]
+    for g in ranks:
         if g not in (a, b) and all(str(topology.link(g, x).kind).upper() == "NVLINK" for x in (a, b)):
             return g
     return None
 
 
-def path_kind(topology, a: int, b: int, nvb: bool = True) -> str:
+def path_kind(topology, a: int, b: int, nvb: bool = True, job: Optional[Sequence[int]] = None) -> str:
     """NCCL's path kind between GPUs ``a`` and ``b`` (:data:`PATH_KINDS`): NVL over their own NVLink,
-    NVB through a GPU NVLinked to both (unless ``nvb`` is False, as with NCCL_NVB_DISABLE=1), else the
-    level of their `nvidia-smi topo -m` link (NODE counts as PHB)."""
+    NVB through a GPU of the same ``job`` NVLinked to both (unless ``nvb`` is False, as with
+    NCCL_NVB_DISABLE=1), else the level of their `nvidia-smi topo -m` link (NODE counts as PHB)."""
     kind = str(topology.link(a, b).kind).strip().upper()
     if kind not in KIND_LEVEL:
         raise ValueError(f"unknown link kind {kind!r}; expected one of {', '.join(KIND_LEVEL)}")
-    if nvb and nvb_via(topology, a, b) is not None:
+    if nvb and nvb_via(topology, a, b, job) is not None:
         return "NVB"
     return KIND_LEVEL[kind]
+
+
+# The level NCCL applies when NCCL_P2P_LEVEL and NCCL_P2P_DISABLE are unset (ncclTopoCheckP2p,
+# src/graph/paths.cc: "By default don't use P2P across CPU Host Bridges and further apart"): PXB, so a
+# PHB, NODE or SYS pair gets SHM with nothing set. Current NCCL raises it to SYS on AMD x86 CPUs when
+# the job has at most two GPUs.
+DEFAULT_LEVEL = "PXB"
+DEFAULT_LEVEL_AMD_TWO_GPUS = "SYS"
 
 
 def level_allows(level: str, kind: str) -> bool:
@@ -328,8 +338,9 @@ class LevelTable:
             out.append("NVB left out, as with NCCL_NVB_DISABLE=1: each pair is judged by its own link")
         elif self.nvb_pairs:
             out.append(f"via NVB: {self.nvb_pairs} pair(s) with no NVLink of their own, each joined by NVLink to "
-                       "a third GPU; NCCL routes them through it (path type NVB, after NVL, before PIX), so PIX and "
-                       "above allow P2P for them and NVL does not; NCCL_NVB_DISABLE=1 turns the route off")
+                       "a third GPU; in a job that includes that GPU, NCCL routes them through it (path type NVB, "
+                       "after NVL, before PIX), so PIX and above allow P2P for them and NVL does not; a 2-GPU job "
+                       "has no relay, and NCCL_NVB_DISABLE=1 turns the route off")
         else:
             out.append("NVB (NVLink through a third GPU) does not arise here: no pair lacks NVLink while "
                        "sharing an NVLinked GPU")
@@ -372,12 +383,15 @@ def level_table(topology, nvb: bool = True) -> LevelTable:
 
 
 def pair_levels(topology, nvb: bool = True, measured: Optional[Mapping[str, str]] = None):
-    """What each NCCL_P2P_LEVEL lets NCCL use between each kind of GPU pair of ``topology``, as a
-    :class:`ddlab.base.tables.Table`: one row per link label (its pairs, the label, NCCL's path kind),
-    one column per level, "P2P" where the level allows it and "no P2P" where it does not (NCCL then
-    joins the pair through shared host memory, or its network where it judges that faster). A
-    prediction from the topology by :func:`level_allows`. ``measured``: level -> the transports NCCL
-    reported on this topology's pair (a two-GPU machine), added as a last row."""
+    """What each NCCL_P2P_LEVEL, and no level at all, lets NCCL use between each kind of GPU pair of
+    ``topology``, as a :class:`ddlab.base.tables.Table`: one row per link label (its pairs, the label,
+    NCCL's path kind), one column per level, "P2P" where the level allows it and "no P2P" where it does
+    not (NCCL then joins the pair through shared host memory, or its network where it judges that
+    faster); the column ``unset`` applies :data:`DEFAULT_LEVEL`. A pair NCCL routes through a third GPU
+    (NVB) gets two rows: in a job on every GPU of the topology, and as a 2-GPU job of its own, where
+    NCCL sees no relay (:func:`nvb_via`). A prediction from the topology by :func:`level_allows`.
+    ``measured``: level -> the transports NCCL reported on this topology's pair (a two-GPU machine),
+    added as a last row."""
     from ddlab.base.tables import Table
     gpus = list(topology.gpus)
     pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
@@ -386,19 +400,25 @@ def pair_levels(topology, nvb: bool = True, measured: Optional[Mapping[str, str]
     groups: dict = {}                          # label -> (path kind, rank, pairs)
     for a, b in pairs:
         ln, kind = topology.link(a, b), path_kind(topology, a, b, nvb)
-        label = f"{ln.label} via NVB" if kind == "NVB" else ln.label
-        groups.setdefault(label, (kind, ln.rank, []))[2].append(f"{a}-{b}")
+        if kind == "NVB":
+            groups.setdefault(f"{ln.label} via NVB, job on all {len(gpus)} GPUs",
+                              (kind, ln.rank, []))[2].append(f"{a}-{b}")
+            kind = path_kind(topology, a, b, nvb, job=(a, b))
+            groups.setdefault(f"{ln.label}, a 2-GPU job", (kind, ln.rank, []))[2].append(f"{a}-{b}")
+            continue
+        groups.setdefault(ln.label, (kind, ln.rank, []))[2].append(f"{a}-{b}")
     rows = []
     for label in sorted(groups, key=lambda lab: (PATH_KINDS.index(groups[lab][0]), -groups[lab][1])):
         kind, _, names = groups[label]
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         rows.append({"pairs": shown, "link": label, "kind": kind,
-                     **{lvl: "P2P" if level_allows(lvl, kind) else "no P2P" for lvl in P2P_LEVELS}})
+                     **{lvl: "P2P" if level_allows(lvl, kind) else "no P2P" for lvl in P2P_LEVELS},
+                     "unset": "P2P" if level_allows(DEFAULT_LEVEL, kind) else "no P2P"})
     if measured:
         rows.append({"pairs": "measured", "link": "", "kind": "",
-                     **{lvl: measured.get(lvl, "-") for lvl in P2P_LEVELS}})
+                     **{lvl: measured.get(lvl, "-") for lvl in P2P_LEVELS}, "unset": measured.get("unset", "-")})
     return Table([("pairs", "text", "GPU pairs"), ("link", "text", "topo -m"), ("kind", "text", "NCCL path"),
-                  *[(lvl, "text") for lvl in P2P_LEVELS]], rows,
+                  *[(lvl, "text") for lvl in P2P_LEVELS], ("unset", "text", f"unset ({DEFAULT_LEVEL})")], rows,
                  notes=["predicted from the topology: P2P where the path is no longer than the level"
                         + ("; the last row is what NCCL reported" if measured else "")])
 

@@ -234,3 +234,25 @@ def parse(text: str) -> NcclLog:
 def parse_file(path: str) -> NcclLog:
     with open(path, encoding="utf-8", errors="replace") as f:
         return parse(f.read())
+
+
+def key_lines(text: str, per_kind: int = 2) -> list:
+    """The lines of a log that show NCCL's choice, as NCCL printed them: each variable it read ("...
+    set by environment to ...", once per variable) and the first ``per_kind`` connection lines of each
+    kind of transport (P2P, SHM, NET...). What a learner reads beside :meth:`NcclLog.kind_table`."""
+    seen_env, per = set(), {}
+    out = []
+    for raw in text.replace("\r\n", "\n").split("\n"):
+        line = raw.rstrip()
+        m = _ENV.search(line)
+        if m and m.group("name") not in seen_env:
+            seen_env.add(m.group("name"))
+            out.append(line)
+            continue
+        conn = _CONN.search(line)
+        if conn:
+            kind = transport_kind(_TRAILER.sub("", conn.group("transport")).strip())
+            if per.get(kind, 0) < per_kind:
+                per[kind] = per.get(kind, 0) + 1
+                out.append(line)
+    return out

@@ -110,3 +110,30 @@ def speed_options(rows: Sequence[dict], config: dict) -> list:
                                                           f"{twin.get('option')}" if twin and twin is not graph else ""))
         notes.append(what + why)
     return notes
+
+
+def faster_than_on_gpu(rows: Sequence[dict]) -> list:
+    """Notes under an input-pipeline table: a way of feeding batches from host memory that ran faster
+    than the baseline whose batches are already on the GPU. A copy over the host link adds work to a
+    step, it cannot remove any, so such a row is flagged, with whether the two ranges of repeats overlap."""
+    base = _find(rows, variant="on the GPU")
+    if not base or not base.get("images_per_s"):
+        return []
+    notes = []
+    for r in rows:
+        if r is base or r.get("error") or not r.get("images_per_s") or r["images_per_s"] <= base["images_per_s"]:
+            continue
+        lo, hi = r.get("images_per_s_min"), base.get("images_per_s_max")
+        text = (f"{r['variant']} ran {r['images_per_s'] / base['images_per_s']:.2f}x the baseline with its batches "
+                f"already on the GPU, though it copies each batch over the host link: the copy cannot have made it faster")
+        if lo is not None and hi is not None and lo <= hi:
+            text += (f". Its repeats ({units.format_count(lo)}-{units.format_count(r['images_per_s_max'])} images/s)"
+                     f" overlap the baseline's ({units.format_count(base['images_per_s_min'])}-"
+                     f"{units.format_count(hi)}): within the run-to-run spread")
+        elif lo is not None and hi is not None:
+            text += (f". Its slowest repeat ({units.format_count(lo)} images/s) beat the baseline's fastest "
+                     f"({units.format_count(hi)}): beyond the spread")
+        text += (". The cause was not measured; candidates vary from run to run (GPU clocks, when the host "
+                 "launches each kernel)")
+        notes.append(text)
+    return notes

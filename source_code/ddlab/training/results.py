@@ -3,12 +3,13 @@
 views over several results (:func:`compare_speedups`, :func:`combine_launchers`,
 :func:`summary_table`).
 
-Two things a result says about itself, never hidden: a speedup above linear (2 workers more
+Under its table a result prints the command line of every row (:meth:`ExperimentResult.command_lines`,
+built by :func:`ddlab.training.runs.command_line`). Two things a result says about itself, never hidden: a speedup above linear (2 workers more
 than 2.0x faster than one; field ``above_linear`` on the row and a note under the table),
 and, for a recording, whether its run description is today's live default
 (:meth:`ExperimentResult.live_default_differences` and a note).
 
-About 500 lines, on purpose: the result, its table and plot, and the views over
+About 600 lines, on purpose: the result, its table and plot, and the views over
 several results all read the same rows; split, each half would need the other's helpers.
 """
 from __future__ import annotations
@@ -29,6 +30,8 @@ TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launcher
           "input-pipeline": "the input pipeline over the host link"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
 _SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning", "strong-scaling")
+# Experiments whose rows differ only in workers, launcher and NCCL path: each row's command is rebuilt from the spec.
+_COMMAND_ROWS = ("nccl-paths", "launchers", "scaling")
 _BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.system.nccl's
 
 
@@ -191,6 +194,62 @@ class ExperimentResult:
         what = ", ".join(f"{k.replace('_', ' ')} {a} (live default {b})" for k, (a, b) in diff.items())
         return f"recorded with {what}: not the same run description as a live run today"
 
+    # ---- the command of each row
+    def row_command(self, r: dict) -> Optional[str]:
+        """The command line that ran row ``r``, as one line for a shell
+        (:func:`ddlab.training.runs.command_line`): the row's own ``command`` where it keeps one;
+        else, for results whose rows differ only in workers, launcher and NCCL path
+        (:data:`_COMMAND_ROWS`), rebuilt from the result's spec with the row's workers, launcher
+        and path and the environment recorded (the shell's NCCL settings, the path's variables,
+        ``NCCL_DEBUG`` where the run had it). None where neither is known (a failed row's run)."""
+        from ddlab.training import runs as launching
+        if r.get("command"):
+            return r["command"]
+        spec = self.spec
+        if spec is None or self.name not in _COMMAND_ROWS or not isinstance(r.get("workers"), int):
+            return None
+        run = self.runs[r["run"]] if self.name != "launchers" and isinstance(r.get("run"), int) \
+            and 0 <= r["run"] < len(self.runs) else {}
+        launcher = run.get("launcher") or r.get("launcher") or spec.launcher
+        path = r.get("path") if r.get("path") in nccl.PATHS else "default"
+        try:
+            row_spec = spec.with_(workers=r["workers"], path=path, launcher=launcher)
+        except RunSpecError:
+            return None
+        env = dict(r.get("env") or {})
+        debug = (run.get("nccl_env") or {}).get("NCCL_DEBUG")
+        if debug:
+            env["NCCL_DEBUG"] = debug
+        return launching.command_line(row_spec, launching.command_env(env, self.provenance.get("nccl_env")))
+
+    def command_lines(self) -> list:
+        """The lines a table prints under its notes: each row's command (:meth:`row_command`), compactly.
+        Rows launched alike (the same launcher, workers, script and flags) whose commands differ only
+        by the row's own NCCL settings (its ``env``, the table's settings column) share one line: the
+        first such row's command in full, ``"command (<row>): <command>"``, then ``"commands of <rows>:
+        the same with each row's NCCL settings added"``. Any other row gets its own full line. A
+        result whose rows have no command shows ``"command: <what produced it>"`` from its provenance."""
+        rows = [(r, self.row_command(r)) for r in self.rows]
+        rows = [(r, cmd) for r, cmd in rows if cmd]
+        if not rows:
+            return [f"command: {self.provenance['command']}"] if self.provenance.get("command") else []
+        out, done = [], set()
+        for i, (ref, ref_cmd) in enumerate(rows):
+            if i in done:
+                continue
+            ref_env, ref_rest = split_command(ref_cmd)
+            out.append(f"command ({self._label(ref)}): {ref_cmd}")
+            alike = [j for j, (r, cmd) in enumerate(rows) if j > i and j not in done
+                     and split_command(cmd) == (ref_env | _env_words(r.get("env")), ref_rest)]
+            if alike:
+                done.update(alike)
+                out.append(f"commands of {', '.join(self._label(rows[j][0]) for j in alike)}: the same with "
+                           f"each row's NCCL settings added")
+        return out
+
+    def _label(self, r: dict) -> str:
+        return row_label(self.name, r, self.provenance).replace(chr(10), " ")
+
     # ---- text
     def title(self) -> str:
         c = self.config
@@ -230,7 +289,9 @@ class ExperimentResult:
                 lines.append(explain.above_linear(self.name, self.rows, r, row_label(self.name, r, self.provenance)))
         if self.name == "perf-options":
             lines += explain.speed_options(self.rows, self.config)
-        # NCCL runs whose recorded environment had NVLink multicast off: say once why (the default path's name says it).
+        if self.name == "input-pipeline":
+            lines += explain.faster_than_on_gpu(self.rows)
+        # NCCL runs whose recorded environment had NVLink multicast off: one short clause (notebook 4 says why).
         if any(not r.get("error") and (r.get("path") == "default" or r.get("backend") == "nccl")
                and nccl.multicast_was_off(row_env(r, self.provenance)) for r in self.rows):
             lines.append(nccl.MULTICAST_OFF_WHY)
@@ -258,7 +319,7 @@ class ExperimentResult:
                          else _fmt_cell(row, key, spread) for _, key in cols]
             rows.append(cells)
         return tables.Table(columns, rows, title=f"{self.title()} ({self.where()})",
-                            notes=[f"note: {n}" for n in self.table_notes()],
+                            notes=[f"note: {n}" for n in self.table_notes()] + self.command_lines(),
                             wrap=[k for k in ("env_text", "flags") if k in {c.key for c in columns}])
 
     def narrow_tables(self) -> list:
@@ -371,6 +432,17 @@ class ExperimentResult:
         return cls(name=d["experiment"], rows=list(d["rows"]), source=source or d.get("source", "live"),
                    provenance=d["provenance"], notes=list(d.get("notes", [])), config=dict(d.get("config", {})),
                    runs=list(d.get("runs", [])), companion=comp)
+
+
+def _env_words(env: Optional[Mapping]) -> frozenset:
+    return frozenset(f"{k}={v}" for k, v in (env or {}).items() if v is not None)
+
+
+def split_command(line: str) -> tuple:
+    """(the set of ``K=V`` words in front, the rest of the line) of a command line."""
+    words = line.split(" ")
+    n = next((i for i, w in enumerate(words) if not ("=" in w and w.split("=", 1)[0].isupper())), len(words))
+    return frozenset(words[:n]), " ".join(words[n:])
 
 
 def _base_workers(rows) -> int:

@@ -65,6 +65,41 @@ def describe(spec: RunSpec, env: Optional[Mapping] = None) -> str:
             + (f", {nccl}" if nccl else "") + (f", {' '.join(opts)}" if opts else ""))
 
 
+# ----------------------------------------------------------------------------- its command line
+# Variables a run's environment may hold that are not settings of the run: NVIDIA's containers set
+# NCCL_VERSION to say which NCCL they ship; the course's own launch marks start with DDLAB_.
+NOT_SETTINGS = ("NCCL_VERSION",)
+
+
+def command_env(env: Optional[Mapping] = None, shell: Optional[Mapping] = None) -> dict:
+    """The settings a run's command line shows: the NCCL and NVLink-multicast variables of
+    ``shell`` (the environment it inherited; :func:`ddlab.system.nccl.recorded_environment` picks
+    them), then ``env`` (what the run set; None removes a variable), without :data:`NOT_SETTINGS`
+    and the course's own ``DDLAB_*`` marks."""
+    from ddlab.system import nccl
+    out = dict(nccl.recorded_environment(shell or {}))
+    for k, v in (env or {}).items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = str(v)
+    return {k: v for k, v in out.items() if k not in NOT_SETTINGS and not k.startswith("DDLAB_")}
+
+
+def command_line(spec: RunSpec, env: Optional[Mapping] = None, python: str = "python") -> str:
+    """The run of ``spec`` as one line a learner can paste into a shell at the repository's root:
+    the variables of ``env`` (None values left out), the launcher as a shell names it (``torchrun``,
+    ``horovodrun ... python``, or ``python`` alone), the training script and its flags
+    (:meth:`RunSpec.script_args`). Live runs record it as their command (``DDLAB_COMMAND``) and
+    result tables print it under each row, recorded ones rebuilt from their spec and environment."""
+    from ddlab.base.paths import REPO_ROOT
+    argv = spec.script_args()
+    argv[0] = os.path.relpath(argv[0], REPO_ROOT)
+    words = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items() if v is not None]
+    cmd = launch.command_for(spec.process_launcher, spec.workers, argv, python=python, shell_names=True)
+    return " ".join(words + [shlex.join(cmd)])
+
+
 def _phases_text(result: dict) -> str:
     ph = result.get("phase_s") or {}
     return ", ".join(f"{k} {v:.1f}" for k, v in ph.items())
@@ -98,9 +133,8 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
         data.require()       # missing data: its one message here, not a traceback from every worker
     argv = spec.script_args()
     run_env = nccl_path_env(spec.path, env) if spec.workers > 1 else dict(env or {})
-    # What the result's provenance shows as the command: the launch itself, reproducible.
-    run_env["DDLAB_COMMAND"] = shlex.join(launch.command_for(spec.process_launcher, spec.workers, argv,
-                                                             python=python))
+    # What the result's provenance shows as the command: the launch itself, as one line for a shell.
+    run_env["DDLAB_COMMAND"] = command_line(spec, command_env(run_env, os.environ))
     say = progress or (lambda line: None)
     what = describe(spec, env)
     say(f"{_stamp()} start: {what} (timeout {spec.limit_s:.0f} s)")
