@@ -530,3 +530,74 @@ def test_a_point_of_two_parts_is_recorded_once_and_scored_at_both_fixed_steps(tm
         assert joined.config["fixed_steps"] == at_batch and "scored_steps" not in joined.config
         table = joined.fixed_steps_table([p.label for p in mine]).to_dict()["rows"]
         assert table and all(r["acc"] != "-" for r in table)                # read at the batch part's step
+
+
+# ----------------------------------------------------------------------------- readings printed from the rows
+def test_the_printed_commands_are_the_launches_the_sweep_starts(monkeypatch):
+    """cs.commands prints, per point, the shell line of the launch run_sweep starts with the first seed."""
+    from ddlab.measure import launch
+    started = []
+    monkeypatch.setattr(launch, "shell_line", lambda la, n, argv, env=None, python=None: (la, n, tuple(argv)))
+
+    def train(spec, progress=None):
+        started.append((spec.process_launcher, spec.workers, tuple(spec.script_args())))
+        return fake_train(lambda s: 0.5)(spec)
+    points = cs.points_for("cpu")
+    cs.run_sweep(points, "cpu", seeds=[1, 2, 3], train=train)
+    assert cs.commands(points, "cpu") == [s for s in started if "--seed" in s[2] and
+                                          s[2][s[2].index("--seed") + 1] == "1"]
+    assert len(cs.commands(points, "cpu")) == len(points)
+
+
+def test_a_shell_line_names_the_environment_launcher_script_and_flags():
+    from ddlab.measure import launch
+    line = launch.shell_line("torchrun", 2, ["/x/my script.py", "--lr", "0.1"], {"OMP_NUM_THREADS": "1", "NCCL_X": None},
+                             python="/py")
+    assert line == ("env -u NCCL_X OMP_NUM_THREADS=1 /py -m torch.distributed.run --standalone --nproc-per-node=2 "
+                    "'/x/my script.py' --lr 0.1")
+
+
+def recorded_like():
+    """Rows shaped like the GPU sweep's: a stable and two diverged rules at one batch, one configuration
+    under three names at the reference batch, and 1 vs 2 workers at two batches."""
+    def row(w, b, rule, warm, lr, acc, diverged=0, ttt=None):
+        r = {"label": Point(w, b, rule, warm).label, "workers": w, "global_batch": b, "rule": rule,
+             "warmup_epochs": warm, "lr": lr, "test_accuracy": acc, "diverged": diverged, "repeats": 3}
+        if ttt:
+            r.update(time_to_target=ttt[1], time_to_target_min=ttt[0], time_to_target_max=ttt[2],
+                     time_to_target_runs=list(ttt), reached=3)
+        return r
+    rows = [row(2, 64, "none", 0.0, 0.02, 0.92, ttt=(4.0, 4.1, 6.8)),
+            row(2, 64, "linear", 0.0, 0.02, 0.92, ttt=(7.7, 8.5, 10.1)),
+            row(2, 64, "linear", 2.0, 0.02, 0.92, ttt=(4.1, 8.3, 8.5)),
+            row(2, 4096, "none", 0.0, 0.02, 0.85),
+            row(2, 4096, "linear", 0.0, 1.28, 0.10, diverged=2),
+            row(2, 4096, "linear", 2.0, 1.28, 0.10, diverged=3),
+            row(1, 256, "linear", 0.0, 0.08, 0.92, ttt=(1.3, 1.3, 3.4)),
+            row(2, 256, "linear", 0.0, 0.08, 0.92, ttt=(2.3, 2.6, 2.7)),
+            row(1, 1024, "linear", 2.0, 0.32, 0.92, ttt=(1.1, 1.18, 1.3)),
+            row(2, 1024, "linear", 2.0, 0.32, 0.92, ttt=(1.1, 1.17, 1.25))]
+    return cs.ConvergenceResult(rows, [], "recorded", config={"base_lr": 0.02, "ref_batch": 64, "target": 0.88})
+
+
+def test_a_diverged_rule_is_printed_with_its_rate_and_the_unscaled_accuracy_beside_it():
+    lines = recorded_like().unstable_rates()
+    assert len(lines) == 2                                   # only the points at chance level
+    assert all("lr 1.28" in ln and "0.8500" in ln for ln in lines)
+    assert "2 of 3 seeds diverged" in lines[0] and "3 of 3 seeds diverged" in lines[1]
+
+
+def test_one_and_two_workers_are_compared_at_the_same_global_batch():
+    later, tie = recorded_like().worker_times()
+    assert later.startswith("global batch 256:") and "2 workers reach it later" in later
+    assert f"median ratio {2.6 / 1.3:.2f}" in later
+    assert tie.startswith("global batch 1,024:") and "about a tie" in tie
+
+
+def test_rules_that_give_the_same_rate_at_every_step_are_one_configuration():
+    res = recorded_like()
+    (line,) = res.same_configurations()
+    assert line.startswith("global batch 64 on 2 worker(s)") and "lr 0.02 at every step" in line
+    assert "4.00-10.10 s" in line                            # the single seeds' range over the three names
+    res.config["base_lr"] = 0.01                             # the warm-up now ramps: no longer the same schedule
+    assert "warm-up" not in res.same_configurations()[0]

@@ -10,7 +10,9 @@ live sweep, the recorded one and a hand-typed command are the same experiment.
 
 Seeds: seed ``s`` makes the initial weights (identical on every rank: the same seed, then
 rank 0's broadcast by DDP), the per-epoch shuffle (one permutation from (s, epoch), cut into
-disjoint shards by rank) and, through ``rank_seed(s, rank)``, each rank's own dropout masks.
+disjoint shards by rank) and, through ``rank_seed(s, rank)``, each rank's own dropout masks (not
+required: the ranks already see different images; it draws the masks as one process would for the
+whole global batch).
 
 :func:`run_sweep` returns a :class:`ConvergenceResult`: one row per point with the median and
 min-max over the seeds (final test accuracy and loss, time to the target accuracy, the noise
@@ -274,22 +276,25 @@ class ConvergenceResult:
         by_key = {c[0]: c for c in cols}
         shown = list(by_key) if columns is None else [k for k in columns if k in by_key]
         cols = [by_key[k] for k in shown]
-        notes = list(self.notes)
+        notes = ["; ".join(self.notes)] if self.notes else []      # where it comes from, one line
         if "train" in shown:
             notes.append("training s: the training loop's seconds, test evaluations left out")
         if "bsimple" in shown:
             notes.append("B_simple: gradient noise scale from the 2-worker gradients, second half of training")
         if "ttt" in shown:
             notes.append(f"s to {target:.0%} acc.: training seconds until the test accuracy first reached {target:.0%}, "
-                         "median (min-max) over the seeds, and how many seeds reached it; 'not reached' when some "
-                         "did not")
+                         "median (min-max) over the seeds (how many seeds reached it)")
         diverged = [r["label"] for r in rows if r.get("diverged")]
-        if diverged:
-            notes.append("the loss became NaN or infinite (diverged) in: " + ", ".join(diverged))
         chance = [r["label"] for r in rows if r.get("test_accuracy") is not None and r["test_accuracy"] <= CHANCE + 0.02]
-        if chance:
-            notes.append("at chance level (10 classes: about 10% test accuracy), the model learned nothing: "
-                         + ", ".join(chance))
+        if diverged and diverged == chance:
+            notes.append("diverged (loss NaN in some seed) and at chance level (about 10% test accuracy): "
+                         + ", ".join(diverged))
+        else:
+            if diverged:
+                notes.append("the loss became NaN or infinite (diverged) in: " + ", ".join(diverged))
+            if chance:
+                notes.append("at chance level (10 classes: about 10% test accuracy), the model learned nothing: "
+                             + ", ".join(chance))
         return tables.Table(cols, out, title=title, notes=notes)
 
     def _repr_html_(self) -> str:
@@ -352,6 +357,67 @@ class ConvergenceResult:
                     "above every batch of this sweep" if falls["falls"] is None else
                     "between those two batches" if b < falls["falls"] else "at or above the batch where accuracy falls")
             lines.append(f"B_simple (median of the 2-worker points): {b:,.0f} images, {side}")
+        return lines
+
+    def unstable_rates(self) -> list:
+        """One line per point that ended at chance level: its global batch, learning rate, how many
+        seeds diverged (loss NaN), its median test accuracy, beside the unscaled rate's accuracy at
+        the same batch and workers (an unstable rate, not the batch, where that one trains)."""
+        lines = []
+        for r in self.rows:
+            if r.get("test_accuracy") is None or r["test_accuracy"] > CHANCE + 0.02:
+                continue
+            plain = [x for x in self.rows if x["global_batch"] == r["global_batch"] and x["workers"] == r["workers"]
+                     and x["rule"] == "none" and x.get("test_accuracy") is not None]
+            beside = (f"; at the unscaled lr {plain[0]['lr']:g} the same batch reaches {plain[0]['test_accuracy']:.4f}"
+                      if plain else "")
+            lines.append(f"{r['label']}: lr {r['lr']:g}, {r['diverged']} of {r['repeats']} seeds diverged (loss NaN), "
+                         f"median test accuracy {r['test_accuracy']:.4f}{beside}")
+        return lines
+
+    def worker_times(self, tie: float = 0.1) -> list:
+        """Per global batch run on 1 and on 2+ workers with the same rule: the median seconds to the
+        target (min-max over the seeds) of each and their ratio; "about a tie" when the medians are
+        within ``tie`` (a fraction) of each other, and whether the seeds' ranges overlap. Needs rows
+        summarised against a target (:meth:`with_target`)."""
+        lines = []
+        for one in (r for r in self.rows if r["workers"] == 1 and r.get("time_to_target") is not None):
+            for many in (r for r in self.rows if r["workers"] > 1 and r["global_batch"] == one["global_batch"]
+                         and (r["rule"], r["warmup_epochs"]) == (one["rule"], one["warmup_epochs"])
+                         and r.get("time_to_target") is not None):
+                ratio = many["time_to_target"] / one["time_to_target"]
+                overlap = one["time_to_target_min"] <= many["time_to_target_max"] and \
+                    many["time_to_target_min"] <= one["time_to_target_max"]
+                verdict = ("about a tie" if abs(ratio - 1) <= tie else
+                           f"{many['workers']} workers reach it {'later' if ratio > 1 else 'sooner'}")
+                lines.append(f"global batch {one['global_batch']:,}: 1 worker {_mm(one, 'time_to_target', '{:.2f}')} s, "
+                             f"{many['workers']} workers {_mm(many, 'time_to_target', '{:.2f}')} s to "
+                             f"{self.config.get('target', 0):.0%}: {verdict} (median ratio {ratio:.2f}; the seeds' "
+                             f"ranges {'overlap' if overlap else 'do not overlap'})")
+        return lines
+
+    def same_configurations(self) -> list:
+        """Points whose rules give the same learning rate at every step (same workers and global
+        batch, same peak rate, and no warm-up or one that ramps from the peak to itself), one line per
+        group: the same configuration run under several names, so their spread is run-to-run noise."""
+        base = self.config.get("base_lr")
+        groups: dict = {}
+        for r in self.rows:       # a warm-up from the base rate to the base rate changes nothing
+            warm = r["warmup_epochs"] if base is None or not math.isclose(r["lr"], base) else 0.0
+            groups.setdefault((r["workers"], r["global_batch"], r["lr"], warm), []).append(r)
+        lines = []
+        for (workers, batch, lr, _), rows in groups.items():
+            if len(rows) < 2:
+                continue
+            rules = ", ".join(f"'{r['rule']}" + (f" + {r['warmup_epochs']:g} ep warm-up'" if r["warmup_epochs"] else "'")
+                              for r in rows)
+            text = f"global batch {batch:,} on {workers} worker(s): {rules} all give lr {lr:g} at every step"
+            times = [t for r in rows for t in r.get("time_to_target_runs") or [] if t is not None]
+            if times:
+                medians = ", ".join(f"{r['time_to_target']:.2f}" for r in rows if r.get("time_to_target") is not None)
+                text += (f"; medians to {self.config.get('target', 0):.0%}: {medians} s, single seeds "
+                         f"{min(times):.2f}-{max(times):.2f} s")
+            lines.append(text)
         return lines
 
     def noise_table(self) -> tables.Table:
@@ -505,8 +571,7 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
     if train is None:
         from ddlab.training.runs import train
     runs, rows = [], []
-    at = fixed_at if fixed_at is not None else fixed_steps(points, sz)
-    scored = [at] + sorted(set(score_at) - {at})
+    at, scored = _scored_steps(points, sz, fixed_at, score_at)
     for point in points:
         mine = []
         for seed in seeds:
@@ -524,6 +589,28 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
     call = (f"ddlab.course.convergence_sweep.run_sweep({[p.label for p in points]}, device={device!r}, "
             f"seeds={seeds})")
     return ConvergenceResult(rows, runs, "live", run_provenance(call), config)
+
+
+def _scored_steps(points: Sequence[Point], sizes: Mapping, fixed_at: Optional[int], score_at: Sequence[int]) -> tuple:
+    at = fixed_at if fixed_at is not None else fixed_steps(points, sizes)
+    return at, [at] + sorted(set(score_at) - {at})
+
+
+def commands(points: Sequence[Point], device: str = "cpu", seed: Optional[int] = None,
+             sizes: Optional[Mapping] = None) -> list:
+    """The launch of each point as :func:`run_sweep` starts it, one shell line each (environment,
+    launcher, script, flags): with ``seed`` (default the first of the sweep's seeds); the other
+    seeds' launches differ only in ``--seed``."""
+    from ddlab.measure import launch
+    from ddlab.training.runspec import nccl_path_env
+    sz = dict(SIZES[device], **(sizes or {}))
+    _, scored = _scored_steps(points, sz, None, ())
+    lines = []
+    for point in points:
+        spec = spec_of(point, sz, device, seed if seed is not None else sz["seeds"][0], eval_steps=scored)
+        env = nccl_path_env(spec.path, None) if spec.workers > 1 else {}
+        lines.append(launch.shell_line(spec.process_launcher, spec.workers, spec.script_args(), env))
+    return lines
 
 
 def save(result: ConvergenceResult, path: str) -> str:
