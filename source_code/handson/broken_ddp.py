@@ -4,8 +4,10 @@
 
 It runs to the end and prints a loss and an accuracy, yet it is wrong in five ways. Find
 them and fix them; ddlab.course.repair.check(...) runs your copy and says which are left. The
-probe(...) lines record what the check needs (the images of each step, the weights, the
-learning rate, the loss reported): keep them where they are, with the same arguments.
+probe(...) lines record what the check needs (the learning-rate rule the script states, the
+images of each step, the weights, the rate used, the loss reported): keep them where they are,
+with the same arguments. A different rule (--lr-scaling, --lr-warmup-epochs) is fine, as long as
+the optimizer follows it.
 """
 import argparse
 import os
