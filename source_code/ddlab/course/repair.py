@@ -318,20 +318,20 @@ def lr_verdict(steps: dict, events: Sequence[dict], world: int, base_lr: float) 
     per_epoch = sum(1 for e in steps[rank] if e.get("epoch") == first_epoch)
     warm = convergence.warmup_steps(warmup_epochs, per_epoch)
     peak = convergence.peak_lr(base, rule, world, 1)
-    stated_as = _rule_text(rule, warmup_epochs, warm) + ("" if stated else " (the script states no rule: keep its "
-                                                          'probe("rule", ...) line; judged against the linear rule)')
+    claim = (f"the script states {_rule_text(rule, warmup_epochs, warm)}" if stated else
+             'the script states no rule (keep its probe("rule", ...) line), so the linear rule applies')
     want = [convergence.lr_at(s, base, peak, warm) for s in range(len(used) + 1)]
     bad = next((s for s, lr in enumerate(used) if not (_close(lr, want[s], 1e-9) or _close(lr, want[s + 1], 1e-9))),
                None)
     if bad is None:
         ramp = f"from {base:g} to {peak:.4g} over {warm} steps, then {peak:.4g}" if warm else f"{peak:.4g} at every step"
-        note = " (the one-process rate: a rule, if a stated one; notebook 9 shows what each does)" if rule == "none" else ""
-        return FIXED, f"the script states {stated_as}, and the optimizer used {ramp}{note}."
+        note = " (the one-process rate, as stated; notebook 9 measures what each rule does to the model)" if rule == "none" else ""
+        return FIXED, f"{claim}, and the optimizer used {ramp}{note}."
     lr = used[bad]
     others = [r for r in convergence.LR_RULES if r != rule and _close(lr, convergence.peak_lr(base, r, world, 1), 1e-9)]
     hint = (f" That is the rate --lr-scaling {others[0]} gives: apply the rule the script states, or state the one "
             "it follows." if others else "")
-    return WRONG, (f"the script states {stated_as}: with --lr {base:g} and {world} processes the rate at step {bad} "
+    return WRONG, (f"{claim}: with --lr {base:g} and {world} processes the rate at step {bad} "
                    f"is {want[bad]:.4g}, but the optimizer used {lr:.4g}.{hint}")
 
 
