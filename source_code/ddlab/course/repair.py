@@ -324,8 +324,10 @@ def lr_verdict(steps: dict, events: Sequence[dict], world: int, base_lr: float) 
     bad = next((s for s, lr in enumerate(used) if not (_close(lr, want[s], 1e-9) or _close(lr, want[s + 1], 1e-9))),
                None)
     if bad is None:
-        ramp = f"from {base:g} to {peak:.4g} over {warm} steps, then {peak:.4g}" if warm else f"{peak:.4g} at every step"
-        note = " (the one-process rate, as stated; notebook 9 measures what each rule does to the model)" if rule == "none" else ""
+        ramp = (f"from {base:g} to {peak:.4g} over {warm} steps, then {peak:.4g}" if warm else
+                f"{peak:.4g} at every step")
+        note = (" (the one-process rate, as stated; notebook 9 measures what each rule does to the model)"
+                if rule == "none" else "")
         return FIXED, f"{claim}, and the optimizer used {ramp}{note}."
     lr = used[bad]
     others = [r for r in convergence.LR_RULES if r != rule and _close(lr, convergence.peak_lr(base, r, world, 1), 1e-9)]
