@@ -388,7 +388,7 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     file = path(name)
     nproc = 1 if launcher == "none" else p.nproc
     env = dict(p.env)
-    env["PYTHONPATH"] = os.pathsep.join([SOURCE_DIR] + [x for x in [os.environ.get("PYTHONPATH")] if x])
+    env["PYTHONPATH"] = python_path()
     if framework == "keras" or launcher == "horovod":
         env.update(TF_ENVIRONMENT)       # horovodrun imports TensorFlow too: tf-keras, no INFO lines
     device = p.device if launcher != "none" else ("cuda" if p.gpu_count >= 1 else "cpu")
@@ -413,6 +413,13 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     return Run(os.path.basename(file), launch_name, nproc, device, ranks, res.output, res.duration_s, command)
 
 
+def python_path() -> str:
+    """The scripts' PYTHONPATH: the course's source folder first, then this process's own entries,
+    each once."""
+    parts = [SOURCE_DIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
 def table(runs: Sequence, title: str = "Hands-on runs"):
     """The runs side by side as a :class:`ddlab.base.tables.Table`; a :class:`Skipped` among them
     is a note saying why it did not run."""
@@ -426,11 +433,9 @@ def table(runs: Sequence, title: str = "Hands-on runs"):
             ("spread", "number", "spread"),
             ("acc", "percent", "test acc"), ("img_s", "count", "images/s"),
             ("seconds", "time", "launch, wall")]
-    notes = ["images/rank: the images each rank trained on; ranks agree?: the same weights on every rank; "
-             "checksum: the sum of all of rank 0's weights at the end (two runs that trained alike show the same); "
-             "spread: the largest difference between two ranks' checksums (0: identical).",
-             "images/s: images trained on over the training loop's wall time, summed over all ranks; the loop's "
-             "first steps (graph tracing in TensorFlow) included, so it is indicative only.",
-             "launch, wall: the whole launch, start-up and imports included."]
+    notes = ["checksum: the sum of rank 0's final weights (runs that trained alike agree); spread: the largest "
+             "difference between two ranks' checksums (0: identical)",
+             "images/s: summed over the ranks, the loop's first steps included (indicative only); launch, wall: "
+             "start-up and imports included"]
     notes = [s.line for s in skipped] + notes
     return Table(cols, [r.row() for r in runs], title=title, notes=notes)

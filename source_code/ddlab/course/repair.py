@@ -393,7 +393,7 @@ def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None, show_
     with tempfile.TemporaryDirectory(prefix="ddlab-probe-") as probe_dir:
         env = dict(p.env)
         env[PROBE_ENV] = probe_dir
-        env["PYTHONPATH"] = os.pathsep.join([SOURCE_DIR] + [x for x in [os.environ.get("PYTHONPATH")] if x])
+        env["PYTHONPATH"] = handson.python_path()
         argv = [os.path.abspath(script), *_args(CHECK_ARGS)]
         if show_command:     # what runs, as one line to copy into a shell (the probe folder is made if missing)
             print(launch.shell_line("torchrun", nproc, argv, env, python=sys.executable), flush=True)
