@@ -11,6 +11,7 @@ import pytest
 
 from ddlab.training import convergence, data
 from ddlab.course import convergence_sweep as cs
+from ddlab.course import convergence_readings as readings
 from ddlab.system import policy
 from ddlab.course.convergence_sweep import Point
 from ddlab.training.runspec import RunSpec, RunSpecError
@@ -581,14 +582,14 @@ def recorded_like():
 
 
 def test_a_diverged_rule_is_printed_with_its_rate_and_the_unscaled_accuracy_beside_it():
-    lines = recorded_like().unstable_rates()
+    lines = readings.unstable_rates(recorded_like())
     assert len(lines) == 2                                   # only the points at chance level
     assert all("lr 1.28" in ln and "0.8500" in ln for ln in lines)
     assert "2 of 3 seeds diverged" in lines[0] and "3 of 3 seeds diverged" in lines[1]
 
 
 def test_one_and_two_workers_are_compared_at_the_same_global_batch():
-    later, tie = recorded_like().worker_times()
+    later, tie = readings.worker_times(recorded_like())
     assert later.startswith("global batch 256:") and "2 workers reach it later" in later
     assert f"median ratio {2.6 / 1.3:.2f}" in later
     assert tie.startswith("global batch 1,024:") and "about a tie" in tie
@@ -596,11 +597,11 @@ def test_one_and_two_workers_are_compared_at_the_same_global_batch():
 
 def test_rules_that_give_the_same_rate_at_every_step_are_one_configuration():
     res = recorded_like()
-    (line,) = res.same_configurations()
+    (line,) = readings.same_configurations(res)
     assert line.startswith("global batch 64 on 2 worker(s)") and "lr 0.02 at every step" in line
     assert "4.00-10.10 s" in line                            # the single seeds' range over the three names
     res.config["base_lr"] = 0.01                             # the warm-up now ramps: no longer the same schedule
-    assert "warm-up" not in res.same_configurations()[0]
+    assert "warm-up" not in readings.same_configurations(res)[0]
 
 
 def test_notebook_9_prints_its_launches_and_the_recorded_readings_from_the_rows(monkeypatch, capsys):
@@ -628,9 +629,9 @@ def test_notebook_9_prints_its_launches_and_the_recorded_readings_from_the_rows(
     exec(compile(src["nb7-017"], "nb7-017", "exec"), ns)
     out = capsys.readouterr().out
     timed = rec.with_target(cs.SIZES["cuda"]["target"])
-    for line in rec.unstable_rates() + timed.worker_times() + timed.same_configurations():
+    for line in readings.unstable_rates(rec) + readings.worker_times(timed) + readings.same_configurations(timed):
         assert line in out
-    assert rec.unstable_rates() and timed.worker_times() and timed.same_configurations()
+    assert readings.unstable_rates(rec) and readings.worker_times(timed) and readings.same_configurations(timed)
     def width(t):      # of the header and rows, two spaces between columns
         body = t.cells()
         return sum(max([len(c.heading)] + [len(r[i]) for r in body]) for i, c in enumerate(t.columns)) \

@@ -33,7 +33,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ddlab.training import convergence
 from ddlab.base import files, tables
-from ddlab.training.runspec import RunSpec, RunSpecError
+from ddlab.training.runspec import RunSpec, RunSpecError, nccl_path_env
 
 RECORDED_NAME = "convergence-torch-ddp-cnn"
 SCHEMA = "experiments"              # a sweep is recorded beside the other experiments (ddlab.base.schemas)
@@ -359,67 +359,6 @@ class ConvergenceResult:
             lines.append(f"B_simple (median of the 2-worker points): {b:,.0f} images, {side}")
         return lines
 
-    def unstable_rates(self) -> list:
-        """One line per point that ended at chance level: its global batch, learning rate, how many
-        seeds diverged (loss NaN), its median test accuracy, beside the unscaled rate's accuracy at
-        the same batch and workers (an unstable rate, not the batch, where that one trains)."""
-        lines = []
-        for r in self.rows:
-            if r.get("test_accuracy") is None or r["test_accuracy"] > CHANCE + 0.02:
-                continue
-            plain = [x for x in self.rows if x["global_batch"] == r["global_batch"] and x["workers"] == r["workers"]
-                     and x["rule"] == "none" and x.get("test_accuracy") is not None]
-            beside = (f"; at the unscaled lr {plain[0]['lr']:g} the same batch reaches {plain[0]['test_accuracy']:.4f}"
-                      if plain else "")
-            lines.append(f"{r['label']}: lr {r['lr']:g}, {r['diverged']} of {r['repeats']} seeds diverged (loss NaN), "
-                         f"median test accuracy {r['test_accuracy']:.4f}{beside}")
-        return lines
-
-    def worker_times(self, tie: float = 0.1) -> list:
-        """Per global batch run on 1 and on 2+ workers with the same rule: the median seconds to the
-        target (min-max over the seeds) of each and their ratio; "about a tie" when the medians are
-        within ``tie`` (a fraction) of each other, and whether the seeds' ranges overlap. Needs rows
-        summarised against a target (:meth:`with_target`)."""
-        lines = []
-        for one in (r for r in self.rows if r["workers"] == 1 and r.get("time_to_target") is not None):
-            for many in (r for r in self.rows if r["workers"] > 1 and r["global_batch"] == one["global_batch"]
-                         and (r["rule"], r["warmup_epochs"]) == (one["rule"], one["warmup_epochs"])
-                         and r.get("time_to_target") is not None):
-                ratio = many["time_to_target"] / one["time_to_target"]
-                overlap = one["time_to_target_min"] <= many["time_to_target_max"] and \
-                    many["time_to_target_min"] <= one["time_to_target_max"]
-                verdict = ("about a tie" if abs(ratio - 1) <= tie else
-                           f"{many['workers']} workers reach it {'later' if ratio > 1 else 'sooner'}")
-                lines.append(f"global batch {one['global_batch']:,}: 1 worker {_mm(one, 'time_to_target', '{:.2f}')} s, "
-                             f"{many['workers']} workers {_mm(many, 'time_to_target', '{:.2f}')} s to "
-                             f"{self.config.get('target', 0):.0%}: {verdict} (median ratio {ratio:.2f}; the seeds' "
-                             f"ranges {'overlap' if overlap else 'do not overlap'})")
-        return lines
-
-    def same_configurations(self) -> list:
-        """Points whose rules give the same learning rate at every step (same workers and global
-        batch, same peak rate, and no warm-up or one that ramps from the peak to itself), one line per
-        group: the same configuration run under several names, so their spread is run-to-run noise."""
-        base = self.config.get("base_lr")
-        groups: dict = {}
-        for r in self.rows:       # a warm-up from the base rate to the base rate changes nothing
-            warm = r["warmup_epochs"] if base is None or not math.isclose(r["lr"], base) else 0.0
-            groups.setdefault((r["workers"], r["global_batch"], r["lr"], warm), []).append(r)
-        lines = []
-        for (workers, batch, lr, _), rows in groups.items():
-            if len(rows) < 2:
-                continue
-            rules = ", ".join(f"'{r['rule']}" + (f" + {r['warmup_epochs']:g} ep warm-up'" if r["warmup_epochs"] else "'")
-                              for r in rows)
-            text = f"global batch {batch:,} on {workers} worker(s): {rules} all give lr {lr:g} at every step"
-            times = [t for r in rows for t in r.get("time_to_target_runs") or [] if t is not None]
-            if times:
-                medians = ", ".join(f"{r['time_to_target']:.2f}" for r in rows if r.get("time_to_target") is not None)
-                text += (f"; medians to {self.config.get('target', 0):.0%}: {medians} s, single seeds "
-                         f"{min(times):.2f}-{max(times):.2f} s")
-            lines.append(text)
-        return lines
-
     def noise_table(self) -> tables.Table:
         """The noise scale per evaluation interval of every point with 2+ workers: median over
         the seeds of B_simple, |G|^2 and tr(Sigma) (an interval with |G|^2 <= 0 gives no ratio)."""
@@ -602,15 +541,11 @@ def commands(points: Sequence[Point], device: str = "cpu", seed: Optional[int] =
     launcher, script, flags): with ``seed`` (default the first of the sweep's seeds); the other
     seeds' launches differ only in ``--seed``."""
     from ddlab.measure import launch
-    from ddlab.training.runspec import nccl_path_env
     sz = dict(SIZES[device], **(sizes or {}))
     _, scored = _scored_steps(points, sz, None, ())
-    lines = []
-    for point in points:
-        spec = spec_of(point, sz, device, seed if seed is not None else sz["seeds"][0], eval_steps=scored)
-        env = nccl_path_env(spec.path, None) if spec.workers > 1 else {}
-        lines.append(launch.shell_line(spec.process_launcher, spec.workers, spec.script_args(), env))
-    return lines
+    specs = [spec_of(p, sz, device, seed if seed is not None else sz["seeds"][0], eval_steps=scored) for p in points]
+    return [launch.shell_line(s.process_launcher, s.workers, s.script_args(),
+                              nccl_path_env(s.path, None) if s.workers > 1 else {}) for s in specs]
 
 
 def save(result: ConvergenceResult, path: str) -> str:
