@@ -190,6 +190,27 @@ def test_run_launches_what_the_plan_says(monkeypatch, gpus):
     assert all(a in c2["argv"] for a in p.args) and c2["env"]["PYTHONPATH"].startswith(handson.SOURCE_DIR)
 
 
+def test_each_run_prints_its_launch_first_as_one_shell_line(monkeypatch, capsys):
+    """The printed line is the launch that runs: its environment, launcher, script and flags."""
+    import shlex
+    import sys
+    from ddlab.training import experiments
+    from ddlab.measure import launch
+    fake = _FakeLaunch()
+    monkeypatch.setattr(launch, "run", fake)
+    monkeypatch.setattr(experiments, "availability", lambda framework, launcher: (True, ""))
+    for name, launcher in (("ddp_7_rank0", "torchrun"), ("hvd_8_rank0", "horovodrun")):
+        run = handson.run(name, CPU)
+        printed = capsys.readouterr().out.splitlines()
+        call = fake.calls[-1]
+        assert printed == [run.command]                                   # one line, before the run's own output
+        words = shlex.split(run.command)
+        assert words == [f"{k}={v}" for k, v in call["env"].items()] + launch.command_for(
+            launcher, call["nproc"], call["argv"], python=sys.executable)
+    handson.run("ddp_7_rank0", CPU, show_command=False)
+    assert capsys.readouterr().out == ""
+
+
 def test_a_failed_launch_is_one_clear_error(monkeypatch):
     from ddlab.training import experiments
     from ddlab.measure import launch

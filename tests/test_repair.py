@@ -8,6 +8,7 @@ import pytest
 
 from ddlab.base import worker_report
 from ddlab.course import handson, repair
+from ddlab.training import convergence
 
 CPU = handson.plan(gpu_count=0)
 WORLD, LR, N = 2, 0.05, 8
@@ -75,10 +76,49 @@ def test_weights_that_start_apart_and_weights_never_averaged():
     assert drift.status == repair.WRONG and "not averaged" in drift.why
 
 
-def test_learning_rate_unscaled_and_scaled_wrongly():
-    assert "one-process rate" in verdicts(steps(GOOD_SHARDS, lr=LR) + losses())["lr"].why
-    v = verdicts(steps(GOOD_SHARDS, lr=LR * 4) + losses())["lr"]
-    assert v.status == repair.WRONG and "gives 0.1" in v.why
+def rule(scaling, warmup_epochs=0.0, lr=LR):
+    """The record a script makes of the learning-rate rule it states."""
+    return [{"kind": "rule", "rank": r, "lr": lr, "scaling": scaling, "warmup_epochs": warmup_epochs}
+            for r in range(WORLD)]
+
+
+def ramp_steps(rates, per_epoch):
+    """Good shards and weights, ``rates[s]`` the optimizer's rate at step s, ``per_epoch`` steps an epoch."""
+    return [{"kind": "step", "rank": r, "epoch": s // per_epoch, "indices": GOOD_SHARDS[min(s // per_epoch, 1)][r],
+             "model": 1.0, "optimizer": lr} for r in range(WORLD) for s, lr in enumerate(rates)]
+
+
+@pytest.mark.parametrize("scaling,rate", [("none", LR), ("linear", LR * WORLD), ("sqrt", LR * WORLD ** 0.5)])
+def test_a_rate_that_follows_the_stated_rule_is_accepted(scaling, rate):
+    v = verdicts(rule(scaling) + steps(GOOD_SHARDS, lr=rate) + losses())["lr"]
+    assert v.status == repair.FIXED, v.why
+
+
+@pytest.mark.parametrize("scaling,rate,named", [("linear", LR, "none"), ("none", LR * WORLD, "linear"),
+                                                ("sqrt", LR * WORLD, "linear"), ("linear", LR * 3, None)])
+def test_a_rate_that_breaks_the_stated_rule_is_rejected_and_named(scaling, rate, named):
+    v = verdicts(rule(scaling) + steps(GOOD_SHARDS, lr=rate) + losses())["lr"]
+    assert v.status == repair.WRONG
+    assert f"{convergence.peak_lr(LR, scaling, WORLD, 1):.4g}" in v.why and f"{rate:.4g}" in v.why   # wanted, used
+    assert (f"--lr-scaling {named} gives" in v.why) if named else "gives:" not in v.why
+
+
+def test_a_warm_up_is_judged_step_by_step():
+    per_epoch, peak = 4, LR * WORLD
+    ramp = [convergence.lr_at(s, LR, peak, per_epoch) for s in range(2 * per_epoch)]
+    assert verdicts(rule("linear", 1.0) + ramp_steps(ramp, per_epoch) + losses())["lr"].status == repair.FIXED
+    ahead = ramp[1:] + [peak]                    # a scheduler stepped before the probe: one step ahead
+    assert verdicts(rule("linear", 1.0) + ramp_steps(ahead, per_epoch) + losses())["lr"].status == repair.FIXED
+    no_ramp = verdicts(rule("linear", 1.0) + ramp_steps([peak] * 2 * per_epoch, per_epoch) + losses())["lr"]
+    assert no_ramp.status == repair.WRONG and "at step 0" in no_ramp.why
+    stated_none = verdicts(rule("linear") + ramp_steps(ramp, per_epoch) + losses())["lr"]   # ramps, states none
+    assert stated_none.status == repair.WRONG and "at step 0" in stated_none.why
+
+
+def test_a_script_that_states_no_rule_is_held_to_the_linear_rule():
+    assert verdicts(steps(GOOD_SHARDS, lr=LR * WORLD) + losses())["lr"].status == repair.FIXED
+    assert verdicts(steps(GOOD_SHARDS, lr=LR) + losses())["lr"].status == repair.WRONG
+    assert verdicts(rule("cosine") + steps(GOOD_SHARDS) + losses())["lr"].status == repair.WRONG
 
 
 def test_loss_of_rank_0_alone_or_summed_is_wrong():
@@ -152,7 +192,7 @@ SAMPLER = ("from torch.utils.data.distributed import DistributedSampler\n"
            "train_loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)\n")
 SET_EPOCH = ("for epoch in range(args.epochs):\n",
              "for epoch in range(args.epochs):\n    sampler.set_epoch(epoch)\n")
-LR_SCALED = ("lr=args.lr, momentum", "lr=args.lr * world_size, momentum")
+LR_SCALED = ("peak = args.lr  # the rate after the warm-up", "peak = args.lr * world_size")
 
 
 def statuses(report):
@@ -187,6 +227,18 @@ def test_a_sampler_seeded_per_rank_deals_overlapping_shards(tmp_path):
 def test_the_solution_passes():
     report = repair.check(repair.SOLUTION, plan_=CPU)
     assert report.all_fixed, str(report)
+
+
+@pytest.mark.slow
+def test_the_solution_with_a_warm_up_or_another_stated_rule_passes(tmp_path):
+    text = open(repair.SOLUTION).read()
+    for old, new in (('type=float, default=0.0,', 'type=float, default=1.0,'),
+                     ('default="linear", choices', 'default="sqrt", choices')):
+        assert text.count(old) == 1
+        p = tmp_path / "my_ddp.py"
+        p.write_text(text.replace(old, new))
+        report = repair.check(str(p), plan_=CPU)
+        assert report.all_fixed, str(report)
 
 
 @pytest.mark.slow

@@ -4,8 +4,10 @@
 
 It runs to the end and prints a loss and an accuracy, yet it is wrong in five ways. Find
 them and fix them; ddlab.course.repair.check(...) runs your copy and says which are left. The
-probe(...) lines record what the check needs (the images of each step, the weights, the
-learning rate, the loss reported): keep them where they are, with the same arguments.
+probe(...) lines record what the check needs (the learning-rate rule the script states, the
+images of each step, the weights, the rate used, the loss reported): keep them where they are,
+with the same arguments. A different rule (--lr-scaling, --lr-warmup-epochs) is fine, as long as
+the optimizer follows it.
 """
 import argparse
 import os
@@ -24,6 +26,10 @@ parser.add_argument("--model", default="mlp-small", choices=models_torch.MODELS)
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--lr", type=float, default=0.05, help="the learning rate of one process")
+parser.add_argument("--lr-scaling", default="linear", choices=("none", "linear", "sqrt"),
+                    help="the rule this script states for N processes: the rate of one process times 1, N or sqrt(N)")
+parser.add_argument("--lr-warmup-epochs", type=float, default=0.0,
+                    help="reach that rate by a straight ramp from --lr over these epochs (0: none)")
 parser.add_argument("--train-samples", type=int, default=60000, help="train on the first N images")
 parser.add_argument("--test-samples", type=int, default=10000, help="test on the first N images")
 parser.add_argument("--seed", type=int, default=0)
@@ -51,11 +57,19 @@ train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
 
 model = models_torch.build(args.model).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+# The learning-rate rule this script states (--lr-scaling, --lr-warmup-epochs); the check holds
+# the rate the optimizer uses at every step to it.
+probe("rule", lr=args.lr, scaling=args.lr_scaling, warmup_epochs=args.lr_warmup_epochs)
+peak = args.lr  # the rate after the warm-up
+warmup = args.lr_warmup_epochs * len(train_loader)  # the warm-up, in optimizer steps
 probe("start", model=model)
 
+step = 0
 for epoch in range(args.epochs):
     total, batches = 0.0, 0
     for x, y, idx in train_loader:
+        for group in optimizer.param_groups:  # a straight ramp from --lr to peak, then peak
+            group["lr"] = peak if step >= warmup else args.lr + (peak - args.lr) * step / warmup
         x, y = x.to(device), y.to(device)
         loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad()
@@ -64,6 +78,7 @@ for epoch in range(args.epochs):
             dist.all_reduce(p.grad)
             p.grad /= world_size
         optimizer.step()
+        step += 1
         probe("step", epoch=epoch, indices=idx, model=model, optimizer=optimizer)
         total, batches = total + loss.item(), batches + 1
     epoch_loss = total / batches

@@ -24,6 +24,10 @@ parser.add_argument("--model", default="mlp-small", choices=models_torch.MODELS)
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--lr", type=float, default=0.05, help="the learning rate of one process")
+parser.add_argument("--lr-scaling", default="linear", choices=("none", "linear", "sqrt"),
+                    help="the rule this script states for N processes: the rate of one process times 1, N or sqrt(N)")
+parser.add_argument("--lr-warmup-epochs", type=float, default=0.0,
+                    help="reach that rate by a straight ramp from --lr over these epochs (0: none)")
 parser.add_argument("--train-samples", type=int, default=60000, help="train on the first N images")
 parser.add_argument("--test-samples", type=int, default=10000, help="test on the first N images")
 parser.add_argument("--seed", type=int, default=0)
@@ -54,19 +58,28 @@ train_loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler
 model = models_torch.build(args.model).to(device)
 # fix: DDP copies rank 0's weights to every rank, then averages the gradients in backward()
 model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
-# fix: each step averages world_size batches, so scale the rate (linear scaling rule)
-optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * world_size, momentum=0.9)
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+# The learning-rate rule this script states (--lr-scaling, --lr-warmup-epochs); the check holds
+# the rate the optimizer uses at every step to it.
+probe("rule", lr=args.lr, scaling=args.lr_scaling, warmup_epochs=args.lr_warmup_epochs)
+# fix: each step averages world_size batches; the rate after the warm-up follows the stated rule
+peak = args.lr * {"none": 1, "linear": world_size, "sqrt": world_size ** 0.5}[args.lr_scaling]
+warmup = args.lr_warmup_epochs * len(train_loader)  # the warm-up, in optimizer steps
 probe("start", model=model)
 
+step = 0
 for epoch in range(args.epochs):
     sampler.set_epoch(epoch)  # fix: a new shuffle every epoch
     total, batches = 0.0, 0
     for x, y, idx in train_loader:
+        for group in optimizer.param_groups:  # a straight ramp from --lr to peak, then peak
+            group["lr"] = peak if step >= warmup else args.lr + (peak - args.lr) * step / warmup
         x, y = x.to(device), y.to(device)
         loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        step += 1
         probe("step", epoch=epoch, indices=idx, model=model, optimizer=optimizer)
         total, batches = total + loss.item(), batches + 1
     # fix: the mean over the ranks (every rank joins the all-reduce)

@@ -10,7 +10,9 @@ live sweep, the recorded one and a hand-typed command are the same experiment.
 
 Seeds: seed ``s`` makes the initial weights (identical on every rank: the same seed, then
 rank 0's broadcast by DDP), the per-epoch shuffle (one permutation from (s, epoch), cut into
-disjoint shards by rank) and, through ``rank_seed(s, rank)``, each rank's own dropout masks.
+disjoint shards by rank) and, through ``rank_seed(s, rank)``, each rank's own dropout masks (not
+required: the ranks already see different images; it draws the masks as one process would for the
+whole global batch).
 
 :func:`run_sweep` returns a :class:`ConvergenceResult`: one row per point with the median and
 min-max over the seeds (final test accuracy and loss, time to the target accuracy, the noise
@@ -31,7 +33,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ddlab.training import convergence
 from ddlab.base import files, tables
-from ddlab.training.runspec import RunSpec, RunSpecError
+from ddlab.training.runspec import RunSpec, RunSpecError, nccl_path_env
 
 RECORDED_NAME = "convergence-torch-ddp-cnn"
 SCHEMA = "experiments"              # a sweep is recorded beside the other experiments (ddlab.base.schemas)
@@ -274,22 +276,25 @@ class ConvergenceResult:
         by_key = {c[0]: c for c in cols}
         shown = list(by_key) if columns is None else [k for k in columns if k in by_key]
         cols = [by_key[k] for k in shown]
-        notes = list(self.notes)
+        notes = ["; ".join(self.notes)] if self.notes else []      # where it comes from, one line
         if "train" in shown:
             notes.append("training s: the training loop's seconds, test evaluations left out")
         if "bsimple" in shown:
             notes.append("B_simple: gradient noise scale from the 2-worker gradients, second half of training")
         if "ttt" in shown:
             notes.append(f"s to {target:.0%} acc.: training seconds until the test accuracy first reached {target:.0%}, "
-                         "median (min-max) over the seeds, and how many seeds reached it; 'not reached' when some "
-                         "did not")
+                         "median (min-max) over the seeds (how many seeds reached it)")
         diverged = [r["label"] for r in rows if r.get("diverged")]
-        if diverged:
-            notes.append("the loss became NaN or infinite (diverged) in: " + ", ".join(diverged))
         chance = [r["label"] for r in rows if r.get("test_accuracy") is not None and r["test_accuracy"] <= CHANCE + 0.02]
-        if chance:
-            notes.append("at chance level (10 classes: about 10% test accuracy), the model learned nothing: "
-                         + ", ".join(chance))
+        if diverged and diverged == chance:
+            notes.append("diverged (loss NaN in some seed) and at chance level (about 10% test accuracy): "
+                         + ", ".join(diverged))
+        else:
+            if diverged:
+                notes.append("the loss became NaN or infinite (diverged) in: " + ", ".join(diverged))
+            if chance:
+                notes.append("at chance level (10 classes: about 10% test accuracy), the model learned nothing: "
+                             + ", ".join(chance))
         return tables.Table(cols, out, title=title, notes=notes)
 
     def _repr_html_(self) -> str:
@@ -505,8 +510,7 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
     if train is None:
         from ddlab.training.runs import train
     runs, rows = [], []
-    at = fixed_at if fixed_at is not None else fixed_steps(points, sz)
-    scored = [at] + sorted(set(score_at) - {at})
+    at, scored = _scored_steps(points, sz, fixed_at, score_at)
     for point in points:
         mine = []
         for seed in seeds:
@@ -524,6 +528,24 @@ def run_sweep(points: Sequence[Point], device: str = "cpu", seeds: Optional[Sequ
     call = (f"ddlab.course.convergence_sweep.run_sweep({[p.label for p in points]}, device={device!r}, "
             f"seeds={seeds})")
     return ConvergenceResult(rows, runs, "live", run_provenance(call), config)
+
+
+def _scored_steps(points: Sequence[Point], sizes: Mapping, fixed_at: Optional[int], score_at: Sequence[int]) -> tuple:
+    at = fixed_at if fixed_at is not None else fixed_steps(points, sizes)
+    return at, [at] + sorted(set(score_at) - {at})
+
+
+def commands(points: Sequence[Point], device: str = "cpu", seed: Optional[int] = None,
+             sizes: Optional[Mapping] = None) -> list:
+    """The launch of each point as :func:`run_sweep` starts it, one shell line each (environment,
+    launcher, script, flags): with ``seed`` (default the first of the sweep's seeds); the other
+    seeds' launches differ only in ``--seed``."""
+    from ddlab.measure import launch
+    sz = dict(SIZES[device], **(sizes or {}))
+    _, scored = _scored_steps(points, sz, None, ())
+    specs = [spec_of(p, sz, device, seed if seed is not None else sz["seeds"][0], eval_steps=scored) for p in points]
+    return [launch.shell_line(s.process_launcher, s.workers, s.script_args(),
+                              nccl_path_env(s.path, None) if s.workers > 1 else {}) for s in specs]
 
 
 def save(result: ConvergenceResult, path: str) -> str:

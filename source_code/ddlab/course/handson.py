@@ -55,7 +55,7 @@ class Conversion:
 _SHARD = ("Shard the data: each rank trains on its own part of every epoch, so two processes do "
           "twice the work of one instead of the same work twice.")
 _LR = ("Scale the learning rate by the number of processes: each step now averages that many "
-       "batches (the linear scaling rule).")
+       "batches (the linear scaling rule, one rule of several; notebook 9 measures where it holds).")
 _METRICS = ("Average the metrics over the ranks: each rank's loss and accuracy describe only its "
             "own shard; the model's are the mean over all ranks.")
 _RANK0 = ("Print and save on rank 0 only: the ranks hold the same model, so one copy of the "
@@ -293,6 +293,7 @@ class Run:
     ranks: list              # the result report of each rank
     output: str
     seconds: float
+    command: str = ""        # the launch as one shell line (environment, launcher, script, flags)
 
     def samples(self) -> list:
         return [r.get("samples") for r in self.ranks]
@@ -368,8 +369,11 @@ def run_or_skip(name: str, plan_: Optional[Plan] = None, machine=None, **kw):
     return run(name, plan_, **kw)
 
 
-def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeout: Optional[float] = None) -> Run:
+def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeout: Optional[float] = None,
+        show_command: bool = True) -> Run:
     """Run a hands-on script the way this machine's :func:`plan` says; returns its :class:`Run`.
+    ``show_command``: print the launch first, environment, launcher, script and flags, as one line
+    to copy into a shell (the Run keeps it as ``command``).
     Raises :class:`HandsOnError` (with the tail of the output) when it fails, hangs, lacks a
     framework here, or makes no result report for every rank, and
     :class:`ddlab.training.data.DatasetError` before launching when Fashion-MNIST is missing."""
@@ -384,7 +388,7 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     file = path(name)
     nproc = 1 if launcher == "none" else p.nproc
     env = dict(p.env)
-    env["PYTHONPATH"] = os.pathsep.join([SOURCE_DIR] + [x for x in [os.environ.get("PYTHONPATH")] if x])
+    env["PYTHONPATH"] = python_path()
     if framework == "keras" or launcher == "horovod":
         env.update(TF_ENVIRONMENT)       # horovodrun imports TensorFlow too: tf-keras, no INFO lines
     device = p.device if launcher != "none" else ("cuda" if p.gpu_count >= 1 else "cpu")
@@ -393,8 +397,12 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     if launcher == "none" and p.gpu_count == 1:
         env.pop("CUDA_VISIBLE_DEVICES", None)     # one process: it may use the one GPU
     launch_name = {"none": "python", "ddp": "torchrun", "horovod": "horovodrun"}[launcher]
+    argv = [file, *p.args, *map(str, args)]
+    command = launch.shell_line(launch_name, nproc, argv, env, python=sys.executable)
+    if show_command:
+        print(command, flush=True)     # what runs, as one line to copy into a shell
     try:
-        res = launch.run([file, *p.args, *map(str, args)], launcher=launch_name, nproc=nproc, env=env,
+        res = launch.run(argv, launcher=launch_name, nproc=nproc, env=env,
                          timeout=timeout or p.timeout, check=True, python=sys.executable)
     except launch.LaunchError as exc:
         raise HandsOnError(f"{os.path.basename(file)} did not finish: {exc}") from None
@@ -402,7 +410,14 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     if sorted(r["rank"] for r in ranks) != list(range(nproc)):
         raise HandsOnError(f"{os.path.basename(file)} ran, but not every rank reported its result "
                            f"(got ranks {[r['rank'] for r in ranks]} of {nproc}). Last output:\n{res.tail()}")
-    return Run(os.path.basename(file), launch_name, nproc, device, ranks, res.output, res.duration_s)
+    return Run(os.path.basename(file), launch_name, nproc, device, ranks, res.output, res.duration_s, command)
+
+
+def python_path() -> str:
+    """The scripts' PYTHONPATH: the course's source folder first, then this process's own entries,
+    each once."""
+    parts = [SOURCE_DIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(parts))
 
 
 def table(runs: Sequence, title: str = "Hands-on runs"):
@@ -418,11 +433,9 @@ def table(runs: Sequence, title: str = "Hands-on runs"):
             ("spread", "number", "spread"),
             ("acc", "percent", "test acc"), ("img_s", "count", "images/s"),
             ("seconds", "time", "launch, wall")]
-    notes = ["images/rank: the images each rank trained on; ranks agree?: the same weights on every rank; "
-             "checksum: the sum of all of rank 0's weights at the end (two runs that trained alike show the same); "
-             "spread: the largest difference between two ranks' checksums (0: identical).",
-             "images/s: images trained on over the training loop's wall time, summed over all ranks; the loop's "
-             "first steps (graph tracing in TensorFlow) included, so it is indicative only.",
-             "launch, wall: the whole launch, start-up and imports included."]
+    notes = ["checksum: the sum of rank 0's final weights (runs that trained alike agree); spread: the largest "
+             "difference between two ranks' checksums (0: identical)",
+             "images/s: summed over the ranks, the loop's first steps included (indicative only); launch, wall: "
+             "start-up and imports included"]
     notes = [s.line for s in skipped] + notes
     return Table(cols, [r.row() for r in runs], title=title, notes=notes)

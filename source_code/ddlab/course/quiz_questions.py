@@ -321,10 +321,13 @@ CONVERGENCE_QUIZ = (
         "In a data-parallel run, which of these must be IDENTICAL on every rank?",
         ("the initial weights", "the images of each step", "the dropout masks"), 0,
         "Every rank must start from the same weights (same seed, or rank 0's broadcast) so that applying the "
-        "same averaged gradient keeps them identical. The images (disjoint shards from one shared shuffle) "
-        "and the dropout masks (a seed per rank) must differ, or the ranks repeat each other's work.",
+        "same averaged gradient keeps them identical. The images must differ (disjoint shards from one shared "
+        "shuffle), or the ranks repeat each other's work. The dropout masks may be equal or not: on different "
+        "images they repeat nothing; the course's script seeds them per rank, as one process would draw a new "
+        "mask for every image of the global batch.",
         {1: "Identical images on every rank waste N-1 workers: the shards must be disjoint.",
-         2: "Identical masks make the ranks' gradients more alike than the data warrants; each rank seeds its own."}),
+         2: "Masks need not be identical: the ranks apply them to different images, and nothing requires them "
+            "to agree. The course's script draws them per rank."}),
     Question(
         "Two workers process 1.9x the images per second of one, at twice the global batch. Is the time to 88% "
         "test accuracy surely 1.9x shorter?",

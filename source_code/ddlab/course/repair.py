@@ -9,7 +9,8 @@ what the run did**, never by reading the code:
 shards     the ranks trained on disjoint samples in every epoch (no overlap)
 order      each rank's samples came in a new order every epoch (``set_epoch``)
 weights    all ranks held the same weights after the first step and at the end
-lr         the optimizer used the base learning rate times the number of processes
+lr         the optimizer's rate at every step followed the rule the script states
+           (``--lr-scaling`` none, linear or sqrt, ``--lr-warmup-epochs``)
 loss       the loss rank 0 reports is the mean over the ranks, not its own
 =========  ===========================================================================
 
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ddlab.base import worker_report
+from ddlab.training import convergence
 from ddlab.base.paths import REPO_ROOT, SOURCE_DIR
 
 PROBE_ENV = "DDLAB_PROBE_DIR"
@@ -58,6 +60,7 @@ def probe(event: str, **values) -> None:
     if not folder:
         return
     rank = _rank()
+    os.makedirs(folder, exist_ok=True)      # a launch copied from the check's printed line may name a gone folder
     record = {}
     for key, value in values.items():
         if hasattr(value, "parameters"):
@@ -83,7 +86,7 @@ BUGS = (
     ("shards", "Each rank trains on its own shard"),
     ("order", "A new order every epoch"),
     ("weights", "The same weights on every rank"),
-    ("lr", "Learning rate scaled by the number of processes"),
+    ("lr", "The learning rate follows the stated rule"),
     ("loss", "The reported loss is the mean over the ranks"),
 )
 
@@ -249,21 +252,7 @@ def diagnose(events: Sequence[dict], world: int, base_lr: float, train_samples: 
             verdict["weights"] = (WRONG, f"equal after the first step, but different at the end (checksums "
                                          f"spread {spread(last):.3g}): some later steps were not averaged.")
 
-    # lr: the learning rate of the last step against base_lr x world.
-    lrs = {r: evs[-1]["optimizer"] for r, evs in steps.items() if evs and "optimizer" in evs[-1]}
-    want = base_lr * world
-    if not lrs:
-        verdict["lr"] = (NOT_YET, _missing("learning rate", 'probe("step", ..., optimizer=optimizer)'))
-    else:
-        used = lrs[min(lrs)]
-        if _close(used, want, 1e-9):
-            verdict["lr"] = (FIXED, f"the optimizer used {used:g} = {base_lr:g} x {world} processes.")
-        elif _close(used, base_lr, 1e-9):
-            verdict["lr"] = (WRONG, f"the optimizer used the one-process rate {used:g}, but each step averages "
-                                    f"{world} batches: use {base_lr:g} x world size = {want:g}.")
-        else:
-            verdict["lr"] = (WRONG, f"the optimizer used {used:g}; with --lr {base_lr:g} and {world} processes "
-                                    f"the linear scaling rule gives {want:g}.")
+    verdict["lr"] = lr_verdict(steps, events, world, base_lr)
 
     # loss: what rank 0 reports against the mean of the ranks' own losses, per epoch.
     losses = _by_rank(events, "loss")
@@ -301,6 +290,51 @@ def diagnose(events: Sequence[dict], world: int, base_lr: float, train_samples: 
             verdict["loss"] = (FIXED, "rank 0 reported the mean of the ranks' losses in every epoch.")
 
     return [Verdict(key, titles[key], *verdict[key]) for key, _ in BUGS]
+
+
+def _rule_text(rule: str, warmup_epochs: float, warm_steps: int) -> str:
+    warm = f" after a warm-up of {warmup_epochs:g} epoch(s) ({warm_steps} steps)" if warm_steps else ", no warm-up"
+    return f"--lr-scaling {rule}{warm}"
+
+
+def lr_verdict(steps: dict, events: Sequence[dict], world: int, base_lr: float) -> tuple:
+    """(status, why) for the learning rate: the rate recorded at every step of the lowest rank
+    against the rule the script states in its ``rule`` record (``scaling``: none, linear or sqrt,
+    the rate of one process ``lr`` times 1, ``world`` or sqrt(``world``); ``warmup_epochs``: a
+    straight ramp from ``lr`` to that rate, :func:`ddlab.training.convergence.lr_at`). A script
+    that states no rule is held to the linear rule without warm-up. A rate one step ahead of
+    the schedule (a scheduler stepped before the probe) counts as following it."""
+    rank = min(steps) if steps else None
+    used = [e["optimizer"] for e in steps.get(rank, []) if "optimizer" in e]
+    if not used:
+        return NOT_YET, _missing("learning rate", 'probe("step", ..., optimizer=optimizer)')
+    stated = next((e for e in events if e.get("kind") == "rule"), None)
+    rule = (stated or {}).get("scaling", "linear")
+    base = float((stated or {}).get("lr", base_lr))
+    warmup_epochs = float((stated or {}).get("warmup_epochs") or 0.0)
+    if rule not in convergence.LR_RULES:
+        return WRONG, f"the script states --lr-scaling {rule!r}; the rules are {', '.join(convergence.LR_RULES)}."
+    first_epoch = steps[rank][0].get("epoch")
+    per_epoch = sum(1 for e in steps[rank] if e.get("epoch") == first_epoch)
+    warm = convergence.warmup_steps(warmup_epochs, per_epoch)
+    peak = convergence.peak_lr(base, rule, world, 1)
+    claim = (f"the script states {_rule_text(rule, warmup_epochs, warm)}" if stated else
+             'the script states no rule (keep its probe("rule", ...) line), so the linear rule applies')
+    want = [convergence.lr_at(s, base, peak, warm) for s in range(len(used) + 1)]
+    bad = next((s for s, lr in enumerate(used) if not (_close(lr, want[s], 1e-9) or _close(lr, want[s + 1], 1e-9))),
+               None)
+    if bad is None:
+        ramp = (f"from {base:g} to {peak:.4g} over {warm} steps, then {peak:.4g}" if warm else
+                f"{peak:.4g} at every step")
+        note = (" (the one-process rate, as stated; notebook 9 measures what each rule does to the model)"
+                if rule == "none" else "")
+        return FIXED, f"{claim}, and the optimizer used {ramp}{note}."
+    lr = used[bad]
+    others = [r for r in convergence.LR_RULES if r != rule and _close(lr, convergence.peak_lr(base, r, world, 1), 1e-9)]
+    hint = (f" That is the rate --lr-scaling {others[0]} gives: apply the rule the script states, or state the one "
+            "it follows." if others else "")
+    return WRONG, (f"{claim}: with --lr {base:g} and {world} processes the rate at step {bad} "
+                   f"is {want[bad]:.4g}, but the optimizer used {lr:.4g}.{hint}")
 
 
 # ----------------------------------------------------------------------------- the exercise
@@ -344,8 +378,9 @@ def worker_error(output: str, script: str) -> str:
     return f": {error}{where}" if error else ""
 
 
-def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None) -> Report:
-    """Run ``script`` with ``nproc`` processes under torchrun and judge each bug by what it did.
+def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None, show_command: bool = True) -> Report:
+    """Run ``script`` with ``nproc`` processes under torchrun and judge each bug by what it did
+    (``show_command``: print the launch first, as one line to copy into a shell).
 
     Returns a :class:`Report` (shown as a table in Jupyter). A script that cannot be found,
     crashes or hangs gets a report whose ``failure`` says so with the tail of its output."""
@@ -358,9 +393,12 @@ def check(script: str, timeout: float = 240.0, nproc: int = 2, plan_=None) -> Re
     with tempfile.TemporaryDirectory(prefix="ddlab-probe-") as probe_dir:
         env = dict(p.env)
         env[PROBE_ENV] = probe_dir
-        env["PYTHONPATH"] = os.pathsep.join([SOURCE_DIR] + [x for x in [os.environ.get("PYTHONPATH")] if x])
+        env["PYTHONPATH"] = handson.python_path()
+        argv = [os.path.abspath(script), *_args(CHECK_ARGS)]
+        if show_command:     # what runs, as one line to copy into a shell (the probe folder is made if missing)
+            print(launch.shell_line("torchrun", nproc, argv, env, python=sys.executable), flush=True)
         try:
-            res = launch.run([os.path.abspath(script), *_args(CHECK_ARGS)], launcher="torchrun", nproc=nproc,
+            res = launch.run(argv, launcher="torchrun", nproc=nproc,
                              env=env, timeout=timeout, check=False, python=sys.executable)
         except launch.LaunchTimeout as exc:
             tail = exc.result.tail(15) if exc.result else ""

@@ -126,6 +126,16 @@ def command_for(launcher: str, nproc: int, argv: Sequence[str], *, python: str =
     return cmd + [python, *argv]
 
 
+def shell_line(launcher: str, nproc: int, argv: Sequence[str], env: Optional[Mapping[str, Optional[str]]] = None,
+               *, python: str = sys.executable) -> str:
+    """The launch as one line to copy into a shell: ``env`` first (``K=V``; a variable set to None
+    is removed, ``env -u K``), then :func:`command_for`'s command, each word quoted for the shell."""
+    import shlex
+    unset = [k for k, v in (env or {}).items() if v is None]
+    words = (["env"] + [w for k in unset for w in ("-u", k)] if unset else [])
+    words += [f"{k}={v}" for k, v in (env or {}).items() if v is not None]
+    return shlex.join(words + command_for(launcher, nproc, argv, python=python))
+
 def worker_environment(env: Optional[Mapping[str, Optional[str]]] = None) -> dict:
     """The environment the workers of a launch see: this process's, with unbuffered Python
     and ``env`` applied (``None`` removes a variable). Nothing else is added: what NCCL

@@ -209,7 +209,8 @@ def plan_steps(args: argparse.Namespace, n_train: int, world: int, error: Type[F
 
 
 def rank_seed(seed: int, rank: int, bits: int = 32) -> int:
-    """A distinct, reproducible seed per rank (dropout masks must differ between workers),
+    """A distinct, reproducible seed per rank (each rank then draws its own dropout masks, as one
+    process draws a mask per image of the global batch; the shards, not the masks, must differ),
     below ``2 ** bits``. The same (seed, rank) always gives the same value."""
     if not 1 <= bits <= 32:
         raise ValueError(f"bits must be within 1..32, got {bits}")
