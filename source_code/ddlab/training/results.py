@@ -19,6 +19,7 @@ from typing import Mapping, Optional, Sequence
 
 from ddlab.system import nccl
 from ddlab.base import tables, units
+from ddlab.training import baseline
 from ddlab.training import result_notes as explain
 from ddlab.training import throughput
 from ddlab.training.runspec import RunSpec, RunSpecError
@@ -119,7 +120,21 @@ def path_name(r: dict, provenance: Optional[dict] = None) -> str:
     return nccl.display_name(r.get("path", "?"), row_env(r, provenance))
 
 
-def row_label(name: str, r: dict, provenance: Optional[dict] = None) -> str:
+def run_label(r: dict, launcher: Optional[str] = None) -> str:
+    """Which run a row is: "1 GPU, no wrapper" (the plain run every speedup divides by), "DDP, 1 worker"
+    (the wrapper's own one-worker run), else the launcher's name."""
+    if baseline.is_plain(r):
+        return baseline.PLAIN_LABEL
+    launcher = r.get("launcher") or launcher
+    if r.get("workers") == 1:
+        return baseline.wrapper_label(launcher)
+    return baseline.framework_name(launcher)
+
+
+def row_label(name: str, r: dict, provenance: Optional[dict] = None, launcher: Optional[str] = None) -> str:
+    if baseline.is_plain(r) or (r.get("workers") == 1 and r.get("path") in (None, baseline.WRAPPER_PATH)
+                                and name != "strong-scaling" and name in baseline.REBASED):
+        return run_label(r, launcher)
     if name == "nccl-paths":
         return path_name(r, provenance)
     if name == "perf-options":
@@ -129,6 +144,8 @@ def row_label(name: str, r: dict, provenance: Optional[dict] = None) -> str:
     if name == "launchers":
         return f"{r.get('launcher')}\n{path_name(r, provenance)}"
     if name == "strong-scaling":
+        if r.get("workers") == 1:
+            return f"{r.get('global_batch')} on {run_label(r, launcher)}"
         return f"{r.get('global_batch')} on {r.get('workers')}"
     if name == "one-gpu":
         return f"{r.get('model')}\n{r.get('precision')}"
@@ -155,8 +172,19 @@ class ExperimentResult:
     runs: list = field(default_factory=list)
     companion: Optional["ExperimentResult"] = None
 
+    plain: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
     def __post_init__(self):
+        # every speedup over the plain one-GPU run of the same model, batch and precision (ddlab.training.baseline)
+        self.plain = baseline.rebase(self.name, self.rows, self.config, self.provenance)
         _mark_above_linear(self.name, self.rows)
+
+    def plain_run(self, row: dict) -> Optional["baseline.Plain"]:
+        """The plain one-GPU run ``row``'s speedup divides by (None for an experiment without one)."""
+        if self.name not in baseline.REBASED:
+            return None
+        key = baseline.key_of(self.config, self.provenance, row, self.name)
+        return self.plain.get(key) or baseline.find(key)
 
     # ---- what it was
     @property
@@ -224,10 +252,15 @@ class ExperimentResult:
 
     def table_notes(self) -> list:
         """The notes under the table: the result's own, then what it says about itself."""
-        lines = list(self.notes)
+        lines = [_current(n) for n in self.notes] + baseline.notes(self.plain)
+        launcher = self.config.get("launcher")
         for r in self.rows:
             if r.get("above_linear"):
-                lines.append(explain.above_linear(self.name, self.rows, r, row_label(self.name, r, self.provenance)))
+                plain = self.plain_run(r)
+                lines.append(explain.above_linear(self.name, self.rows, r, row_label(self.name, r, self.provenance,
+                                                                                     launcher),
+                                                  base=plain.row() if plain is not None and plain.found
+                                                  and not plain.own else None))
         if self.name == "perf-options":
             lines += explain.speed_options(self.rows, self.config)
         # NCCL runs whose recorded environment had NVLink multicast off: say once why (the default path's name says it).
@@ -240,21 +273,41 @@ class ExperimentResult:
                 lines.append(note)
         return lines
 
+    def shown_rows(self) -> list:
+        """The rows a table shows: the result's own, with the plain one-GPU run each speedup divides by
+        put first (before its global batch's rows, for strong scaling) where it was recorded apart."""
+        if self.name not in baseline.REBASED:
+            return list(self.rows)
+        out, placed = [], set()
+        for r in self.rows:
+            plain = None if r.get("error") or baseline.is_plain(r) else self.plain_run(r)
+            if plain is not None and plain.found and not plain.own and plain.key not in placed:
+                placed.add(plain.key)
+                extra = {"global_batch": r.get("global_batch")} if self.name == "strong-scaling" else {}
+                out.append(dict(plain.row(), **extra, batch_per_worker=plain.key.batch))
+            out.append(r)
+        return out
+
     def as_table(self) -> tables.Table:
         """The rows as a :class:`ddlab.base.tables.Table` (title: what and where; notes below)."""
         cols = _COLUMNS.get(self.name, _COLUMNS["scaling"])
         spread = any((r.get("repeats") or 1) > 1 for r in self.rows)
         columns = [tables.Column(key, "images/s median (min-max)" if spread and key == "images_per_s" else head,
                                  "text", "right" if key in _NUMERIC else "left") for head, key in cols]
+        launcher = self.config.get("launcher")
         rows = []
-        for row in self.rows:
+        for row in self.shown_rows():
+            row = dict(row, run_label=run_label(row, launcher))
+            if self.name == "tuning" and baseline.is_plain(row):
+                row.setdefault("tuning", baseline.PLAIN_LABEL)
             if row.get("error"):
                 what = "not run" if row.get("not_run") else "failed"   # not_run: refused before any launch
                 # shown shortened, whole in the data and in the HTML cell's title (ddlab.base.tables)
                 failed = tables.Shortened(f"{what}: {row['error']}")
                 cells = [_fmt(row.get(cols[0][1])), failed] + [""] * (len(cols) - 2)
             else:
-                cells = [path_name(row, self.provenance) if key == "path" and row.get("path")
+                cells = [(row["run_label"] if row.get("workers") == 1 and self.name in baseline.REBASED
+                          else path_name(row, self.provenance)) if key == "path" and row.get("path")
                          else _fmt_cell(row, key, spread) for _, key in cols]
             rows.append(cells)
         return tables.Table(columns, rows, title=f"{self.title()} ({self.where()})",
@@ -328,9 +381,11 @@ class ExperimentResult:
             ax.set_yticks([])
             ax.set_title(self.title(), fontsize=9)
             return
-        labels = [row_label(self.name, r, self.provenance) for r in ok]
+        ok = [r for r in self.shown_rows() if not r.get("error") and r.get("images_per_s")]
+        launcher = self.config.get("launcher")
+        labels = [row_label(self.name, r, self.provenance, launcher) for r in ok]
         values = [r["images_per_s"] for r in ok]
-        colours = [_BASELINE_COLOUR if r.get("path") == "1 worker" else nccl.colour(r.get("path")) for r in ok]
+        colours = [_BASELINE_COLOUR if r.get("workers") == 1 else nccl.colour(r.get("path")) for r in ok]
         bars = ax.bar(range(len(ok)), values, color=colours)
         if any("images_per_s_min" in r for r in ok):
             low = [r["images_per_s"] - r.get("images_per_s_min", r["images_per_s"]) for r in ok]
@@ -342,10 +397,12 @@ class ExperimentResult:
             text += " (!)" if r.get("above_linear") else ""
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=8, xytext=(0, 2), textcoords="offset points")
-        base = self.config.get("baseline_images_per_s")
+        plains = [p for p in self.plain.values() if p.found]
+        base = plains[0].images_per_s if len(plains) == 1 else None
         if base and self.name in ("nccl-paths", "tuning"):
             ax.axhline(base, color="grey", linestyle="--", linewidth=1)
-            ax.annotate("1 worker", (len(ok) - 0.5, base), ha="right", va="bottom", fontsize=8, color="grey")
+            ax.annotate(baseline.PLAIN_LABEL, (len(ok) - 0.5, base), ha="right", va="bottom", fontsize=8,
+                        color="grey")
         ax.set_xticks(range(len(ok)))
         ax.set_xticklabels(labels, fontsize=8, rotation=15 if len(ok) > 4 else 0)
         ax.set_ylabel("images/s (all workers)")
@@ -373,26 +430,36 @@ class ExperimentResult:
                    runs=list(d.get("runs", [])), companion=comp)
 
 
+# What older recordings' notes said the speedup was over, and what it is now (ddlab.training.baseline).
+_STALE_BASE = "; speedup over 1 worker at the same global batch"
+
+
+def _current(note: str) -> str:
+    """A recorded note without a claim about the speedup's baseline that no longer holds."""
+    return note.replace(_STALE_BASE, "") if note.startswith("strong scaling: ") else note
+
+
 def _base_workers(rows) -> int:
     return min((r["workers"] for r in rows if not r.get("error") and r.get("workers")), default=1)
 
 
 _COLUMNS = {
-    "scaling": [("workers", "workers"), ("images/s", "images_per_s"), ("speedup", "speedup"),
-                ("efficiency", "efficiency"), ("step ms median", "step_ms_median"),
+    "scaling": [("workers", "workers"), ("run", "run_label"), ("images/s", "images_per_s"),
+                ("speedup vs plain 1 GPU", "speedup"), ("efficiency", "efficiency"), ("step ms median", "step_ms_median"),
                 ("p10-p90", "step_ms_spread"), ("global batch", "global_batch"), ("test acc", "test_accuracy")],
     "nccl-paths": [("path", "path"), ("NCCL settings", "env_text"), ("workers", "workers"),
-                   ("images/s", "images_per_s"), ("speedup vs 1", "speedup"), ("step ms median", "step_ms_median"),
-                   ("p10-p90", "step_ms_spread"), ("transport", "transport"), ("graph", "cuda_graph"),
+                   ("images/s", "images_per_s"), ("speedup vs plain 1 GPU", "speedup"),
+                   ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("transport", "transport"), ("graph", "cuda_graph"),
                    ("test acc", "test_accuracy")],
     "launchers": [("path", "path"), ("launcher", "launcher"), ("images/s", "images_per_s"),
-                  ("speedup vs 1", "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
+                  ("speedup vs plain 1 GPU", "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
                   ("graph", "cuda_graph")],
     "tuning": [("tuning", "tuning"), ("flags", "flags"), ("workers", "workers"), ("global batch", "global_batch"),
-               ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"), ("step ms median", "step_ms_median"),
-               ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
-    "strong-scaling": [("global batch", "global_batch"), ("workers", "workers"), ("batch/worker", "batch_per_worker"),
-                       ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"),
+               ("images/s", "images_per_s"), ("speedup vs plain 1 GPU", "speedup"),
+               ("step ms median", "step_ms_median"), ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
+    "strong-scaling": [("global batch", "global_batch"), ("run", "run_label"), ("workers", "workers"),
+                       ("batch/worker", "batch_per_worker"), ("images/s", "images_per_s"),
+                       ("speedup vs plain 1 GPU", "speedup"),
                        ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("test acc", "test_accuracy")],
     "one-gpu": [("model", "model"), ("precision", "precision"), ("images/s", "images_per_s"),
                 ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("params", "params"),
@@ -462,8 +529,8 @@ def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResu
     if not results:
         raise ValueError("no results to combine")
     paths = paths_in_order(results)
-    rows = [dict(r, launcher=la) for path in paths for la, res in results.items()
-            for r in res.rows if r.get("path") == path]
+    rows = [dict(r, launcher="none" if baseline.is_plain(r) else la, recorded_with=la) for path in paths
+            for la, res in results.items() for r in res.rows if r.get("path") == path]
     first = next(iter(results.values()))
     cfg = dict(first.config, launcher="+".join(results))
     cfg.pop("spec", None)
@@ -474,19 +541,27 @@ def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResu
 
 def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
     """{label: nccl-paths result} -> a text table, one row per path and one column per result:
-    images/s and the speedup over that result's own one-worker run. A missing or failed run
-    shows as "-"; the header says where each result comes from."""
+    images/s and the speedup over the plain one-GPU run of the same model, batch and precision
+    (:mod:`ddlab.training.baseline`), the same run for every column where they share it. The
+    wrapper's own one-worker run is a row of its own ("1 worker"). A missing or failed run, or a
+    speedup whose plain run is missing, shows as "-"; the lines below say where each result and
+    its plain run come from."""
     if not results:
         raise ValueError("no results to compare")
-    paths = paths_in_order(results)
+    shown = {label: res.shown_rows() for label, res in results.items()}
+    paths: list = []
+    for rows in shown.values():
+        paths += [r["path"] for r in rows if r.get("path") and r["path"] not in paths]
     cells, names = {}, {}
     for label, res in results.items():
-        for r in res.rows:
+        for r in shown[label]:
             if r.get("error") or r.get("images_per_s") is None:
                 continue
             sp = r.get("speedup")
             mark = "!" if r.get("above_linear") else " "
-            names.setdefault(r.get("path"), path_name(r, res.provenance))
+            names.setdefault(r.get("path"), baseline.PLAIN_LABEL if baseline.is_plain(r) else
+                             "1 worker (the wrapper's)" if r.get("path") == baseline.WRAPPER_PATH else
+                             path_name(r, res.provenance))
             cells[(r.get("path"), label)] = (f"{units.format_count(r['images_per_s']):>9} "
                                              f"{(_speedup(sp) if sp is not None else '-'):>6}{mark}")
     width = max(18, *(len(label) for label in results))
@@ -498,9 +573,58 @@ def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
                      + "".join(f"  {cells.get((path, label), '-'):>{width}}" for label in results))
     lines.append("")
     if any(r.get("above_linear") for res in results.values() for r in res.rows):
-        lines.append("!: above linear (more than N times one worker's images/s on N workers): flagged, not hidden")
+        lines.append("!: above linear (more than N times the plain one-GPU run's images/s on N GPUs): flagged, "
+                     "not hidden")
     lines += [f"{label}: {res.where()}" for label, res in results.items()]
+    lines += sorted({n for res in results.values() for n in baseline.notes(res.plain)})
     return "\n".join(lines)
+
+
+def images_side_by_side(results: Mapping[str, ExperimentResult], key: str = "path",
+                        title: Optional[str] = None) -> tables.Table:
+    """{label: result} (e.g. {"DDP": ..., "Horovod": ...}, the same model, batch and paths) -> a
+    :class:`ddlab.base.tables.Table` of absolute images/s, one row per ``key`` value (each path, or each
+    tuning) and one column per result, with the ratio of each column to the first: which framework
+    trains faster on the same GPUs, read off the throughput itself, not off two speedups over
+    different runs. The plain one-GPU run is a row of its own where a result has it."""
+    if not results:
+        raise ValueError("no results to compare")
+    labels = list(results)
+    order, values, names = [], {}, {}
+    for label, res in results.items():
+        for r in res.shown_rows():
+            if r.get("error") or r.get("images_per_s") is None:
+                continue
+            if baseline.is_plain(r):
+                k, name = baseline.PLAIN_PATH, baseline.PLAIN_LABEL
+            elif r.get("workers") == 1:
+                k, name = baseline.WRAPPER_PATH, "1 worker (each wrapper's own)"
+            else:
+                k = r.get(key)
+                name = path_name(r, res.provenance) if key == "path" else str(k)
+            if k not in order:
+                order.append(k)
+            names.setdefault(k, name)
+            values[(k, label)] = r["images_per_s"]
+    rows = []
+    for k in order:
+        row = {"what": names[k]}
+        first = values.get((k, labels[0]))
+        for i, label in enumerate(labels):
+            row[f"v{i}"] = values.get((k, label))
+            if i:
+                v = values.get((k, label))
+                row[f"r{i}"] = v / first if v and first else None
+        rows.append(row)
+    cols = [tables.Column("what", key, "text")]
+    for i, label in enumerate(labels):
+        cols.append(tables.Column(f"v{i}", f"{label} images/s", "count"))
+    for i, label in enumerate(labels[1:], 1):
+        cols.append(tables.Column(f"r{i}", f"{label} / {labels[0]}", "ratio"))
+    notes = [f"{label}: {res.where()}" for label, res in results.items()]
+    notes.append("images/s of all GPUs together (median over the repeats); the ratio compares the frameworks on the "
+                 "same GPUs, model, batch and path directly")
+    return tables.Table(cols, rows, title=title or "Images/s side by side: " + " and ".join(labels), notes=notes)
 
 
 def summary_table(done: Mapping) -> str:
