@@ -183,8 +183,11 @@ class ExperimentResult:
         """The plain one-GPU run ``row``'s speedup divides by (None for an experiment without one)."""
         if self.name not in baseline.REBASED:
             return None
-        key = baseline.key_of(self.config, self.provenance, row, self.name)
-        return self.plain.get(key) or baseline.find(key)
+
+        def key_fn(r):
+            return baseline.key_of(self.config, self.provenance, r, self.name)
+        key = key_fn(row)      # read from the rows as they are now (a caller may have changed them)
+        return baseline.own_plain(self.rows, key_fn).get(key) or self.plain.get(key) or baseline.find(key)
 
     # ---- what it was
     @property
