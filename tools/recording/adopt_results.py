@@ -10,7 +10,8 @@ file there goes to its home:
 * ``reference_allreduce_<NAME>.json``     -> source_code/reference/allreduce/<NAME>.json
 * ``step-<model>[-bN].json``              -> source_code/reference/profiles/
 * every other recording of an experiment  -> source_code/reference/experiments/ (nccl-paths-, scaling-,
-  strong-scaling-, tuning-, one-gpu-, perf-options-, wrapper-cost-, input-pipeline-, convergence-torch-)
+  strong-scaling-, tuning-, one-gpu-, perf-options-, wrapper-cost-, input-pipeline-, convergence-torch-,
+  plain-baselines-)
 
 A file whose home already holds a recording made on another machine or software (GPU model or count,
 driver, CUDA, NCCL or PyTorch: ``ddlab.system.provenance.SAME_MACHINE``) is not copied: the notebooks
@@ -45,7 +46,7 @@ from ddlab.training import recording, recording_sets  # noqa: E402
 REFERENCE = os.path.join(ROOT, "source_code", "reference")
 PENDING = os.path.join(ROOT, "tools", "recording", "pending")
 EXPERIMENT_PREFIXES = ("nccl-paths-", "scaling-", "strong-scaling-", "tuning-", "one-gpu-", "perf-options-",
-                       "wrapper-cost-", "input-pipeline-", "convergence-torch-")
+                       "wrapper-cost-", "input-pipeline-", "convergence-torch-", "plain-baselines-")
 
 
 def home_of(name: str, reference: str = None, pending: str = None):

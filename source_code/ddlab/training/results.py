@@ -27,7 +27,8 @@ from ddlab.training.runspec import RunSpec, RunSpecError
 TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
           "perf-options": "single-GPU speed options", "tuning": "communication tuning",
           "strong-scaling": "strong scaling", "one-gpu": "one GPU", "wrapper-cost": "the wrapper's cost on one worker",
-          "input-pipeline": "the input pipeline over the host link"}
+          "input-pipeline": "the input pipeline over the host link",
+          "plain-baselines": "plain one-GPU runs (no wrapper), the speedups' baseline"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
 _SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning", "strong-scaling")
 _BASELINE_COLOUR = "#8c8c8c"   # the one-worker row; each NCCL path's colour is ddlab.system.nccl's
@@ -470,6 +471,9 @@ _COLUMNS = {
     "wrapper-cost": [("model", "model"), ("batch", "batch"), ("wrapper", "wrapper"),
                      ("step ms median", "step_ms_median"), ("cost ms/step", "cost_ms"), ("cost share", "cost_share"),
                      ("buckets", "buckets"), ("ms/bucket", "cost_per_bucket_ms"), ("images/s", "images_per_s")],
+    "plain-baselines": [("model", "model"), ("batch", "batch"), ("precision", "precision"), ("graph", "cuda_graph"),
+                        ("steps", "steps"), ("images/s", "images_per_s"), ("step ms median", "step_ms_median"),
+                        ("p10-p90", "step_ms_spread"), ("test acc", "test_accuracy")],
     "input-pipeline": [("batches fed", "variant"), ("images/s", "images_per_s"), ("vs on the GPU", "speedup"),
                        ("step ms", "step_ms_median")],
     "perf-options": [("option", "option"), ("images/s", "images_per_s"), ("vs plain", "speedup"),
