@@ -110,7 +110,7 @@ def test_the_plain_baselines_job_dry_runs_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "this machine")
     rc = mod.main([str(tmp_path), "plain-baselines", "--dry-run"])
     assert rc == 0
-    out = recording.load(str(tmp_path / f"{plain_runs.NAME}.json"))
+    out = recording.load(str(tmp_path / "dry-run" / f"{plain_runs.NAME}.json"))    # apart from what is adopted
     dry = plain_runs.dry_specs(plain_runs.configs_from_recordings())
     assert len(out.rows) == len(dry) and all(s.device == "cpu" and s.steps <= 6 for s in ran)
     assert {(r["model"], r["batch"]) for r in out.rows} == {(s.model, s.batch) for s in dry}
@@ -122,3 +122,23 @@ def test_one_tiny_plain_run_goes_through_the_training_script_in_this_process():
     result = plain_runs.run_once(spec)
     assert result["workers"] == 1 and result["images_per_s"] > 0 and result["backend"] != "nccl"
     assert json.dumps(result)
+
+
+def test_the_probe_jobs_parse_and_dry_run_on_cpu_processes(tmp_path, monkeypatch):
+    """ddp:probe and horovod:probe are JOBs; --dry-run runs the comparison tiny on CPU processes (gloo:
+    the default path only) under OUT/dry-run/, with the launches stood in for."""
+    from _experiment_fakes import FakeLaunches, script_result
+    from ddlab.training import runs
+    mod = _record_experiments()
+    assert mod.parse_job("ddp:probe") == ("ddp", "probe", False)
+    assert mod.parse_job("horovod:probe") == ("horovod", "probe", False)
+    fake = FakeLaunches(*[dict(script_result(100.0 * w, workers=w), device="cpu", backend="gloo")
+                          for _ in range(3) for w in (1, 1, 2)])
+    monkeypatch.setattr(runs.launch, "run", fake)
+    monkeypatch.setattr(recording, "use_hardware_label", lambda: "this machine")
+    assert mod.main([str(tmp_path), "ddp:probe", "--dry-run"]) == 0
+    res = recording.load(str(tmp_path / "dry-run" / "nccl-paths-torch-ddp-probe.json"))
+    assert [r["path"] for r in res.rows] == ["plain", "1 worker", "default"]
+    assert all(a[a.index("--model") + 1] == "probe" and a[a.index("--device") + 1] == "cpu" for a in fake.argvs)
+    assert [a[a.index("--launcher") + 1] for a in fake.argvs[:3]] == ["none", "ddp", "ddp"]
+    assert not os.path.exists(tmp_path / "nccl-paths-torch-ddp-probe.json")     # adopt_results reads OUT only

@@ -3,7 +3,8 @@
     python tools/recording/record_experiments.py OUT_DIR [JOB ...] [--repeats 3] [--timeout 240] [--batch N]
         [--global-batches 4,8,16,32,64,128]
 
-JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide), launcher:model:graph
+JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide; ddp:probe and horovod:probe
+time the probe model, one small layer at batch 4, whose step is the fixed cost of a step), launcher:model:graph
 (DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording),
 "perf" (one GPU, model cnn, each single-GPU speed option), step:model (one GPU: the
 model's step captured as a CUDA graph, the GPU's busy time the cost model uses; written as
@@ -66,7 +67,7 @@ from ddlab.training import experiments, plain_runs, recording, recording_sets, r
 from ddlab.course import field_reports, tuning
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
-from ddlab.training.runspec import MODELS  # noqa: E402
+from ddlab.training.runspec import MODELS, TRAINABLE, RunSpec  # noqa: E402
 
 DEFAULT_JOBS = ["ddp:cnn", "ddp:wide", "horovod:cnn", "horovod:wide"]
 PLAIN_JOB = "plain-baselines"
@@ -128,11 +129,11 @@ def parse_job(job: str) -> tuple:
                           "strong:ddp:mlp-small or strong:horovod:mlp-large:default")
     if parts[0] == "tune":
         return _with_path(job, parts, tuning.LAUNCHERS, "default", "tune:ddp:wide or tune:horovod:wide:shm")
-    if len(parts) not in (2, 3) or parts[0] not in ("ddp", "horovod") or parts[1] not in MODELS \
+    if len(parts) not in (2, 3) or parts[0] not in ("ddp", "horovod") or parts[1] not in TRAINABLE \
             or parts[2:] not in ([], ["graph"]) or (parts[2:] == ["graph"] and parts[0] != "ddp"):
         raise argparse.ArgumentTypeError(f"bad job {job!r}: expected perf or launcher:model[:graph], e.g. ddp:cnn "
                                          f"or ddp:cnn:graph (launcher ddp or horovod, :graph only with ddp; model "
-                                         f"one of {', '.join(MODELS)})")
+                                         f"one of {', '.join(TRAINABLE)})")
     return parts[0], parts[1], parts[2:] == ["graph"]
 
 
@@ -201,8 +202,9 @@ def main(argv=None) -> int:
     p.add_argument("--echo", action="store_true", help="show the workers' output")
     p.add_argument("--batch", type=int, help="launcher:model jobs: this batch per GPU instead of the live default; "
                    "the result is written with the variant suffix -b<BATCH> (the batch sweep of case 1)")
-    p.add_argument("--dry-run", action="store_true", help=f"{PLAIN_JOB}: the same runs made tiny, on the CPU "
-                   "(the code path, in minutes, with no GPU)")
+    p.add_argument("--dry-run", action="store_true", help=f"{PLAIN_JOB} and launcher:model JOBs: the same runs "
+                   "made tiny, on CPU processes (gloo: the default path only), written under OUT_DIR/dry-run/ (which "
+                   "adopt_results.py does not read): the code path, in minutes, with no GPU")
     p.add_argument("--global-batches", type=_batches, default=field_reports.REPORT_GLOBAL_BATCHES,
                    help="strong JOBs: the global batches, comma-separated (default: the reports' "
                         f"{','.join(map(str, field_reports.REPORT_GLOBAL_BATCHES))})")
@@ -220,8 +222,11 @@ def main(argv=None) -> int:
     gpus = frameworks.gpu_count("torch")
     say(f"record_experiments: {len(jobs)} job(s), {a.repeats} repeats each, on {machine}; torch sees {gpus} GPU(s)")
     need = 1 if all(j[0] in ("perf", "step", PLAIN_JOB) for j in jobs) else 2
-    if a.dry_run and all(j[0] == PLAIN_JOB for j in jobs):
-        need = 0
+    if a.dry_run:
+        bad = [j for j in jobs if j[0] != PLAIN_JOB and (j[0] not in ("ddp", "horovod") or j[2] is not False)]
+        if bad:
+            p.error("--dry-run is for plain-baselines and launcher:model JOBs")
+        need, a.out = 0, os.path.join(a.out, "dry-run")
     if gpus < need:
         say(f"record_experiments: error: these jobs need {need} GPU(s) visible to torch")
         return 2
@@ -256,6 +261,11 @@ def main(argv=None) -> int:
         elif launcher == "perf":
             done = recording_sets.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
                                             echo=a.echo, progress=say)
+        elif a.dry_run:       # tiny, on CPU processes: gloo all-reduces, so only the default path runs
+            base = RunSpec.for_device("cpu", model, launcher=launcher, workers=2, repeats=a.repeats, steps=4,
+                                      warmup_steps=1, test_samples=100, timeout=a.timeout, batch=a.batch)
+            say(f"\n== {job} (dry run): CPU processes, {base.steps} steps, batch {base.batch}, {base.repeats} repeats")
+            done = recording_sets.record_paths(a.out, base, None, a.echo, say)
         else:
             base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout,
                                       cuda_graph="on" if graph else None, batch=a.batch)
