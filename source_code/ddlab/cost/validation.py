@@ -30,7 +30,8 @@ Structure choices, and when they were made:
   device paths.
 
 None of these choices was changed after seeing its held-out result. ``python -m ddlab.cost.validation``
-prints the held-out table, then the plain one.
+prints the held-out table of each machine whose runs and all-reduce sweeps are recorded (each predicted
+from its own sweeps), then the plain one.
 """
 from __future__ import annotations
 
@@ -498,7 +499,10 @@ def _horovod_host_gap() -> str:
             "synchronize) is not measured by the course and is modelled as 0.")
 
 
-if __name__ == "__main__":     # python -m ddlab.cost.validation: the held-out table, then the plain one
+if __name__ == "__main__":     # python -m ddlab.cost.validation: each machine's held-out table, then the plain one
     print(held_out())
+    for other in held_out_other_machines():     # every other machine's runs, from its own recorded sweeps
+        print()
+        print(other)
     print()
     print(validate())
