@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches, fake_paths_result, script_result  # noqa: E402
 from ddlab.base.paths import SOURCE_DIR  # noqa: E402
 from ddlab import cli
-from ddlab.training import experiments as ex, recording, results, runs, cli as training_cli
+from ddlab.training import experiments as ex, recording, result_views, results, runs, cli as training_cli
 from ddlab.system import policy
 from ddlab.base import reference
 from ddlab.training.runspec import RunSpec  # noqa: E402
@@ -112,7 +112,7 @@ def test_a_timed_out_path_keeps_where_the_workers_were_stuck(monkeypatch):
     row = res.rows[2]
     assert row["path"] == "default" and "launch failed" in row["error"]
     assert "line 460 in main" in row["hang_traceback"]
-    assert "line 460 in main" in results.summary_table({"nccl-paths-torch-ddp-cnn": res})
+    assert "line 460 in main" in result_views.summary_table({"nccl-paths-torch-ddp-cnn": res})
     # a failed plain run costs the speedups (nothing stands in for it), not the paths
     fake = FakeLaunches("timeout\n" + STUCK_IN_CAPTURE, base, dict(base, workers=2))
     monkeypatch.setattr(runs.launch, "run", fake)

@@ -8,7 +8,7 @@ import pytest
 matplotlib.use("Agg")
 
 from _experiment_fakes import fake_paths_result, script_result  # noqa: E402
-from ddlab.training import results  # noqa: E402
+from ddlab.training import result_views, results  # noqa: E402
 from ddlab.training.results import ExperimentResult  # noqa: E402
 
 
@@ -80,7 +80,7 @@ def test_compare_speedups_lines_up_paths_and_marks_gaps():
     a = fake_paths_result()
     b = fake_paths_result()
     b.rows = [r for r in b.rows if r["path"] != "shm"]
-    text = results.compare_speedups({"eager": a, "graph": b})
+    text = result_views.compare_speedups({"eager": a, "graph": b})
     lines = text.splitlines()
     assert lines[0].split() == ["path", "eager", "graph"]
     shm = next(ln for ln in lines if ln.startswith("shm"))
@@ -93,11 +93,11 @@ def test_compare_speedups_lines_up_paths_and_marks_gaps():
     assert "above linear" not in text
     b.rows[2]["images_per_s"] = 210.0
     b = ExperimentResult.from_dict(b.to_dict())
-    text = results.compare_speedups({"eager": a, "graph": b})
+    text = result_views.compare_speedups({"eager": a, "graph": b})
     default = next(ln for ln in text.splitlines() if ln.startswith("NCCL default"))
     assert default.split() == ["NCCL", "default", "185", "1.85x", "210", "2.10x!"] and "!: above linear" in text
     with pytest.raises(ValueError):
-        results.compare_speedups({})
+        result_views.compare_speedups({})
 
 
 def _with_repeats(base_runs, two_worker_ips):
@@ -130,7 +130,7 @@ def test_default_is_named_for_what_it_ran_with_and_why():
     assert [t.get_text() for t in res.plot().get_xticklabels()][2] == "NCCL default, NVLS off"
     plain = fake_paths_result().table()
     assert "NCCL default" in plain and "NVLS off" not in plain and "Dockerfile" not in plain
-    lines = results.compare_speedups({"rec": res}).splitlines()
+    lines = result_views.compare_speedups({"rec": res}).splitlines()
     assert lines[2].startswith("1 GPU, no wrapper") and lines[3].startswith("1 worker")
     assert lines[4].startswith("NCCL default, NVLS off")
 
@@ -198,7 +198,7 @@ def test_a_failed_row_shows_its_error_shortened_and_keeps_it_whole():
     assert html.escape("failed: " + first) in res._repr_html_()                  # the cell's title: whole
     back = ExperimentResult.from_dict(json.loads(json.dumps(res.to_dict())))     # the data: whole
     assert back.rows[-1]["error"] == first and back.rows[-1]["error_detail"].endswith("Killed")
-    summary = results.summary_table({"nccl-paths": res, "scaling": f"LaunchError: {first}\nmore lines"})
+    summary = result_views.summary_table({"nccl-paths": res, "scaling": f"LaunchError: {first}\nmore lines"})
     assert summary.count(tables.shorten(first)) == 1 and first not in summary
     assert tables.shorten(f"LaunchError: {first}", 120) in summary and "more lines" not in summary
 
@@ -210,3 +210,25 @@ def test_a_result_with_no_rows_says_where_and_why_in_its_empty_line():
     first, why = line.splitlines()
     assert first.startswith("Horovod with Keras: ") and why == "  not live here: Horovod is not installed " \
                                                               "(`make horovod` builds it)"
+
+
+def test_frameworks_are_compared_by_their_images_per_second_on_the_same_runs():
+    """DDP and Horovod side by side by absolute images/s: the ratio is read off the throughput, not off two
+    speedups over different one-worker runs; the plain run and each wrapper's one worker are rows of their own."""
+    ddp = fake_paths_result()
+    hvd = fake_paths_result()
+    hvd.config["launcher"] = "horovod"
+    for r in hvd.rows:
+        if r.get("images_per_s") and r.get("path") != "plain":
+            r["images_per_s"] *= 1.1
+    hvd = ExperimentResult.from_dict(hvd.to_dict())
+    t = result_views.images_side_by_side({"DDP": ddp, "Horovod": hvd})
+    rows = {r["what"]: r for r in t.rows}
+    assert list(rows)[:2] == ["1 GPU, no wrapper", "1 worker (each wrapper's own)"]
+    assert rows["1 GPU, no wrapper"]["r1"] == pytest.approx(1.0)
+    for r in ddp.rows:
+        if r.get("workers") == 2 and not r.get("error"):
+            shown = rows[results.path_name(r, ddp.provenance)]
+            assert shown["v0"] == r["images_per_s"] and shown["r1"] == pytest.approx(1.1)
+    assert "socket" not in rows                          # failed in both: no row of numbers
+    assert "DDP images/s" in t.text() and "Horovod / DDP" in t.text()

@@ -25,8 +25,8 @@ from ddlab.measure import launch
 from ddlab.system import nccl
 from ddlab.base import reference
 from ddlab.training import baseline, data, throughput
-from ddlab.training.results import (ExperimentResult, add_speedup, combine_launchers, compare_speedups,  # noqa: F401
-                      median_run, row_of_repeats)
+from ddlab.training.results import ExperimentResult, add_speedup, median_run, row_of_repeats  # noqa: F401
+from ddlab.training.result_views import combine_launchers, compare_speedups, images_side_by_side  # noqa: F401
 from ddlab.system.frameworks import availability, gpu_count  # noqa: F401  (names the notebooks use)
 from ddlab.system.provenance import run_provenance
 from ddlab.training.experiment_kit import base_spec, config_of, interleaved, interleaved_note, keep_runs, repeat
