@@ -191,11 +191,12 @@ def test_the_live_cases_show_one_bar_per_cell_and_log_each_launch(monkeypatch, t
     assert "launch mlp" not in out                          # the launches' lines are in the log, not on screen
     fr.live(machine=policy.Machine(gpus=0))
     assert "18 of 18" not in capsys.readouterr().out      # no log: no bar
-    # the tuning bar counts only what runs here: the baseline and each tuning this PyTorch can run, 3 times
+    # the tuning bar counts only what runs here: the plain one-GPU run, the one-worker run and each tuning
+    # this PyTorch can run, 3 times
     monkeypatch.setattr(tuning, "_skip_reason", lambda t: "needs CUDA" if "bf16" in t.flags else None)
-    assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 3
-    monkeypatch.setattr(tuning, "_skip_reason", lambda t: None)
     assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 4
+    monkeypatch.setattr(tuning, "_skip_reason", lambda t: None)
+    assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 5
 
 def test_the_reports_figures_sit_beside_the_prediction_and_the_recording():
     t = fr.beside_cited()
