@@ -12,13 +12,15 @@ def fake_paths_result():
                 "env_text": path, "step_ms_median": 1.0, "step_ms_p10": 0.9, "step_ms_p90": 1.1,
                 "step_ms_spread": "0.900-1.100", "global_batch": 512 * workers, "test_accuracy": 0.8,
                 "transport": transport, "run": run}
-    rows = [row("1 worker", 1, 100.0, 1.0, "-", 0), row("default", 2, 185.0, 1.85, "P2P", 1),
+    # the plain one-GPU run (launcher none) every speedup divides by, then DDP's own one-worker run
+    rows = [dict(row("plain", 1, 100.0, 1.0, "-", 3), launcher="none", plain=True),
+            row("1 worker", 1, 80.0, 0.8, "-", 0), row("default", 2, 185.0, 1.85, "P2P", 1),
             row("shm", 2, 86.0, 0.86, "SHM", 2),
             {"path": "socket", "workers": 2, "env": {}, "env_text": "socket", "error": "timed out after 300 s"}]
     prov = {"machine": "h200x2", "gpu_model": "NVIDIA H200", "gpu_count": 2, "date": "2026-11-22T00:00:00+00:00"}
     cfg = {"framework": "torch", "launcher": "ddp", "model": "wide", "batch_size": 512, "device": "cuda",
            "baseline_images_per_s": 100.0}
-    runs = [{"workers": 1}, {"workers": 2, "path": "default"}, {"workers": 2, "path": "shm"}]
+    runs = [{"workers": 1}, {"workers": 2, "path": "default"}, {"workers": 2, "path": "shm"}, {"workers": 1}]
     return ExperimentResult("nccl-paths", rows, "live", prov, ["a note"], cfg, runs)
 
 

@@ -19,8 +19,14 @@ def test_second_gpu_table_puts_prediction_beside_the_recorded_median_and_spread(
     rows = t.to_dict()["rows"]
     ddp = [p for p in rec.points if p.launcher == "ddp"]
     assert len(rows) == len(ddp) and {r["model"] for r in rows} >= {"cnn", "wide"}
-    for r in rows:
+    for r, p in zip(rows, sorted(ddp, key=lambda p: (["mlp-small", "cnn", "mlp-large", "wide"].index(p.model),
+                                                       p.path))):
         assert r["ratio"] == pytest.approx(r["compute"] / r["allreduce"])
+        # shown over the plain one-GPU run where one is recorded, else "-"; the error is the 2-GPU images/s'
+        assert (r["measured"] is None) == (p.plain_ratio is None)
+        if r["measured"] is None:
+            continue
+        assert r["measured"] == pytest.approx(p.measured_plain)
         assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["measured"] - 1))
         lo, hi = (float(x) for x in r["spread"].split("-"))
         assert lo <= round(r["measured"], 2) + 0.01 and round(r["measured"], 2) - 0.01 <= hi
@@ -36,10 +42,13 @@ def test_second_gpu_table_rejects_a_launcher_without_recordings():
 
 
 def _scaling_result(model="mlp-small", one=1000.0, two=1500.0):
-    rows = [{"workers": 1, "images_per_s": one, "global_batch": 32, "speedup": 1.0, "repeats": 3,
-             "speedup_min": 0.9, "speedup_max": 1.1},
-            {"workers": 2, "images_per_s": two, "global_batch": 64, "speedup": two / one, "repeats": 3,
-             "speedup_min": 1.4, "speedup_max": 1.6}]
+    """A scaling result: the plain one-GPU run at the one-worker run's speed (so a ratio over either is the
+    same number), DDP's one worker, two workers."""
+    rows = [{"workers": 1, "images_per_s": one, "global_batch": 32, "repeats": 3, "path": "plain", "launcher": "none"},
+            {"workers": 1, "images_per_s": one, "global_batch": 32, "repeats": 3, "images_per_s_min": 0.9 * one,
+             "images_per_s_max": 1.1 * one},
+            {"workers": 2, "images_per_s": two, "global_batch": 64, "repeats": 3, "images_per_s_min": 1.4 * one,
+             "images_per_s_max": 1.6 * one}]
     return ExperimentResult("scaling", rows, "live", {}, [], {"model": model, "launcher": "ddp"})
 
 
@@ -72,6 +81,7 @@ def test_a_gpu_step_profile_is_not_applied_to_a_cpu_run():
     plain = step_model.predict_step("mlp-large", 512 / 1000.0, fit, 2, batch=512)
     assert row["predicted"] == pytest.approx(plain.speedup)
     res.config.update(device="cuda", device_name=rec.profiles["mlp-large"].device)
+    res = ExperimentResult.from_dict(res.to_dict())        # a result of that GPU (its plain run keyed by it)
     (gpu,) = cs.predicted_vs_measured(res, fit, recorded=rec).to_dict()["rows"]
     profiled = step_model.predict_step("mlp-large", 512 / 1000.0, fit, 2, batch=512,
                                        profile=rec.profiles["mlp-large"])
@@ -81,11 +91,11 @@ def test_a_gpu_step_profile_is_not_applied_to_a_cpu_run():
 
 def test_predicted_vs_measured_needs_a_baseline_and_a_fit_per_path():
     res = _scaling_result()
-    res.rows = res.rows[1:]
+    res.rows = [r for r in res.rows if r["workers"] == 2 or r.get("path") == "plain"]    # no wrapper's one worker
     with pytest.raises(ValueError, match="no one-worker row"):
         cs.predicted_vs_measured(res, alpha_beta.AlphaBeta(1e-3, 1e9))
     paths = _scaling_result()
-    paths.rows[1]["path"] = "socket"
+    paths.rows[2]["path"] = "socket"
     with pytest.raises(ValueError, match="no row with 2 or more workers and a fit"):
         cs.predicted_vs_measured(paths, {"default": alpha_beta.AlphaBeta(1e-3, 1e9)})
 
@@ -174,9 +184,10 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
     def fake_scaling(spec, workers, device, echo=False, progress=None):
         calls.append((spec.model, spec.launcher, spec.workers, spec.repeats, spec.device, tuple(workers), device))
         row = {"workers": 1, "images_per_s": 250000.0, "images_per_s_min": 240000.0, "images_per_s_max": 260000.0,
-               "global_batch": 512, "speedup": 1.0, "repeats": 3}
-        return ExperimentResult("scaling", [row], "live", {}, [], {"model": spec.model, "launcher": "ddp",
-                                                                    "device_name": "NVIDIA H100 80GB HBM3"})
+               "global_batch": 512, "repeats": 3}
+        plain = dict(row, images_per_s=300000.0, path="plain", launcher="none")     # the plain run, measured too
+        return ExperimentResult("scaling", [plain, row], "live", {}, [], {"model": spec.model, "launcher": "ddp",
+                                                                           "device_name": "NVIDIA H100 80GB HBM3"})
     monkeypatch.setattr(experiments, "throughput_scaling", fake_scaling)
     one_gpu = policy.Machine(gpus=1, software=lambda framework, launcher: (True, ""))
     t = cs.second_gpu_live(Inventory(), machine=one_gpu)
@@ -189,7 +200,8 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
         pred = step_model.predict_step("mlp-small", 512 / 250000.0, fit, 2, batch=512, overheads=over,
                                        **recorded_runs.measured_inputs("mlp-small", 512, rec.profiles,
                                                                     rec.channels[path], "NVIDIA H100 80GB HBM3"))
-        assert rows[path]["predicted"] == pytest.approx(pred.speedup)
+        # over the plain run measured now: the prediction's 2-GPU images/s over the plain run's
+        assert rows[path]["predicted"] == pytest.approx(pred.speedup * 250000.0 / 300000.0)
         assert rows[path]["compute"] == pytest.approx(512 / 250000.0) and rows[path]["batch"] == 512
     # the slower the recorded link, the lower the predicted speedup
     assert rows["default"]["predicted"] > rows["shm"]["predicted"] > rows["socket"]["predicted"]
@@ -327,8 +339,11 @@ def test_recorded_batch_sweep_of_another_machine_says_whose_links_predict_it():
     t, line = cs.recorded_batch_sweep("mlp-small")
     assert machine in t.title and f"on {machine}" in line
     assert {r["batch"] for r in t.to_dict()["rows"]} == {128, 2048}
-    assert any("not swept" in n and machine in n for n in t.notes)
-    above = [r for r in t.to_dict()["rows"] if r["measured"] > 2]
+    # that machine's own all-reduce sweeps are recorded: its runs are predicted from them, not the course's
+    own = next(r for r in recorded_runs.recorded_sets(others_only=True) if r.made_here(res.provenance))
+    assert any(n.startswith("Link fits:") and own.machine in n for n in t.notes)
+    assert not any("not swept" in n for n in t.notes)
+    above = [r for r in t.to_dict()["rows"] if (r["measured"] or 0) > 2]
     note = [n for n in t.notes if n.startswith("Measured above 2x (linear) at ")]
     assert len(note) == bool(above) and all(f"batch {r['batch']} over " in note[0] for r in above)
 
@@ -339,8 +354,9 @@ def test_the_weak_scaling_table_says_only_what_its_rows_hold():
     assert {r["model"] for r in rows} == {"mlp-small", "mlp-large"}
     points = {(p.model, p.path): p for p in recorded_runs.recorded_points().points if p.launcher == "ddp"}
     assert len(rows) == len([k for k in points if k[0] in ("mlp-small", "mlp-large")])
-    for r in rows:
-        assert r["measured"] == points[(r["model"], r["path"])].measured
+    for r in rows:          # over the plain one-GPU run: the one-worker speedup times that run's ratio to plain
+        p = points[(r["model"], r["path"])]
+        assert r["measured"] == (p.measured * p.plain_ratio if p.plain_ratio else None)
     # the wrapper's source is named only where a wrapper cost is added
     assert not any(n.startswith("Wrapper cost:") for n in t.notes)
 
@@ -375,15 +391,16 @@ def test_second_gpu_live_on_two_gpus_compares_the_paths_and_predicts_each_from_a
         res = fake_paths_result()
         res.config["model"] = spec.model
         return res
-    launches = (1 + len(experiments.COMPARED_PATHS)) * mode.TWO_GPU_LIVE_REPEATS
-    assert mode.TWO_GPU_LIVE_REPEATS == 2 and launches == 8
+    # the plain one-GPU run, DDP's one worker and each path, each repeated
+    launches = (2 + len(experiments.COMPARED_PATHS)) * mode.TWO_GPU_LIVE_REPEATS
+    assert mode.TWO_GPU_LIVE_REPEATS == 2 and launches == 10
     sweeps = collectives_recorded.load_recorded("h200x2")      # stand-ins for the live sweeps
     monkeypatch.setattr(experiments, "nccl_path_comparison", fake_paths)
     monkeypatch.setattr(collectives_run, "compare_paths", lambda **kw: sweeps)
     two = policy.Machine(gpus=2, software=lambda framework, launcher: (True, ""))
     t = cs.second_gpu_live(Inventory(), machine=two, log=str(tmp_path / "live.log"))
     assert calls == [("mlp-small", "ddp", 2, "cuda")]
-    assert "8 of 8 done" in capsys.readouterr().out and "launch 7" in (tmp_path / "live.log").read_text()
+    assert "10 of 10 done" in capsys.readouterr().out and "launch 9" in (tmp_path / "live.log").read_text()
     rows = {r["path"]: r for r in t.to_dict()["rows"]}
     assert set(rows) == {"default", "shm"}                  # the socket run failed in the stand-in
     assert rows["default"]["measured"] == pytest.approx(1.85) and rows["shm"]["measured"] == pytest.approx(0.86)

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 from _experiment_fakes import STUCK_IN_CAPTURE, FakeLaunches, fake_paths_result, script_result  # noqa: E402
 from ddlab.base.paths import SOURCE_DIR  # noqa: E402
 from ddlab import cli
-from ddlab.training import experiments as ex, recording, results, runs, cli as training_cli
+from ddlab.training import experiments as ex, recording, result_views, results, runs, cli as training_cli
 from ddlab.system import policy
 from ddlab.base import reference
 from ddlab.training.runspec import RunSpec  # noqa: E402
@@ -24,9 +24,14 @@ TWO_GPUS = policy.Machine(gpus=2, label="2x NVIDIA H200, NV18", nvcc=True,
 
 def test_scaling_taken_from_the_path_runs():
     s = ex.scaling_from_paths(fake_paths_result())
-    assert s.name == "scaling" and [r["workers"] for r in s.rows] == [1, 2]
-    assert s.rows[1]["speedup"] == 1.85 and s.rows[1]["efficiency"] == pytest.approx(0.925)
-    assert s.runs == [{"workers": 1}, {"workers": 2, "path": "default"}]
+    paths = fake_paths_result()
+    assert s.name == "scaling" and [r["workers"] for r in s.rows] == [1, 1, 2]
+    assert s.rows[0]["plain"] and s.rows[0]["speedup"] == 1.0        # the plain run, then DDP's one worker
+    plain_ips = paths.rows[0]["images_per_s"]
+    assert s.rows[1]["speedup"] == pytest.approx(paths.rows[1]["images_per_s"] / plain_ips)
+    assert s.rows[2]["speedup"] == pytest.approx(paths.rows[2]["images_per_s"] / plain_ips)
+    assert s.rows[2]["efficiency"] == pytest.approx(s.rows[2]["speedup"] / 2)
+    assert s.runs == [paths.runs[r["run"]] for r in paths.rows[:3]]
 
 
 @pytest.fixture
@@ -70,13 +75,15 @@ def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded, monkeypat
     assert res.source == "recorded" and "cannot run it live" in res.notes[0]
     cpu = res.companion
     assert cpu.source == "live" and cpu.config["device"] == "cpu"
-    assert [r["path"] for r in cpu.rows] == ["1 worker", "default"]
-    base, two = cpu.rows
+    assert [r["path"] for r in cpu.rows] == ["plain", "1 worker", "default"]
+    plain, base, two = cpu.rows
+    assert plain["launcher"] == "none" and plain["backend"] != base["backend"]     # one process, no wrapper
     assert base["workers"] == 1 and two["workers"] == 2 and two["transport"] == "gloo (TCP, no NCCL)"
-    assert two["speedup"] == pytest.approx(two["images_per_s"] / base["images_per_s"])
+    assert two["speedup"] == pytest.approx(two["images_per_s"] / plain["images_per_s"])    # over the plain run
+    assert base["speedup"] == pytest.approx(base["images_per_s"] / plain["images_per_s"])  # the wrapper's own row
     assert two["ranks_agree"] is True and two["env"] == {}   # default path: every NCCL path variable removed
     assert any("do not apply" in n for n in cpu.notes)
-    assert len(cpu.runs) == 2 and cpu.runs[1]["nccl_env"].get("NCCL_DEBUG") == "INFO"
+    assert len(cpu.runs) == 3 and cpu.runs[2]["nccl_env"].get("NCCL_DEBUG") == "INFO"
     text = res.table()
     assert "recorded on 2x NVIDIA H200" in text and "measured now on" in text
     axes = res.plot()
@@ -89,7 +96,7 @@ def test_cli_experiment_recorded_json_and_out(recorded, capsys, tmp_path):
                    "--out", str(out)])
     assert rc == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["source"] == "recorded" and printed["rows"][1]["transport"] == "P2P"
+    assert printed["source"] == "recorded" and printed["rows"][2]["transport"] == "P2P"
     assert json.loads(out.read_text())["experiment"] == "nccl-paths"
     assert cli.main(["experiment", "nccl-paths", "--model", "mlp-large", "--source", "recorded"]) == 1
     assert "nothing is recorded" in capsys.readouterr().err
@@ -99,47 +106,50 @@ def test_cli_experiment_recorded_json_and_out(recorded, capsys, tmp_path):
 
 def test_a_timed_out_path_keeps_where_the_workers_were_stuck(monkeypatch):
     base = script_result(100.0)
-    fake = FakeLaunches(base, "timeout\n" + STUCK_IN_CAPTURE)
+    fake = FakeLaunches(dict(base, backend="none"), base, "timeout\n" + STUCK_IN_CAPTURE)
     monkeypatch.setattr(runs.launch, "run", fake)
     res = ex.nccl_path_comparison(paths=["default"], device="cuda", model="cnn")
-    row = res.rows[1]
+    row = res.rows[2]
     assert row["path"] == "default" and "launch failed" in row["error"]
     assert "line 460 in main" in row["hang_traceback"]
-    assert "line 460 in main" in results.summary_table({"nccl-paths-torch-ddp-cnn": res})
-    # a failed baseline costs the speedups, not the paths
-    fake = FakeLaunches("timeout\n" + STUCK_IN_CAPTURE, dict(base, workers=2))
+    assert "line 460 in main" in result_views.summary_table({"nccl-paths-torch-ddp-cnn": res})
+    # a failed plain run costs the speedups (nothing stands in for it), not the paths
+    fake = FakeLaunches("timeout\n" + STUCK_IN_CAPTURE, base, dict(base, workers=2))
     monkeypatch.setattr(runs.launch, "run", fake)
     res = ex.nccl_path_comparison(RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2), paths=["default"])
-    assert [r["path"] for r in res.rows] == ["1 worker", "default"] and "hang_traceback" in res.rows[0]
-    assert res.rows[1]["images_per_s"] == 100.0 and res.rows[1]["speedup"] is None
+    assert [r["path"] for r in res.rows] == ["plain", "1 worker", "default"] and "hang_traceback" in res.rows[0]
+    assert res.rows[2]["images_per_s"] == 100.0 and res.rows[2]["speedup"] is None
+    assert res.rows[1]["speedup"] is None            # the wrapper's one-worker run is no stand-in
     assert res.config["baseline_images_per_s"] is None and "no speedups" in res.notes[0]
-    assert "-" in res.table().splitlines()[-2]
 
 
 def test_each_configuration_runs_repeats_times_interleaved_and_keeps_every_value(monkeypatch):
     # the repeats run in rounds: the baseline, then each path, once per round
-    outcomes = [script_result(v, workers=w) for pair in ((100.0, 210.0), (98.0, 190.0), (102.0, 205.0))
-                for v, w in zip(pair, (1, 2))]
+    outcomes = [script_result(v, workers=w) for triple in ((100.0, 90.0, 210.0), (98.0, 91.0, 190.0),
+                                                           (102.0, 89.0, 205.0))
+                for v, w in zip(triple, (1, 1, 2))]
     fake = FakeLaunches(*outcomes)
     nprocs = []
     monkeypatch.setattr(runs.launch, "run", lambda argv, nproc, **kw: nprocs.append(nproc)
                         or fake(argv, nproc=nproc, **kw))
     res = ex.nccl_path_comparison(RunSpec.for_device("cuda", "cnn", launcher="ddp", workers=2, repeats=3),
                                   paths=["default"])
-    assert nprocs == [1, 2] * 3
-    assert len(fake.argvs) == 6 and len(res.runs) == 6
-    base, default = res.rows
-    assert base["images_per_s"] == 100.0 and base["images_per_s_runs"] == [100.0, 98.0, 102.0]
+    assert nprocs == [1, 1, 2] * 3
+    assert len(fake.argvs) == 9 and len(res.runs) == 9
+    assert [a[a.index("--launcher") + 1] for a in fake.argvs[:3]] == ["none", "ddp", "ddp"]
+    plain, base, default = res.rows
+    assert plain["images_per_s"] == 100.0 and plain["images_per_s_runs"] == [100.0, 98.0, 102.0]
+    assert base["speedup"] == pytest.approx(90.0 / 100.0)     # DDP's one worker: its own ratio to plain
     assert default["images_per_s"] == 205.0 and (default["images_per_s_min"], default["images_per_s_max"]) == (190.0, 210.0)
     assert default["speedup"] == pytest.approx(2.05) and default["above_linear"] is True
-    assert default["runs"] == [3, 4, 5] and res.runs[default["run"]]["images_per_s"] == 205.0
+    assert default["runs"] == [6, 7, 8] and res.runs[default["run"]]["images_per_s"] == 205.0
     assert res.config["repeats"] == 3 and RunSpec.from_dict(res.config["spec"]).repeats == 3
     assert res.spec.repeats == 3 and res.live_default_differences() == {}
     text = res.table()
     assert "205 (190-210)" in text and "2.05x (!)" in text and "above linear" in text
     assert res.config["order"] == "interleaved"
-    assert any(n.startswith("the repeats were interleaved: each of 3 round(s) ran every path and the one-worker "
-                            "baseline once") for n in res.notes)
+    assert any(n.startswith("the repeats were interleaved: each of 3 round(s) ran the plain one-GPU run, the "
+                            "one-worker run and every path once") for n in res.notes)
 
 
 def test_launchers_side_by_side(recorded):
@@ -150,12 +160,13 @@ def test_launchers_side_by_side(recorded):
             r["images_per_s"] *= 0.9
     recording.save_reference(hvd, ex.reference_name("nccl-paths", "torch", "horovod", "mlp-small"))
     both = ex.launchers_side_by_side("mlp-small")
-    assert [(r["path"], r["launcher"]) for r in both.rows][:4] == [
-        ("1 worker", "ddp"), ("1 worker", "horovod"), ("default", "ddp"), ("default", "horovod")]
-    assert both.rows[3]["images_per_s"] == pytest.approx(0.9 * both.rows[2]["images_per_s"])
+    assert [(r["path"], r["launcher"]) for r in both.rows][:6] == [
+        ("plain", "none"), ("plain", "none"), ("1 worker", "ddp"), ("1 worker", "horovod"), ("default", "ddp"),
+        ("default", "horovod")]
+    assert both.rows[5]["images_per_s"] == pytest.approx(0.9 * both.rows[4]["images_per_s"])
     text = both.table()
     assert "NCCL paths by launcher" in text and "horovod" in text and "recorded on 2x NVIDIA H200" in text
-    assert len(both.plot().patches) == 6
+    assert len(both.plot().patches) == 8
 
 
 def test_graph_variant_is_its_own_recording(recorded):
@@ -284,9 +295,10 @@ def test_the_experiment_command_repeats_live_gpu_runs_three_times_unless_told(fa
 
 # ----------------------------------------------------------------------------- progress of live GPU runs
 def test_planned_launches_count_every_configuration_times_its_repeats():
-    assert ex.planned_launches("nccl-paths") == (1 + len(ex.COMPARED_PATHS)) * ex.LIVE_GPU_REPEATS
-    assert ex.planned_launches("nccl-paths", repeats=2, paths=("default",)) == 4
-    assert ex.planned_launches("scaling", workers=(1, 2, 4), repeats=1) == 3
+    # the plain one-GPU run is a configuration of its own, beside the wrapper's one-worker run
+    assert ex.planned_launches("nccl-paths") == (2 + len(ex.COMPARED_PATHS)) * ex.LIVE_GPU_REPEATS
+    assert ex.planned_launches("nccl-paths", repeats=2, paths=("default",)) == 6
+    assert ex.planned_launches("scaling", workers=(1, 2, 4), repeats=1) == 4
     assert ex.planned_launches("perf-options", repeats=3) == 3 * len(ex.PERF_OPTIONS)
     with pytest.raises(ex.RunSpecError, match="unknown experiment"):
         ex.planned_launches("nccl-path")
@@ -311,7 +323,7 @@ def test_a_live_gpu_run_in_a_notebook_shows_one_bar_and_keeps_the_launch_lines_i
     assert res.source == "live" and callable(seen[0])
     assert "launch 3 started" in log.read_text()
     out = capsys.readouterr().out
-    assert "nccl-paths: wide with ddp, on this machine's GPUs: 4 of 4 done" in out and str(log) in out
+    assert "nccl-paths: wide with ddp, on this machine's GPUs: 4 of 5 done" in out and str(log) in out
     assert "launch 0 started" not in out
     seen.clear()
     ex.live_or_recorded("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1)   # "auto", no Jupyter here

@@ -46,9 +46,10 @@ def test_the_prediction_is_ddlab_predict_with_a_global_batch():
     rows = t.to_dict()["rows"]
     assert {(r["model"], r["path"]) for r in rows} == {(m, p) for m in fr.REPORT_MLPS for p in fr.REPORT_PATHS}
     one = next(p for p in recorded_runs.recorded_points().points if p.model == "mlp-small" and p.launcher == "ddp")
-    # the recorded one-GPU step ran DDP with world size 1: the wrapper's cost is in it, not added again
+    # the recorded one-GPU step ran DDP with world size 1: the wrapper's cost is in it, not added again, and
+    # the speedup divides by the plain step (that step less DDP's one-worker cost)
     same = predict.predict("mlp-small", step_ms=one.compute_s * 1e3, global_batch=32, path="shm",
-                           wrapper=wrapper_cost.over_one_worker_step("ddp"))
+                           step_has_wrapper=True)
     row = next(r for r in rows if (r["model"], r["path"]) == ("mlp-small", "shm"))
     assert row["speedup"] == pytest.approx(same.speedup) and row["global"] == "4-128 (each)"
     assert row["speedup"] < 1 and "bound" not in [c.key for c in t.columns]   # no "bound by" beside a host-bound step
@@ -121,7 +122,8 @@ def test_the_grid_holds_one_row_per_recording_and_each_cell_is_that_batchs_speed
     for res, row in zip(recs, rows):
         two = {r["global_batch"]: r for r in res.rows if r["workers"] == 2}
         for g in (4, 32, 128):
-            want = f"{two[g]['speedup']:.2f}x ({two[g]['speedup_min']:.2f}-{two[g]['speedup_max']:.2f})" if g in two else "-"
+            want = (f"{two[g]['speedup']:.2f}x ({two[g]['speedup_min']:.2f}-{two[g]['speedup_max']:.2f})"
+                    if g in two and two[g].get("speedup") is not None else "-")     # no plain run of it: "-"
             assert row[f"g{g}"] == want
         others += [f"{res.config['model']} {res.config['launcher']} {res.config['path']} at" for g in two
                    if g not in (4, 32, 128)]
@@ -147,22 +149,25 @@ def test_the_live_run_runs_the_two_mlps_on_two_cpu_processes(monkeypatch):
     def fake(spec, global_batches, device, path, echo=False, progress=None):
         calls.append((spec.model, spec.repeats, spec.steps, tuple(global_batches), device, path, spec.limit_s))
         g = global_batches[0]
+        # the plain one-GPU run (launcher none), DDP's one worker, two workers
         rows = [{"workers": w, "global_batch": g, "batch_per_worker": g // w, "images_per_s": ips,
-                 "images_per_s_min": ips * 0.9, "images_per_s_max": ips * 1.1, "speedup": ips / 1000.0,
-                 "speedup_min": ips * 0.9 / 1000.0, "speedup_max": ips * 1.1 / 1000.0, "step_ms_median": 1.0}
-                for w, ips in ((1, 1000.0), (2, 700.0))]
+                 "images_per_s_min": ips * 0.9, "images_per_s_max": ips * 1.1, "step_ms_median": 1.0, **more}
+                for w, ips, more in ((1, 1000.0, {"path": "plain", "launcher": "none"}), (1, 900.0, {}),
+                                     (2, 700.0, {}))]
         return ExperimentResult("strong-scaling", rows, "live", {}, [], {})
     monkeypatch.setattr(experiments, "strong_scaling", fake)
     t = fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=0))
     assert [c[:6] for c in calls] == [(m, 3, 20, (32,), "cpu", "default") for m in fr.REPORT_MLPS]
     assert all(c[6] == fr.CPU_LAUNCH_TIMEOUT_S for c in calls)   # each launch keeps its timeout
     rows = t.to_dict()["rows"]
-    assert [(r["model"], r["workers"], r["per_worker"]) for r in rows] == [
-        ("mlp-small", 1, 32), ("mlp-small", 2, 16), ("mlp-large", 1, 32), ("mlp-large", 2, 16)]
+    assert [(r["model"], r["run"], r["per_worker"]) for r in rows] == [
+        ("mlp-small", "1 GPU, no wrapper", 32), ("mlp-small", "DDP, 1 worker", 32), ("mlp-small", "DDP", 16),
+        ("mlp-large", "1 GPU, no wrapper", 32), ("mlp-large", "DDP, 1 worker", 32), ("mlp-large", "DDP", 16)]
+    assert rows[2]["speedup"] == pytest.approx(0.7) and rows[2]["spread"] == "0.63-0.77"   # over the plain run
+    assert rows[1]["speedup"] == pytest.approx(0.9)                                       # DDP's one worker
     calls.clear()
     fr.live(machine=policy.Machine(gpus=0))                      # by default: the exercise's MLP only
     assert [c[0] for c in calls] == list(fr.LIVE_MLPS) == ["mlp-small"]
-    assert rows[1]["speedup"] == pytest.approx(0.7) and rows[1]["spread"] == "0.63-0.77"
     assert "gloo" in str(t) and "MirroredStrategy" in str(t)
 
 
@@ -176,7 +181,7 @@ def test_the_live_cases_show_one_bar_per_cell_and_log_each_launch(monkeypatch, t
     launched = []
 
     def fake(spec, global_batches, device, path, echo=False, progress=None):
-        for w in (1, 2):
+        for w in (0, 1, 2):          # the plain one-GPU run, then 1 and 2 workers
             for i in range(spec.repeats):
                 launched.append((spec.model, w))
                 if progress is not None:
@@ -187,16 +192,17 @@ def test_the_live_cases_show_one_bar_per_cell_and_log_each_launch(monkeypatch, t
     log = tmp_path / "strong.log"
     fr.live(models=fr.REPORT_MLPS, machine=policy.Machine(gpus=0), log=str(log))
     out = capsys.readouterr().out
-    assert len(launched) == 12 and "strong scaling: mlp-small, mlp-large on 1 and 2 workers: 12 of 12 done" in out
-    assert log.read_text().count(DONE_MARK) == 12 and "launch mlp-large on 2 worker(s)" in log.read_text()
+    assert len(launched) == 18 and "mlp-small, mlp-large plain, on 1 and on 2 workers: 18 of 18 done" in out
+    assert log.read_text().count(DONE_MARK) == 18 and "launch mlp-large on 2 worker(s)" in log.read_text()
     assert "launch mlp" not in out                          # the launches' lines are in the log, not on screen
     fr.live(machine=policy.Machine(gpus=0))
-    assert "12 of 12" not in capsys.readouterr().out      # no log: no bar
-    # the tuning bar counts only what runs here: the baseline and each tuning this PyTorch can run, 3 times
+    assert "18 of 18" not in capsys.readouterr().out      # no log: no bar
+    # the tuning bar counts only what runs here: the plain one-GPU run, the one-worker run and each tuning
+    # this PyTorch can run, 3 times
     monkeypatch.setattr(tuning, "_skip_reason", lambda t: "needs CUDA" if "bf16" in t.flags else None)
-    assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 3
-    monkeypatch.setattr(tuning, "_skip_reason", lambda t: None)
     assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 4
+    monkeypatch.setattr(tuning, "_skip_reason", lambda t: None)
+    assert tuning.planned_launches("ddp", cs.CPU_TUNINGS, 3) == 3 * 5
 
 def test_the_reports_figures_sit_beside_the_prediction_and_the_recording():
     t = fr.beside_cited()
@@ -208,7 +214,7 @@ def test_the_reports_figures_sit_beside_the_prediction_and_the_recording():
     one = next(p for p in rec.points if p.model == "mlp-large" and p.launcher == "ddp")
     from ddlab.cost import predict
     same = predict.predict("mlp-large", step_ms=one.compute_s * 1e3, global_batch=16, path="shm",
-                           wrapper=wrapper_cost.over_one_worker_step("ddp"))
+                           step_has_wrapper=True)
     row = next(r for r in rows if (r["model"], r["global"]) == ("mlp-large", 16))
     assert row["predicted"] == pytest.approx(same.speedup) and row["per_gpu"] == 8
     # each recorded DDP split on shm appears where its model and global batch are ones the reports published
@@ -217,7 +223,8 @@ def test_the_reports_figures_sit_beside_the_prediction_and_the_recording():
                 for r in res.rows if r["workers"] == 2}
     for r in rows:
         if (r["model"], r["global"]) in recorded:
-            assert r["measured"] == recorded[(r["model"], r["global"])]["speedup"] and r["spread"] != "-"
+            assert r["measured"] == recorded[(r["model"], r["global"])]["speedup"]
+            assert (r["spread"] != "-") == (r["measured"] is not None)    # '-': no plain run of that batch
         else:
             assert r["measured"] is None and r["spread"] == "-"
     assert any(r["measured"] is not None for r in rows) and any(r["measured"] is None for r in rows)
@@ -251,9 +258,9 @@ def test_the_live_run_on_two_gpus_splits_each_batch_over_them_with_peer_to_peer_
         calls.append((spec.model, spec.repeats, spec.device, tuple(global_batches), device, path))
         g = global_batches[0]
         rows = [{"workers": w, "global_batch": g, "batch_per_worker": g // w, "images_per_s": ips,
-                 "images_per_s_min": ips, "images_per_s_max": ips, "speedup": ips / 1000.0,
-                 "speedup_min": ips / 1000.0, "speedup_max": ips / 1000.0, "step_ms_median": 1.0}
-                for w, ips in ((1, 1000.0), (2, 850.0))]
+                 "images_per_s_min": ips, "images_per_s_max": ips, "step_ms_median": 1.0, **more}
+                for w, ips, more in ((1, 1000.0, {"path": "plain", "launcher": "none"}), (1, 950.0, {}),
+                                     (2, 850.0, {}))]
         return ExperimentResult("strong-scaling", rows, "live", {}, [], {})
     monkeypatch.setattr(experiments, "strong_scaling", fake)
     t = fr.live(machine=policy.Machine(gpus=2, software=lambda framework, launcher: (True, "")))

@@ -116,3 +116,18 @@ def test_evaluate_counts_correct_predictions_and_sums_the_loss_in_eval_mode():
     assert correct == int((logits.argmax(1) == y).sum())
     assert loss == pytest.approx(float(F.cross_entropy(logits, y, reduction="sum")), rel=1e-5)
     assert model.training   # left in training mode
+
+
+def test_the_probe_is_one_small_layer_run_by_pytorch_only_and_kept_out_of_the_course_models():
+    from ddlab.training import models, models_torch
+    from ddlab.training.runspec import RunSpec, RunSpecError
+    assert models.PROBE not in models.MODELS and models.PROBE in models.TRAINABLE
+    (layer,) = models.model_layers(models.PROBE)
+    assert models_torch.count_parameters(models_torch.build(models.PROBE)) == layer.params
+    assert layer.params < min(sum(x.params for x in models.model_layers(m)) for m in models.MODELS) / 20
+    spec = RunSpec.for_device("cuda", models.PROBE, launcher="ddp", workers=2)
+    assert spec.batch == models.PROBE_BATCH < RunSpec.for_device("cuda", "mlp-small").batch
+    with pytest.raises(RunSpecError, match="PyTorch model"):
+        RunSpec.for_device("cpu", models.PROBE, framework="keras", launcher="horovod", workers=2)
+    with pytest.raises(ValueError, match="unknown model 'probe'"):
+        models.check(models.PROBE)                 # not one of the course's models (lists, Keras, validation)

@@ -232,3 +232,8 @@ def test_step_has_wrapper_adds_nothing_for_ddp_and_horovods_cost_for_horovod(tmp
     else:         # DDP: the measured per-step cost is in the given step, so none is added
         assert plain["wrapper_ms"] > 0 and inside["wrapper_ms"] == 0
         assert inside["step_ms"] == pytest.approx(plain["step_ms"] - plain["wrapper_ms"])
+    # the speedup divides by the plain one-GPU step either way: the given step less DDP's one-worker cost
+    # (the cost the plain prediction added on two GPUs), or for Horovod the given step itself
+    plain_step = inside["one_gpu_step_ms"] - (0 if added else plain["wrapper_ms"])
+    assert inside["plain_step_ms"] == pytest.approx(plain_step) and plain["plain_step_ms"] == plain["one_gpu_step_ms"]
+    assert inside["speedup"] == pytest.approx(2 * inside["plain_step_ms"] / inside["step_ms"])

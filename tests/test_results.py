@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 
 from _experiment_fakes import fake_paths_result, script_result  # noqa: E402
 from ddlab.system import nccl  # noqa: E402
-from ddlab.training import results  # noqa: E402
+from ddlab.training import result_views, results  # noqa: E402
 from ddlab.training.results import ExperimentResult  # noqa: E402
 
 
@@ -19,7 +19,7 @@ def test_result_table_plot_and_json_round_trip(tmp_path):
     assert "NCCL paths: torch ddp, model wide" in text and "measured now on 2x NVIDIA H200, 2026-11-22" in text
     assert "185" in text and "1.85x" in text and "failed: timed out after 300 s" in text and "note: a note" in text
     ax = res.plot()
-    assert len(ax.patches) == 3   # the failed path has no bar
+    assert len(ax.patches) == 4   # the plain run, DDP's one worker and two paths: the failed path has no bar
     back = ExperimentResult.from_dict(json.loads(json.dumps(res.to_dict())))
     assert back.rows == res.rows and back.config == res.config and back.provenance == res.provenance
     with pytest.raises(ValueError, match="no 'rows'"):
@@ -47,9 +47,9 @@ def test_repeats_give_the_median_each_value_and_the_spread():
 
 def test_two_workers_faster_than_twice_one_are_flagged_not_hidden():
     res = fake_paths_result()
-    res.rows[1]["speedup"] = 2.13
+    res.rows[2]["images_per_s"] = 213.0                      # over the plain run's 100 images/s
     res = ExperimentResult.from_dict(res.to_dict())
-    assert res.rows[1]["above_linear"] is True and res.rows[2]["above_linear"] is False
+    assert res.rows[2]["above_linear"] is True and res.rows[3]["above_linear"] is False
     assert res.rows[0]["above_linear"] is False               # the baseline itself
     text = res.table()
     assert "2.13x (!)" in text
@@ -81,7 +81,7 @@ def test_compare_speedups_lines_up_paths_and_marks_gaps():
     a = fake_paths_result()
     b = fake_paths_result()
     b.rows = [r for r in b.rows if r["path"] != "shm"]
-    text = results.compare_speedups({"eager": a, "graph": b})
+    text = result_views.compare_speedups({"eager": a, "graph": b})
     lines = text.splitlines()
     assert lines[0].split() == ["path", "eager", "graph"]
     shm = next(ln for ln in lines if ln.startswith("shm"))
@@ -92,13 +92,13 @@ def test_compare_speedups_lines_up_paths_and_marks_gaps():
     assert default.split() == ["NCCL", "default", "185", "1.85x", "185", "1.85x"]   # no recorded environment: not "NVLS off"
     assert "eager: recorded on 2x NVIDIA H200" in text or "eager: measured now on 2x NVIDIA H200" in text
     assert "above linear" not in text
-    b.rows[1]["speedup"] = 2.1
+    b.rows[2]["images_per_s"] = 210.0
     b = ExperimentResult.from_dict(b.to_dict())
-    text = results.compare_speedups({"eager": a, "graph": b})
+    text = result_views.compare_speedups({"eager": a, "graph": b})
     default = next(ln for ln in text.splitlines() if ln.startswith("NCCL default"))
-    assert default.split() == ["NCCL", "default", "185", "1.85x", "185", "2.10x!"] and "!: above linear" in text
+    assert default.split() == ["NCCL", "default", "185", "1.85x", "210", "2.10x!"] and "!: above linear" in text
     with pytest.raises(ValueError):
-        results.compare_speedups({})
+        result_views.compare_speedups({})
 
 
 def _with_repeats(base_runs, two_worker_ips):
@@ -106,7 +106,7 @@ def _with_repeats(base_runs, two_worker_ips):
     base = res.rows[0]
     base.update(images_per_s=sorted(base_runs)[1], images_per_s_runs=list(base_runs), repeats=len(base_runs),
                 images_per_s_min=min(base_runs), images_per_s_max=max(base_runs), step_ms_median=2.5)
-    res.rows[1].update(images_per_s=two_worker_ips, speedup=two_worker_ips / base["images_per_s"], step_ms_median=2.4)
+    res.rows[2].update(images_per_s=two_worker_ips, step_ms_median=2.4)
     return ExperimentResult.from_dict(res.to_dict())
 
 
@@ -126,13 +126,14 @@ def test_default_is_named_for_what_it_ran_with_and_why():
     res.provenance["nccl_env"] = {"NCCL_NVLS_ENABLE": "0"}
     text = res.table()
     assert "NCCL default, NVLS off" in text and nccl.MULTICAST_OFF_WHY in text and "\ndefault " not in text
-    assert res.rows[1]["path"] == "default"                   # the stored key is unchanged
-    assert results.row_label("nccl-paths", res.rows[1], res.provenance) == "NCCL default, NVLS off"
-    assert [t.get_text() for t in res.plot().get_xticklabels()][1] == "NCCL default, NVLS off"
+    assert res.rows[2]["path"] == "default"                   # the stored key is unchanged
+    assert results.row_label("nccl-paths", res.rows[2], res.provenance) == "NCCL default, NVLS off"
+    assert [t.get_text() for t in res.plot().get_xticklabels()][2] == "NCCL default, NVLS off"
     plain = fake_paths_result().table()
     assert "NCCL default" in plain and "NVLS off" not in plain and nccl.MULTICAST_OFF_WHY not in plain
-    lines = results.compare_speedups({"rec": res}).splitlines()
-    assert lines[2].startswith("1 worker") and lines[3].startswith("NCCL default, NVLS off")
+    lines = result_views.compare_speedups({"rec": res}).splitlines()
+    assert lines[2].startswith("1 GPU, no wrapper") and lines[3].startswith("1 worker")
+    assert lines[4].startswith("NCCL default, NVLS off")
 
 
 def _option(option, ips, step, precision="fp32", graph=False, compile="none", spread="1.0-1.1"):
@@ -166,7 +167,8 @@ def test_narrow_tables_split_what_ran_from_what_it_measured():
     assert [c.key for c in ran.columns] == ["path", "env_text", "transport"]
     assert [c.key for c in measured.columns] == [k for k in whole if k not in ("env_text", "transport")]
     assert ran.title == res.as_table().title and ran.notes == [] and measured.title is None
-    assert measured.notes == ["note: a note"] and len(ran.rows) == len(measured.rows) == len(res.rows)
+    assert measured.notes[0] == "note: a note" and len(ran.rows) == len(measured.rows) == len(res.rows)
+    assert any("over the plain one-GPU run" in n for n in measured.notes)     # where the speedups' baseline is
     assert "p10-p90" in measured.text() and "P2P" in ran.text() and "P2P" not in measured.text()
     scaling = ExperimentResult("scaling", [dict(res.rows[0])], "live", res.provenance, [], res.config, [])
     assert [t.text() for t in scaling.narrow_tables()] == [scaling.as_table().text()]    # nothing to split
@@ -197,7 +199,7 @@ def test_a_failed_row_shows_its_error_shortened_and_keeps_it_whole():
     assert html.escape("failed: " + first) in res._repr_html_()                  # the cell's title: whole
     back = ExperimentResult.from_dict(json.loads(json.dumps(res.to_dict())))     # the data: whole
     assert back.rows[-1]["error"] == first and back.rows[-1]["error_detail"].endswith("Killed")
-    summary = results.summary_table({"nccl-paths": res, "scaling": f"LaunchError: {first}\nmore lines"})
+    summary = result_views.summary_table({"nccl-paths": res, "scaling": f"LaunchError: {first}\nmore lines"})
     assert summary.count(tables.shorten(first)) == 1 and first not in summary
     assert tables.shorten(f"LaunchError: {first}", 120) in summary and "more lines" not in summary
 
@@ -209,3 +211,25 @@ def test_a_result_with_no_rows_says_where_and_why_in_its_empty_line():
     first, why = line.splitlines()
     assert first.startswith("Horovod with Keras: ") and why == "  not live here: Horovod is not installed " \
                                                               "(`make horovod` builds it)"
+
+
+def test_frameworks_are_compared_by_their_images_per_second_on_the_same_runs():
+    """DDP and Horovod side by side by absolute images/s: the ratio is read off the throughput, not off two
+    speedups over different one-worker runs; the plain run and each wrapper's one worker are rows of their own."""
+    ddp = fake_paths_result()
+    hvd = fake_paths_result()
+    hvd.config["launcher"] = "horovod"
+    for r in hvd.rows:
+        if r.get("images_per_s") and r.get("path") != "plain":
+            r["images_per_s"] *= 1.1
+    hvd = ExperimentResult.from_dict(hvd.to_dict())
+    t = result_views.images_side_by_side({"DDP": ddp, "Horovod": hvd})
+    rows = {r["what"]: r for r in t.rows}
+    assert list(rows)[:2] == ["1 GPU, no wrapper", "1 worker (each wrapper's own)"]
+    assert rows["1 GPU, no wrapper"]["r1"] == pytest.approx(1.0)
+    for r in ddp.rows:
+        if r.get("workers") == 2 and not r.get("error"):
+            shown = rows[results.path_name(r, ddp.provenance)]
+            assert shown["v0"] == r["images_per_s"] and shown["r1"] == pytest.approx(1.1)
+    assert "socket" not in rows                          # failed in both: no row of numbers
+    assert "DDP images/s" in t.text() and "Horovod / DDP" in t.text()

@@ -140,7 +140,8 @@ def test_the_comparison_names_the_default_path_as_its_runs_had_it(monkeypatch, n
         monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     else:
         monkeypatch.setenv("NCCL_NVLS_ENABLE", nvls)
-    _fake(monkeypatch, script_result(100.0), script_result(150.0, workers=2, tuning={"accumulate": 1}))
+    _fake(monkeypatch, script_result(100.0), script_result(100.0), script_result(150.0, workers=2,
+                                                                                 tuning={"accumulate": 1}))
     base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=1)
     res = tuning.tuning_comparison(base=base, path="default", tunings=["untuned"])
     assert any(n.startswith(f"two-worker runs on the path {named} (no NCCL variable set by the path)")
@@ -151,31 +152,35 @@ def test_comparison_runs_the_one_gpu_baseline_and_each_tuning_on_two_workers_int
     chosen = ["untuned", "batch x2", "accumulate 2"]
     outcomes = []
     for base, untuned_, big_, acc_ in ((100.0, 150.0, 210.0, 185.0), (100.0, 160.0, 190.0, 175.0)):   # two rounds
-        outcomes += [script_result(base), script_result(untuned_, workers=2, tuning={"accumulate": 1}),
+        outcomes += [script_result(base), script_result(0.9 * base),     # the plain run, then DDP's one worker
+                     script_result(untuned_, workers=2, tuning={"accumulate": 1}),
                      script_result(big_, workers=2, global_batch=2048), script_result(acc_, workers=2, global_batch=2048)]
     fake = _fake(monkeypatch, *outcomes)
     base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=2)
     res = tuning.tuning_comparison(base=base, path="shm", tunings=chosen)
-    assert len(fake.argvs) == 8 and len(res.runs) == 8   # every configuration spec.repeats (2) times
-    assert [r["tuning"] for r in res.rows] == [tuning.BASELINE] + chosen
-    baseline, untuned, big, acc = res.rows
-    assert baseline["workers"] == 1 and baseline["path"] == "1 worker" and baseline["speedup"] == 1.0
+    assert len(fake.argvs) == 10 and len(res.runs) == 10   # every configuration spec.repeats (2) times
+    assert [r["tuning"] for r in res.rows] == [tuning.PLAIN, tuning.BASELINE] + chosen
+    plain, baseline, untuned, big, acc = res.rows
+    assert plain["workers"] == 1 and plain["path"] == "plain" and plain["speedup"] == 1.0
+    assert baseline["workers"] == 1 and baseline["path"] == "1 worker" and baseline["speedup"] == pytest.approx(0.9)
     assert untuned["images_per_s"] == 155.0 and untuned["speedup"] == pytest.approx(1.55)
     assert (untuned["speedup_min"], untuned["speedup_max"]) == (1.5, 1.6)
     assert big["flags"] == "--batch-size 1024" and big["speedup"] == pytest.approx(2.0) and big["global_batch"] == 2048
     assert big["above_linear"] is False and acc["flags"] == "--accumulate 2"
     assert untuned["tuning_config"] == {"accumulate": 1} and untuned["why"]
-    # the argv of each launch, round by round: the baseline alone, then the tunings with their flags on 2 workers
+    # the argv of each launch, round by round: the plain run (no wrapper) and the wrapper's one worker, then
+    # the tunings with their flags on 2 workers
     argvs = fake.argvs
-    assert fake.nprocs == [1, 2, 2, 2] * 2
+    assert fake.nprocs == [1, 1, 2, 2, 2] * 2
+    assert [argvs[i][argvs[i].index("--launcher") + 1] for i in (0, 1, 5, 6)] == ["none", "ddp"] * 2
     assert all("--accumulate" not in argvs[i] and argvs[i][argvs[i].index("--batch-size") + 1] == "512"
-               for i in (0, 1, 4, 5))
-    assert [argvs[i][argvs[i].index("--batch-size") + 1] for i in (2, 6)] == ["1024", "1024"]
-    assert all(argvs[i][-4:-2] == ["--accumulate", "2"] for i in (3, 7))
+               for i in (0, 1, 2, 5, 6, 7))
+    assert [argvs[i][argvs[i].index("--batch-size") + 1] for i in (3, 8)] == ["1024", "1024"]
+    assert all(argvs[i][-4:-2] == ["--accumulate", "2"] for i in (4, 9))
     # the NCCL path's environment for the two-worker runs only
     shm = {k: v for k, v in nccl.get("shm").environment().items() if v is not None}
-    assert shm and all(fake.envs[i].get(k) == v for i in (1, 2, 3, 5, 6, 7) for k, v in shm.items())
-    assert not any(fake.envs[i].get(k) == v for i in (0, 4) for k, v in shm.items())
+    assert shm and all(fake.envs[i].get(k) == v for i in (2, 3, 4, 7, 8, 9) for k, v in shm.items())
+    assert not any(fake.envs[i].get(k) == v for i in (0, 1, 5, 6) for k, v in shm.items())
     assert res.config["order"] == "interleaved" and res.config["rounds"] == 2
     assert any(n.startswith("the repeats were interleaved: each of 2 round(s)") for n in res.notes)
     assert res.config["path"] == "shm" and res.config["tunings"] == chosen and res.config["repeats"] == 2
@@ -187,29 +192,31 @@ def test_comparison_runs_the_one_gpu_baseline_and_each_tuning_on_two_workers_int
     assert "communication tuning: torch ddp, model wide" in text and "NCCL path shm" in text
     assert "155 (150-160)" in text and "1.55x" in text and "--batch-size 1024" in text
     assert "ranks agree" in text.splitlines()[1]
-    assert len(res.plot().patches) == 4
+    assert len(res.plot().patches) == 5
     back = results.ExperimentResult.from_dict(json.loads(json.dumps(res.to_dict())))
     assert back.rows == res.rows and back.table() == text
 
 
 def test_the_result_so_far_is_handed_out_after_each_round_but_the_last(monkeypatch):
-    rounds = [[script_result(100.0), script_result(150.0, workers=2), script_result(160.0, workers=2)]] * 2
-    _fake(monkeypatch, *rounds[0], *rounds[1], script_result(100.0), script_result(150.0, workers=2),
-          "a worker crashed")
+    rounds = [[script_result(100.0), script_result(100.0), script_result(150.0, workers=2),
+               script_result(160.0, workers=2)]] * 2
+    _fake(monkeypatch, *rounds[0], *rounds[1], script_result(100.0), script_result(100.0),
+          script_result(150.0, workers=2), "a worker crashed")
     monkeypatch.setattr(tuning, "bf16_hook_problem", lambda: "this PyTorch has no bf16 hook")
     seen = []
     base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=3)
     res = tuning.tuning_comparison(base=base, tunings=["untuned", "bf16 hook", "bucket 100 MB"], partial=seen.append)
-    assert [len(p.runs) for p in seen] == [3, 6]          # after rounds 1 and 2, not after the last
+    assert [len(p.runs) for p in seen] == [4, 8]          # after rounds 1 and 2, not after the last
     for done, p in enumerate(seen, 1):
-        assert [r["tuning"] for r in p.rows] == [tuning.BASELINE, "untuned", "bf16 hook", "bucket 100 MB"]
-        assert p.rows[2].get("not_run") and p.config["rounds"] == done
+        assert [r["tuning"] for r in p.rows] == [tuning.PLAIN, tuning.BASELINE, "untuned", "bf16 hook",
+                                                 "bucket 100 MB"]
+        assert p.rows[3].get("not_run") and p.config["rounds"] == done
         assert f"partial: {done} of 3 rounds run, so each row has {done} repeat(s)" in p.notes
         assert p.title().endswith(f", {done} of 3 repeats (partial)")   # the title counts what ran
-    assert seen[1].rows[3]["images_per_s"] == 160.0 and seen[1].rows[3]["repeats"] == 2
+    assert seen[1].rows[4]["images_per_s"] == 160.0 and seen[1].rows[4]["repeats"] == 2
     # bucket 100 MB failed in the last round: the whole result has its failure row and no partial note
     assert "launch failed" in res.rows[-1]["error"] and not any(n.startswith("partial:") for n in res.notes)
-    assert res.rows[1]["repeats"] == 3 and len(res.runs) == 6 and res.title().endswith(", 3 repeats")
+    assert res.rows[2]["repeats"] == 3 and len(res.runs) == 9 and res.title().endswith(", 3 repeats")
     back = results.ExperimentResult.from_dict(json.loads(json.dumps(seen[0].to_dict())))
     assert back.rows == seen[0].rows
 
@@ -217,7 +224,7 @@ def test_the_result_so_far_is_handed_out_after_each_round_but_the_last(monkeypat
 def _cut_after_one_round(monkeypatch, base):
     """The result a comparison of ``base`` (3 repeats, untuned and bucket 100 MB) hands out after
     its first round, as a recording of it reads back."""
-    _fake(monkeypatch, *[script_result(100.0 + i, workers=w) for i in range(3) for w in (1, 2, 2)])
+    _fake(monkeypatch, *[script_result(100.0 + i, workers=w) for i in range(3) for w in (1, 1, 2, 2)])
     seen = []
     tuning.tuning_comparison(base=base, path="shm", tunings=["untuned", "bucket 100 MB"], partial=seen.append)
     assert seen[0].config["rounds"] == 1
@@ -228,15 +235,17 @@ def test_a_partial_comparison_is_resumed_with_the_rounds_left(monkeypatch):
     base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=3)
     cut = _cut_after_one_round(monkeypatch, base)
     kept = {r["tuning"]: r["images_per_s"] for r in cut.rows}
-    fake = _fake(monkeypatch, script_result(90.0), script_result(140.0, workers=2), script_result(130.0, workers=2),
-                 script_result(110.0), script_result(160.0, workers=2), script_result(170.0, workers=2))
+    fake = _fake(monkeypatch, script_result(95.0), script_result(90.0), script_result(140.0, workers=2),
+                 script_result(130.0, workers=2), script_result(105.0), script_result(110.0),
+                 script_result(160.0, workers=2), script_result(170.0, workers=2))
     seen = []
     res = tuning.tuning_comparison(base=base, path="shm", tunings=["untuned", "bucket 100 MB"], resume=cut,
                                    partial=seen.append)
-    assert fake.nprocs == [1, 2, 2] * 2                       # rounds 2 and 3 only
+    assert fake.nprocs == [1, 1, 2, 2] * 2                    # rounds 2 and 3 only
     assert [p.config["rounds"] for p in seen] == [2] and res.config["rounds"] == 3
-    assert all(r["repeats"] == 3 for r in res.rows) and len(res.runs) == 9
-    baseline, untuned, bucket = res.rows
+    assert all(r["repeats"] == 3 for r in res.rows) and len(res.runs) == 12
+    plain, baseline, untuned, bucket = res.rows
+    assert plain["images_per_s_runs"] == [kept[tuning.PLAIN], 95.0, 105.0]
     assert baseline["images_per_s_runs"] == [kept[tuning.BASELINE], 90.0, 110.0]   # round 1's run kept, first
     assert untuned["images_per_s_runs"] == [kept["untuned"], 140.0, 160.0] and bucket["images_per_s"] == 130.0
     assert not any(n.startswith("partial:") for n in res.notes)
@@ -262,25 +271,27 @@ def test_a_comparison_is_resumed_only_from_a_partial_one_of_the_same_run_and_mac
 
 
 def test_a_failed_tuning_gets_its_row_and_the_others_still_run(monkeypatch):
-    fake = _fake(monkeypatch, script_result(100.0), "a worker crashed", script_result(120.0, workers=2))
+    fake = _fake(monkeypatch, script_result(100.0), script_result(100.0), "a worker crashed",
+                 script_result(120.0, workers=2))
     base = RunSpec.for_device("cuda", "wide", launcher="horovod", workers=2)
     res = tuning.tuning_comparison(base=base, tunings=["fp16 compression", "cycle 0.5 ms"])
-    assert len(fake.argvs) == 3
-    failed, ok = res.rows[1], res.rows[2]
+    assert len(fake.argvs) == 4
+    failed, ok = res.rows[2], res.rows[3]
     assert failed["tuning"] == "fp16 compression" and "launch failed" in failed["error"]
     assert failed["flags"] == "--hvd-compression fp16"
-    assert ok["speedup"] == pytest.approx(1.2) and "--hvd-cycle-ms" in fake.argvs[2]
+    assert ok["speedup"] == pytest.approx(1.2) and "--hvd-cycle-ms" in fake.argvs[3]
     assert any("'fp16 compression' failed" in n for n in res.notes)
     assert "failed:" in res.table()
 
 
 def test_a_failed_baseline_costs_the_speedups_only(monkeypatch):
-    _fake(monkeypatch, "timeout\nstuck", script_result(150.0, workers=2))
+    # the plain run fails: nothing stands in for it (not the wrapper's one-worker run)
+    _fake(monkeypatch, "timeout\nstuck", script_result(100.0), script_result(150.0, workers=2))
     res = tuning.tuning_comparison(base=RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2),
                                    tunings=["untuned"])
-    assert "error" in res.rows[0] and res.rows[1]["speedup"] is None
+    assert "error" in res.rows[0] and res.rows[1]["speedup"] is None and res.rows[2]["speedup"] is None
     assert res.config["baseline_images_per_s"] is None and any("no speedups" in n for n in res.notes)
-    _fake(monkeypatch, "crash", "crash")
+    _fake(monkeypatch, "crash", "crash", "crash")
     with pytest.raises(runs.ExperimentError, match="every run of the tuning comparison failed"):
         tuning.tuning_comparison(base=RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2),
                                  tunings=["untuned"])
@@ -288,18 +299,19 @@ def test_a_failed_baseline_costs_the_speedups_only(monkeypatch):
 
 def test_on_cpu_the_path_is_default_and_an_impossible_hook_is_not_launched(monkeypatch):
     monkeypatch.setattr(tuning, "bf16_hook_problem", lambda: "no bf16 hook in this build")
-    fake = _fake(monkeypatch, script_result(10.0, device="cpu"), script_result(15.0, workers=2, device="cpu"))
+    fake = _fake(monkeypatch, script_result(10.0, device="cpu"), script_result(10.0, device="cpu"),
+                 script_result(15.0, workers=2, device="cpu"))
     res = tuning.tuning_comparison(model="mlp-small", launcher="ddp", path="shm", device="cpu", repeats=1,
                                    tunings=["bf16 hook", "static graph"])
-    assert len(fake.argvs) == 2 and "--static-graph" in fake.argvs[1]
-    assert fake.argvs[1][fake.argvs[1].index("--device") + 1] == "cpu"
+    assert len(fake.argvs) == 3 and "--static-graph" in fake.argvs[2]
+    assert fake.argvs[2][fake.argvs[2].index("--device") + 1] == "cpu"
     assert res.config["path"] is None and any("'shm' does not apply" in n for n in res.notes)
     assert "NCCL path" not in res.title()            # gloo on CPU: the title names no NCCL path
-    hook = res.rows[1]
+    hook = res.rows[2]
     assert hook["tuning"] == "bf16 hook" and hook["error"] == "no bf16 hook in this build" and hook["not_run"]
     assert "not run here ('bf16 hook'): no bf16 hook in this build" in res.notes
     assert "not run: no bf16 hook" in res.table() and "failed" not in res.table()
-    assert res.rows[2]["speedup"] == pytest.approx(1.5)
+    assert res.rows[3]["speedup"] == pytest.approx(1.5)
     # CPU sizes: what RunSpec.for_device("cpu", model) gives
     assert res.spec.sizes() == RunSpec.for_device("cpu", "mlp-small").sizes()
 
@@ -317,7 +329,7 @@ def test_bad_requests_are_refused_before_any_launch(monkeypatch):
 
 def test_the_recording_is_found_by_launcher_model_and_path(tmp_path, monkeypatch):
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
-    _fake(monkeypatch, script_result(100.0), script_result(150.0, workers=2))
+    _fake(monkeypatch, script_result(100.0), script_result(100.0), script_result(150.0, workers=2))
     res = tuning.tuning_comparison(base=RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2),
                                    path="shm", tunings=["untuned"])
     name = tuning.reference_name("ddp", "wide", "shm")

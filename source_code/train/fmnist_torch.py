@@ -108,7 +108,7 @@ def add_torch_arguments(p: argparse.ArgumentParser) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    train_common.add_common_arguments(p, launchers=["none", "ddp", "horovod"], models=models_torch.MODELS,
+    train_common.add_common_arguments(p, launchers=["none", "ddp", "horovod"], models=models_torch.TRAINABLE,
                                       framework_arguments=add_torch_arguments)
     args = train_common.validate_common(p.parse_args(argv), Failure)
     if args.noise_scale and args.launcher != "ddp":

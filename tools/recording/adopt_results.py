@@ -12,7 +12,8 @@ file there goes to its home:
 * ``p2p_<NAME>.json``, ``topology_<NAME>.json`` -> source_code/reference/p2p/, topologies/ (gpu_lab_server.py)
 * ``step-<model>[-bN].json``              -> source_code/reference/profiles/
 * every other recording of an experiment  -> source_code/reference/experiments/ (nccl-paths-, scaling-,
-  strong-scaling-, tuning-, one-gpu-, perf-options-, wrapper-cost-, input-pipeline-, convergence-torch-)
+  strong-scaling-, tuning-, one-gpu-, perf-options-, wrapper-cost-, input-pipeline-, convergence-torch-,
+  plain-baselines-)
 
 A file whose home already holds a recording made on another machine or software (GPU model or count,
 driver, CUDA, NCCL or PyTorch: ``ddlab.system.provenance.SAME_MACHINE``) is not copied: the notebooks
@@ -55,7 +56,7 @@ MACHINE_FILES = (("levels_", "allreduce", "-levels"), ("p2p_", "p2p", ""), ("top
 # A machine's file tag in a name (e.g. 4xh200-nv18): the GPU count the file must have been recorded with.
 MACHINE_TAG = re.compile(r"(?<![a-z0-9])(\d+)x[a-z]")
 EXPERIMENT_PREFIXES = ("nccl-paths-", "scaling-", "strong-scaling-", "tuning-", "one-gpu-", "perf-options-",
-                       "wrapper-cost-", "input-pipeline-", "convergence-torch-")
+                       "wrapper-cost-", "input-pipeline-", "convergence-torch-", "plain-baselines-")
 
 
 def home_of(name: str, reference: str = None, pending: str = None):

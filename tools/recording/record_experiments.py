@@ -3,7 +3,8 @@
     python tools/recording/record_experiments.py OUT_DIR [JOB ...] [--repeats 3] [--timeout 240] [--batch N]
         [--global-batches 4,8,16,32,64,128]
 
-JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide), launcher:model:graph
+JOB is launcher:model (ddp:cnn, ddp:wide, horovod:cnn, horovod:wide; ddp:probe and horovod:probe
+time the probe model, one small layer at batch 4, whose step is the fixed cost of a step), launcher:model:graph
 (DDP with cuda_graph="on", written with a "-graph" suffix beside the eager recording),
 "perf" (one GPU, model cnn, each single-GPU speed option), step:model (one GPU: the
 model's step captured as a CUDA graph, the GPU's busy time the cost model uses; written as
@@ -17,7 +18,13 @@ of --global-batches on one GPU, then split over two over NCCL path path, default
 peer-to-peer off as in the reports; written as strong-scaling-torch-<launcher>-<model>-<path>.json;
 e.g. strong:ddp:mlp-small; several paths joined by "+", e.g. strong:ddp:mlp-large:default+socket,
 run in one experiment whose rounds run the one-GPU run once for all of them, and each path gets
-its file). Default: ddp:cnn
+its file), or plain-baselines (one GPU: the plain one-GPU run, launcher none, of every model,
+batch per GPU, precision and CUDA-graph setting of the committed nccl-paths, scaling,
+strong-scaling and tuning recordings made on this GPU model, strong scaling at its whole global
+batch; ddlab.training.plain_runs, each run the training script's main() in one process so the
+imports are paid once; written as plain-baselines-torch.json, where ddlab.training.baseline finds
+the speedups' baseline; --dry-run makes it tiny on the CPU). Every other JOB records the plain
+one-GPU run beside the wrapper's one-worker run in its own file. Default: ddp:cnn
 ddp:wide horovod:cnn horovod:wide.
 
 Every run is ddlab.training.recording.gpu_spec(model): the same run description (batch, steps,
@@ -39,13 +46,15 @@ GPUs and software (OUT_DIR's, else the committed one; partial_tuning) and runs t
 worker's phase times); a launch is killed after --timeout seconds and its row shows where
 each worker was stuck.
 
-Time: one comparison is (1 + 3 paths) x repeats launches, 12 with 3 repeats; at tens of
-seconds a launch (start-up, data, warm-up, the timed steps, the test pass), plan about
-10 minutes a JOB. The wide model over sockets is the slowest path (about 0.1 s a step). A tune
-JOB is (1 + 9 DDP or 8 Horovod tunings) x repeats launches, 30 or 27 with 3 repeats, each
-about as long as a comparison's: plan a run of about 10 minutes for each tune JOB, and a second
-one where launches are slower (it resumes). A strong JOB is (1 + paths) x repeats launches per
-global batch: on 2x H200, 6 launches of 17-22 s with one path (100-130 s a batch), 9 with two.
+Time: one comparison is (2 + 3 paths) x repeats launches (the plain one-GPU run, the one-worker
+run, each path), 15 with 3 repeats; at tens of seconds a launch (start-up, data, warm-up, the
+timed steps, the test pass), plan about 12 minutes a JOB. The wide model over sockets is the
+slowest path (about 0.1 s a step). A tune JOB is (2 + 9 DDP or 8 Horovod tunings) x repeats
+launches, 33 or 30 with 3 repeats, each about as long as a comparison's: plan a run of about 11
+minutes for each tune JOB, and a second one where launches are slower (it resumes). A strong JOB
+is (2 + paths) x repeats launches per global batch (the plain run and the one-worker run, then
+each path). The plain-baselines JOB is one process: its imports once, then 17 configurations
+(on 2x H200's recordings) x 3 repeats of a few seconds each.
 """
 import argparse
 import os
@@ -54,13 +63,35 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab.training import experiments, recording, recording_sets, runs, step_profile  # noqa: E402
+from ddlab.training import experiments, plain_runs, recording, recording_sets, runs, step_profile  # noqa: E402
 from ddlab.course import field_reports, tuning
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
-from ddlab.training.runspec import MODELS  # noqa: E402
+from ddlab.training.runspec import MODELS, TRAINABLE, RunSpec  # noqa: E402
 
 DEFAULT_JOBS = ["ddp:cnn", "ddp:wide", "horovod:cnn", "horovod:wide"]
+PLAIN_JOB = "plain-baselines"
+
+
+def record_plain(out_dir: str, repeats: int, dry_run: bool) -> dict:
+    """The plain one-GPU runs the committed recordings divide their speedups by (ddlab.training.plain_runs),
+    on this GPU: those of the recordings made on this GPU model (all of them where none was). With
+    ``dry_run``: the same code path on the CPU, tiny. Written as OUT_DIR/plain-baselines-torch.json."""
+    gpu = None if dry_run else plain_runs.this_gpu_model()
+    specs = plain_runs.configs_from_recordings(gpu) or plain_runs.configs_from_recordings()
+    if dry_run:
+        specs = plain_runs.dry_specs(specs)
+    say(f"\n== {PLAIN_JOB}: {len(specs)} plain one-GPU runs x {repeats} repeats, one process"
+        + (" (dry run: tiny, on the CPU)" if dry_run else f" on {gpu or 'this GPU'}"))
+    name = plain_runs.NAME
+    try:
+        res = plain_runs.record(specs, repeats, progress=say)
+    except Exception as exc:  # reported in the summary
+        return {name: f"{type(exc).__name__}: {exc}"}
+    os.makedirs(out_dir, exist_ok=True)
+    recording.save(res, os.path.join(out_dir, name + ".json"))
+    say("\n" + res.table() + "\n")
+    return {name: res}
 
 
 def say(line: str) -> None:
@@ -85,6 +116,8 @@ def parse_job(job: str) -> tuple:
     """(launcher, model, variant): variant False, True (graph) or, for a strong or tune JOB, (KIND, path)."""
     if job == "perf":
         return ("perf", "cnn", False)
+    if job == PLAIN_JOB:
+        return (PLAIN_JOB, "all", False)
     parts = job.split(":")
     if parts[0] == "step":
         if len(parts) != 2 or parts[1] not in MODELS:
@@ -96,11 +129,11 @@ def parse_job(job: str) -> tuple:
                           "strong:ddp:mlp-small or strong:horovod:mlp-large:default")
     if parts[0] == "tune":
         return _with_path(job, parts, tuning.LAUNCHERS, "default", "tune:ddp:wide or tune:horovod:wide:shm")
-    if len(parts) not in (2, 3) or parts[0] not in ("ddp", "horovod") or parts[1] not in MODELS \
+    if len(parts) not in (2, 3) or parts[0] not in ("ddp", "horovod") or parts[1] not in TRAINABLE \
             or parts[2:] not in ([], ["graph"]) or (parts[2:] == ["graph"] and parts[0] != "ddp"):
         raise argparse.ArgumentTypeError(f"bad job {job!r}: expected perf or launcher:model[:graph], e.g. ddp:cnn "
                                          f"or ddp:cnn:graph (launcher ddp or horovod, :graph only with ddp; model "
-                                         f"one of {', '.join(MODELS)})")
+                                         f"one of {', '.join(TRAINABLE)})")
     return parts[0], parts[1], parts[2:] == ["graph"]
 
 
@@ -169,6 +202,9 @@ def main(argv=None) -> int:
     p.add_argument("--echo", action="store_true", help="show the workers' output")
     p.add_argument("--batch", type=int, help="launcher:model jobs: this batch per GPU instead of the live default; "
                    "the result is written with the variant suffix -b<BATCH> (the batch sweep of case 1)")
+    p.add_argument("--dry-run", action="store_true", help=f"{PLAIN_JOB} and launcher:model JOBs: the same runs "
+                   "made tiny, on CPU processes (gloo: the default path only), written under OUT_DIR/dry-run/ (which "
+                   "adopt_results.py does not read): the code path, in minutes, with no GPU")
     p.add_argument("--global-batches", type=_batches, default=field_reports.REPORT_GLOBAL_BATCHES,
                    help="strong JOBs: the global batches, comma-separated (default: the reports' "
                         f"{','.join(map(str, field_reports.REPORT_GLOBAL_BATCHES))})")
@@ -185,15 +221,23 @@ def main(argv=None) -> int:
     machine = recording.use_hardware_label()
     gpus = frameworks.gpu_count("torch")
     say(f"record_experiments: {len(jobs)} job(s), {a.repeats} repeats each, on {machine}; torch sees {gpus} GPU(s)")
-    need = 1 if all(j[0] in ("perf", "step") for j in jobs) else 2
+    need = 1 if all(j[0] in ("perf", "step", PLAIN_JOB) for j in jobs) else 2
+    if a.dry_run:
+        bad = [j for j in jobs if j[0] != PLAIN_JOB and (j[0] not in ("ddp", "horovod") or j[2] is not False)]
+        if bad:
+            p.error("--dry-run is for plain-baselines and launcher:model JOBs")
+        need, a.out = 0, os.path.join(a.out, "dry-run")
     if gpus < need:
         say(f"record_experiments: error: these jobs need {need} GPU(s) visible to torch")
         return 2
     failed = 0
     for launcher, model, graph in jobs:
         t0 = time.monotonic()
-        job = launcher if launcher == "perf" else f"{launcher}:{model}" + (":graph" if graph is True else "")
-        if isinstance(graph, tuple) and graph[0] == "strong":
+        job = launcher if launcher in ("perf", PLAIN_JOB) else f"{launcher}:{model}" + (":graph" if graph is True else "")
+        if launcher == PLAIN_JOB:
+            job = PLAIN_JOB
+            done = record_plain(a.out, a.repeats, a.dry_run)
+        elif isinstance(graph, tuple) and graph[0] == "strong":
             job = f"strong:{job}:{graph[1]}"
             ok, why = frameworks.availability("torch", launcher)
             base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout)
@@ -217,6 +261,11 @@ def main(argv=None) -> int:
         elif launcher == "perf":
             done = recording_sets.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
                                             echo=a.echo, progress=say)
+        elif a.dry_run:       # tiny, on CPU processes: gloo all-reduces, so only the default path runs
+            base = RunSpec.for_device("cpu", model, launcher=launcher, workers=2, repeats=a.repeats, steps=4,
+                                      warmup_steps=1, test_samples=100, timeout=a.timeout, batch=a.batch)
+            say(f"\n== {job} (dry run): CPU processes, {base.steps} steps, batch {base.batch}, {base.repeats} repeats")
+            done = recording_sets.record_paths(a.out, base, None, a.echo, say)
         else:
             base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout,
                                       cuda_graph="on" if graph else None, batch=a.batch)

@@ -7,7 +7,7 @@ the GPUs: strong scaling), the number of GPUs, the NCCL path and the all-reduce 
 read from (a recorded machine, a sweep file of ``ddlab allreduce --out``, or a sweep measured
 now), the framework and the gradients' type, and returns a :class:`Prediction`: the step on
 ``n`` GPUs split into compute, exposed communication and the wrapper's cost, the speedup over
-one GPU, the term that bounds the step, and where each term's number came from.
+the plain one-GPU run (no wrapper), the term that bounds the step, and where each term's number came from.
 
 The model underneath is :func:`ddlab.cost.step_model.predict_step` (DDP's buckets, or
 Horovod's fusion buffers and cycle; each all-reduce from the path's alpha-beta fit carried to
@@ -208,6 +208,7 @@ class Prediction:
     framework: str
     dtype: str
     sources: dict
+    plain_step_s: Optional[float] = None   # the plain one-GPU step the speedup divides by (None: the one-GPU step)
 
     @property
     def step_s(self) -> float:
@@ -232,8 +233,10 @@ class Prediction:
 
     @property
     def speedup(self) -> float:
-        """Images per second on ``gpus`` GPUs over images per second on one."""
-        return (self.gpus if self.scaling == "weak" else 1) * self.one_gpu_step_s / self.step_s
+        """Images per second on ``gpus`` GPUs over images per second of the plain one-GPU run (no
+        wrapper: the given step, or with ``step_has_wrapper`` that step less the wrapper's one-worker cost)."""
+        plain = self.plain_step_s if self.plain_step_s is not None else self.one_gpu_step_s
+        return (self.gpus if self.scaling == "weak" else 1) * plain / self.step_s
 
     def terms(self) -> dict:
         return {"compute": self.compute_s, "exposed communication": self.exposed_comm_s,
@@ -255,6 +258,7 @@ class Prediction:
                 "exposed_comm_ms": self.exposed_comm_s * ms, "wrapper_ms": self.wrapper_s * ms,
                 "wait_ms": self.wait_s * ms,
                 "bound": self.bound, "one_gpu_step_ms": self.one_gpu_step_s * ms,
+                "plain_step_ms": (self.plain_step_s if self.plain_step_s is not None else self.one_gpu_step_s) * ms,
                 "allreduce_ms": self.step.comm_s * ms, "hidden_comm_ms": self.step.hidden_comm_s * ms,
                 "buckets": len(self.step.buckets), "gradient_bytes": self.gradient_bytes,
                 "parameters": self.parameters, "model": self.model, "gpus": self.gpus, "scaling": self.scaling,
@@ -276,7 +280,10 @@ class Prediction:
         for t in self.step.terms:
             v = "" if t.seconds is None else format_time(t.seconds)
             lines.append(f"  {t.name:<23} {v:>10}   {t.basis}: {t.source}")
-        lines.append(f"speedup {self.speedup:.2f}x over one GPU; the step is bound by {self.bound}.")
+        if self.plain_step_s is not None and self.plain_step_s != self.one_gpu_step_s:
+            lines.insert(2, f"  {'plain one GPU':<23} {format_time(self.plain_step_s):>10}   "
+                            f"{self.sources.get('plain one GPU', '')}")
+        lines.append(f"speedup {self.speedup:.2f}x over the plain one-GPU run; the step is bound by {self.bound}.")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -302,7 +309,7 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
             batch: Optional[int] = None, global_batch: Optional[int] = None, gpus: int = 2, path: str = "default",
             fits=RECORDED, framework: str = "ddp", dtype: str = "fp32", fixed_ms: Optional[float] = None,
             wrapper: Optional[Overheads] = None, step_device: Optional[str] = None,
-            wait_ms: Optional[float] = None, wait_source: str = "") -> Prediction:
+            wait_ms: Optional[float] = None, wait_source: str = "", step_has_wrapper: bool = False) -> Prediction:
     """Predict one data-parallel step on ``gpus`` GPUs (see the module's docstring).
 
     * the model: ``model`` (a course model), ``mlp`` (widths) or ``params`` with ``layers``;
@@ -317,12 +324,60 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
       ``dtype``: the gradients' type on the wire ("fp32" or "bf16");
     * ``step_device``: what a given ``step_ms`` was measured on ("cpu" or a GPU's name), so that
       a recorded step profile of another device is not used;
+    * ``step_has_wrapper``: the given one-GPU step ran under the same wrapper with one worker (DDP with
+      world size 1): its cost is not added again, and the plain step the speedup divides by is that
+      step less DDP's measured one-worker cost (Horovod registers no hooks with one worker);
     * ``wait_ms``: the wait for the slower rank per step (e.g.
       :func:`ddlab.cost.step_model.slower_rank_wait` of one GPU's step times), with where it came
       from in ``wait_source``; default: not included (0).
 
     Raises :class:`PredictError` (a ValueError) for input it cannot use."""
     label, model_layers_ = model_of(model, mlp, params, layers)
+    gpus, strong, per_gpu, global_batch = _checked(framework, dtype, gpus, batch, global_batch, step_ms, measure,
+                                                   params, fixed_ms)
+    t1, compute, step_device, sources = _one_gpu_step(model, mlp, step_ms, measure, strong, per_gpu, global_batch,
+                                                      fixed_ms, step_device)
+    f = fits_of(fits)
+    if path not in f.by_path:
+        if path not in PATHS and not isinstance(fits, Mapping):
+            raise PredictError(f"unknown path {path!r}; the course's paths are {', '.join(PATHS)}")
+        raise PredictError(f"{f.label} have no fit for path {path!r} (have: {', '.join(f.by_path) or 'none'})")
+    link = f.by_path[path]
+    rec = recorded_set()
+    over = (wrapper_cost.over_one_worker_step(framework) if step_has_wrapper and wrapper is None else
+            wrapper if wrapper is not None else measured_wrapper(framework))
+    measured = {}
+    if model is not None:
+        measured = recorded_runs.measured_inputs(model, per_gpu, rec.profiles, f.channels.get(path), step_device)
+    how = (f"the alpha-beta fit of {f.label}, path {path} ({link.describe()}), carried to {gpus} GPUs by the "
+           f"ring's 2(n-1)/n" if isinstance(link, AlphaBeta) else
+           f"the ring formula on {getattr(link, 'name', link)} (its alpha and beta)")
+    model_sources = {"one-GPU step": ("measured" if measure else "given", sources["compute"]), "all-reduce": how}
+    wait = 0.0
+    if wait_ms is not None:
+        wait = _positive_ms("--wait-ms", wait_ms, zero=True) * 1e-3
+        model_sources["slower rank"] = ("measured", wait_source) if wait_source else ("given", "--wait-ms")
+        sources["slower rank"] = wait_source or "given (--wait-ms)"
+    else:
+        sources["slower rank"] = "not included (--wait-ms)"
+    try:
+        step = predict_step(model_layers_, compute, link, gpus, batch=per_gpu, overheads=over,
+                            bytes_per_param=DTYPES[dtype], fit_ranks=f.ranks.get(path, 2), framework=framework,
+                            sources=model_sources, slower_rank_s=wait, **measured)
+    except ValueError as exc:
+        raise PredictError(str(exc)) from None
+    sources["exposed communication"] = _exposed_source(step, framework, how, model, "profile" in measured)
+    sources["wrapper"] = ("given: " + over.describe()) if wrapper is not None else f"{over.describe()}: {over.source}"
+    plain_s = t1
+    if step_has_wrapper:
+        plain_s, sources["plain one GPU"] = _plain_step(t1, framework, len(step.buckets))
+    return Prediction(label, sum(x.params for x in model_layers_), sum(b.nbytes for b in step.buckets), gpus,
+                      "strong" if strong else "weak", per_gpu, per_gpu * gpus, t1, step, path, f.label, framework,
+                      dtype, sources, plain_s)
+
+
+def _checked(framework, dtype, gpus, batch, global_batch, step_ms, measure, params, fixed_ms) -> tuple:
+    """(gpus, strong?, batch per GPU, global batch) from :func:`predict`'s arguments, each checked."""
     gpus = _positive_int("--gpus", gpus)
     if gpus < 2:
         raise PredictError(f"--gpus must be 2 or more: on one GPU the step is the one-GPU step itself (got {gpus})")
@@ -345,9 +400,13 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
         global_batch = _positive_int("--global-batch", global_batch)
         if global_batch % gpus:
             raise PredictError(f"a global batch of {global_batch} does not split evenly over {gpus} GPUs")
-        per_gpu = global_batch // gpus
-    else:
-        per_gpu = _positive_int("--batch", batch)
+        return gpus, True, global_batch // gpus, global_batch
+    return gpus, False, _positive_int("--batch", batch), None
+
+
+def _one_gpu_step(model, mlp, step_ms, measure, strong, per_gpu, global_batch, fixed_ms, step_device) -> tuple:
+    """(the one-GPU step, the compute per GPU, the device it was measured on, {term: source}): given
+    (``step_ms``, cut to the batch share for strong scaling) or timed now (``measure``)."""
     sources = {}
     if measure:
         from ddlab.training import step_timing
@@ -357,72 +416,54 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
         sources["one GPU"] = "measured now: " + one.describe()
         if strong:
             each = step_timing.measure(what, per_gpu)
-            compute = each.seconds
             sources["compute"] = "measured now: " + each.describe()
-        else:
-            compute = t1
-            sources["compute"] = "the one-GPU step (measured now)"
-    else:
-        t1 = _positive_ms("--step-ms", step_ms) * 1e-3
-        sources["one GPU"] = "given (--step-ms)" + (f", at the global batch {global_batch}" if strong else "")
-        compute = t1
-        if strong:
-            fixed = t1 if fixed_ms is None else _positive_ms("--fixed-ms", fixed_ms) * 1e-3
-            if fixed > t1:
-                raise PredictError(f"--fixed-ms ({fixed_ms}) cannot exceed the one-GPU step ({step_ms} ms)")
-            compute = fixed + (t1 - fixed) * per_gpu / global_batch
-            sources["compute"] = (f"the one-GPU step with its batch cut to {per_gpu}: "
-                                  + ("all of it taken not to shrink (a small-batch step on a GPU is bound by "
-                                     "launching kernels; --fixed-ms or --measure changes that)" if fixed_ms is None else
-                                     f"{format_time(fixed)} of it fixed (--fixed-ms), the rest in proportion"))
-        else:
-            sources["compute"] = "the one-GPU step (given)"
-    f = fits_of(fits)
-    if path not in f.by_path:
-        if path not in PATHS and not isinstance(fits, Mapping):
-            raise PredictError(f"unknown path {path!r}; the course's paths are {', '.join(PATHS)}")
-        raise PredictError(f"{f.label} have no fit for path {path!r} (have: {', '.join(f.by_path) or 'none'})")
-    link = f.by_path[path]
-    rec = recorded_set()
-    over = wrapper if wrapper is not None else measured_wrapper(framework)
-    measured = {}
-    if model is not None:
-        measured = recorded_runs.measured_inputs(model, per_gpu, rec.profiles, f.channels.get(path), step_device)
-    bytes_per_param = DTYPES[dtype]
-    how = (f"the alpha-beta fit of {f.label}, path {path} ({link.describe()}), carried to {gpus} GPUs by the "
-           f"ring's 2(n-1)/n" if isinstance(link, AlphaBeta) else
-           f"the ring formula on {getattr(link, 'name', link)} (its alpha and beta)")
-    basis = "measured" if measure else "given"
-    model_sources = {"one-GPU step": (basis, sources["compute"]), "all-reduce": how}
-    wait = 0.0
-    if wait_ms is not None:
-        wait = _positive_ms("--wait-ms", wait_ms, zero=True) * 1e-3
-        model_sources["slower rank"] = ("measured", wait_source) if wait_source else ("given", "--wait-ms")
-        sources["slower rank"] = wait_source or "given (--wait-ms)"
-    else:
-        sources["slower rank"] = "not included (--wait-ms)"
-    try:
-        step = predict_step(model_layers_, compute, link, gpus, batch=per_gpu, overheads=over,
-                            bytes_per_param=bytes_per_param, fit_ranks=f.ranks.get(path, 2), framework=framework,
-                            sources=model_sources, slower_rank_s=wait, **measured)
-    except ValueError as exc:
-        raise PredictError(str(exc)) from None
-    grad = sum(b.nbytes for b in step.buckets)
-    hidden = step.hidden_comm_s if step.hidden_comm_s > 1e-12 else 0.0     # not rounding noise
+            return t1, each.seconds, step_device, sources
+        sources["compute"] = "the one-GPU step (measured now)"
+        return t1, t1, step_device, sources
+    t1 = _positive_ms("--step-ms", step_ms) * 1e-3
+    sources["one GPU"] = "given (--step-ms)" + (f", at the global batch {global_batch}" if strong else "")
+    if not strong:
+        sources["compute"] = "the one-GPU step (given)"
+        return t1, t1, step_device, sources
+    fixed = t1 if fixed_ms is None else _positive_ms("--fixed-ms", fixed_ms) * 1e-3
+    if fixed > t1:
+        raise PredictError(f"--fixed-ms ({fixed_ms}) cannot exceed the one-GPU step ({step_ms} ms)")
+    sources["compute"] = (f"the one-GPU step with its batch cut to {per_gpu}: "
+                          + ("all of it taken not to shrink (a small-batch step on a GPU is bound by "
+                             "launching kernels; --fixed-ms or --measure changes that)" if fixed_ms is None else
+                             f"{format_time(fixed)} of it fixed (--fixed-ms), the rest in proportion"))
+    return t1, fixed + (t1 - fixed) * per_gpu / global_batch, step_device, sources
+
+
+def _exposed_source(step: StepPrediction, framework: str, how: str, model: Optional[str], profiled: bool) -> str:
+    """Where the exposed communication's number came from."""
     if framework == "horovod":
-        sources["exposed communication"] = (f"{len(step.buckets)} fused all-reduce(s), {format_time(step.comm_s)} in "
-                                            f"all, from {how}, after a wait of half a cycle "
-                                            f"({format_time(step.cycle_wait_s)}; {wrapper_cost.horovod_source()}); "
-                                            "none of it hidden behind the backward pass")
-    else:
-        ready = ("when each layer's gradient is ready: the recorded step profile of " + model if "profile" in measured
-                 else "each layer's gradient taken ready in proportion to its FLOPs")
-        sources["exposed communication"] = (f"{len(step.buckets)} all-reduce(s), {format_time(step.comm_s)} in all, "
-                                            f"from {how}; {format_time(hidden)} of it hidden behind the backward "
-                                            f"pass ({ready})")
-    sources["wrapper"] = ("given: " + over.describe()) if wrapper is not None else f"{over.describe()}: {over.source}"
-    return Prediction(label, sum(x.params for x in model_layers_), grad, gpus, "strong" if strong else "weak",
-                      per_gpu, per_gpu * gpus, t1, step, path, f.label, framework, dtype, sources)
+        return (f"{len(step.buckets)} fused all-reduce(s), {format_time(step.comm_s)} in all, from {how}, after a "
+                f"wait of half a cycle ({format_time(step.cycle_wait_s)}; {wrapper_cost.horovod_source()}); none of "
+                "it hidden behind the backward pass")
+    hidden = step.hidden_comm_s if step.hidden_comm_s > 1e-12 else 0.0     # not rounding noise
+    ready = ("when each layer's gradient is ready: the recorded step profile of " + str(model) if profiled
+             else "each layer's gradient taken ready in proportion to its FLOPs")
+    return (f"{len(step.buckets)} all-reduce(s), {format_time(step.comm_s)} in all, from {how}; "
+            f"{format_time(hidden)} of it hidden behind the backward pass ({ready})")
+
+
+def _plain_step(t1: float, framework: str, buckets: int) -> tuple:
+    """(the plain one-GPU step, its source) for a one-GPU step ``t1`` that ran under the wrapper with one
+    worker: DDP's measured one-worker cost taken off (:func:`ddlab.cost.wrapper_cost.measured`); Horovod
+    registers no hooks with one worker, so its step is the plain one. The speedup divides by the plain step."""
+    if framework != "ddp":
+        return t1, "the given step (Horovod with one worker registers no hooks: its step is the plain one)"
+    over = measured_wrapper(framework)
+    if over.basis == "none":
+        raise PredictError("--step-has-wrapper needs DDP's one-worker cost to find the plain step, and none is "
+                           "recorded (source_code/reference/experiments/wrapper-cost-torch.json)")
+    cost = over.total_s(buckets)
+    if cost >= t1:
+        raise PredictError(f"the given step ({format_time(t1)}) is not longer than DDP's one-worker cost "
+                           f"({format_time(cost)}): it cannot have run under DDP")
+    return t1 - cost, (f"the given step less DDP's one-worker cost ({format_time(cost)}, {over.describe()}), so the "
+                       "speedup is over the plain one-GPU run")
 
 
 # ----------------------------------------------------------------------------- the command
@@ -478,8 +519,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--framework", default="ddp", choices=FRAMEWORKS)
     p.add_argument("--step-has-wrapper", action="store_true",
                    help="the one-GPU step ran under the same wrapper with one worker (DDP with world size 1): its "
-                        "cost is in --step-ms already, so it is not added again (Horovod registers no hooks with "
-                        "one worker, so its cost is still added)")
+                        "cost is in --step-ms already, so it is not added again, and the speedup divides by that step "
+                        "less DDP's measured one-worker cost, the plain step (Horovod registers no hooks with one "
+                        "worker, so its cost is still added)")
     p.add_argument("--wait-ms", type=float, help="the wait for the slower rank per step in ms (a step lasts as long "
                                                  "as the slowest rank's; default: not included)")
     p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES), help="the gradients' type on the wire")
@@ -494,7 +536,7 @@ def cli(argv: list) -> int:
         pred = predict(a.model, mlp=a.mlp, params=a.params, layers=a.layers, step_ms=a.step_ms, measure=a.measure,
                        batch=a.batch, global_batch=a.global_batch, gpus=a.gpus, path=a.path, fits=a.fits,
                        framework=a.framework, dtype=a.dtype, fixed_ms=a.fixed_ms, wait_ms=a.wait_ms,
-                       wrapper=wrapper_cost.over_one_worker_step(a.framework) if a.step_has_wrapper else None)
+                       step_has_wrapper=a.step_has_wrapper)
     except ValueError as exc:            # PredictError and the checks under it
         print(f"ddlab predict: {exc}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 from ddlab.cost.alpha_beta import fit_sweep
 from ddlab.cost.step_model import Overheads, StepPrediction, predict_step, slower_rank_wait
 from ddlab.cost.wrapper_cost import measured as measured_wrapper
+from ddlab.training.baseline import is_wrapper_one
 
 
 # The recorded NCCL-path comparisons the model is checked against: (launcher label,
@@ -29,9 +30,13 @@ RECORDED_RUNS = (("ddp", "ddp", None), ("ddp-graph", "ddp", "graph"), ("horovod"
 @dataclass(frozen=True)
 class RecordedPoint:
     """One recorded 2-GPU run and what the model needs to predict it: the one-GPU step of
-    the same recording (``global batch / images/s``, the time behind its speedup column),
-    the GPU's busy time when a CUDA-graph recording of the model has it, and the measured
-    speedup (the recording's median over its repeats, with its min-max when recorded)."""
+    the same recording's one-worker run (``global batch / images/s``), the GPU's busy time when a
+    CUDA-graph recording of the model has it, and the measured ratio of its images/s to that
+    one-worker run's (``measured``: the recording's median over its repeats, with its min-max when
+    recorded). The model predicts the 2-GPU step from the one-worker step, so it is checked on that
+    ratio; the speedup the course shows is over the plain one-GPU run (:mod:`ddlab.training.baseline`):
+    ``plain_ratio`` (the one-worker run's images/s over the plain run's) turns one into the other
+    (:meth:`over_plain`), None where no plain run is recorded (the tables then show "-")."""
     launcher: str
     model: str
     path: str
@@ -57,6 +62,8 @@ class RecordedPoint:
     # a candidate term, added to a prediction only when asked for (predict_point(..., rank_wait=True))
     rank_wait_s: float = 0.0
     rank_wait_source: str = ""
+    plain_ratio: Optional[float] = None
+    plain_source: str = ""          # where the plain run came from, or which one is missing
 
     @property
     def framework(self) -> str:
@@ -69,8 +76,19 @@ class RecordedPoint:
         return 1 if self.strong else self.n_gpus
 
     def speedup(self, pred: StepPrediction) -> float:
-        """The speedup ``pred`` means for this run: images/s on ``n_gpus`` over images/s on one."""
+        """What ``pred`` means for this run beside :attr:`measured`: images/s on ``n_gpus`` over the
+        one-worker run's images/s (the ratio the model is checked on)."""
         return pred.speedup * self.images_factor / self.n_gpus
+
+    def over_plain(self, ratio: Optional[float]) -> Optional[float]:
+        """A ratio over the one-worker run (:attr:`measured`, :meth:`speedup`) as the speedup over the
+        plain one-GPU run; None where no plain run is recorded."""
+        return ratio * self.plain_ratio if ratio is not None and self.plain_ratio else None
+
+    @property
+    def measured_plain(self) -> Optional[float]:
+        """The measured speedup over the plain one-GPU run (None: no plain run recorded)."""
+        return self.over_plain(self.measured)
 
 
 @dataclass
@@ -168,7 +186,8 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
         return loaded[key]
 
     def one_gpu_row(res):
-        base = [r for r in (res.rows if res else []) if r.get("workers") == 1 and not r.get("error")]
+        """The wrapper's one-worker run (not the plain run: the model starts from the wrapper's step)."""
+        base = [r for r in (res.rows if res else []) if is_wrapper_one(r) and not r.get("error")]
         return base[0] if base else None
 
     def step_of(row):
@@ -227,15 +246,14 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
                          f"the one-worker CUDA-graph run of {model} on {device_elsewhere[model]}"
                          if model in device_elsewhere else f"the one-worker CUDA-graph run of {model} ({machine})")
                 for r in res.rows:
-                    if (r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None
+                    if (r.get("workers", 1) < 2 or r.get("error") or not r.get("images_per_s")
                             or r.get("path") not in fits):
                         continue
                     points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
-                                                device, variant != "graph", float(r["speedup"]),
-                                                int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max"),
+                                                device, variant != "graph", *ratios_to_one(r, base),
                                                 launcher == "ddp", where if device is not None else "",
                                                 path_name(r, res.provenance),
-                                                **rank_wait(res, base, r["workers"])))
+                                                **rank_wait(res, base, r["workers"]), **plain_fields(res, base)))
     elsewhere += _strong_points(points, names, fits, machine)
     profiles = {}
     for model in names:
@@ -269,17 +287,34 @@ def _strong_points(points: list, names, fits: dict, machine: str) -> list:
             elsewhere.append((name, machine_of(res.provenance)))
             continue
         for r in res.rows:
-            one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")
+            one = next((o for o in res.rows if is_wrapper_one(o) and o.get("global_batch") == r.get("global_batch")
                         and not o.get("error")), None)
-            if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None or one is None:
+            if r.get("workers", 1) < 2 or r.get("error") or not r.get("images_per_s") or one is None:
                 continue
             points.append(RecordedPoint(f"{c.get('launcher')} strong", c["model"], path, r["workers"],
                                         r["global_batch"] // r["workers"], one["global_batch"] / one["images_per_s"],
-                                        None, True, float(r["speedup"]), int(r.get("repeats", 1)),
-                                        r.get("speedup_min"), r.get("speedup_max"), c.get("launcher") == "ddp", "",
+                                        None, True, *ratios_to_one(r, one), c.get("launcher") == "ddp", "",
                                         path_name(dict(r, path=path), res.provenance), strong=True,
-                                        **rank_wait(res, one, r["workers"])))
+                                        **rank_wait(res, one, r["workers"]), **plain_fields(res, one)))
     return elsewhere
+
+
+def ratios_to_one(row: dict, one: dict) -> tuple:
+    """(measured, repeats, min, max): ``row``'s images/s over the one-worker run ``one``'s median, the
+    ratio the model is checked on (:class:`RecordedPoint`)."""
+    base = one["images_per_s"]
+    lo, hi = row.get("images_per_s_min"), row.get("images_per_s_max")
+    return (row["images_per_s"] / base, int(row.get("repeats", 1)), lo / base if lo is not None else None,
+            hi / base if hi is not None else None)
+
+
+def plain_fields(res, one: dict) -> dict:
+    """{"plain_ratio", "plain_source"}: the one-worker run's images/s over the plain one-GPU run's
+    (:meth:`ddlab.training.results.ExperimentResult.plain_run`), or None and which plain run is missing."""
+    plain = res.plain_run(one)
+    if plain is None or not plain.found:
+        return {"plain_ratio": None, "plain_source": plain.missing if plain is not None else ""}
+    return {"plain_ratio": one["images_per_s"] / plain.images_per_s, "plain_source": plain.where}
 
 
 def rank_wait(res, one_gpu_row: dict, n_ranks: int) -> dict:

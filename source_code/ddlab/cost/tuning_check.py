@@ -24,8 +24,10 @@ from __future__ import annotations
 from typing import Optional
 
 from ddlab.base.units import format_ratio
-from ddlab.cost.recorded_runs import RecordedPoint, RecordedSet, path_labels, predict_point, recorded_points, recorded_sets
-from ddlab.cost.validation import TOLERANCE, err_text
+from ddlab.cost.recorded_runs import (RecordedPoint, RecordedSet, path_labels, plain_fields, predict_point,
+                                      ratios_to_one, recorded_points, recorded_sets)
+from ddlab.cost.validation import TOLERANCE, baseline_notes, err_text
+from ddlab.training.baseline import is_wrapper_one
 
 MIB = 1024 * 1024
 PREFIX = "tuning-torch-"
@@ -125,14 +127,15 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
     for res in comparisons:
         c = res.config
         launcher, model, path = c.get("launcher"), c.get("model"), c.get("path") or "default"
-        base = next((r for r in res.rows if r.get("workers") == 1 and not r.get("error")), None)
+        base = next((r for r in res.rows if is_wrapper_one(r) and not r.get("error")), None)
         if base is None:
             continue
         one_s = base["global_batch"] / base["images_per_s"]
         device_s, device_source = _device_s(rec, model, base["global_batch"])
-        untuned = next((r["speedup"] for r in res.rows if r.get("tuning") == "untuned" and r.get("speedup")), None)
+        untuned = next((r["images_per_s"] for r in res.rows if r.get("tuning") == "untuned"
+                        and r.get("images_per_s")), None)
         for r in res.rows:
-            if r.get("workers", 1) < 2 or r.get("error") or r.get("speedup") is None:
+            if r.get("workers", 1) < 2 or r.get("error") or not r.get("images_per_s"):
                 continue
             kw, modelled, left, why_not = model_inputs(r.get("tuning_config"))
             if why_not is None and r.get("global_batch") != r["workers"] * base["global_batch"]:
@@ -141,26 +144,27 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
                 skipped.append(f"{launcher} {r['tuning']} ({why_not})")
                 continue
             p = RecordedPoint(launcher, model, path, r["workers"], base["global_batch"], one_s, device_s, True,
-                              float(r["speedup"]), int(r.get("repeats", 1)), r.get("speedup_min"), r.get("speedup_max"),
-                              launcher == "ddp", device_source)
+                              *ratios_to_one(r, base), launcher == "ddp", device_source, **plain_fields(res, base))
             pred = predict_point(p, rec.fits, wrappers.get(p.framework), profiles=rec.profiles,
                                  channels=rec.channels, sweeps=rec.sweeps, **kw)
             got = p.speedup(pred)
+            lo, hi = p.over_plain(p.measured_min), p.over_plain(p.measured_max)
             rows.append({"launcher": launcher, "model": model, "path": path, "tuning": r["tuning"],
-                         "measured": p.measured, "spread": (f"{format_ratio(p.measured_min)}-"
-                                                            f"{format_ratio(p.measured_max)}"
-                                                            if p.measured_min is not None else "-"),
-                         "predicted": got, "error_pct": 100 * (got / p.measured - 1),
+                         "measured": p.measured_plain,
+                         "spread": f"{format_ratio(lo)}-{format_ratio(hi)}" if lo is not None else "-",
+                         "predicted": p.over_plain(got), "error_pct": 100 * (got / p.measured - 1),
                          "modelled": "; ".join(modelled + [f"{t}: not modelled" for t in left]) or "untuned",
                          "bound": pred.bound, "sixteen_bit": kw.get("bytes_per_param") == 2,
                          "gap_s": p.images_factor * one_s / p.measured - pred.total_s,
-                         "slower_than_untuned": untuned is not None and p.measured < untuned})
+                         "slower_than_untuned": untuned is not None and r["images_per_s"] < untuned,
+                         "plain_source": p.plain_source})
     inside = sum(abs(r["error_pct"]) <= 100 * TOLERANCE for r in rows)
     notes = [f"{inside} of {len(rows)} within ±{100 * TOLERANCE:.0f}%. Each two-GPU tuning predicted from its "
              "comparison's own one-GPU run, the path's recorded all-reduce sweep and the model's terms, with the "
              "tuning's setting as the model's input (last column); nothing fitted to these runs, and nothing in the "
              "model changed for them."]
     notes += _miss_notes(rows)
+    notes += baseline_notes(rows)
     if any("not modelled" in r["modelled"] for r in rows):
         notes.append("A setting marked 'not modelled' changes nothing in the prediction: the model has no term for "
                      "it, so its row is predicted as the untuned run.")
@@ -174,14 +178,19 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
                      "for the course's, tuning_check.tuning_check_other_machines() for the others): " + ", ".join(elsewhere) + ".")
     models = sorted({r["model"] for r in rows})
     cols = [("launcher", "text"), ("path", path_labels(rec), "path"), ("tuning", "text"),
-            ("measured", "ratio", "measured"), ("spread", "text", "min-max"), ("predicted", "ratio", "predicted"),
+            ("measured", _ratio, "measured"), ("spread", "text", "min-max"), ("predicted", _ratio, "predicted"),
             ("error_pct", err_text, "error"),
             ("modelled", "text", "model input")]
     if len(models) > 1:
         cols.insert(1, ("model", "text"))
     named = f", the {models[0]} model" if len(models) == 1 else ""
-    return Table(cols, rows, title=f"The step model against the recorded tunings{named}: 2-GPU speedup over one GPU"
-                                   + (f" ({rec.machine})" if rec.machine else ""), notes=notes, wrap=("modelled",))
+    return Table(cols, rows, title=f"The step model against the recorded tunings{named}: 2-GPU speedup over the "
+                                   "plain one-GPU run" + (f" ({rec.machine})" if rec.machine else ""), notes=notes,
+                 wrap=("modelled",), missing="-")
+
+
+def _ratio(v) -> str:
+    return "-" if v is None else format_ratio(v)
 
 
 def tuning_check_other_machines() -> list:

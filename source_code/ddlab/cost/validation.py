@@ -30,7 +30,8 @@ Structure choices, and when they were made:
   device paths.
 
 None of these choices was changed after seeing its held-out result. ``python -m ddlab.cost.validation``
-prints the held-out table, then the plain one.
+prints the held-out table of each machine whose runs and all-reduce sweeps are recorded (each predicted
+from its own sweeps), then the plain one.
 """
 from __future__ import annotations
 
@@ -69,9 +70,11 @@ def _left_out(by: str, p: RecordedPoint) -> dict:
 
 
 def held_out_speedups(rec: RecordedSet, by: str, **kwargs) -> list:
-    """For each recorded point (in ``rec.points`` order), the speedup predicted without
-    anything measured on its ``by`` ("model", "path" or "batch"): the wrapper's one-worker rows
-    of the same model (or batch) left out. None where nothing is left to measure it on."""
+    """For each recorded point (in ``rec.points`` order), the ratio of its 2-GPU images/s to its
+    one-worker run's (:meth:`RecordedPoint.speedup`, what :attr:`RecordedPoint.measured` is beside)
+    predicted without anything measured on its ``by`` ("model", "path" or "batch"): the wrapper's
+    one-worker rows of the same model (or batch) left out. None where nothing is left to measure
+    it on. :meth:`RecordedPoint.over_plain` turns one into the speedup over the plain one-GPU run."""
     if by not in HELD_OUT:
         raise ValueError(f"held out by one of {', '.join(HELD_OUT)}, got {by!r}")
     kwargs = _with_profiles(rec, kwargs)
@@ -111,9 +114,12 @@ def err_text(v) -> str:
 
 
 def _spread(p: RecordedPoint) -> str:
+    """The measured speedup's min-max over the plain one-GPU run ("-" where that run is missing)."""
     if p.measured_min is None or p.measured_max is None:
         return "single run" if p.repeats == 1 else "-"
-    return f"{format_ratio(p.measured_min)}-{format_ratio(p.measured_max)}"
+    if not p.plain_ratio:
+        return "-"
+    return f"{format_ratio(p.over_plain(p.measured_min))}-{format_ratio(p.over_plain(p.measured_max))}"
 
 
 def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
@@ -133,23 +139,26 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     rows = []
     for i, p in enumerate(rec.points):
         pred = _predict(rec, p, wrappers, **kwargs)
-        row = {"launcher": p.launcher, "model": p.model, "path": p.path, "batch": p.batch, "measured": p.measured,
-               "spread": _spread(p), "measured_min": p.measured_min, "measured_max": p.measured_max,
-               "all_pred": p.speedup(pred), "step_s": pred.total_s, "comm_s": pred.comm_s, "compute_s": p.compute_s,
-               "n_gpus": p.n_gpus, "images_factor": p.images_factor,
-               "bound": pred.bound,
+        # shown: speedups over the plain one-GPU run; m1...: the same over the one-worker run, which the
+        # model predicts from (the errors are the same either way: both columns divide by one run)
+        row = {"launcher": p.launcher, "model": p.model, "path": p.path, "batch": p.batch,
+               "measured": p.measured_plain, "spread": _spread(p), "m1": p.measured, "m1_min": p.measured_min,
+               "m1_max": p.measured_max, "all_pred": p.speedup(pred), "step_s": pred.total_s, "comm_s": pred.comm_s,
+               "compute_s": p.compute_s, "n_gpus": p.n_gpus, "images_factor": p.images_factor,
+               "plain_source": p.plain_source, "bound": pred.bound,
                "path_matters": "yes" if link_effect(rec, p, wrappers, **kwargs) > PATH_INDEPENDENT else "NO"}
         for by in schemes:
-            row[f"{by}_pred"] = held[by][i]
+            row[f"{by}_p1"] = held[by][i]
+            row[f"{by}_pred"] = p.over_plain(held[by][i])
             row[f"{by}_err"] = _err(held[by][i], p.measured)
         rows.append(row)
+    ratio = lambda v: "-" if v is None else format_ratio(v)    # noqa: E731
     cols = [("launcher", "text"), ("model", "text"), ("path", path_labels(rec), "path"), ("batch", "int", "batch/GPU"),
-            ("measured", "ratio", "measured"), ("spread", "text", "min-max")]
+            ("measured", ratio, "measured"), ("spread", "text", "min-max")]
     notes = held_out_notes(rows, schemes, rec)
     if schemes and any(p.rank_wait_s for p in rec.points):
         notes.insert(1, _rank_wait_note(rec, rows, schemes[0], kwargs))
     groups = _same_predictions(rows, schemes)
-    ratio = lambda v: "-" if v is None else format_ratio(v)    # noqa: E731
     for group in groups:
         named = " or ".join(group) if len(group) < 3 else ", ".join(group[:-1]) + " or " + group[-1]
         if len(groups) == 1:
@@ -168,14 +177,14 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     left = ", then its ".join(schemes) if schemes else "nothing"
     return Table(cols, rows, title="Held out: each recorded 2-GPU run predicted from measured terms, its "
                                    f"{left} left out" + (f" ({rec.machine})" if rec.machine else ""),
-                 notes=notes, compact=True)     # a dozen columns or more: narrow cells keep it on the page
+                 notes=notes, compact=True, missing="-")     # a dozen columns or more: narrow cells keep it on the page
 
 
 def _rank_wait_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> str:
     """What the candidate wait for the slower rank (:func:`ddlab.cost.recorded_runs.rank_wait`) would do
     to this table: how many rows it would hold within the band, beside the model's count."""
     waited = held_out_speedups(rec, by, **dict(kwargs, rank_wait=True))
-    k, m = hits([{"e": _err(w, r["measured"])} for w, r in zip(waited, rows)], "e")
+    k, m = hits([{"e": _err(w, r["m1"])} for w, r in zip(waited, rows)], "e")
     k0, m0 = hits(rows, f"{by}_err")
     waits = sorted(p.rank_wait_s for p in rec.points)
     return (f"A candidate term, not in the model: the wait for the slower rank, the expected longest of one draw per "
@@ -220,7 +229,7 @@ def _same_predictions(rows, schemes) -> list:
     groups: list = []
     for by in schemes:
         for g in groups:
-            if all(same(r[f"{g[0]}_pred"], r[f"{by}_pred"]) for r in rows):
+            if all(same(r[f"{g[0]}_p1"], r[f"{by}_p1"]) for r in rows):
                 g.append(by)
                 break
         else:
@@ -253,7 +262,7 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
     batches = sorted({r["batch"] for r in rows})
     if "batch" not in schemes and batches:
         head.append(f"leaving each batch out is not possible: every recorded run has {batches[0]} images per GPU")
-    same = [by for by in schemes if all(r[f"{by}_pred"] is not None and abs(r[f"{by}_pred"] / r["all_pred"] - 1) < 1e-9
+    same = [by for by in schemes if all(r[f"{by}_p1"] is not None and abs(r[f"{by}_p1"] / r["all_pred"] - 1) < 1e-9
                                         for r in rows)]
     notes = ["Held out: " + "; ".join(head) + ".",
              "No number of the model is fitted to these 2-GPU runs, so there is no in-sample count: every prediction "
@@ -269,10 +278,12 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
                      f"and the wrapper, not the link. Of the {len(rest)} that do, {k} of {m} are within {band}.")
     notes += miss_notes(rows, schemes[0] if schemes else None)
     notes.append("Terms: " + "; ".join(f"{name} ({basis})" for name, basis in term_bases(rec).items()) + ".")
+    notes += baseline_notes(rows)
     if any(r["launcher"].endswith(" strong") for r in rows):
         notes.append("Rows of launcher '... strong' are the field reports' experiment: one global batch on one GPU, then "
-                     "split over two (batch/GPU is the share); their speedup is over the one-GPU run of the same global "
-                     "batch, whose measured step is taken as the step at the share.")
+                     "split over two (batch/GPU is the share); their speedup is over the plain one-GPU run of the same "
+                     "global batch, and the model starts from the one-worker run's step at that batch, taken as the "
+                     "step at the share.")
     if rec.missing:
         notes.append("Not recorded (no prediction checked): " + ", ".join(f"{m} ({la})" for la, m in rec.missing) + ".")
     if rec.elsewhere:
@@ -283,6 +294,21 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
                      "only from sweeps of its own machine; each machine whose sweeps are recorded has a table of its own: "
                      "validation.held_out() for the course's, validation.held_out_other_machines() for the others): "
                      + "; ".join(f"{where}: {', '.join(names)}" for where, names in machines.items()) + ".")
+    return notes
+
+
+def baseline_notes(rows) -> list:
+    """Where the plain one-GPU runs the shown speedups divide by came from, and which are missing."""
+    found = sorted({r["plain_source"] for r in rows if r.get("measured") is not None and r.get("plain_source")})
+    missing = sorted({r["plain_source"] for r in rows if r.get("measured") is None and r.get("plain_source")})
+    notes = []
+    if found:
+        notes.append("Measured and predicted: speedup over the plain one-GPU run (one process, no wrapper) of the same "
+                     "model, batch and precision, recorded on " + "; ".join(found) + ". The model predicts each "
+                     "2-GPU step from the one-worker run of the same recording, so its error is that of the 2-GPU "
+                     "images/s, whichever run the speedups divide by.")
+    if missing:
+        notes.append("'-': " + "; ".join(missing) + "; the error is still that of the 2-GPU images/s.")
     return notes
 
 
@@ -301,7 +327,7 @@ def term_bases(rec: RecordedSet) -> dict:
 
 def _gap_ms(r) -> float:
     """How much longer the measured step is than the predicted one, in ms (negative: shorter)."""
-    measured_step = r.get("images_factor", r["n_gpus"]) * r["compute_s"] / r["measured"]
+    measured_step = r.get("images_factor", r["n_gpus"]) * r["compute_s"] / r["m1"]
     return 1e3 * (measured_step - r["step_s"])
 
 
@@ -316,13 +342,13 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
         return ["Every held-out prediction is within the band."] if key else []
     groups: dict = {}
     for r in out_rows:
-        lo, hi = r.get("measured_min"), r.get("measured_max")
-        pred = r[f"{by}_pred"]
-        if r["measured"] > r["n_gpus"]:
+        lo, hi = r.get("m1_min"), r.get("m1_max")
+        pred = r[f"{by}_p1"]
+        if (r.get("measured") or 0) > r["n_gpus"]:
             why = "above_linear"
         elif lo is not None and hi is not None and lo <= pred <= hi:
             why = "in_spread"
-        elif pred < r["measured"]:
+        elif pred < r["m1"]:
             why = "too_long"
         elif r["bound"] in ("host", "serial"):
             why = f"host_{r['launcher']}"
@@ -350,7 +376,7 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
     for why, rs in groups.items():
         if why == "above_linear":
             notes.append(f"  measured above {rs[0]['n_gpus']}x, which a model that only adds costs cannot reach: "
-                         f"{names(rs)}; two processes ran faster than the one-process run they are compared with.")
+                         f"{names(rs)}; two processes ran faster than {rs[0]['n_gpus']} times the plain one-GPU run.")
         elif why == "in_spread":
             notes.append(f"  inside the min-max of the measured repeats, so within what the runs themselves vary by: "
                          f"{names(rs)}.")
@@ -386,8 +412,9 @@ def recorded_terms(launcher: str = "ddp", model: str = "wide", path: str = "shm"
     p = pts[0]
     pred = _predict(rec, p, rec.wrappers(), profiles=rec.profiles, channels=rec.channels)
     t = pred.terms_table()
-    t.title = (f"The terms of one prediction: {launcher} {model} over {path}, predicted {format_ratio(p.speedup(pred))}, "
-               f"measured {format_ratio(p.measured)}")
+    over = (lambda v: format_ratio(v) if v is not None else "-")     # noqa: E731
+    t.title = (f"The terms of one prediction: {launcher} {model} over {path}, predicted "
+               f"{over(p.over_plain(p.speedup(pred)))}, measured {over(p.measured_plain)} (over the plain one-GPU run)")
     t.notes = [f"Step on {p.n_gpus} GPUs {format_time(pred.total_s)}, decided by the {pred.bound} path."]
     return t
 
@@ -406,13 +433,15 @@ def validate(recorded: Optional[RecordedSet] = None, **kwargs):
     for p in rec.points:
         pred = _predict(rec, p, wrappers, **kwargs)
         err = p.speedup(pred) / p.measured - 1
-        rows.append({"launcher": p.launcher, "model": p.model, "path": p.path, "predicted": p.speedup(pred),
-                     "measured": p.measured, "error_pct": 100 * err,
-                     "within": "yes" if abs(err) <= TOLERANCE else "no", "bound": pred.bound})
+        rows.append({"launcher": p.launcher, "model": p.model, "path": p.path,
+                     "predicted": p.over_plain(p.speedup(pred)), "measured": p.measured_plain, "error_pct": 100 * err,
+                     "within": "yes" if abs(err) <= TOLERANCE else "no", "bound": pred.bound,
+                     "plain_source": p.plain_source})
     inside = sum(r["within"] == "yes" for r in rows)
     notes = [f"{inside} of {len(rows)} within ±{100 * TOLERANCE:.0f}%; no term is fitted to these runs."]
     notes.append("Wrapper cost: " + "; ".join(o.describe() for o in wrappers.values()) + "; where the one-GPU step "
                  "ran under the same wrapper (DDP with world size 1) it is in that step already.")
+    notes += baseline_notes(rows)
     if rec.missing:
         notes.append("Not recorded (no prediction checked): "
                      + ", ".join(f"{m} ({la})" for la, m in rec.missing) + ".")
@@ -420,11 +449,12 @@ def validate(recorded: Optional[RecordedSet] = None, **kwargs):
         notes.append("Each recorded point is a single run: its spread between repeats is unknown.")
     notes += _input_notes(rec, kwargs)
     cols = [("launcher", "text"), ("model", "text"), ("path", path_labels(rec), "path"),
-            ("predicted", "ratio", "predicted speedup"), ("measured", "ratio", "measured speedup"),
+            ("predicted", lambda v: "-" if v is None else format_ratio(v), "predicted speedup"),
+            ("measured", lambda v: "-" if v is None else format_ratio(v), "measured speedup"),
             ("error_pct", lambda v: f"{v:+.1f}%", "error"), ("within", "text", f"within ±{100 * TOLERANCE:.0f}%"),
             ("bound", "text", "decided by")]
     return Table(cols, rows, title="Predicted vs measured 2-GPU speedup" + (f" ({rec.machine})" if rec.machine else ""),
-                 notes=notes)
+                 notes=notes, missing="-")
 
 
 def _input_notes(rec: RecordedSet, kwargs: dict) -> list:
@@ -469,7 +499,10 @@ def _horovod_host_gap() -> str:
             "synchronize) is not measured by the course and is modelled as 0.")
 
 
-if __name__ == "__main__":     # python -m ddlab.cost.validation: the held-out table, then the plain one
+if __name__ == "__main__":     # python -m ddlab.cost.validation: each machine's held-out table, then the plain one
     print(held_out())
+    for other in held_out_other_machines():     # every other machine's runs, from its own recorded sweeps
+        print()
+        print(other)
     print()
     print(validate())

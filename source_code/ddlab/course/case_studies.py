@@ -35,24 +35,37 @@ from ddlab.training.runs import launch_bar
 
 
 # ----------------------------------------------------------------------------- case 1
-def _row(model, path, compute_s, pred, measured, spread=None, repeats=None):
+def _row(model, path, compute_s, pred, measured, spread=None, repeats=None, plain_ratio: Optional[float] = 1.0):
+    """One case row. ``measured`` (and ``spread``) and ``pred.speedup`` are over the one-worker run whose
+    step is ``compute_s``; ``plain_ratio`` (that run's images/s over the plain one-GPU run's) turns them
+    into speedups over the plain run, as shown; None: no plain run recorded, so they show as "-". The
+    error is the 2-GPU images/s', the same over either run."""
     lo, hi = spread if spread else (None, None)
+
+    def over(v):
+        return v * plain_ratio if v is not None and plain_ratio else None
     return {"model": model, "path": path, "gradients": sum(b.nbytes for b in pred.buckets), "compute": compute_s,
             "allreduce": pred.comm_s, "ratio": compute_s / pred.comm_s if pred.comm_s > 0 else float("inf"),
-            "exposed": pred.exposed_comm_s, "overhead": pred.overhead_s, "predicted": pred.speedup,
-            "measured": measured, "spread": f"{lo:.2f}-{hi:.2f}" if lo is not None and hi is not None else "-",
+            "exposed": pred.exposed_comm_s, "overhead": pred.overhead_s, "predicted": over(pred.speedup),
+            "measured": over(measured),
+            "spread": f"{over(lo):.2f}-{over(hi):.2f}" if lo is not None and hi is not None and plain_ratio else "-",
             "repeats": repeats, "error_pct": 100 * (pred.speedup / measured - 1) if measured else None}
+
+
+def _or_dash(fmt):
+    return lambda v: "-" if v is None else fmt(v)
 
 
 _COLUMNS = [("model", "text"), ("path", "text"), ("gradients", "bytes", "grads"),
             ("compute", "time", "step (1)"), ("allreduce", "time", "all-reduce"),
             ("ratio", "ratio", "ratio"), ("exposed", "time", "exposed"),
-            ("overhead", "time", "wrapper"), ("predicted", "ratio", "predicted"),
-            ("measured", "ratio", "measured"), ("spread", "text", "min-max"),
-            ("error_pct", lambda v: f"{v:+.1f}%", "error")]
+            ("overhead", "time", "wrapper"), ("predicted", _or_dash(lambda v: f"{v:.2f}x"), "predicted"),
+            ("measured", _or_dash(lambda v: f"{v:.2f}x"), "measured"), ("spread", "text", "min-max"),
+            ("error_pct", _or_dash(lambda v: f"{v:+.1f}%"), "error")]
 _LEGEND_TERMS = ("step (1): the one-worker step; all-reduce: the grads on that path (alpha-beta fit); ratio: step (1) / "
                  "all-reduce; exposed: what the backward pass cannot hide; wrapper: its own cost per step")
-_LEGEND = _LEGEND_TERMS + "; predicted (the bound) and measured (median, min-max): speedup of 2 workers over 1."
+_LEGEND = (_LEGEND_TERMS + "; predicted (the bound) and measured (median, min-max): 2-GPU images/s over the plain "
+           "one-GPU run's (no wrapper; '-': none recorded); error: of the 2-GPU images/s.")
 
 PATHS_NOTE = "default = NCCL's own choice (NVLink here); shm = peer-to-peer off; socket = TCP."
 TABLE_WIDTH = 110      # characters: the widest table line notebook 10 shows (the HTML table fits the notebook)
@@ -64,7 +77,7 @@ def _case_table(columns: list, rows: list, title: str, notes: list) -> Table:
     if rows and all(not r.get("overhead") for r in rows):
         columns = [c for c in columns if c[0] != "overhead"]
         notes = notes + ["wrapper: 0 s in every row (in the one-worker step), so no column."]
-    return Table(columns, rows, title=title, notes=notes)
+    return Table(columns, rows, title=title, notes=notes, missing="-")
 
 
 def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
@@ -87,11 +100,15 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
         pred = recorded_runs.predict_point(p, rec.fits, over.get(p.framework), profiles=rec.profiles,
                                            channels=rec.channels, sweeps=rec.sweeps)
         rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
-                         p.repeats))
+                         p.repeats, p.plain_ratio))
     notes = [_LEGEND + " " + PATHS_NOTE]
     if any(r["overhead"] for r in rows):
         notes.append(f"Wrapper cost: {pred.term('wrapper').source}.")
-    return _case_table(list(_COLUMNS), rows, f"When a second GPU pays: {launcher}, 2 GPUs over 1"
+    plains = sorted({p.plain_source for p in pts if p.plain_source})
+    if plains:
+        notes.append("Plain one-GPU runs: " + "; ".join(plains) + ".")
+    cols = formatted(_COLUMNS, "path", recorded_runs.path_labels(rec))
+    return _case_table(cols, rows, f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                        + (f" ({rec.machine})" if rec.machine else ""), notes)
 
 
@@ -103,17 +120,20 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
     {path: fit} for an NCCL-path comparison) beside the measured speedup. ``recorded`` (default:
     :func:`ddlab.cost.recorded_runs.recorded_points`) supplies the step profiles of the GPU the result
     ran on, and the channels of its own recorded paths."""
+    from ddlab.training import baseline
     rows_in = [r for r in result.rows if not r.get("error")]
-    base = [r for r in rows_in if r.get("workers") == 1]
+    base = [r for r in rows_in if baseline.is_wrapper_one(r)]
     if not base:
         raise ValueError("the result has no one-worker row to take the compute time from")
+    plain = result.plain_run(base[0])
+    plain_ratio = base[0]["images_per_s"] / plain.images_per_s if plain is not None and plain.found else None
     model = result.config.get("model")
     compute_s = base[0]["global_batch"] / base[0]["images_per_s"]
     rec = recorded or recorded_runs.recorded_points()
     device = "cpu" if result.config.get("device") == "cpu" else result.config.get("device_name")
     rows = []
     for r in rows_in:
-        if r.get("workers", 1) < 2 or r.get("speedup") is None:
+        if r.get("workers", 1) < 2 or not r.get("images_per_s"):
             continue
         path = r.get("path") if isinstance(r.get("path"), str) else "default"
         f = fit.get(path) if isinstance(fit, dict) else fit
@@ -125,9 +145,11 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
         pred = _predict.predict(model, step_ms=compute_s * 1e3, batch=base[0]["global_batch"], gpus=r["workers"],
                                 path=path, fits=fits, wrapper=overheads or step_model.NO_OVERHEADS,
                                 step_device=device)
-        lo, hi = r.get("speedup_min"), r.get("speedup_max")
-        row = _row(model, path, compute_s, pred.step, r["speedup"], (lo, hi) if lo is not None else None,
-                   r.get("repeats", 1))
+        one_ips = base[0]["images_per_s"]
+        lo, hi = r.get("images_per_s_min"), r.get("images_per_s_max")
+        row = _row(model, path, compute_s, pred.step, r["images_per_s"] / one_ips,
+                   (lo / one_ips, hi / one_ips) if lo is not None and hi is not None else None, r.get("repeats", 1),
+                   plain_ratio)
         row["batch"] = base[0]["global_batch"]
         rows.append(row)
     if not rows:
@@ -136,7 +158,7 @@ def predicted_vs_measured(result, fit, overheads: Optional[step_model.Overheads]
     shown = {r.get("path"): path_name(r, result.provenance) for r in rows_in if isinstance(r.get("path"), str)}
     cols = formatted(_COLUMNS[:1] + [("batch", "int", "batch")] + _COLUMNS[1:], "path", lambda v: shown.get(v, v))
     return _case_table(cols, rows, f"Predicted vs measured: {model}, {result.config.get('launcher', '?')}",
-                       [_LEGEND + " batch: per worker."])
+                       [_LEGEND + " batch: per worker."] + baseline.notes(result.plain))
 
 
 # ----------------------------------------------------------------------------- case 2
@@ -206,7 +228,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = SECOND_GPU_REP
     from ddlab.training.runspec import RunSpec
     spec = RunSpec.for_device("cuda", model, launcher="ddp", workers=1, repeats=repeats)
     res = experiments.throughput_scaling(spec, workers=(1,), device="cuda", echo=echo, progress=progress)
-    (one,) = res.rows
+    plain, one = res.rows        # the plain one-GPU run, then DDP with one worker
     compute_s = one["global_batch"] / one["images_per_s"]
     rec = recorded or _predict.recorded_set()
     over = wrapper_cost.over_one_worker_step("ddp")
@@ -215,12 +237,14 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = SECOND_GPU_REP
         pred = _predict.predict(model, step_ms=compute_s * 1e3, batch=one["global_batch"], gpus=2, path=path,
                                 fits=_predict.RECORDED, framework="ddp", step_device=res.config.get("device_name"),
                                 wrapper=over)
-        rows.append(dict(_row(model, path, compute_s, pred.step, None), batch=one["global_batch"]))
+        rows.append(dict(_row(model, path, compute_s, pred.step, None,
+                              plain_ratio=one["images_per_s"] / plain["images_per_s"]), batch=one["global_batch"]))
     gpu = res.config.get("device_name") or this_machine()[0]
     spread = (f"{one['images_per_s_min']:,.0f}-{one['images_per_s_max']:,.0f}" if "images_per_s_min" in one else "")
-    notes = [_LEGEND_TERMS + "; predicted: speedup of 2 GPUs over 1; batch: per GPU.",
+    notes = [_LEGEND_TERMS + "; predicted: speedup of 2 GPUs over the plain one-GPU run measured now; batch: per GPU.",
              f"step (1) measured now on this GPU ({gpu}): DDP on one GPU, median of {one.get('repeats', 1)} runs "
-             f"at {one['images_per_s']:,.0f} images/s" + (f" (min-max {spread})." if spread else "."),
+             f"at {one['images_per_s']:,.0f} images/s" + (f" (min-max {spread})" if spread else "")
+             + f"; the plain run (no wrapper) at {plain['images_per_s']:,.0f} images/s.",
              "The second GPU is predicted, not measured: this machine has one. Its links are those of the recorded "
              f"machine ({rec.machine or 'recorded'}): the alpha-beta fit of each path's recorded all-reduce sweep, "
              f"and the DDP wrapper's cost {over.source}.",
@@ -257,13 +281,13 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     if repeats is None:
         repeats = mode.TWO_GPU_LIVE_REPEATS if two_gpus else SECOND_GPU_REPEATS
     if not two_gpus and _gpus_live("ddp", machine, gpus=1):
-        with launch_bar(repeats, f"{model}: DDP on this GPU", log) as progress:
+        with launch_bar(2 * repeats, f"{model}: plain and DDP on this GPU", log) as progress:
             return second_gpu_predicted(model, repeats=repeats, echo=echo, progress=progress)
     inv = inventory or hardware.inventory(horovod_check=False)
     if two_gpus:
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
-        with launch_bar((1 + len(experiments.COMPARED_PATHS)) * repeats,
-                         f"{model}: 1 GPU, then 2 under each NCCL path", log) as progress:
+        with launch_bar(experiments.planned_launches("nccl-paths", repeats=repeats),
+                         f"{model}: 1 GPU plain and under DDP, then 2 under each NCCL path", log) as progress:
             res = experiments.nccl_path_comparison(spec, echo=echo, progress=progress)
         fits = {p: alpha_beta.fit_sweep(s) for p, s in collectives_run.compare_paths(inventory=inv).items()}
         rec = recorded_runs.recorded_points()
@@ -276,7 +300,7 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     rows, tables_ = [], []
     rec = recorded_runs.recorded_points()
     batches = batches or CPU_BATCHES
-    with launch_bar(len(batches) * 2 * repeats, f"{model}: 1 and 2 CPU processes at batches "
+    with launch_bar(len(batches) * 3 * repeats, f"{model}: plain, 1 and 2 CPU processes at batches "
                      f"{', '.join(map(str, batches))}", log) as progress:
         for b in batches:
             spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
@@ -408,6 +432,11 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
         return None, line + " The batch sweep (record_experiments.py --batch N) is not recorded yet on one machine."
     here = lambda m: rec.made_here(by_machine[m][0].provenance)
     machine = max(batches, key=lambda m: (len(batches[m]), here(m)))
+    # each machine's runs are predicted from its own recorded all-reduce sweeps, where they are recorded
+    if not rec.made_here(by_machine[machine][0].provenance):
+        rec = next((r for r in recorded_runs.recorded_sets(others_only=True)
+                    if r.made_here(by_machine[machine][0].provenance)), rec)
+    here = lambda m: rec.made_here(by_machine[m][0].provenance)     # noqa: E731
     over = wrapper_cost.over_one_worker_step("horovod" if launcher == "horovod" else "ddp")
     rows, cols = [], None
     for res in by_machine[machine]:
@@ -415,12 +444,12 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
         rows += t.rows
         cols = [c for c in t.columns if c.key != "model"]   # the title names it
     rows.sort(key=lambda r: (r["batch"], r["path"]))
-    notes = [_LEGEND]
+    notes = [_LEGEND, f"Link fits: the all-reduce sweeps recorded on {rec.machine} ({rec.sweeps})."]
     if not here(machine):
         notes.append(f"Predicted with the link fits of the all-reduce sweeps recorded on {rec.machine}; these runs "
                      f"were recorded on {machine}, whose links are not swept.")
     title = f"When a second GPU pays, by batch: {model}, {launcher}, 2 GPUs over 1 ({machine})"
-    table = Table(cols, rows, title=title, notes=notes)
+    table = Table(cols, rows, title=title, notes=notes, missing="-")
     path_col = next(c for c in table.columns if c.key == "path")
     above = [f"batch {r['batch']} over {table.cell(r, path_col)}" for r in rows if r.get("measured") and r["measured"] > 2]
     if above:
@@ -445,7 +474,8 @@ def held_out_line(held=None) -> str:
     band = 100 * validation.TOLERANCE
     misses = [r for r in held.rows if r.get(key) is not None and abs(r[key]) > band]
     optimistic = sum(r[key] > 0 for r in misses)
-    wrong = [r for r in held.rows if r.get(pred) is not None and (r[pred] > 1) != (r["measured"] > 1)]
+    wrong = [r for r in held.rows if r.get(pred) is not None and r.get("measured") is not None
+             and (r[pred] > 1) != (r["measured"] > 1)]
     named = "; ".join(f"{r['launcher']} {r['model']} {r['path']} {r['batch']}/GPU" for r in wrong)
     return (f"Held out ({key[:-len('_err')]} left out): {k} of {m} recorded 2-GPU runs within ±{band:.0f}%; "
             f"{optimistic} of the {len(misses)} misses predict faster than measured. Wrong about whether the second "
@@ -455,16 +485,19 @@ def held_out_line(held=None) -> str:
 
 def below_one_line(recorded: Optional[recorded_runs.RecordedSet] = None) -> str:
     """Which recorded 2-GPU runs with the batch per GPU kept (weak scaling: every launcher but the
-    "... strong" ones) measured slower than one GPU, by model, from their median speedups."""
+    "... strong" ones) measured slower than the plain one-GPU run, by model, from their median speedups
+    over it; runs with no plain run recorded are counted apart."""
     rec = recorded or recorded_runs.recorded_points()
     weak = [p for p in rec.points if "strong" not in p.launcher]
     slow: dict = {}
     for p in weak:
-        if p.measured is not None and p.measured < 1:
+        if p.measured_plain is not None and p.measured_plain < 1:
             slow.setdefault(p.model, []).append(f"{p.launcher} {p.path}")
+    unknown = sum(p.measured_plain is None for p in weak)
     batches = sorted({p.batch for p in weak})
     head = (f"Recorded with {', '.join(map(str, batches))} images per GPU on both GPUs ({rec.machine or 'recorded'}), "
-            f"{sum(map(len, slow.values()))} of {len(weak)} runs measured slower than one GPU")
+            f"{sum(map(len, slow.values()))} of {len(weak) - unknown} runs measured slower than the plain one-GPU run"
+            + (f" ({unknown} more have no plain run recorded)" if unknown else ""))
     return head + (": " + "; ".join(f"{m}: {', '.join(v)}" for m, v in slow.items()) + "." if slow else ".")
 
 

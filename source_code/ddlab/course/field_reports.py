@@ -42,7 +42,8 @@ RECORDED_PATHS = REPORT_PATHS + ("socket",)      # every path a recording of the
 CPU_GLOBAL_BATCH = 32
 CPU_LAUNCH_TIMEOUT_S = 300     # one CPU launch: seconds on an idle laptop, minutes on a shared, loaded machine
 _STRONG_COLUMNS = [("model", "text"), ("path", "text"), ("global", "text", "global batch"),
-                   ("one", "time", "step (1 GPU)"), ("compute", "time", "compute/GPU"), ("exposed", "time", "exposed"),
+                   ("one", "time", "step (1 worker)"), ("plain", "time", "step (1 GPU, plain)"),
+                   ("compute", "time", "compute/GPU"), ("exposed", "time", "exposed"),
                    ("step", "time", "step (2 GPUs)"), ("speedup", "ratio", "predicted")]
 
 
@@ -126,15 +127,12 @@ def _one_gpu_step(rec, model: str):
     return next((p for p in rec.points if p.model == model and p.launcher == "ddp"), None)
 
 
-# The recorded one-GPU step ran DDP with world size 1: the wrapper's cost is in it, so none is added.
-IN_STEP = wrapper_cost.over_one_worker_step("ddp")
-
-
 def _predict_split(one, model: str, global_batch: int, path: str, gpus: int = 2):
     """:func:`ddlab.cost.predict.predict` of ``global_batch`` split over ``gpus`` GPUs on ``path`` of the
-    recorded machine, from the recorded one-GPU step ``one`` (DDP at world size 1: :data:`IN_STEP`)."""
+    recorded machine, from the recorded one-GPU step ``one`` (DDP at world size 1: its cost is in that step,
+    and the speedup divides by that step less DDP's measured one-worker cost, the plain step)."""
     return _predict.predict(model, step_ms=one.compute_s * 1e3, global_batch=global_batch, gpus=gpus, path=path,
-                            fits=_predict.RECORDED, framework="ddp", wrapper=IN_STEP)
+                            fits=_predict.RECORDED, framework="ddp", step_has_wrapper=True)
 
 
 def _spread(row: dict) -> str:
@@ -194,6 +192,7 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
             for gs, p in groups:
                 span = str(gs[0]) if len(gs) == 1 else f"{gs[0]}-{gs[-1]} (each)"
                 rows.append({"model": m, "path": path, "global": span, "one": p.one_gpu_step_s,
+                             "plain": p.plain_step_s,
                              "compute": p.compute_s, "exposed": p.exposed_comm_s, "step": p.step_s,
                              "speedup": p.speedup})
     if not rows:
@@ -201,9 +200,10 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
     notes += ["Predicted, not measured, for the machine in the title. What is recorded of this experiment, and on "
               "which machine: field_reports.recorded(). Paths: shm = peer-to-peer off, through host memory (the "
               "reports' case); default = NCCL's choice on the recorded machine (NVLink).",
-              f"Wrapper: {IN_STEP.source}; so nothing is added for it (--step-has-wrapper), and the table has no "
-              "wrapper column. The same prediction "
-              "from the command line: " + "; ".join(commands[:1]) + "."]
+              f"Wrapper: {wrapper_cost.IN_STEP_SOURCE}; so nothing is added for it (--step-has-wrapper), and the table "
+              "has no wrapper column. The speedup divides by the plain one-GPU step (1 GPU, plain): the recorded step "
+              "less DDP's one-worker cost measured on one GPU. The same prediction from the command line: "
+              + "; ".join(commands[:1]) + "."]
     cols = formatted(_STRONG_COLUMNS, "path", recorded_runs.path_labels(rec))
     return Table(cols, rows, title=f"The reports' experiment predicted: a global batch split over {gpus} "
                                               f"GPUs ({rec.machine or _predict.RECORDED})", notes=notes)
@@ -223,7 +223,7 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
     gpus = policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"), machine).live
     models = list(models) if models is not None else list(LIVE_MLPS)
     rows, device, results = [], "cuda" if gpus else "cpu", []
-    with launch_bar(len(models) * 2 * repeats, f"strong scaling: {', '.join(models)} on 1 and 2 workers",
+    with launch_bar(len(models) * 3 * repeats, f"strong scaling: {', '.join(models)} plain, on 1 and on 2 workers",
                      log) as progress:
         for m in models:
             if gpus:
@@ -234,16 +234,18 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
             results.append((m, experiments.strong_scaling(spec, global_batches=(global_batch,), device=device,
                                                           path="shm" if gpus else "default", echo=echo,
                                                           progress=progress)))
+    from ddlab.training.results import run_label
     for m, res in results:
         for r in res.rows:
-            rows.append({"model": m, "global": r["global_batch"], "workers": r["workers"],
+            rows.append({"model": m, "global": r["global_batch"], "run": run_label(r, "ddp"), "workers": r["workers"],
                          "per_worker": r["batch_per_worker"], "ips": r["images_per_s"],
                          "ips_spread": f"{r['images_per_s_min']:,.0f}-{r['images_per_s_max']:,.0f}",
                          "speedup": r["speedup"],
                          "spread": _spread(r), "step_ms": r["step_ms_median"]})
-    cols = [("model", "text"), ("global", "int", "global batch"), ("workers", "int"),
+    cols = [("model", "text"), ("global", "int", "global batch"), ("run", "text"), ("workers", "int"),
             ("per_worker", "int", "per worker"), ("ips", lambda v: f"{v:,.0f}", "images/s"),
-            ("ips_spread", "text", "min-max"), ("speedup", "ratio", "speedup vs 1"), ("spread", "text", "min-max"),
+            ("ips_spread", "text", "min-max"), ("speedup", lambda v: "-" if v is None else f"{v:.2f}x",
+                                                "speedup vs plain"), ("spread", "text", "min-max"),
             ("step_ms", lambda v: f"{v:.3f}", "step ms")]
     where = ("two GPUs, NCCL path shm (peer-to-peer off)" if gpus else
              "two CPU processes over gloo (they share this machine's cores)")
@@ -318,28 +320,35 @@ def _own_name(res) -> str:
 def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("ddp", "horovod"),
              paths: Sequence[str] = RECORDED_PATHS) -> Table:
     """The reports' experiment as recorded: each global batch on one GPU, then split over two,
-    the one- and two-GPU step times and the median speedup with its min-max over the repeats, for
-    the recordings of ``models`` x ``launchers`` x ``paths``. Its notes name each machine (runs with
-    the same machine, software and date share one note) and say which of them is not recorded yet."""
+    the plain one-GPU step (no wrapper), the wrapper's one-worker step and the two-GPU step, and the
+    median speedup over the plain run with its min-max over the repeats ("-" where no plain run of
+    that batch is recorded), for the recordings of ``models`` x ``launchers`` x ``paths``. Its notes
+    name each machine (runs with the same machine, software and date share one note), where the
+    plain runs came from, and which recordings are not there yet."""
+    from ddlab.training import baseline
     results = _chosen(models, launchers, paths)
-    rows = []
+    rows, used = [], {}
     for res in results:
         c = res.config
+        used.update(res.plain)
         for r in res.rows:
             if r.get("workers", 1) < 2:
                 continue
-            one = next((o for o in res.rows if o.get("workers") == 1 and o.get("global_batch") == r.get("global_batch")),
-                       None)
+            one = next((o for o in res.rows if baseline.is_wrapper_one(o)
+                        and o.get("global_batch") == r.get("global_batch")), None)
+            plain = res.plain_run(r)
             rows.append({"model": c.get("model"), "launcher": c.get("launcher"), "path": _path_of(res),
                          "global": r.get("global_batch"), "per_gpu": r.get("batch_per_worker"),
+                         "plain": plain.step_ms_median if plain is not None and plain.found else None,
                          "one": one["step_ms_median"] if one else None, "two": r.get("step_ms_median"),
                          "speedup": r.get("speedup"), "spread": _spread(r)})
+    ms = (lambda v: "-" if v is None else f"{v:.3f}")     # noqa: E731
     cols = [("model", "text"), ("launcher", "text"), ("path", "text"), ("global", "int", "global batch"),
-            ("per_gpu", "int", "per GPU"), ("one", lambda v: "-" if v is None else f"{v:.3f}", "step ms (1 GPU)"),
-            ("two", lambda v: "-" if v is None else f"{v:.3f}", "step ms (2 GPUs)"), ("speedup", "ratio"),
-            ("spread", "text", "min-max")]
+            ("per_gpu", "int", "per GPU"), ("plain", ms, "step ms (1 GPU, plain)"),
+            ("one", ms, "step ms (1 worker)"), ("two", ms, "step ms (2 GPUs)"),
+            ("speedup", lambda v: "-" if v is None else f"{v:.2f}x", "speedup vs plain"), ("spread", "text", "min-max")]
     return Table(cols, rows, title="The reports' experiment recorded: a global batch on one GPU, then split over two",
-                 notes=_recorded_notes(results, models, launchers, paths))
+                 notes=_recorded_notes(results, models, launchers, paths) + baseline.notes(used))
 
 
 def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence[str] = REPORT_MLPS,
@@ -357,18 +366,21 @@ def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence
         for r in res.rows:
             g = r.get("global_batch")
             if r.get("workers", 1) >= 2 and g in global_batches:
-                row[f"g{g}"] = f"{r['speedup']:.2f}x ({_spread(r)})"
+                row[f"g{g}"] = f"{r['speedup']:.2f}x ({_spread(r)})" if r.get("speedup") is not None else "-"
             elif r.get("workers", 1) >= 2:
                 more.setdefault(f"{row['model']} {row['launcher']} {row['path']}", []).append(str(g))
         rows.append(row)
     cols = [("model", "text"), ("launcher", "text"), ("path", "text")] + [
         (f"g{g}", "text", f"global {g}") for g in global_batches]
-    notes = [f"Each cell: 2-GPU over 1-GPU images/s at that global batch, median (min-max); '-': not recorded. {PATHS_SAID}"]
+    notes = ["Each cell: 2-GPU images/s over the plain one-GPU run's (no wrapper) at that global batch, median "
+             f"(min-max); '-': not recorded, or no plain run of it. {PATHS_SAID}"]
     if more:
         notes.append("Also recorded (recorded() shows them): " + "; ".join(f"{k} at {', '.join(v)}"
                                                                            for k, v in more.items()) + ".")
-    return Table(cols, rows, title="Recorded: the speedup of two GPUs over one, by global batch",
-                 notes=notes + _recorded_notes(results, models, launchers, paths, general=False),
+    from ddlab.training import baseline
+    used = {k: v for res in results for k, v in res.plain.items()}
+    return Table(cols, rows, title="Recorded: the speedup of two GPUs over the plain one-GPU run, by global batch",
+                 notes=notes + _recorded_notes(results, models, launchers, paths, general=False) + baseline.notes(used),
                  align={f"g{g}": "right" for g in global_batches})
 
 
@@ -421,8 +433,8 @@ def _recorded_notes(results: list, models: Sequence[str], launchers: Sequence[st
                          "predicts it from that machine's own all-reduce sweeps): " + "; ".join(other) + ".")
         notes.append("The reports used TensorFlow's MirroredStrategy on two GeForce GPUs over PCIe; these runs split "
                      "the same global batches of the same MLP widths with the framework named in each row.")
-        notes.append("Speedup: images/s on two GPUs over images/s on one at the same global batch (median of the "
-                     f"repeats, min-max beside it). {PATHS_SAID}")
+        notes.append("Speedup: images/s on two GPUs over images/s of the plain one-GPU run (one process, no wrapper) "
+                     f"at the same global batch (median of the repeats, min-max beside it). {PATHS_SAID}")
     return notes
 
 

@@ -348,7 +348,7 @@ CASE_STUDIES_QUIZ = (
         ("faster, close to 2x: each GPU does half the work", "slower: the 2-GPU step is at least about "
          "2 + (6 - 1.3) = 6.7 ms for twice the images, about 0.6x", "the same: communication and compute overlap "
          "completely"), 1,
-        "Speedup = 2 x (one-GPU step) / (two-GPU step). The two-GPU step is the compute plus the part of the "
+        "Speedup = 2 x (plain one-GPU step) / (two-GPU step). The two-GPU step is the compute plus the part of the "
         "all-reduce nothing hides: 2 + 4.7 = 6.7 ms, so 2 x 2 / 6.7 = 0.6x. Two GPUs lose when what the step "
         "gains (the exposed all-reduce, plus the wrapper's own cost) is longer than the step itself; on n GPUs, "
         "longer than n - 1 steps.",
@@ -360,8 +360,12 @@ CASE_STUDIES_QUIZ = (
         ("the data-parallel wrapper's own fixed cost per step (hooks, bucket bookkeeping, launching and "
          "waiting for the collective)", "NVLink's bandwidth", "the optimizer's learning rate"), 0,
         "A fixed cost per step does not shrink with the model: for a step of a few milliseconds it is a visible "
-        "share, for a long step a small one. It keeps a small model's speedup a little under 2x even over "
-        "NVLink, and it is what makes the model lose when a tiny batch per GPU shortens the step further.",
+        "share, for a long step a small one. Against the plain one-GPU run (no wrapper), which every speedup "
+        "divides by, the two-GPU step carries it: DDP pays it already with one worker (its one-worker run is "
+        "slower than the plain run by it), Horovod only from two workers on. The step model adds the cost "
+        "measured on one worker, unless the one-GPU step it starts from ran under DDP and holds it already. It "
+        "keeps a small model's speedup a little under 2x even over NVLink, and it is what makes the model lose "
+        "when a tiny batch per GPU shortens the step further.",
         {1: "The link's bandwidth is what makes the all-reduce itself cheap here.",
          2: "The learning rate changes what a step does, not how long it takes."}),
     Question(

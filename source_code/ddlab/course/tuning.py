@@ -294,7 +294,8 @@ TUNINGS = {
     ),
 }
 LAUNCHERS = tuple(TUNINGS)
-BASELINE = "1 worker, untuned"   # one GPU (or one CPU process): the run every speedup is over
+BASELINE = "1 worker, untuned"   # the wrapper with one worker on one GPU (or one CPU process): its own row
+PLAIN = "1 GPU, no wrapper"      # one process, no wrapper: the run every speedup is over (ddlab.training.baseline)
 
 
 def names(launcher: str) -> list:
@@ -344,9 +345,10 @@ def _skip_reason(t: Tuning) -> Optional[str]:
 
 
 def planned_launches(launcher: str, tunings: Sequence[str], repeats: int) -> int:
-    """How many training launches :func:`tuning_comparison` makes for ``tunings``: the one-worker
-    baseline and each tuning this machine can run, ``repeats`` times each (a progress bar's total)."""
-    return repeats * (1 + sum(1 for name in tunings if not _skip_reason(TUNINGS[launcher][name])))
+    """How many training launches :func:`tuning_comparison` makes for ``tunings``: the plain one-GPU
+    run, the one-worker untuned run and each tuning this machine can run, ``repeats`` times each (a
+    progress bar's total)."""
+    return repeats * (2 + sum(1 for name in tunings if not _skip_reason(TUNINGS[launcher][name])))
 
 
 
@@ -377,10 +379,11 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
                       tunings: Optional[Sequence[str]] = None, device: str = "auto", repeats: int = 3,
                       base=None, echo: bool = False, progress: Optional[Callable[[str], None]] = None,
                       partial: Optional[Callable[[object], None]] = None, resume=None):
-    """The one-worker untuned run (one GPU) and each tuning of ``launcher`` on two workers over NCCL
-    path ``path``, each ``repeats`` times, as an :class:`ddlab.training.results.ExperimentResult`
-    ("tuning"): per row the tuning, its flags, images/s median (min-max), the speedup over
-    the one-worker untuned run, the step time, the test accuracy and whether the ranks agree.
+    """The plain one-GPU run (no wrapper), the one-worker untuned run and each tuning of ``launcher``
+    on two workers over NCCL path ``path``, each ``repeats`` times, as an
+    :class:`ddlab.training.results.ExperimentResult` ("tuning"): per row the tuning, its flags,
+    images/s median (min-max), the speedup over the plain one-GPU run, the step time, the test
+    accuracy and whether the ranks agree.
 
     ``tunings``: names from :data:`TUNINGS` [launcher] (default all, "untuned" first).
     ``base``: the two-worker run to start from (a :class:`ddlab.training.runspec.RunSpec`; its model,
@@ -399,7 +402,9 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     from ddlab.system import nccl
     from ddlab.system.provenance import run_provenance
     from ddlab.training.experiment_kit import config_of, interleaved, interleaved_note, keep_runs
-    from ddlab.training.results import ExperimentResult, add_speedup, median_run, row_of_repeats
+    from ddlab.training import baseline
+    from ddlab.training.experiments import plain_spec
+    from ddlab.training.results import ExperimentResult, median_run, row_of_repeats
     from ddlab.training.runs import ExperimentError, failure_row, spec_for
     from ddlab.training.runspec import RunSpecError, nccl_path_name
 
@@ -438,7 +443,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     common = dict(echo=echo, progress=progress)
     # Interleaved: each round runs the baseline and every tuning once, so a slow drift of the machine
     # (clocks, the host) spreads over every row's min-max instead of looking like one tuning's effect.
-    configs = [(BASELINE, spec.with_(workers=1, path="default"))]
+    configs = [(PLAIN, plain_spec(spec)), (BASELINE, spec.with_(workers=1, path="default"))]
     skipped: dict = {}    # tuning -> why this machine cannot run it
     for name in chosen:
         why = _skip_reason(TUNINGS[launcher][name])
@@ -469,20 +474,29 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     def first(exc) -> str:
         return str(exc).splitlines()[0]
 
+    def one_gpu_rows(rows, all_runs, kept) -> Optional[float]:
+        """The plain run's row and the one-worker run's (or their failures); the plain run's images/s."""
+        plain_ips = None
+        for key, path_key, extra, why in ((PLAIN, baseline.PLAIN_PATH, {"launcher": "none", "plain": True},
+                                           "one process, no wrapper: the speedups are over this run"),
+                                          (BASELINE, baseline.WRAPPER_PATH, {},
+                                           "the wrapper with one worker, no all-reduce: its own cost")):
+            if key in failed:
+                rows.append(failure_row(failed[key], tuning=key, flags="(none)", path=path_key, workers=1, **extra))
+                kept.append(f"the {key!r} run failed" + (", so there are no speedups" if key == PLAIN else "")
+                            + f": {first(failed[key])}")
+            elif got[key]:
+                row = row_of_repeats(got[key])
+                idx = keep_runs(all_runs, got[key])
+                rows.append(dict(row, tuning=key, flags="(none)", path=path_key, why=why,
+                                 run=idx[median_run(got[key])], runs=idx, **extra))
+                plain_ips = row["images_per_s"] if key == PLAIN else plain_ips
+        return plain_ips
+
     def result(rounds: int):
         rows, all_runs, kept = [], [], list(notes)
-        base_runs, base_ips = got[BASELINE], None
-        if BASELINE in failed:
-            rows.append(failure_row(failed[BASELINE], tuning=BASELINE, flags="(none)", path="1 worker", workers=1))
-            kept.append(f"the one-worker baseline failed, so there are no speedups: {first(failed[BASELINE])}")
-            base_runs = []
-        elif base_runs:
-            row = row_of_repeats(base_runs)
-            base_ips = row["images_per_s"]
-            idx = keep_runs(all_runs, base_runs)
-            rows.append(dict(add_speedup(row, base_ips), tuning=BASELINE, flags="(none)", path="1 worker",
-                             why="one worker, no all-reduce: the speedups are over this run",
-                             run=idx[median_run(base_runs)], runs=idx))
+        base_ips = one_gpu_rows(rows, all_runs, kept)
+        base_runs = got[BASELINE] if BASELINE not in failed else []
         for name in chosen:
             t = TUNINGS[launcher][name]
             flags = t.flags_text(spec)
@@ -494,7 +508,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
                 kept.append(f"{name!r} failed: {first(failed[name])}")
             elif got[name]:
                 runs = got[name]
-                row = add_speedup(row_of_repeats(runs), base_ips)
+                row = row_of_repeats(runs)
                 idx = keep_runs(all_runs, runs)
                 mid = median_run(runs)
                 row.update(tuning=name, flags=flags, path=path, why=t.why, run=idx[mid], runs=idx,
@@ -504,7 +518,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
         for name, why in skipped.items():
             by_why.setdefault(why, []).append(name)
         kept += [f"not run here ({', '.join(map(repr, these))}): {why}" for why, these in by_why.items()]
-        kept.append(interleaved_note(rounds, "the one-worker baseline and every tuning"))
+        kept.append(interleaved_note(rounds, "the plain one-GPU run, the one-worker run and every tuning"))
         if rounds < spec.repeats:
             kept.append(f"partial: {rounds} of {spec.repeats} rounds run, so each row has {rounds} repeat(s)")
         bigger = [n for n in chosen if n not in skipped

@@ -268,15 +268,19 @@ class StepCase:
     @classmethod
     def of_result(cls, label: str, result) -> "StepCase":
         """The case an NCCL-path comparison (:class:`ddlab.training.results.ExperimentResult`)
-        measured: its gradient bytes per step, the step of its own one-worker GPU run (the same run
-        description as the 2-GPU runs: launcher, precision, batch, CUDA graph or not), and each
-        path's measured speedup. Without a one-worker GPU row the step is unknown (None)."""
+        measured: its gradient bytes per step, the one-GPU step (the plain one-GPU run's, which the
+        measured speedups divide by, where one is recorded; else the result's own one-worker GPU run,
+        the same run description as the 2-GPU runs), and each path's measured speedup over the plain
+        run. Without either one-GPU row the step is unknown (None)."""
         rows = [r for r in result.rows if not r.get("error")]
         one = [r for r in rows if r.get("workers") == 1 and r.get("device") == "cuda" and r.get("step_ms_median")]
+        plain = next((result.plain_run(r) for r in rows if (r.get("workers") or 0) > 1), None)
         grad = result.config.get("gradient_bytes_per_step")
         if not grad:
             raise ValueError(f"{label}: the result does not say its gradient bytes per step")
-        return cls(label, grad, one[0]["step_ms_median"] * 1e-3 if one else None,
+        step_ms = (plain.step_ms_median if plain is not None and plain.found and plain.step_ms_median else
+                   one[0]["step_ms_median"] if one else None)
+        return cls(label, grad, step_ms * 1e-3 if step_ms else None,
                    {r["path"]: r["speedup"] for r in rows
                     if (r.get("workers") or 0) > 1 and r.get("speedup") is not None and r.get("device") == "cuda"})
 

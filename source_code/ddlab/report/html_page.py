@@ -14,6 +14,7 @@ from typing import Optional
 
 from ddlab.base import files, units
 from ddlab.base.tables import Table, shorten
+from ddlab.training import baseline
 from ddlab.report import one_gpu_page
 from ddlab.report.context import done_data
 from ddlab.report.plan import COMPARED_BYTES
@@ -172,11 +173,15 @@ def summary_items(steps: dict) -> list:
             items.append((f"All-reduce {path}", f"failed: {err}", "failed"))
     tr = _done(steps.get("training"))
     if tr:
-        rows = [r for r in tr["result"]["rows"] if r.get("path") != "1 worker"]
-        items.append(("Training speedup over 1 worker", "; ".join(
+        rows = _training_rows(tr)
+        shown = [r for r in rows if r.get("path") not in (baseline.PLAIN_PATH, baseline.WRAPPER_PATH)]
+        one = next((r for r in rows if baseline.is_wrapper_one(r) and r.get("speedup") is not None), None)
+        items.append(("Training speedup over the plain one-GPU run", "; ".join(
             f"{r['path']}: " + (f"failed ({shorten(r['error'], 60)})" if r.get("error") else
                                 units.format_ratio(r["speedup"]) if r.get("speedup") is not None else units.NA)
-            for r in rows) + (" (2 CPU processes, gloo)" if tr.get("device") == "cpu" else " (2 GPUs)"), ""))
+            for r in shown) + (" (2 CPU processes, gloo)" if tr.get("device") == "cpu" else " (2 GPUs)")
+            + (f"; the wrapper with 1 worker: {units.format_ratio(one['speedup'])} of the plain run" if one else ""),
+            ""))
     items += one_gpu_page.summary_items(steps)
     doc = _done(steps.get("doctor"))
     if doc:
@@ -218,15 +223,26 @@ def key_figures(steps: dict) -> dict:
     tr = _done(steps.get("training"))
     if tr:
         dev = "GPU" if tr.get("device") == "cuda" else "CPU"
-        for r in tr["result"]["rows"]:
+        for r in _training_rows(tr):
             if r.get("error"):
                 continue
             out[f"tr:{dev}:{r['path']}:ips"] = (f"training images/s, {r['path']} ({dev})", "images/s",
                                                 r.get("images_per_s"))
-            if r.get("path") != "1 worker":
-                out[f"tr:{dev}:{r['path']}:speedup"] = (f"training speedup, {r['path']} ({dev})", "x",
-                                                        r.get("speedup"))
+            if not baseline.is_plain(r):
+                out[f"tr:{dev}:{r['path']}:speedup"] = (f"training speedup over the plain one-GPU run, {r['path']} "
+                                                        f"({dev})", "x", r.get("speedup"))
     return out
+
+
+def _training_rows(tr: dict) -> list:
+    """The training step's rows with every speedup over the plain one-GPU run (ddlab.training.baseline), as
+    read again now: a report written when the speedups divided by the wrapper's one-worker run reads the
+    same as one written since."""
+    from ddlab.training.results import ExperimentResult
+    try:
+        return ExperimentResult.from_dict(tr["result"]).rows
+    except (KeyError, ValueError, TypeError):
+        return list((tr.get("result") or {}).get("rows") or [])
 
 
 def compare_table(steps: dict, other: dict, this_label: str = "this machine") -> Table:

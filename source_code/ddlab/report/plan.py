@@ -231,8 +231,8 @@ def plan(machine: policy.Machine, quick: bool = False, p2p_built: bool = True, h
         "p2p": (p.p2p["seconds"] + (0 if p2p_built else P2P_BUILD_S)) if p2p_live else 0.0,
         "allreduce": sum(sweep_seconds(sizes, gpus if multi else 2, x if multi else "gloo") for x in paths)
         if (multi or cpu_stand_in) else 0.0,
-        # The baseline (one worker) and one run per path, each run once.
-        "training": (1 + len(train_paths)) * TRAIN_RUN_S[train_device] if train_device else 0.0,
+        # The plain one-GPU run, the one-worker run and one run per path, each run once.
+        "training": (2 + len(train_paths)) * TRAIN_RUN_S[train_device] if train_device else 0.0,
     }
     _plan_one_gpu_steps(p, machine, host_built, numa_nodes)
     return p

@@ -24,9 +24,9 @@ from typing import Callable, Mapping, Optional, Sequence
 from ddlab.measure import launch
 from ddlab.system import nccl
 from ddlab.base import reference
-from ddlab.training import data, throughput
-from ddlab.training.results import (ExperimentResult, add_speedup, combine_launchers, compare_speedups,  # noqa: F401
-                      median_run, row_of_repeats)
+from ddlab.training import baseline, data, throughput
+from ddlab.training.results import ExperimentResult, add_speedup, median_run, row_of_repeats  # noqa: F401
+from ddlab.training.result_views import combine_launchers, compare_speedups, images_side_by_side  # noqa: F401
 from ddlab.system.frameworks import availability, gpu_count  # noqa: F401  (names the notebooks use)
 from ddlab.system.provenance import run_provenance
 from ddlab.training.experiment_kit import base_spec, config_of, interleaved, interleaved_note, keep_runs, repeat
@@ -48,6 +48,14 @@ PERF_OPTIONS = {
     "compile + cuda-graph bf16": {"precision": "bf16", "compile": "default", "cuda_graph": "on"},
 }
 Progress = Optional[Callable[[str], None]]
+PLAIN_TEXT = "(one process, no wrapper: the run every speedup divides by)"
+
+
+def plain_spec(spec: RunSpec) -> RunSpec:
+    """The plain one-GPU run of ``spec`` (:mod:`ddlab.training.baseline`): one process, no wrapper
+    (``launcher="none"``), the same model, batch, precision, steps and CUDA-graph setting (one process
+    on a GPU would capture a CUDA graph by default: an eager ``spec`` gets ``cuda_graph="off"``)."""
+    return spec.with_(launcher="none", workers=1, path="default", cuda_graph=spec.cuda_graph or "off")
 
 
 # ----------------------------------------------------------------------------- experiments
@@ -67,16 +75,18 @@ def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = 
     if spec.launcher == "none" and workers != [1]:
         raise RunSpecError("launcher 'none' is one process; use 'ddp' or 'horovod' to scale")
     all_runs, rows = [], []
-    for w in workers:
-        runs = repeat(spec.with_(workers=w), env=env, echo=echo, progress=progress)
+    configs = ([(baseline.PLAIN_PATH, plain_spec(spec))] if spec.launcher != "none" else []) \
+        + [(w, spec.with_(workers=w)) for w in workers]
+    for what, one in configs:
+        runs = repeat(one, env=env, echo=echo, progress=progress)
         row = row_of_repeats(runs)
-        row["runs"] = keep_runs(all_runs, runs)
+        row.update(runs=keep_runs(all_runs, runs), efficiency=None)
+        if what == baseline.PLAIN_PATH:
+            row.update(path=baseline.PLAIN_PATH, launcher="none", plain=True)
         rows.append(row)
-    base_ips = rows[0]["images_per_s"]
-    for row in rows:
-        add_speedup(row, base_ips)
-        row["efficiency"] = throughput.scaling_efficiency(row["speedup"] * workers[0], row["workers"])
-    notes = [] if workers[0] == 1 else [f"speedup relative to {workers[0]} workers"]
+    if spec.launcher == "none":         # the plain run itself: its own baseline
+        rows[0]["plain"] = True
+    notes = []
     if spec.device == "cpu":
         notes.append("CPU processes with gloo: the workers share this machine's cores, so scaling shows the "
                      "real code path, not what GPUs would do")
@@ -127,6 +137,7 @@ def strong_scaling_paths(base: Optional[RunSpec] = None, global_batches: Sequenc
                            "CPU processes all-reduce with gloo")
     configs = []
     for g in batches:
+        configs.append(((g, 0, None), plain_spec(spec).with_(batch=g), dict(env=None)))
         configs.append(((g, 1, None), spec.with_(workers=1, batch=g, path="default"), dict(env=None)))
         configs += [((g, workers, p), spec.with_(workers=workers, batch=g // workers, path=p), dict(env=None))
                     for p in paths]
@@ -139,19 +150,21 @@ def strong_scaling_paths(base: Optional[RunSpec] = None, global_batches: Sequenc
 def _strong_result(spec: RunSpec, batches: list, workers: int, path: str, paths: list,
                    got: dict) -> ExperimentResult:
     """One path's strong-scaling result from the runs of :func:`strong_scaling_paths`."""
-    what = ("every global batch on 1 and on several workers" if len(paths) == 1 else
-            f"every global batch on 1 worker and on {workers} over each path ({', '.join(paths)})")
+    what = ("every global batch plain on one GPU, on 1 worker and on several" if len(paths) == 1 else
+            f"every global batch plain on one GPU, on 1 worker and on {workers} over each path ({', '.join(paths)})")
     all_runs, rows = [], []
     for g in batches:
-        base_ips = None
-        for w, key in ((1, (g, 1, None)), (workers, (g, workers, path))):
-            runs = got[key]
+        for w, key in ((1, (g, 0, None)), (1, (g, 1, None)), (workers, (g, workers, path))):
+            runs = got.get(key)
+            if not runs:
+                continue
             row = row_of_repeats(runs)
             row.update(runs=keep_runs(all_runs, runs), batch_per_worker=g // w, global_batch=g)
-            base_ips = base_ips or row["images_per_s"]
-            rows.append(add_speedup(row, base_ips))
-    notes = [f"strong scaling: each global batch on 1 worker, then split over {workers}; speedup over 1 worker at "
-             "the same global batch"]
+            if key[1] == 0:
+                row.update(path=baseline.PLAIN_PATH, launcher="none", plain=True)
+            rows.append(row)
+    notes = [f"strong scaling: each global batch on one GPU (plain, and under the wrapper with 1 worker), then split "
+             f"over {workers}; speedup over the plain one-GPU run at the same global batch"]
     if spec.repeats > 1:
         notes.append(interleaved_note(spec.repeats, what))
     if spec.device == "cpu":
@@ -161,7 +174,7 @@ def _strong_result(spec: RunSpec, batches: list, workers: int, path: str, paths:
         notes.append(f"the {workers}-worker runs use NCCL path {path!r}")
     others = [p for p in paths if p != path]
     if others:
-        notes.append(f"the 1-worker runs are shared with the {workers}-worker runs over path(s) "
+        notes.append(f"the one-GPU runs are shared with the {workers}-worker runs over path(s) "
                      f"{', '.join(others)}, recorded in the same experiment (their own files)")
     call = (f"path={path!r}" if len(paths) == 1 else f"paths={paths}")
     fn = "strong_scaling" if len(paths) == 1 else "strong_scaling_paths"
@@ -225,21 +238,23 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
         paths = ["default"]
     rows, all_runs = [], []
     base_text = "(one worker: no all-reduce traffic)"
-    base_ips = None
-    one = "1 worker"
-    got, failed = interleaved([(one, spec.with_(workers=1, path="default"), {})]
+    one, plain = baseline.WRAPPER_PATH, baseline.PLAIN_PATH
+    got, failed = interleaved([(plain, plain_spec(spec), {}), (one, spec.with_(workers=1, path="default"), {})]
                               + [(p, spec.with_(path=p), dict(env={"NCCL_DEBUG": "INFO"}, keep_log=True))
                                  for p in paths], spec.repeats, echo=echo, progress=progress)
-    base_runs = got[one]
-    if one in failed:
-        rows.append(failure_row(failed[one], path=one, env={}, env_text=base_text, workers=1))
-        notes.append(f"the one-worker baseline failed, so there are no speedups: {str(failed[one]).splitlines()[0]}")
-    else:
-        row = row_of_repeats(base_runs)
-        base_ips = row["images_per_s"]
-        idx = keep_runs(all_runs, base_runs)
-        rows.append(dict(add_speedup(row, base_ips), path=one, env={}, env_text=base_text, transport="-",
-                         run=idx[median_run(base_runs)], runs=idx))
+    base_runs = got[one] or got[plain]
+    for key, text in ((plain, PLAIN_TEXT), (one, base_text)):
+        if key in failed:
+            rows.append(failure_row(failed[key], path=key, env={}, env_text=text, workers=1))
+            notes.append(f"the {'plain one-GPU run' if key == plain else 'one-worker run'} failed"
+                         + (", so there are no speedups" if key == plain else "")
+                         + f": {str(failed[key]).splitlines()[0]}")
+            continue
+        row = row_of_repeats(got[key])
+        idx = keep_runs(all_runs, got[key])
+        rows.append(dict(row, path=key, env={}, env_text=text, transport="-", run=idx[median_run(got[key])], runs=idx,
+                         **({"launcher": "none", "plain": True} if key == plain else {})))
+    base_ips = rows[0].get("images_per_s") if rows and rows[0].get("plain") else None
     for p in paths:
         shown = {k: v for k, v in nccl_path_env(p).items() if v is not None}
         env_text = " ".join(f"{k}={v}" for k, v in shown.items()) or "(NCCL defaults)"
@@ -249,14 +264,14 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
             continue
         runs = got[p]
         logs = [r.pop("log", "") for r in runs]
-        row = add_speedup(row_of_repeats(runs), base_ips)
+        row = row_of_repeats(runs)
         idx = keep_runs(all_runs, runs)
         mid = median_run(runs)
         row.update(path=p, env=shown, env_text=env_text, run=idx[mid], runs=idx)
         row.update(_transport_of(logs[mid], spec.device, runs[mid]["backend"]))
         rows.append(row)
     if spec.repeats > 1:
-        notes.append(interleaved_note(spec.repeats, "every path and the one-worker baseline"))
+        notes.append(interleaved_note(spec.repeats, "the plain one-GPU run, the one-worker run and every path"))
     if not all_runs:
         raise ExperimentError("every run of the NCCL path comparison failed:\n" + "\n".join(notes))
     return ExperimentResult("nccl-paths", rows, "live", run_provenance(
@@ -271,18 +286,20 @@ def scaling_from_paths(paths_result: ExperimentResult) -> ExperimentResult:
     baseline and its default-path run (saves running the same two trainings again)."""
     if paths_result.name != "nccl-paths":
         raise ValueError("needs an nccl-paths result")
-    picked = [r for r in paths_result.rows if r.get("path") in ("1 worker", "default") and not r.get("error")]
-    if len(picked) != 2:
-        raise ExperimentError("the nccl-paths result has no successful baseline and default-path run")
+    picked = [r for r in paths_result.rows if r.get("path") in (baseline.PLAIN_PATH, baseline.WRAPPER_PATH, "default")
+              and not r.get("error")]
+    if len([r for r in picked if r.get("path") != baseline.PLAIN_PATH]) != 2:
+        raise ExperimentError("the nccl-paths result has no successful one-worker and default-path run")
     rows = []
     for r in picked:
-        row = {k: v for k, v in r.items() if k not in ("path", "env", "env_text")}
-        row["efficiency"] = throughput.scaling_efficiency(row["speedup"], row["workers"])
+        row = {k: v for k, v in r.items() if k not in ("path", "env", "env_text") or r.get("path") == baseline.PLAIN_PATH}
+        row["efficiency"] = None      # set over the plain run (ddlab.training.baseline.rebase)
         rows.append(row)
     cfg = dict(paths_result.config, workers=[r["workers"] for r in rows])
     cfg.pop("paths", None)
     runs = [paths_result.runs[r["run"]] for r in picked if r.get("run") is not None and r["run"] < len(paths_result.runs)]
-    notes = ["taken from the nccl-paths runs: the one-worker baseline and the default NCCL path"]
+    notes = ["taken from the nccl-paths runs: the plain one-GPU run (where recorded), the one-worker run and the "
+             "default NCCL path"]
     return ExperimentResult("scaling", rows, paths_result.source, paths_result.provenance,
                             notes + list(paths_result.notes), cfg, runs)
 
@@ -352,13 +369,13 @@ def run_experiment(experiment: str, framework: str, launcher: str, model: str, w
 def planned_launches(experiment: str, workers=None, repeats: int = LIVE_GPU_REPEATS,
                      paths: Sequence[str] = COMPARED_PATHS, options: Optional[Sequence[str]] = None) -> int:
     """How many training launches :func:`run_experiment` makes on GPUs: every configuration
-    ``repeats`` times (scaling: each worker count; nccl-paths: the one-worker baseline and each
-    path; perf-options: each option)."""
+    ``repeats`` times (scaling: the plain one-GPU run and each worker count; nccl-paths: the plain
+    one-GPU run, the one-worker run and each path; perf-options: each option)."""
     _check_choice("experiment", experiment, EXPERIMENTS)
     if experiment == "nccl-paths":
-        configs = 1 + len(paths)
+        configs = 2 + len(paths)
     elif experiment == "scaling":
-        configs = len(workers or (1, 2))
+        configs = 1 + len(workers or (1, 2))
     else:
         configs = len(options or PERF_OPTIONS)
     return configs * int(repeats)

@@ -38,6 +38,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MODELS = ("cnn", "wide", "mlp-small", "mlp-large")
+# The probe: one small dense layer (784 -> 10, 7,850 parameters) run at a tiny batch, so that its compute
+# and its all-reduce are close to nothing and a 2-GPU step of it is the fixed cost of a step: the wrapper,
+# launching the collective, the host. A PyTorch training model only: not one of the course's MODELS (the
+# notebooks' lists, Keras, the models the step model is checked on).
+PROBE = "probe"
+PROBE_BATCH = 4
+TRAINABLE = MODELS + (PROBE,)          # every model the PyTorch training script can run
 IMAGE_SHAPE = (1, 28, 28)
 NUM_CLASSES = 10
 # Hidden widths, read by both builders.
@@ -46,10 +53,11 @@ MLP_WIDTHS = {"mlp-small": (256, 128, 64), "mlp-large": (1024, 1024, 512, 512, 2
 MLP_DROPOUT = {"mlp-small": 0.0, "mlp-large": 0.2}
 
 
-def check(name: str) -> None:
-    """ValueError naming the models when ``name`` is not one of them."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+def check(name: str, probe: bool = False) -> None:
+    """ValueError naming the models when ``name`` is not one of them (with ``probe``: or the probe)."""
+    names = TRAINABLE if probe else MODELS
+    if name not in names:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(names)}")
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,9 @@ def model_layers(name: str) -> tuple:
     counts and forward FLOPs per sample (a multiply-add counts 2). Layers without parameters
     (ReLU, pooling, dropout) are left out: they produce no gradient, and their time is in the
     measured step."""
-    check(name)
+    check(name, probe=True)
+    if name == PROBE:
+        return (Layer("dense1", 28 * 28 * NUM_CLASSES + NUM_CLASSES, 28 * 28 * NUM_CLASSES * 2),)
     if name in CNN_DENSE:
         # 28x28 -> conv 3x3 (32) -> 26x26 -> conv 3x3 (64) -> 24x24 -> maxpool -> 12x12x64 = 9216
         h = CNN_DENSE[name]

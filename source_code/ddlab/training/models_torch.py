@@ -7,13 +7,16 @@ on test images.
 from __future__ import annotations
 
 # The names and widths live in ddlab.training.models; MODELS is importable from here too.
-from ddlab.training.models import CNN_DENSE, IMAGE_SHAPE, MLP_DROPOUT, MLP_WIDTHS, MODELS, NUM_CLASSES, check  # noqa: F401
+from ddlab.training.models import (CNN_DENSE, IMAGE_SHAPE, MLP_DROPOUT, MLP_WIDTHS, MODELS, NUM_CLASSES,  # noqa: F401, E501
+                                   PROBE, TRAINABLE, check)
 
 
 def build(name: str):
     """A freshly initialised ``torch.nn.Sequential`` (uses torch's global RNG: seed it first)."""
     from torch import nn   # here, not at the top: importing this module does not load torch
-    check(name)
+    check(name, probe=True)
+    if name == PROBE:      # one small layer: compute and all-reduce close to nothing
+        return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, NUM_CLASSES))
     if name in CNN_DENSE:
         # 28x28 -> conv 3x3 -> 26x26 -> conv 3x3 -> 24x24 -> maxpool 2 -> 12x12, 64 channels
         return nn.Sequential(

@@ -19,7 +19,8 @@ from ddlab.system import frameworks, provenance
 from ddlab.training import experiments
 from ddlab.training.experiment_kit import INTERLEAVED_NOTE_START
 from ddlab.training.recording import MIN_REPEATS, gpu_spec, load, reference_name, save
-from ddlab.training.results import ExperimentResult, combine_launchers, summary_table
+from ddlab.training.result_views import combine_launchers, summary_table
+from ddlab.training.results import ExperimentResult
 from ddlab.training.runspec import RunSpec, _check_choice
 
 GPU_SECTIONS = ("ddp", "horovod", "perf")

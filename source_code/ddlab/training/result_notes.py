@@ -20,6 +20,11 @@ from ddlab.base import units
 
 
 def _base_row(rows: Sequence[dict]) -> Optional[dict]:
+    """The row every speedup divides by: the plain one-GPU run (ddlab.training.baseline) when the rows hold
+    one, else the row of the fewest workers."""
+    plain = [r for r in rows if not r.get("error") and (r.get("path") == "plain" or r.get("plain") is True)]
+    if plain:
+        return plain[0]
     ok = [r for r in rows if not r.get("error") and r.get("workers")]
     if not ok:
         return None
@@ -27,9 +32,10 @@ def _base_row(rows: Sequence[dict]) -> Optional[dict]:
     return next(r for r in ok if r["workers"] == fewest)
 
 
-def above_linear(name: str, rows: Sequence[dict], row: dict, label: str) -> str:
-    """One note on ``row`` (flagged above linear), read from the baseline's repeats and the step times."""
-    base = _base_row(rows) or {"workers": 1}
+def above_linear(name: str, rows: Sequence[dict], row: dict, label: str, base: Optional[dict] = None) -> str:
+    """One note on ``row`` (flagged above linear), read from the baseline's repeats and the step times.
+    ``base``: the baseline row (default: the rows' plain one-GPU run, else their fewest workers)."""
+    base = base or _base_row(rows) or {"workers": 1}
     b, w = base["workers"], row["workers"]
     perfect = w / b
     label = label.replace(chr(10), " ")

@@ -1,7 +1,6 @@
 """What an experiment found, and how it is shown: :class:`ExperimentResult` (``.table()``,
 ``.plot()``, ``.to_dict()``), rows built from repeated runs (median and min-max), and the
-views over several results (:func:`compare_speedups`, :func:`combine_launchers`,
-:func:`summary_table`).
+views over several results, which live in :mod:`ddlab.training.result_views`.
 
 Under its table a result prints the command line of every row (:meth:`ExperimentResult.command_lines`,
 built by :func:`ddlab.training.runs.command_line`). Two things a result says about itself, never hidden: a speedup above linear (2 workers more
@@ -9,17 +8,18 @@ than 2.0x faster than one; field ``above_linear`` on the row and a note under th
 and, for a recording, whether its run description is today's live default
 (:meth:`ExperimentResult.live_default_differences` and a note).
 
-About 600 lines, on purpose: the result, its table and plot, and the views over
-several results all read the same rows; split, each half would need the other's helpers.
+About 500 lines, on purpose: the result, its table and plot all read the same rows; split, each
+half would need the other's helpers.
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from ddlab.system import nccl
 from ddlab.base import tables, units
+from ddlab.training import baseline
 from ddlab.training import result_notes as explain
 from ddlab.training import throughput
 from ddlab.training.runspec import RunSpec, RunSpecError
@@ -27,7 +27,8 @@ from ddlab.training.runspec import RunSpec, RunSpecError
 TITLES = {"scaling": "throughput scaling", "nccl-paths": "NCCL paths", "launchers": "NCCL paths by launcher",
           "perf-options": "single-GPU speed options", "tuning": "communication tuning",
           "strong-scaling": "strong scaling", "one-gpu": "one GPU", "wrapper-cost": "the wrapper's cost on one worker",
-          "input-pipeline": "the input pipeline over the host link"}
+          "input-pipeline": "the input pipeline over the host link",
+          "plain-baselines": "plain one-GPU runs (no wrapper), the speedups' baseline"}
 # Experiments whose rows' speedup is over the fewest workers (the above-linear check applies).
 _SCALING_ROWS = ("scaling", "nccl-paths", "launchers", "tuning", "strong-scaling")
 # Experiments whose rows differ only in workers, launcher and NCCL path: each row's command is rebuilt from the spec.
@@ -122,7 +123,21 @@ def path_name(r: dict, provenance: Optional[dict] = None) -> str:
     return nccl.display_name(r.get("path", "?"), row_env(r, provenance))
 
 
-def row_label(name: str, r: dict, provenance: Optional[dict] = None) -> str:
+def run_label(r: dict, launcher: Optional[str] = None) -> str:
+    """Which run a row is: "1 GPU, no wrapper" (the plain run every speedup divides by), "DDP, 1 worker"
+    (the wrapper's own one-worker run), else the launcher's name."""
+    if baseline.is_plain(r):
+        return baseline.PLAIN_LABEL
+    launcher = r.get("launcher") or launcher
+    if r.get("workers") == 1:
+        return baseline.wrapper_label(launcher)
+    return baseline.framework_name(launcher)
+
+
+def row_label(name: str, r: dict, provenance: Optional[dict] = None, launcher: Optional[str] = None) -> str:
+    if baseline.is_plain(r) or (r.get("workers") == 1 and r.get("path") in (None, baseline.WRAPPER_PATH)
+                                and name != "strong-scaling" and name in baseline.REBASED):
+        return run_label(r, launcher)
     if name == "nccl-paths":
         return path_name(r, provenance)
     if name == "perf-options":
@@ -132,6 +147,8 @@ def row_label(name: str, r: dict, provenance: Optional[dict] = None) -> str:
     if name == "launchers":
         return f"{r.get('launcher')}\n{path_name(r, provenance)}"
     if name == "strong-scaling":
+        if r.get("workers") == 1:
+            return f"{r.get('global_batch')} on {run_label(r, launcher)}"
         return f"{r.get('global_batch')} on {r.get('workers')}"
     if name == "one-gpu":
         return f"{r.get('model')}\n{r.get('precision')}"
@@ -158,8 +175,22 @@ class ExperimentResult:
     runs: list = field(default_factory=list)
     companion: Optional["ExperimentResult"] = None
 
+    plain: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
     def __post_init__(self):
+        # every speedup over the plain one-GPU run of the same model, batch and precision (ddlab.training.baseline)
+        self.plain = baseline.rebase(self.name, self.rows, self.config, self.provenance)
         _mark_above_linear(self.name, self.rows)
+
+    def plain_run(self, row: dict) -> Optional["baseline.Plain"]:
+        """The plain one-GPU run ``row``'s speedup divides by (None for an experiment without one)."""
+        if self.name not in baseline.REBASED:
+            return None
+
+        def key_fn(r):
+            return baseline.key_of(self.config, self.provenance, r, self.name)
+        key = key_fn(row)      # read from the rows as they are now (a caller may have changed them)
+        return baseline.own_plain(self.rows, key_fn).get(key) or self.plain.get(key) or baseline.find(key)
 
     # ---- what it was
     @property
@@ -283,10 +314,15 @@ class ExperimentResult:
 
     def table_notes(self) -> list:
         """The notes under the table: the result's own, then what it says about itself."""
-        lines = list(self.notes)
+        lines = [_current(n) for n in self.notes] + baseline.notes(self.plain)
+        launcher = self.config.get("launcher")
         for r in self.rows:
             if r.get("above_linear"):
-                lines.append(explain.above_linear(self.name, self.rows, r, row_label(self.name, r, self.provenance)))
+                plain = self.plain_run(r)
+                lines.append(explain.above_linear(self.name, self.rows, r, row_label(self.name, r, self.provenance,
+                                                                                     launcher),
+                                                  base=plain.row() if plain is not None and plain.found
+                                                  and not plain.own else None))
         if self.name == "perf-options":
             lines += explain.speed_options(self.rows, self.config)
         if self.name == "input-pipeline":
@@ -301,21 +337,41 @@ class ExperimentResult:
                 lines.append(note)
         return lines
 
+    def shown_rows(self) -> list:
+        """The rows a table shows: the result's own, with the plain one-GPU run each speedup divides by
+        put first (before its global batch's rows, for strong scaling) where it was recorded apart."""
+        if self.name not in baseline.REBASED:
+            return list(self.rows)
+        out, placed = [], set()
+        for r in self.rows:
+            plain = None if r.get("error") or baseline.is_plain(r) else self.plain_run(r)
+            if plain is not None and plain.found and not plain.own and plain.key not in placed:
+                placed.add(plain.key)
+                extra = {"global_batch": r.get("global_batch")} if self.name == "strong-scaling" else {}
+                out.append(dict(plain.row(), **extra, batch_per_worker=plain.key.batch))
+            out.append(r)
+        return out
+
     def as_table(self) -> tables.Table:
         """The rows as a :class:`ddlab.base.tables.Table` (title: what and where; notes below)."""
         cols = _COLUMNS.get(self.name, _COLUMNS["scaling"])
         spread = any((r.get("repeats") or 1) > 1 for r in self.rows)
         columns = [tables.Column(key, "images/s median (min-max)" if spread and key == "images_per_s" else head,
                                  "text", "right" if key in _NUMERIC else "left") for head, key in cols]
+        launcher = self.config.get("launcher")
         rows = []
-        for row in self.rows:
+        for row in self.shown_rows():
+            row = dict(row, run_label=run_label(row, launcher))
+            if self.name == "tuning" and baseline.is_plain(row):
+                row.setdefault("tuning", baseline.PLAIN_LABEL)
             if row.get("error"):
                 what = "not run" if row.get("not_run") else "failed"   # not_run: refused before any launch
                 # shown shortened, whole in the data and in the HTML cell's title (ddlab.base.tables)
                 failed = tables.Shortened(f"{what}: {row['error']}")
                 cells = [_fmt(row.get(cols[0][1])), failed] + [""] * (len(cols) - 2)
             else:
-                cells = [path_name(row, self.provenance) if key == "path" and row.get("path")
+                cells = [(row["run_label"] if row.get("workers") == 1 and self.name in baseline.REBASED
+                          else path_name(row, self.provenance)) if key == "path" and row.get("path")
                          else _fmt_cell(row, key, spread) for _, key in cols]
             rows.append(cells)
         return tables.Table(columns, rows, title=f"{self.title()} ({self.where()})",
@@ -389,9 +445,11 @@ class ExperimentResult:
             ax.set_yticks([])
             ax.set_title(self.title(), fontsize=9)
             return
-        labels = [row_label(self.name, r, self.provenance) for r in ok]
+        ok = [r for r in self.shown_rows() if not r.get("error") and r.get("images_per_s")]
+        launcher = self.config.get("launcher")
+        labels = [row_label(self.name, r, self.provenance, launcher) for r in ok]
         values = [r["images_per_s"] for r in ok]
-        colours = [_BASELINE_COLOUR if r.get("path") == "1 worker" else nccl.colour(r.get("path")) for r in ok]
+        colours = [_BASELINE_COLOUR if r.get("workers") == 1 else nccl.colour(r.get("path")) for r in ok]
         bars = ax.bar(range(len(ok)), values, color=colours)
         if any("images_per_s_min" in r for r in ok):
             low = [r["images_per_s"] - r.get("images_per_s_min", r["images_per_s"]) for r in ok]
@@ -399,14 +457,16 @@ class ExperimentResult:
             ax.errorbar(range(len(ok)), values, yerr=[low, high], fmt="none", ecolor="black", capsize=3)
         for bar, r in zip(bars, ok):
             ratio = r.get("speedup")
-            text = units.format_count(r["images_per_s"]) + (f"\n{_speedup(ratio)}" if ratio is not None else "")
+            text = units.format_count(r["images_per_s"]) + (f"\n{speedup_text(ratio)}" if ratio is not None else "")
             text += " (!)" if r.get("above_linear") else ""
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=8, xytext=(0, 2), textcoords="offset points")
-        base = self.config.get("baseline_images_per_s")
+        plains = [p for p in self.plain.values() if p.found]
+        base = plains[0].images_per_s if len(plains) == 1 else None
         if base and self.name in ("nccl-paths", "tuning"):
             ax.axhline(base, color="grey", linestyle="--", linewidth=1)
-            ax.annotate("1 worker", (len(ok) - 0.5, base), ha="right", va="bottom", fontsize=8, color="grey")
+            ax.annotate(baseline.PLAIN_LABEL, (len(ok) - 0.5, base), ha="right", va="bottom", fontsize=8,
+                        color="grey")
         ax.set_xticks(range(len(ok)))
         ax.set_xticklabels(labels, fontsize=8, rotation=15 if len(ok) > 4 else 0)
         ax.set_ylabel("images/s (all workers)")
@@ -443,6 +503,13 @@ def split_command(line: str) -> tuple:
     words = line.split(" ")
     n = next((i for i, w in enumerate(words) if not ("=" in w and w.split("=", 1)[0].isupper())), len(words))
     return frozenset(words[:n]), " ".join(words[n:])
+# What older recordings' notes said the speedup was over, and what it is now (ddlab.training.baseline).
+_STALE_BASE = "; speedup over 1 worker at the same global batch"
+
+
+def _current(note: str) -> str:
+    """A recorded note without a claim about the speedup's baseline that no longer holds."""
+    return note.replace(_STALE_BASE, "") if note.startswith("strong scaling: ") else note
 
 
 def _base_workers(rows) -> int:
@@ -450,21 +517,22 @@ def _base_workers(rows) -> int:
 
 
 _COLUMNS = {
-    "scaling": [("workers", "workers"), ("images/s", "images_per_s"), ("speedup", "speedup"),
-                ("efficiency", "efficiency"), ("step ms median", "step_ms_median"),
+    "scaling": [("workers", "workers"), ("run", "run_label"), ("images/s", "images_per_s"),
+                ("speedup vs plain 1 GPU", "speedup"), ("efficiency", "efficiency"), ("step ms median", "step_ms_median"),
                 ("p10-p90", "step_ms_spread"), ("global batch", "global_batch"), ("test acc", "test_accuracy")],
     "nccl-paths": [("path", "path"), ("NCCL settings", "env_text"), ("workers", "workers"),
-                   ("images/s", "images_per_s"), ("speedup vs 1", "speedup"), ("step ms median", "step_ms_median"),
-                   ("p10-p90", "step_ms_spread"), ("transport", "transport"), ("graph", "cuda_graph"),
+                   ("images/s", "images_per_s"), ("speedup vs plain 1 GPU", "speedup"),
+                   ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("transport", "transport"), ("graph", "cuda_graph"),
                    ("test acc", "test_accuracy")],
     "launchers": [("path", "path"), ("launcher", "launcher"), ("images/s", "images_per_s"),
-                  ("speedup vs 1", "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
+                  ("speedup vs plain 1 GPU", "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
                   ("graph", "cuda_graph")],
     "tuning": [("tuning", "tuning"), ("flags", "flags"), ("workers", "workers"), ("global batch", "global_batch"),
-               ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"), ("step ms median", "step_ms_median"),
-               ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
-    "strong-scaling": [("global batch", "global_batch"), ("workers", "workers"), ("batch/worker", "batch_per_worker"),
-                       ("images/s", "images_per_s"), ("speedup vs 1 worker", "speedup"),
+               ("images/s", "images_per_s"), ("speedup vs plain 1 GPU", "speedup"),
+               ("step ms median", "step_ms_median"), ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
+    "strong-scaling": [("global batch", "global_batch"), ("run", "run_label"), ("workers", "workers"),
+                       ("batch/worker", "batch_per_worker"), ("images/s", "images_per_s"),
+                       ("speedup vs plain 1 GPU", "speedup"),
                        ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("test acc", "test_accuracy")],
     "one-gpu": [("model", "model"), ("precision", "precision"), ("images/s", "images_per_s"),
                 ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("params", "params"),
@@ -472,6 +540,9 @@ _COLUMNS = {
     "wrapper-cost": [("model", "model"), ("batch", "batch"), ("wrapper", "wrapper"),
                      ("step ms median", "step_ms_median"), ("cost ms/step", "cost_ms"), ("cost share", "cost_share"),
                      ("buckets", "buckets"), ("ms/bucket", "cost_per_bucket_ms"), ("images/s", "images_per_s")],
+    "plain-baselines": [("model", "model"), ("batch", "batch"), ("precision", "precision"), ("graph", "cuda_graph"),
+                        ("steps", "steps"), ("images/s", "images_per_s"), ("step ms median", "step_ms_median"),
+                        ("p10-p90", "step_ms_spread"), ("test acc", "test_accuracy")],
     "input-pipeline": [("batches fed", "variant"), ("images/s", "images_per_s"), ("vs on the GPU", "speedup"),
                        ("step ms", "step_ms_median")],
     "perf-options": [("option", "option"), ("images/s", "images_per_s"), ("vs plain", "speedup"),
@@ -480,7 +551,7 @@ _COLUMNS = {
 }
 
 
-def _speedup(v) -> str:
+def speedup_text(v) -> str:
     """A speedup with two decimals ("0.43x", "2.06x"), as the course's tables always showed."""
     return f"{v:.2f}x"
 
@@ -495,7 +566,7 @@ def _fmt(v, key: str = "") -> str:
     if key == "images_per_s":
         return units.format_count(v)
     if key == "speedup":
-        return _speedup(v)
+        return speedup_text(v)
     if key == "efficiency":
         return units.format_percent(v, decimals=1)
     if key == "test_accuracy":
@@ -518,78 +589,3 @@ def _fmt_cell(row: dict, key: str, spread: bool) -> str:
     if spread and key == "images_per_s" and (row.get("repeats") or 1) > 1:
         text += f" ({units.format_count(row['images_per_s_min'])}-{units.format_count(row['images_per_s_max'])})"
     return text
-
-
-# ----------------------------------------------------------------------------- several results
-def paths_in_order(results: Mapping[str, ExperimentResult]) -> list:
-    """Every path named in the results' rows, once each, in the order they first appear."""
-    paths: list = []
-    for res in results.values():
-        paths += [r["path"] for r in res.rows if r.get("path") and r["path"] not in paths]
-    return paths
-
-
-def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResult:
-    """{launcher: nccl-paths result} -> one result whose rows pair the launchers path by path."""
-    if not results:
-        raise ValueError("no results to combine")
-    paths = paths_in_order(results)
-    rows = [dict(r, launcher=la) for path in paths for la, res in results.items()
-            for r in res.rows if r.get("path") == path]
-    first = next(iter(results.values()))
-    cfg = dict(first.config, launcher="+".join(results))
-    cfg.pop("spec", None)
-    notes = [f"{la}: {res.notes[0]}" for la, res in results.items() if res.notes]
-    return ExperimentResult("launchers", rows, first.source, first.provenance, notes, cfg,
-                            [run for res in results.values() for run in res.runs])
-
-
-def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
-    """{label: nccl-paths result} -> a text table, one row per path and one column per result:
-    images/s and the speedup over that result's own one-worker run. A missing or failed run
-    shows as "-"; the header says where each result comes from."""
-    if not results:
-        raise ValueError("no results to compare")
-    paths = paths_in_order(results)
-    cells, names = {}, {}
-    for label, res in results.items():
-        for r in res.rows:
-            if r.get("error") or r.get("images_per_s") is None:
-                continue
-            sp = r.get("speedup")
-            mark = "!" if r.get("above_linear") else " "
-            names.setdefault(r.get("path"), path_name(r, res.provenance))
-            cells[(r.get("path"), label)] = (f"{units.format_count(r['images_per_s']):>9} "
-                                             f"{(_speedup(sp) if sp is not None else '-'):>6}{mark}")
-    width = max(18, *(len(label) for label in results))
-    first = max(10, *(len(names.get(p, p)) for p in paths)) if paths else 10
-    lines = [f"{'path':<{first}}" + "".join(f"  {label:>{width}}" for label in results),
-             f"{'':<{first}}" + "".join(f"  {'images/s speedup ':>{width}}" for _ in results)]
-    for path in paths:
-        lines.append(f"{names.get(path, path):<{first}}"
-                     + "".join(f"  {cells.get((path, label), '-'):>{width}}" for label in results))
-    lines.append("")
-    if any(r.get("above_linear") for res in results.values() for r in res.rows):
-        lines.append("!: above linear (more than N times one worker's images/s on N workers): flagged, not hidden")
-    lines += [f"{label}: {res.where()}" for label, res in results.items()]
-    return "\n".join(lines)
-
-
-def summary_table(done: Mapping) -> str:
-    """{name: ExperimentResult or error text} -> one line per row (what a recording session printed)."""
-    lines = ["", "summary", f"{'result':<34} {'row':<30} {'images/s':>12} {'speedup':>8}  transport / note"]
-    for name, res in done.items():
-        if not isinstance(res, ExperimentResult):
-            lines.append(f"{name:<34} {tables.shorten((str(res).strip().splitlines() or [''])[0], 120)}")
-            continue
-        for r in res.rows:
-            label = row_label(res.name, r, res.provenance)
-            if r.get("error"):
-                lines.append(f"{name:<34} {label:<30} {'failed':>12}           {tables.shorten(r['error'])}")
-                # a timed-out run: where its workers were stuck (innermost frames first)
-                lines += ["    " + ln for ln in (r.get("hang_traceback") or "").splitlines()[:24]]
-                continue
-            sp = r.get("speedup")
-            lines.append(f"{name:<34} {label:<30} {units.format_count(r['images_per_s']):>12} "
-                         f"{(_speedup(sp) if sp is not None else '-'):>8}  {r.get('transport', '')}")
-    return "\n".join(lines)

@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.system.frameworks import FRAMEWORK_LAUNCHERS, FRAMEWORKS, check_choice
-from ddlab.training.models import MODELS  # the one list of the course's models
+from ddlab.training.models import MODELS, PROBE, PROBE_BATCH, TRAINABLE  # the one list of the course's models
 from ddlab.base.errors import CourseError
 
 SCRIPTS = {"torch": os.path.join(SOURCE_DIR, "train", "fmnist_torch.py"),
@@ -64,6 +64,8 @@ def _positive_int(what: str, value, minimum: int = 1) -> None:
 def default_sizes(device: str, model: str) -> dict:
     """The sizes a run of ``model`` on ``device`` ("cpu" or "cuda") takes unless told otherwise."""
     _check_choice("device", device, DEVICES)
+    if model == PROBE:                 # a tiny batch: the step is its fixed cost
+        return dict(GPU_SIZES if device == "cuda" else CPU_SIZES, batch=PROBE_BATCH)
     if device == "cuda":
         return dict(GPU_SIZES_WIDE if model == "wide" else GPU_SIZES)
     return dict(CPU_SIZES_WIDE if model == "wide" else CPU_SIZES)
@@ -99,7 +101,9 @@ class RunSpec:
     def __post_init__(self):
         _check_choice("framework", self.framework, FRAMEWORKS)
         _check_choice("launcher", self.launcher, FRAMEWORK_LAUNCHERS[self.framework])
-        _check_choice("model", self.model, MODELS)
+        _check_choice("model", self.model, TRAINABLE)
+        if self.model == PROBE and self.framework != "torch":
+            raise RunSpecError("the probe model is a PyTorch model (fmnist_torch.py)")
         _check_choice("device", self.device, DEVICES)
         _check_choice("precision", self.precision, PRECISIONS)
         object.__setattr__(self, "path", nccl_path_name(self.path))

@@ -72,7 +72,9 @@ def plot_validation(table, ax=None, predicted: str = "predicted"):
     (then ``predicted="model_pred"``: each model held out), or its rows. Returns the axes."""
     import matplotlib.pyplot as plt
     rows = table.to_dict()["rows"] if hasattr(table, "to_dict") else list(table)
-    rows = [dict(r, predicted=r[predicted]) for r in rows if r.get(predicted) is not None]
+    # a run whose plain one-GPU run is not recorded has no speedup to place (its table shows "-")
+    rows = [dict(r, predicted=r[predicted]) for r in rows if r.get(predicted) is not None
+            and r.get("measured") is not None]
     if not rows:
         raise ValueError("nothing to plot: the table has no rows")
     if ax is None:
@@ -98,7 +100,7 @@ def plot_validation(table, ax=None, predicted: str = "predicted"):
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured speedup (2 GPUs over 1)")
+    ax.set_xlabel("measured speedup (2 GPUs over the plain one-GPU run)")
     ax.set_ylabel("predicted speedup")
     ax.set_title("Step model: predicted vs measured")
     ax.grid(True, which="both", alpha=0.3)
