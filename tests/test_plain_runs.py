@@ -142,3 +142,14 @@ def test_the_probe_jobs_parse_and_dry_run_on_cpu_processes(tmp_path, monkeypatch
     assert all(a[a.index("--model") + 1] == "probe" and a[a.index("--device") + 1] == "cpu" for a in fake.argvs)
     assert [a[a.index("--launcher") + 1] for a in fake.argvs[:3]] == ["none", "ddp", "ddp"]
     assert not os.path.exists(tmp_path / "nccl-paths-torch-ddp-probe.json")     # adopt_results reads OUT only
+
+
+def test_a_wrapper_faster_than_a_plain_run_recorded_apart_is_flagged():
+    from ddlab.training import baseline
+    apart = baseline.Plain(None, 100.0, 95.0, 105.0, 1.0, 3, "1x GPU, another day")
+    own = baseline.Plain(None, 100.0, 95.0, 105.0, 1.0, 3, "this result's own plain run", own=True)
+    fast = [{"workers": 1, "images_per_s": 130.0, "speedup": 1.3, "speedup_min": 1.2}]
+    slow = [{"workers": 1, "images_per_s": 80.0, "speedup": 0.8, "speedup_min": 0.7}]
+    assert len(baseline.wrapper_faster_than_plain(fast, {"k": apart})) == 1
+    assert baseline.wrapper_faster_than_plain(slow, {"k": apart}) == []
+    assert baseline.wrapper_faster_than_plain(fast, {"k": own}) == []        # measured together: no such note

@@ -268,3 +268,18 @@ def notes(used: dict) -> list:
         out.append("speedup '-': " + "; ".join(sorted({p.missing for p in missing}))
                    + " (the wrapper's one-worker run is not a plain run, so nothing stands in for it)")
     return out
+
+
+def wrapper_faster_than_plain(rows, used: dict) -> list:
+    """A note where a wrapper's one-worker row runs faster than a plain run recorded apart: the wrapper
+    only adds work, so the two runs differ by more than the wrapper (another machine, day or clock),
+    and that difference is in every speedup of the table."""
+    apart = [p for p in used.values() if p.found and not p.own]
+    fast = [r for r in rows if r.get("workers") == 1 and not is_plain(r) and not r.get("error")
+            and (r.get("speedup_min") or r.get("speedup") or 0) > 1]
+    if not (apart and fast):
+        return []
+    return ["the wrapper's one-worker run is faster than the plain run it is divided by, which was recorded apart: "
+            "the two runs differ by more than the wrapper (machine, day, clocks), and that difference is in every "
+            "speedup above; a plain run recorded with the result removes it"]
+

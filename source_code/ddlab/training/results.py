@@ -314,7 +314,8 @@ class ExperimentResult:
 
     def table_notes(self) -> list:
         """The notes under the table: the result's own, then what it says about itself."""
-        lines = [_current(n) for n in self.notes] + baseline.notes(self.plain)
+        lines = ([_current(n) for n in self.notes] + baseline.notes(self.plain)
+                 + baseline.wrapper_faster_than_plain(self.rows, self.plain))
         launcher = self.config.get("launcher")
         for r in self.rows:
             if r.get("above_linear"):
