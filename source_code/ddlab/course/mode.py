@@ -103,15 +103,15 @@ def _recorded_experiment(name: str):
 
 
 # Live, notebook 1 trains its own model, the CNN, in each precision, three times each: six launches.
-# The recording holds the two MLPs too. All three models live were 18 launches, which put the notebook's
-# Run All past its stated minutes on a two-GPU machine (tools/recording/runs/).
+# The recording holds the two MLPs too. All three models live would be 18 launches, more than the
+# notebook's stated minutes leave for its Run All on a two-GPU machine.
 ONE_GPU_LIVE_MODELS = ("cnn",)
 
 # Live on two GPUs, a notebook's comparison over the NCCL paths (notebook 5's Horovod and DDP cells,
 # notebook 10's second GPU) runs each configuration twice, so the row still shows a spread. A launch is
-# mostly process start-up, so the launch count sets the wait: with three repeats (LIVE_GPU_REPEATS,
-# what the recordings use) notebook 5 did not finish its Run All within its stated minutes on a
-# two-GPU machine (tools/recording/runs/). On CPU processes the callers keep their own counts.
+# mostly process start-up, so the launch count sets the wait: three repeats (LIVE_GPU_REPEATS, what the
+# recordings use) put notebook 5's Run All past its stated minutes on a two-GPU machine. On CPU
+# processes the callers keep their own counts.
 TWO_GPU_LIVE_REPEATS = 2
 
 
