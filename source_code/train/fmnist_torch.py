@@ -6,7 +6,7 @@
     horovodrun -np 2 -H localhost:2 --gloo python fmnist_torch.py --launcher horovod
     ddlab train --framework torch --launcher ddp --workers 2        # the same, via ddlab.measure.launch
 
-What every worker does (the data-parallel recipe of notebook 3):
+What every worker does (the data-parallel recipe of notebooks 7 and 8, DDP's and Horovod's changes):
   1. joins the group (DDP: ``init_process_group``; Horovod: ``hvd.init``) and takes the GPU
      of its local rank (``ddlab.training.workers_torch``);
   2. builds the same model and starts from rank 0's parameters (DDP broadcasts them in its
