@@ -1,11 +1,10 @@
-"""The package's shape: layered sub-packages (import-linter's contracts in pyproject.toml), no
-import circle, no module over 600 lines, a training script a reader can hold in mind."""
+"""The package's shape: every sub-package a layer of import-linter's contracts in pyproject.toml
+(`make test` runs lint-imports itself, before the tests), no module over 600 lines, a training
+script a reader can hold in mind."""
 import os
 import subprocess
 import sys
 import tomllib
-
-import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -41,25 +40,9 @@ def test_circles_are_forbidden_everywhere_in_the_package():
     assert acyclic and acyclic[0]["ancestors"] == ["ddlab"]
 
 
-def test_the_contracts_hold():
-    lint = os.path.join(os.path.dirname(sys.executable), "lint-imports")
-    if not os.path.exists(lint):
-        pytest.fail("lint-imports is not installed next to this Python: run `make setup` (requirements.txt has it)")
-    out = subprocess.run([lint, "--config", os.path.join(REPO, "pyproject.toml"), "--no-cache"],
-                         cwd=os.path.join(REPO, "source_code"), capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "0 broken" in out.stdout
-
-
-# Modules whose split by concept is under way (each listed one must still be over the limit, so
-# the list empties as the splits land). Empty it, never add to it.
-SPLIT_UNDER_WAY = set()
-
-
 def test_no_module_is_over_600_lines():
     long = {os.path.relpath(p, PKG): n for p in _modules() if (n := sum(1 for _ in open(p))) > MAX_MODULE_LINES}
-    assert set(long) - SPLIT_UNDER_WAY == set(), f"split these by concept: {long}"
-    assert SPLIT_UNDER_WAY <= set(long), f"split done: remove {sorted(SPLIT_UNDER_WAY - set(long))} from SPLIT_UNDER_WAY"
+    assert not long, f"split these by concept: {long}"
 
 
 def test_the_torch_training_script_stays_short():
@@ -75,10 +58,3 @@ def test_importing_the_package_imports_no_layer():
                          env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "source_code")))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
-
-
-def test_the_package_readme_names_every_module():
-    readme = open(os.path.join(PKG, "README.md")).read()
-    missing = sorted(os.path.splitext(os.path.basename(p))[0] for p in _modules()
-                     if not p.endswith(("__init__.py", "__main__.py")) and f"`{os.path.splitext(os.path.basename(p))[0]}`" not in readme)
-    assert not missing, f"source_code/ddlab/README.md does not say where these live: {missing}"
