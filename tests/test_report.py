@@ -266,7 +266,7 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     """The GPU steps' own code (sizing, link peaks, records, plots, summary) on a pretend 2-GPU
     machine whose measurements are the recorded ones: the measuring functions are GPU-tested
     elsewhere, so here they return what the 2x H200 recorded."""
-    from ddlab.measure import collectives_recorded, collectives_run, p2p_recorded, p2p_run
+    from ddlab.measure import collectives, collectives_run, p2p_diagnosis, p2p_run
     from ddlab.training import experiments, recording
     from ddlab.system import hardware
     calls = {"p2p": [], "sweep": []}
@@ -276,9 +276,9 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
 
     def fake_p2p_run(**kw):
         calls["p2p"].append(kw)
-        return p2p_recorded.load_recorded("h200x2")
+        return p2p_diagnosis.load_recorded("h200x2")
     monkeypatch.setattr(p2p_run, "run", fake_p2p_run)
-    recorded = collectives_recorded.load_recorded("h200x2")
+    recorded = collectives.load_recorded("h200x2")
 
     def fake_sweep(**kw):
         calls["sweep"].append(kw)

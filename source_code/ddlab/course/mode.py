@@ -62,21 +62,21 @@ def _nccl_logs(live: bool, machine: Machine):
 
 
 def _p2p(live: bool, machine: Machine):
-    from ddlab.measure import p2p_recorded, p2p_run
+    from ddlab.measure import p2p_diagnosis, p2p_run
     if live:
         try:
             return p2p_run.run(), None
         except (p2p_run.P2PBuildError, p2p_run.P2PNoGPU) as exc:   # no make, no nvcc, no nvidia-smi: recorded
             raise NoGPUError(str(exc).splitlines()[0]) from None
-    r = p2p_recorded.load_recorded(RECORDED)
+    r = p2p_diagnosis.load_recorded(RECORDED)
     return r, r.provenance
 
 
 def _allreduce(live: bool, machine: Machine):
-    from ddlab.measure import collectives_recorded, collectives_run
+    from ddlab.measure import collectives, collectives_run
     if live:
         return collectives_run.compare_paths(), None
-    sweeps = collectives_recorded.load_recorded(RECORDED)
+    sweeps = collectives.load_recorded(RECORDED)
     return sweeps, next(iter(sweeps.values())).provenance
 
 

@@ -66,7 +66,7 @@ def machine_of(steps: dict) -> str:
 def load_other(spec: str) -> dict:
     """``--compare``: a report folder, or the name of a machine recorded under
     ``source_code/reference/`` (e.g. "h200x2"). Returns {"label", "source", "steps"}."""
-    from ddlab.measure import collectives, collectives_recorded, p2p_recorded
+    from ddlab.measure import collectives, p2p_diagnosis
     from ddlab.course import mode
     from ddlab.training import recording
     from ddlab.base import reference
@@ -88,12 +88,12 @@ def load_other(spec: str) -> dict:
         steps["topology"] = {"status": "done", "data": topology_data(t), "provenance": t.provenance}
     topo = (_done(steps.get("topology")) or {}).get("topology")
     if spec in reference.names("p2p"):
-        r = p2p_recorded.load_recorded(spec)
+        r = p2p_diagnosis.load_recorded(spec)
         prov = r.provenance
         names = [d.get("name", "") for d in r.devices] or [prov.get("gpu_model") or ""]
         steps["p2p"] = {"status": "done", "data": p2p_data(r, link_peaks(topo, names)), "provenance": prov}
     if spec in reference.names("allreduce"):
-        sweeps = list(collectives_recorded.load_recorded(spec).values())
+        sweeps = list(collectives.load_recorded(spec).values())
         prov = prov or sweeps[0].provenance
         from ddlab.report.steps import slowest_peak
         peaks = link_peaks(topo, [prov.get("gpu_model") or ""])
