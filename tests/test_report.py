@@ -1,5 +1,6 @@
 """`ddlab report`: the CPU path end to end, resume, Ctrl-C, --compare, and the time budget by design."""
 import base64
+import html
 import json
 import os
 import re
@@ -298,9 +299,9 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     page = (tmp_path / "rep" / "report.html").read_text()
     # topology, a host link per GPU, p2p, all-reduce, training, one GPU's training
     assert len(_assert_self_contained(page)) == 7
-    summary = page.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
+    summary = html.unescape(page.split('<section id="summary">', 1)[1].split("</section>", 1)[0])
     for topic in ("Slowest link", "Asymmetric pairs", "Best subset per k", "All-reduce", "Training speedup",
-                  "Host link, GPU 0", "PCIe under load", "One GPU, images/s", "Wrapper&#x27;s cost on one worker"):
+                  "Host link, GPU 0", "PCIe under load", "One GPU, images/s", "Wrapper's cost on one worker"):
         assert topic in summary
     assert "needs 3 GPUs or more" in summary and "Skipped" not in summary
     # every GPU's host link measured, and the one behind a slower link stands out
