@@ -75,6 +75,7 @@ if __name__ == "__main__":
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from ddlab.course import tuning  # noqa: E402
 from ddlab.system import software  # noqa: E402
@@ -118,6 +119,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # ----------------------------------------------------------------------------- main
+@record   # under torchrun, an exception goes to its error file: which rank raised what, and when
 def main(argv=None) -> int:
     phases = launch.PhaseClock()       # counts from the start of this process
     phases.done("imports")             # python, numpy, torch, ddlab (module level, above)

@@ -209,7 +209,15 @@ def main(argv: Sequence[str]) -> int:
 
     import torch
     import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import record
 
+    # record: an exception of this rank goes to torchrun's error file, with its time
+    # (ddlab.measure.rank_failures reads it to name the rank that failed first).
+    return record(_sweep)(argv, torch, dist)
+
+
+def _sweep(argv: Sequence[str], torch, dist) -> int:
+    """The sweep of one rank: each size checked, then timed; rank 0 writes the result."""
     a = _parser().parse_args(argv)
     r = _Rank(torch, dist, a.backend, a.dtype)
     r.connect()
