@@ -378,7 +378,7 @@ def test_second_gpu_live_on_two_gpus_compares_the_paths_and_predicts_each_from_a
     of the predictions."""
     from ddlab.course import mode
     from _experiment_fakes import fake_paths_result
-    from ddlab.measure import collectives_recorded, collectives_run
+    from ddlab.measure import collectives, collectives_run
     from ddlab.training import experiments, runs
     from ddlab.system import policy
     from ddlab.system.hardware import Inventory
@@ -394,7 +394,7 @@ def test_second_gpu_live_on_two_gpus_compares_the_paths_and_predicts_each_from_a
     # the plain one-GPU run, DDP's one worker and each path, each repeated
     launches = (2 + len(experiments.COMPARED_PATHS)) * mode.TWO_GPU_LIVE_REPEATS
     assert mode.TWO_GPU_LIVE_REPEATS == 2 and launches == 10
-    sweeps = collectives_recorded.load_recorded("h200x2")      # stand-ins for the live sweeps
+    sweeps = collectives.load_recorded("h200x2")      # stand-ins for the live sweeps
     monkeypatch.setattr(experiments, "nccl_path_comparison", fake_paths)
     monkeypatch.setattr(collectives_run, "compare_paths", lambda **kw: sweeps)
     two = policy.Machine(gpus=2, software=lambda framework, launcher: (True, ""))

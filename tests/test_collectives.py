@@ -2,7 +2,7 @@
 log), the summary and level tables."""
 import pytest
 
-from ddlab.measure import collectives, collectives_recorded
+from ddlab.measure import collectives
 
 
 # ----------------------------------------------------------------------------- formulas and sizes
@@ -42,7 +42,7 @@ def test_nccl_log_is_parsed_when_kept():
 
 
 def test_summary_is_a_table_of_busbw_per_sweep():
-    sweeps = collectives_recorded.load_recorded("h200x2")
+    sweeps = collectives.load_recorded("h200x2")
     t = collectives.summary(sweeps.values())
     assert [c.key for c in t.columns][:5] == ["op", "path", "settings", "ranks", "busbw_at"]
     # the recording ran with NCCL_NVLS_ENABLE=0: its default path is named for that, and a short note says so

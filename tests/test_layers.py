@@ -1,29 +1,23 @@
-"""The package's shape: layered sub-packages (import-linter's contracts in pyproject.toml), no
-import circle, no module over 600 lines, a training script a reader can hold in mind."""
+"""The package's shape: every sub-package a layer of import-linter's contracts in pyproject.toml
+(`make test` runs lint-imports itself, before the tests), no module over 800 lines and no function over 80
+(in the package, the training scripts and the tools), a training script a reader can hold in mind."""
+import ast
 import os
 import subprocess
 import sys
 import tomllib
 
-import pytest
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PKG = os.path.join(REPO, "source_code", "ddlab")
-MAX_MODULE_LINES = 600
-MAX_SCRIPT_LINES = 400
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 80
+MAX_SCRIPT_LINES = 440
 
 
 def _contracts() -> list:
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         return tomllib.load(f)["tool"]["importlinter"]["contracts"]
-
-
-def _modules():
-    for root, _dirs, files in os.walk(PKG):
-        for name in files:
-            if name.endswith(".py"):
-                yield os.path.join(root, name)
 
 
 def test_every_sub_package_is_a_layer_of_the_contract():
@@ -41,25 +35,38 @@ def test_circles_are_forbidden_everywhere_in_the_package():
     assert acyclic and acyclic[0]["ancestors"] == ["ddlab"]
 
 
-def test_the_contracts_hold():
-    lint = os.path.join(os.path.dirname(sys.executable), "lint-imports")
-    if not os.path.exists(lint):
-        pytest.fail("lint-imports is not installed next to this Python: run `make setup` (requirements.txt has it)")
-    out = subprocess.run([lint, "--config", os.path.join(REPO, "pyproject.toml"), "--no-cache"],
-                         cwd=os.path.join(REPO, "source_code"), capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "0 broken" in out.stdout
+def _python_files():
+    """Every Python file of the package, the training scripts and the tools."""
+    for top in (os.path.join(REPO, "source_code"), os.path.join(REPO, "tools")):
+        for root, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", "reference", ".ipynb_checkpoints")]
+            yield from (os.path.join(root, f) for f in files if f.endswith(".py"))
 
 
-# Modules whose split by concept is under way (each listed one must still be over the limit, so
-# the list empties as the splits land). Empty it, never add to it.
-SPLIT_UNDER_WAY = set()
+# Functions over the limit that are still to be split, each by the engineer who owns its module.
+# This set must only shrink: the test fails when one of them comes under the limit (take it off)
+# and when any other function grows past it.
+TOO_LONG_YET = {"source_code/ddlab/cost/step_model.py:predict_step",
+                "source_code/ddlab/cost/recorded_runs.py:recorded_points",
+                "source_code/ddlab/course/repair.py:diagnose"}
 
 
-def test_no_module_is_over_600_lines():
-    long = {os.path.relpath(p, PKG): n for p in _modules() if (n := sum(1 for _ in open(p))) > MAX_MODULE_LINES}
-    assert set(long) - SPLIT_UNDER_WAY == set(), f"split these by concept: {long}"
-    assert SPLIT_UNDER_WAY <= set(long), f"split done: remove {sorted(SPLIT_UNDER_WAY - set(long))} from SPLIT_UNDER_WAY"
+def test_no_module_over_800_lines_and_no_function_over_80():
+    long_modules, long_functions = {}, {}
+    for path in _python_files():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        rel = os.path.relpath(path, REPO)
+        if (n := text.count("\n")) > MAX_MODULE_LINES:
+            long_modules[rel] = n
+        for node in ast.walk(ast.parse(text, path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    long_functions[f"{rel}:{node.name}"] = n
+    assert not long_modules, f"split these modules by concept: {long_modules}"
+    assert set(long_functions) - TOO_LONG_YET == set(), \
+        f"split these functions into named parts: { {k: v for k, v in long_functions.items() if k not in TOO_LONG_YET} }"
+    assert TOO_LONG_YET <= set(long_functions), f"under the limit now: remove {sorted(TOO_LONG_YET - set(long_functions))} from TOO_LONG_YET"
 
 
 def test_the_torch_training_script_stays_short():
@@ -75,10 +82,3 @@ def test_importing_the_package_imports_no_layer():
                          env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "source_code")))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
-
-
-def test_the_package_readme_names_every_module():
-    readme = open(os.path.join(PKG, "README.md")).read()
-    missing = sorted(os.path.splitext(os.path.basename(p))[0] for p in _modules()
-                     if not p.endswith(("__init__.py", "__main__.py")) and f"`{os.path.splitext(os.path.basename(p))[0]}`" not in readme)
-    assert not missing, f"source_code/ddlab/README.md does not say where these live: {missing}"

@@ -254,13 +254,13 @@ def test_notebook_3_where_nvidia_smi_cannot_read_the_gpus_goes_on_recorded(machi
 # ----------------------------------------------------------------------------- notebook 6: no nvcc, hidden GPUs
 def _notebook_5(monkeypatch):
     from ddlab.base import tables
-    from ddlab.measure import collectives, collectives_recorded, collectives_run, p2p_diagnosis, p2p_run
+    from ddlab.measure import collectives, collectives_run, p2p_diagnosis, p2p_run
     from ddlab.system import links, provenance
     from ddlab.views import p2p_plots
     printed = []
     ns = {"topology": topology, "links": links, "p2p_run": p2p_run, "p2p_diagnosis": p2p_diagnosis,
           "p2p_plots": p2p_plots, "collectives": collectives, "collectives_run": collectives_run,
-          "collectives_recorded": collectives_recorded, "tables": tables,
+          "collectives": collectives, "tables": tables,
           "policy": policy,                                   # imported by the p2p cell
           "inv": hardware.Inventory(), "caption": provenance.caption,
           "NOW": provenance.collect(inventory=hardware.Inventory()),
@@ -368,7 +368,7 @@ def test_run_or_skip_runs_what_the_policy_allows(monkeypatch):
 
 
 def test_notebook_4_without_two_gpus_shows_the_recorded_level_sweep_and_why(machine, monkeypatch):
-    from ddlab.measure import collectives, collectives_recorded, collectives_run
+    from ddlab.measure import collectives, collectives_run
     from ddlab.system import nccl, provenance, topology
     machine(NO_GPU)
     monkeypatch.setattr(collectives_run, "compare_levels", lambda *a, **k: pytest.fail("level sweep without 2 GPUs"))
@@ -376,7 +376,7 @@ def test_notebook_4_without_two_gpus_shows_the_recorded_level_sweep_and_why(mach
     ns = {"policy": policy, "collectives": collectives, "collectives_run": collectives_run, "nccl": nccl,
           "topology": topology, "display": shown.append,
           "NCCL_LIVE": policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp")),   # the first cell's
-          "collectives_recorded": collectives_recorded, "inv": hardware.Inventory(), "caption": provenance.caption,
+          "collectives": collectives, "inv": hardware.Inventory(), "caption": provenance.caption,
           "NOW": provenance.collect(inventory=hardware.Inventory()),
           "tables": type("T", (), {"show": staticmethod(shown.append)}),
           "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}

@@ -1,4 +1,4 @@
-"""``ddlab p2p`` (ddlab.measure.p2p_cli) and recorded runs (ddlab.measure.p2p_recorded)."""
+"""``ddlab p2p`` (ddlab.measure.p2p_cli) and recorded runs (ddlab.measure.p2p_diagnosis)."""
 import json
 import os
 
@@ -7,7 +7,7 @@ import pytest
 
 from _p2p_fixtures import FIX, fixture
 from ddlab.base import reference
-from ddlab.measure import p2p_cli, p2p_parse, p2p_recorded, p2p_run
+from ddlab.measure import p2p_cli, p2p_parse, p2p_diagnosis, p2p_run
 from ddlab.system import hardware
 
 
@@ -46,13 +46,13 @@ def test_record_and_load_recorded(tmp_path, monkeypatch):
     # Provenance would import torch and TensorFlow to report their versions: not needed here.
     monkeypatch.setattr(hardware, "inventory", lambda **kw: hardware.Inventory())
     with pytest.raises(reference.ReferenceMissing, match="p2p/nowhere"):
-        p2p_recorded.load_recorded("nowhere")
+        p2p_diagnosis.load_recorded("nowhere")
     r = p2p_parse.parse(fixture("nvidia_sample_2gpu.txt"))
     with pytest.raises(ValueError, match="format-demo"):
-        p2p_recorded.record(p2p_parse.parse(fixture("ours_format_demo_1gpu.txt")), name="demo")
-    path = p2p_recorded.record(r, name="example", command="p2p_bandwidth_latency")
+        p2p_diagnosis.record(p2p_parse.parse(fixture("ours_format_demo_1gpu.txt")), name="demo")
+    path = p2p_diagnosis.record(r, name="example", command="p2p_bandwidth_latency")
     assert path == str(tmp_path / "p2p" / "example.json")
-    back = p2p_recorded.load_recorded("example")
+    back = p2p_diagnosis.load_recorded("example")
     assert back.provenance["command"] == "p2p_bandwidth_latency"
     np.testing.assert_array_equal(back.matrices["uni_p2p_on"], r.matrices["uni_p2p_on"])
     assert back.text == r.text

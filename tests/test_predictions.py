@@ -8,7 +8,7 @@ from ddlab.course.convergence_sweep import ConvergenceResult
 from ddlab.course.handson import Run, Skipped
 from ddlab.cost import allreduce_algorithms as ar
 from ddlab.cost.alpha_beta import AlphaBeta
-from ddlab.measure import p2p_recorded
+from ddlab.measure import p2p_diagnosis
 
 
 def _says(result, *words):
@@ -90,7 +90,7 @@ def test_allreduce_time_from_the_fit_with_the_measurement_beside_it():
 
 # ----------------------------------------------------------------- the p2p test
 def test_p2p_speedup_from_the_recorded_matrix():
-    rec = p2p_recorded.load_recorded("h200x2")
+    rec = p2p_diagnosis.load_recorded("h200x2")
     on, off = rec.matrices["uni_p2p_on"], rec.matrices["uni_p2p_off"]
     truth = (on[0, 1] + on[1, 0]) / (off[0, 1] + off[1, 0])
     assert pr.check_p2p_speedup(truth, rec)

@@ -2,6 +2,7 @@
 (tests/fixtures/launch, captured on this machine), and real 2-process launches on CPU (Gloo) whose
 rank 1 is killed or raises: the error's first line names rank 1, its host and how, and no process
 of the launch is left."""
+import json
 import os
 import re
 import signal
@@ -211,3 +212,45 @@ def test_a_dead_rank_is_named_first(tmp_path, launcher, mode, how):
     row = runs.failure_row(ei.value, path="default", workers=2)
     assert row["error"] == lines[0] and "rank 0: " in row["error_detail"]
     assert f"{launcher} launch of 2 process(es) failed" in row["error_detail"]
+
+
+# ----------------------------------------------------------------------------- torchrun's error files
+def _error_file(path, message, timestamp):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"message": {"message": message, "extraInfo": {"py_callstack": "Traceback ...",
+                                                                               "timestamp": str(timestamp)}}}))
+    return str(path)
+
+
+def _summary_block(index, rank, error_file):
+    return [f"[{index}]:", "  time      : 2026-01-01_00:00:00", "  host      : localhost",
+            f"  rank      : {rank} (local_rank: {rank})", f"  exitcode  : 1 (pid: {100 + rank})",
+            f"  error_file: {error_file}",
+            "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"]
+
+
+def test_torchrun_error_files_give_the_exception_and_which_rank_raised_first(tmp_path):
+    """Each worker's error file (what @record writes) holds its exception and when it was raised:
+    the rank that raised first is named, with its own exception, though torchrun lists it second."""
+    late = _error_file(tmp_path / "0" / "error.json", "RuntimeError: the learning rate is NaN", 1700000200)
+    early = _error_file(tmp_path / "1" / "error.json", "ValueError: shard 3 is empty\nmore text", 1700000100)
+    output = "\n".join(["x.py FAILED", "-" * 60, "Failures:"] + _summary_block(0, 0, late) + ["-" * 60]
+                       + _summary_block(1, 1, early) + ["=" * 60])
+    result = SimpleNamespace(output=output, returncode=1, command=["torchrun", "--nproc-per-node=2", "x.py"])
+    failure = rank_failures.first_failure(result)
+    assert failure.rank == 1 and failure.how == "raised ValueError: shard 3 is empty"
+    assert failure.survivors and failure.survivors[0].startswith("rank 0: ")
+    # without the files (another machine, or gone) the text alone decides: the first listed
+    for f in (late, early):
+        os.remove(f)
+    failure = rank_failures.first_failure(result)
+    assert failure.rank == 0 and failure.how == "exit status 1"
+
+
+def test_an_error_file_that_is_not_one_is_ignored(tmp_path):
+    assert rank_failures.read_error_file("<N/A>") is None
+    bad = tmp_path / "e.json"
+    bad.write_text("not json")
+    assert rank_failures.read_error_file(str(bad)) is None
+    bad.write_text(json.dumps({"message": "NCCL error: unhandled system error"}))
+    assert rank_failures.read_error_file(str(bad)) == ("NCCL error: unhandled system error", None)

@@ -281,11 +281,16 @@ def _notebook(path, source):
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_gpu_nbval_keeps_every_notebooks_time_across_runs_into_one_folder(tmp_path):
     """Two runs into one OUT (as two gpu_batch.sh "nb" tasks do): nbval.json holds the notebooks of
-    both, each with its time and exit status, and a failing notebook fails the run."""
+    both, each with its time and exit status, and a failing notebook fails the run. The timings
+    file gets the notebook that passed, under this machine's name, and only that one."""
     import sys
+    from ddlab.system.machine_name import this_machine
     good = _notebook(tmp_path / "good.ipynb", "print(1 + 1)")
     bad = _notebook(tmp_path / "bad.ipynb", "raise ValueError('no')")
-    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHON=sys.executable)
+    timings = tmp_path / "timings.json"
+    timings.write_text(json.dumps({"2x Some GPU": {"notebooks/x.ipynb": {"seconds": 5.0, "sha256": "0" * 64,
+                                                                           "date": "2000-01-01T00:00:00Z"}}}))
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHON=sys.executable, TIMINGS=str(timings))
     first = subprocess.run(["bash", os.path.join(RECORDING, "gpu_nbval.sh"), good], env=env,
                            capture_output=True, text=True, timeout=240)
     second = subprocess.run(["bash", os.path.join(RECORDING, "gpu_nbval.sh"), bad], env=env,
@@ -296,6 +301,14 @@ def test_gpu_nbval_keeps_every_notebooks_time_across_runs_into_one_folder(tmp_pa
     assert set(table) == {good, bad}
     assert table[good]["exit"] == 0 and table[bad]["exit"] != 0
     assert all(row["seconds"] > 0 for row in table.values())
+    kept = json.loads(timings.read_text())
+    assert kept["2x Some GPU"] == {"notebooks/x.ipynb": {"seconds": 5.0, "sha256": "0" * 64,
+                                                         "date": "2000-01-01T00:00:00Z"}}  # another machine's: kept
+    here = kept[this_machine()[0]]
+    assert set(here) == {good} and here[good]["seconds"] == table[good]["seconds"]
+    assert here[good]["sha256"] == table[good]["sha256"]
+    assert json.loads((tmp_path / "out" / "nbval_timings.json").read_text()) == kept
+    assert not os.path.exists(str(timings) + ".tmp")
     from ddlab.course import minutes
     assert minutes.timing_is_current(good, table[good]) is True              # the file that ran, by its SHA-256
     _notebook(tmp_path / "good.ipynb", "print(2 + 2)")

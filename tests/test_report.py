@@ -1,5 +1,6 @@
 """`ddlab report`: the CPU path end to end, resume, Ctrl-C, --compare, and the time budget by design."""
 import base64
+import html
 import json
 import os
 import re
@@ -269,7 +270,7 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     """The GPU steps' own code (sizing, link peaks, records, plots, summary) on a pretend 2-GPU
     machine whose measurements are the recorded ones: the measuring functions are GPU-tested
     elsewhere, so here they return what the 2x H200 recorded."""
-    from ddlab.measure import collectives_recorded, collectives_run, p2p_recorded, p2p_run
+    from ddlab.measure import collectives, collectives_run, p2p_diagnosis, p2p_run
     from ddlab.training import experiments, recording
     from ddlab.system import hardware
     calls = {"p2p": [], "sweep": []}
@@ -279,9 +280,9 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
 
     def fake_p2p_run(**kw):
         calls["p2p"].append(kw)
-        return p2p_recorded.load_recorded("h200x2")
+        return p2p_diagnosis.load_recorded("h200x2")
     monkeypatch.setattr(p2p_run, "run", fake_p2p_run)
-    recorded = collectives_recorded.load_recorded("h200x2")
+    recorded = collectives.load_recorded("h200x2")
 
     def fake_sweep(**kw):
         calls["sweep"].append(kw)
@@ -301,9 +302,9 @@ def test_gpu_path_renders_with_the_recorded_h200_results(tmp_path, monkeypatch):
     page = (tmp_path / "rep" / "report.html").read_text()
     # topology, a host link per GPU, p2p, all-reduce, training, one GPU's training
     assert len(_assert_self_contained(page)) == 7
-    summary = page.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
+    summary = html.unescape(page.split('<section id="summary">', 1)[1].split("</section>", 1)[0])
     for topic in ("Slowest link", "Asymmetric pairs", "Best subset per k", "All-reduce", "Training speedup",
-                  "Host link, GPU 0", "PCIe under load", "One GPU, images/s", "Wrapper&#x27;s cost on one worker"):
+                  "Host link, GPU 0", "PCIe under load", "One GPU, images/s", "Wrapper's cost on one worker"):
         assert topic in summary
     assert "needs 3 GPUs or more" in summary and "Skipped" not in summary
     # every GPU's host link measured, and the one behind a slower link stands out

@@ -2,6 +2,7 @@
 training and the wrapper's cost (their measurements stood in, see _one_gpu_fakes); the 2-GPU
 steps skipped with their reason; each GPU step skipped in one line without a GPU; the plan
 within three minutes; --compare with a recorded machine."""
+import html
 import json
 import os
 
@@ -43,17 +44,17 @@ def test_a_one_gpu_machine_measures_its_gpu_and_skips_the_pair_steps(tmp_path, m
     text = capsys.readouterr().out
     assert "h2d % raw" in text and "87%" in text and "This GPU beside the recorded 2-GPU runs" in text
     assert "cost ms/step" in text
-    page = (out / "report.html").read_text()
+    page = html.unescape((out / "report.html").read_text())
     summary = page.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
-    assert "pinned, NUMA node 0 (the GPU&#x27;s), from 256 MiB up: h2d 55.0 GB/s (87%)" in summary
-    assert "pinned h2d from NUMA node 1: 41.5 GB/s, 0.75x node 0&#x27;s" in page
+    assert "pinned, NUMA node 0 (the GPU's), from 256 MiB up: h2d 55.0 GB/s (87%)" in summary
+    assert "pinned h2d from NUMA node 1: 41.5 GB/s, 0.75x node 0's" in page
     assert "every link at its maximum" in summary and "ddp at batch 512: +0.120 ms a step (60%" in summary
     assert "horovod (a control: no hooks with one worker) at batch 512: -0.010 ms a step" in summary
     from ddlab.report import one_gpu_page
     assert one_gpu_page._wrapper_name("horovod-hooks") == "horovod with its hooks on (one worker)"
     assert one_gpu_page._wrapper_name("ddp") == "ddp"
     compare = page.split('<section id="compare">', 1)[1].split("</section>", 1)[0]
-    assert "host link host-&gt;GPU pinned" in compare and "one GPU images/s, cnn bf16" in compare
+    assert "host link host->GPU pinned" in compare and "one GPU images/s, cnn bf16" in compare
 
 
 def test_without_a_gpu_each_gpu_step_is_skipped_in_one_line(tmp_path):

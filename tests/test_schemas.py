@@ -16,7 +16,7 @@ from ddlab.base.paths import REFERENCE_DIR
 from ddlab.course import field_reports, mode
 from ddlab.course import convergence_sweep as cs
 from ddlab.cost import predict
-from ddlab.measure import collectives, host_link, p2p_recorded
+from ddlab.measure import collectives, host_link, p2p_diagnosis
 from ddlab.report import html_page, runner
 from ddlab.system import topology
 from ddlab.training import recording, step_profile
@@ -32,7 +32,7 @@ LOADERS = {
     "experiments": lambda name: (cs.load(_path("experiments", name)) if name.startswith("convergence")
                                  else recording.load(_path("experiments", name))),
     "allreduce": lambda name: collectives.read_json(_path("allreduce", name)),
-    "p2p": lambda name: (p2p_recorded.load(_path("p2p", name)), p2p_recorded.load_recorded(name)),
+    "p2p": lambda name: (p2p_diagnosis.load(_path("p2p", name)), p2p_diagnosis.load_recorded(name)),
     "hostlink": lambda name: (host_link.load(_path("hostlink", name)), host_link.load_recorded(name)),
     "profiles": lambda name: step_profile.StepProfile.from_dict(reference.load("profiles", name)),
     "topologies": topology.recorded,
@@ -113,7 +113,7 @@ def _cases(tmp_path):
         "convergence_sweep.load": (conv, cs.load, lambda d: d["rows"][0].pop("label"), "rows[0].label"),
         "collectives.read_json": (_copy_to(tmp_path, "allreduce", "h200x2", "sweeps.json"), collectives.read_json,
                                   lambda d: d["sweeps"][1]["rows"][2].pop("busbw_gbps"), "sweeps[1].rows[2].busbw_gbps"),
-        "p2p_recorded.load": (_copy_to(tmp_path, "p2p", "h200x2", "p2p-result.json"), p2p_recorded.load,
+        "p2p_diagnosis.load": (_copy_to(tmp_path, "p2p", "h200x2", "p2p-result.json"), p2p_diagnosis.load,
                               lambda d: d["result"].update(n="two"), "result.n"),
         "host_link.load": (_copy_to(tmp_path, "hostlink", "1xh100-80gb-hbm3"), host_link.load,
                            lambda d: d["latency"][0].pop("us_median"), "latency[0].us_median"),
@@ -124,7 +124,7 @@ def _cases(tmp_path):
     }
 
 
-LOADER_NAMES = ["recording.load", "convergence_sweep.load", "collectives.read_json", "p2p_recorded.load",
+LOADER_NAMES = ["recording.load", "convergence_sweep.load", "collectives.read_json", "p2p_diagnosis.load",
                 "host_link.load", "runner.load_step", "html_page.read_folder"]
 
 
@@ -208,13 +208,13 @@ def test_nan_is_refused_by_every_saver(tmp_path, monkeypatch):
 def test_a_p2p_recording_with_nan_is_refused(tmp_path, monkeypatch):
     from ddlab.system import provenance
     monkeypatch.setattr(provenance, "collect", lambda command=None, **kw: {"command": str(command)})
-    r = p2p_recorded.load_recorded("h200x2")
+    r = p2p_diagnosis.load_recorded("h200x2")
     r.source = "live"
     path = tmp_path / "p.json"
-    assert p2p_recorded.record(r, path=str(path)) == str(path)
-    assert p2p_recorded.load(str(path)).n == r.n
+    assert p2p_diagnosis.record(r, path=str(path)) == str(path)
+    assert p2p_diagnosis.load(str(path)).n == r.n
     r.parameters = dict(r.parameters, link_peak_gbps=float("nan"))
-    _refused(lambda: p2p_recorded.record(r, path=str(path)), path, "result.parameters.link_peak_gbps is NaN")
+    _refused(lambda: p2p_diagnosis.record(r, path=str(path)), path, "result.parameters.link_peak_gbps is NaN")
 
 
 def test_a_result_that_breaks_its_schema_is_not_written(tmp_path):

@@ -6,12 +6,12 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ddlab.measure import collectives_recorded  # noqa: E402
+from ddlab.measure import collectives  # noqa: E402
 from ddlab.views import sweep_plots  # noqa: E402
 
 
 def test_plot_sweep():
-    ar = collectives_recorded.load_recorded("h200x2")["default"]
+    ar = collectives.load_recorded("h200x2")["default"]
     ax = sweep_plots.plot_sweep({"CPU": ar, "again": ar}, metric="busbw")
     assert [ln.get_label() for ln in ax.get_lines()] == ["CPU", "again"]
     assert list(ax.get_lines()[0].get_xdata()) == [r["bytes"] for r in ar.rows]
@@ -26,6 +26,6 @@ def test_plot_sweep():
 
 
 def test_a_dict_of_recorded_sweeps_is_labelled_with_the_path_as_it_ran():
-    ax = sweep_plots.plot_sweep(collectives_recorded.load_recorded("h200x2"))
+    ax = sweep_plots.plot_sweep(collectives.load_recorded("h200x2"))
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels[0].startswith("NCCL default, NVLS off") and labels[1].startswith("shm")

@@ -189,8 +189,8 @@ def test_step_verdicts_follow_the_speedup_formula():
 
 
 def test_step_what_if_on_the_recorded_sweeps():
-    from ddlab.measure import collectives_recorded
-    sweeps = collectives_recorded.load_recorded("h200x2")
+    from ddlab.measure import collectives
+    sweeps = collectives.load_recorded("h200x2")
     res = widgets.step_what_if([("cnn", 4 * 1_199_882, 2e-3)], sweeps)
     t = {p: res.row("cnn", p)["comm_s"] for p in sweeps}
     assert t["default"] < t["shm"] < t["socket"]                # the order the bandwidths give

@@ -5,6 +5,7 @@ folder has the picture, and import-linter checks it in CI):
 
     report     ddlab report, ddlab doctor
     course     live-or-recorded parts, exercises, widgets, diagrams, case studies, hands-on
+    views      drawings, plots and heatmaps of the data below
     cost       all-reduce algorithms and the step model
     training   run specs, models, data, runs, results, recordings, experiments
     measure    launching processes; p2p and collective measurements

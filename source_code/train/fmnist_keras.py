@@ -85,19 +85,19 @@ def normalise(x_uint8: np.ndarray) -> np.ndarray:
     return ((x_uint8.astype(np.float32) / 255.0 - FMNIST_MEAN) / FMNIST_STD)[..., None]
 
 
-def main(argv=None) -> int:
-    phases = launch.PhaseClock()       # counts from the start of this process
-    args = parse_args(argv)
+def check_environment(args) -> None:
+    """One process or Horovod workers as the launcher says, and tf-keras selected (Horovod's Keras API needs it)."""
     env = os.environ
     if args.launcher == "none" and (int(env.get("HOROVOD_SIZE", "1")) > 1 or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1):
         raise Failure("--launcher none runs one process, but this is one of several workers: use --launcher horovod")
     if env.get("TF_USE_LEGACY_KERAS") != "1":
         raise Failure(f"TF_USE_LEGACY_KERAS={env.get('TF_USE_LEGACY_KERAS')!r}: Horovod's Keras API needs "
                       "tf-keras, selected by TF_USE_LEGACY_KERAS=1")
-    import tensorflow as tf
-    keras = models_keras.keras()   # raises if this is Keras 3
-    phases.done("imports")          # python, numpy, TensorFlow, tf-keras
 
+
+def join_workers(args, tf, keras) -> tuple:
+    """Join the Horovod group (--launcher horovod) and take this rank's GPU, or the CPU:
+    (hvd, hvd_tf or None, rank, world size, local rank, whether on a GPU)."""
     hvd = hvd_tf = None
     rank, world, local_rank = 0, 1, 0
     if args.launcher == "horovod":
@@ -127,36 +127,29 @@ def main(argv=None) -> int:
         use_gpu = True
     if args.precision == "bf16":
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    say = print if rank == 0 else (lambda *a, **k: None)
-    phases.report_to(say)
-    phases.done("device and distributed init")
+    return hvd, hvd_tf, rank, world, local_rank, use_gpu
 
-    # ---- data: this rank's shard, one permutation per epoch (identical on all ranks)
-    # One rank per machine verifies the files' SHA-256 (its other ranks read the same files).
-    x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir, verify=local_rank == 0)
+
+def input_pipeline(args, tf, x_train, y_train, plan, rank: int, world: int):
+    """This rank's shard as a tf.data pipeline, one permutation per epoch (identical on all ranks)."""
     n = x_train.shape[0]
-    plan = train_common.plan_steps(args, n, world, Failure)
-    per_rank, steps_per_epoch, total, warmup = plan.per_rank, plan.steps_per_epoch, plan.total, plan.warmup
-    epochs_needed = plan.epochs_needed
-    used = steps_per_epoch * args.batch_size
+    used = plan.steps_per_epoch * args.batch_size
     order = np.concatenate([ddata.shard_indices(n, rank, world, args.seed, epoch=e)[:used]
-                            for e in range(epochs_needed)])[:total * args.batch_size]
+                            for e in range(plan.epochs_needed)])[:plan.total * args.batch_size]
     # uint8 in the pipeline (4x smaller), normalised per batch by the map below.
-    ds = (tf.data.Dataset.from_tensor_slices((x_train[order], y_train[order].astype(np.int32)))
-          .batch(args.batch_size, drop_remainder=True)
-          .map(lambda x, y: ((tf.cast(x, tf.float32)[..., None] / 255.0 - FMNIST_MEAN) / FMNIST_STD, y),
-               num_parallel_calls=tf.data.AUTOTUNE)
-          .prefetch(tf.data.AUTOTUNE))
-    del x_train
-    phases.done("data pipeline")
+    return (tf.data.Dataset.from_tensor_slices((x_train[order], y_train[order].astype(np.int32)))
+            .batch(args.batch_size, drop_remainder=True)
+            .map(lambda x, y: ((tf.cast(x, tf.float32)[..., None] / 255.0 - FMNIST_MEAN) / FMNIST_STD, y),
+                 num_parallel_calls=tf.data.AUTOTUNE)
+            .prefetch(tf.data.AUTOTUNE))
 
-    # ---- model: same initial weights (same seed, then rank 0's broadcast), own dropout seed
+
+def build_model(args, tf, keras, hvd, rank: int, lr: float) -> tuple:
+    """The same initial weights (same seed, then rank 0's broadcast at the first step), this
+    rank's own dropout seed, the optimizer (Horovod's wrapped): (the compiled model, its callbacks)."""
     keras.utils.set_random_seed(args.seed)
     model = models_keras.build(args.model)
-    n_params = models_keras.count_parameters(model)
-    grad_bytes = 4 * n_params   # float32 variables, float32 gradients (also under mixed_bfloat16)
     tf.random.set_seed(rank_seed(args.seed, rank))
-    lr = train_common.learning_rate(args, world)
     opt = (keras.optimizers.Adam(learning_rate=lr) if args.optimizer == "adam"
            else keras.optimizers.SGD(learning_rate=lr, momentum=0.9))
     callbacks = []
@@ -165,21 +158,14 @@ def main(argv=None) -> int:
         callbacks += [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
-    start_checksum = weights_checksum(model)
-    phases.done("model build")   # rank 0's weights are broadcast at the first step (warm-up)
+    return model, callbacks
 
-    def sync_all():
-        if use_gpu and hasattr(tf.test.experimental, "sync_devices"):
-            tf.test.experimental.sync_devices()
-        if hvd_tf is not None:
-            hvd_tf.allreduce(tf.constant(0.0), name="ddlab_barrier").numpy()   # a barrier: waits for every worker
 
-    global_batch = args.batch_size * world
-    log_every = args.log_interval or max(1, total // 10)
+def step_log(keras, plan, global_batch: int, log_every: int, rank: int, sync_all, phases: launch.PhaseClock):
+    """A Keras callback that times the steps after the warm-up and prints one line per interval (rank 0)."""
+    warmup, total = plan.warmup, plan.total
 
     class StepLog(keras.callbacks.Callback):
-        """Times the steps after the warm-up and prints one line per interval (rank 0)."""
-
         def __init__(self):
             super().__init__()
             self.clock = throughput.StepClock(warmup, sync=sync_all)
@@ -210,12 +196,47 @@ def main(argv=None) -> int:
         def on_train_end(self, logs=None):
             self.clock.finish()
             phases.done("timed loop")
+    return StepLog()
 
-    steplog = StepLog()
+
+def main(argv=None) -> int:
+    phases = launch.PhaseClock()       # counts from the start of this process
+    args = parse_args(argv)
+    check_environment(args)
+    import tensorflow as tf
+    keras = models_keras.keras()   # raises if this is Keras 3
+    phases.done("imports")          # python, numpy, TensorFlow, tf-keras
+    hvd, hvd_tf, rank, world, local_rank, use_gpu = join_workers(args, tf, keras)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    phases.report_to(say)
+    phases.done("device and distributed init")
+
+    # One rank per machine verifies the files' SHA-256 (its other ranks read the same files).
+    x_train, y_train, x_test, y_test = ddata.load_fashion_mnist(args.data_dir, verify=local_rank == 0)
+    plan = train_common.plan_steps(args, x_train.shape[0], world, Failure)
+    ds = input_pipeline(args, tf, x_train, y_train, plan, rank, world)
+    del x_train
+    phases.done("data pipeline")
+
+    lr = train_common.learning_rate(args, world)
+    model, callbacks = build_model(args, tf, keras, hvd, rank, lr)
+    n_params = models_keras.count_parameters(model)
+    grad_bytes = 4 * n_params   # float32 variables, float32 gradients (also under mixed_bfloat16)
+    start_checksum = weights_checksum(model)
+    phases.done("model build")   # rank 0's weights are broadcast at the first step (warm-up)
+
+    def sync_all():
+        if use_gpu and hasattr(tf.test.experimental, "sync_devices"):
+            tf.test.experimental.sync_devices()
+        if hvd_tf is not None:
+            hvd_tf.allreduce(tf.constant(0.0), name="ddlab_barrier").numpy()   # a barrier: waits for every worker
+
+    total, warmup, global_batch = plan.total, plan.warmup, args.batch_size * world
+    steplog = step_log(keras, plan, global_batch, args.log_interval or max(1, total // 10), rank, sync_all, phases)
     say(f"fmnist_keras | model {args.model} ({n_params:,} parameters, {grad_bytes / 1e6:.1f} MB of gradients per "
         f"step) | launcher {args.launcher}, {world} worker(s) x batch {args.batch_size} = {global_batch} | "
         f"{'gpu' if use_gpu else 'cpu'} | {args.precision} | {args.optimizer} lr {lr:g} | {total} steps, "
-        f"{warmup} warm-up, shard {per_rank} images = {steps_per_epoch} steps/epoch")
+        f"{warmup} warm-up, shard {plan.per_rank} images = {plan.steps_per_epoch} steps/epoch")
     # One Keras "epoch" of all our steps: the data set already holds the per-epoch reshuffles.
     model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, callbacks=callbacks + [steplog])
     clock = steplog.clock

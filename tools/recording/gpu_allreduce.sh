@@ -17,7 +17,7 @@
 #   nccl_all_gather_default.log, nccl_reduce_scatter_default.log
 #   allreduce.txt, all_gather.txt, reduce_scatter.txt, levels.txt  the printed tables; summary.txt; topo.txt
 #
-# Time: about 1-2 minutes on 2x NVIDIA H200, NV18, and about 65 s more for the level sweep. The socket path (about 3.5 GB/s) stays short because the
+# Time: a minute or two on a two-GPU NVLink machine, and about a minute more for the level sweep. The socket path stays short because the
 # sweep picks its iterations per size (at least 5 timed calls, about 0.2 s of work per size);
 # every launch also has its own timeout.
 set -euo pipefail
@@ -62,7 +62,7 @@ for op in all_gather reduce_scatter; do
 done
 
 # 3. The NCCL_P2P_LEVEL sweep of notebook 4: one 256 MiB all-reduce under each level, with NCCL's log
-#    (the transport it chose). About 65 s on 2x NVIDIA H200, NV18.
+#    (the transport it chose).
 #    On more than two GPUs it runs on one pair (each level acts per pair): the farthest pair, where the
 #    levels differ, else GPUs 0 and 1 (ddlab.system.gpu_pairs says which, and why, in one line).
 PAIR_ENV=()

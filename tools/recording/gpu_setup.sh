@@ -52,7 +52,7 @@ else
     fi
   fi
   if [ "$HVD_OK" = 0 ] && [ -f "$DDLAB_HOROVOD_SDIST" ]; then
-    # Build a wheel from the sdist (about 90 s on 2x NVIDIA H200, NV18).
+    # Build a wheel from the sdist (a minute or two).
     echo "[gpu_setup] building Horovod from $DDLAB_HOROVOD_SDIST"
     if PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=$_hvd_tmp/hvdcache \
         bash tools/build_horovod.sh > "$_hvd_tmp/hvd_build.txt" 2>&1; then

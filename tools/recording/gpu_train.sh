@@ -27,9 +27,8 @@
 # The provenance's machine label (DDLAB_MACHINE) defaults to the hardware's own name
 # (machine_name.sh), e.g. "2x NVIDIA H200, NV18".
 #
-# Time: the 7 single-GPU perf runs took about 8 minutes in all on 2x NVIDIA H200, NV18, so a launch
-# costs tens of seconds (the phase lines now say where); 23 launches take longer than
-# 10 minutes: run one section at a time (`ddp`, then `horovod`, then `perf`).
+# Time: a launch costs tens of seconds (its phase lines say where), so the 23 launches take longer
+# than 10 minutes: run one section at a time (`ddp`, then `horovod`, then `perf`).
 # A failed run is reported in its row and the rest goes on.
 set -uo pipefail
 

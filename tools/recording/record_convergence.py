@@ -21,9 +21,9 @@ the test set scored after every epoch with the training seconds so far; the 2-GP
 log the gradient norms for the noise scale. The live GPU notebook runs a subset of these
 points (ddlab.course.convergence_sweep.LIVE_GPU), each the same run description.
 
-Time, measured on 2x NVIDIA H200, NV18: one run is 14-18 s on 1 GPU and 23-25 s on 2 GPUs at
-global batch 256 (most of it start-up: imports, CUDA and NCCL set-up, the model), so a point with
-three seeds is 45-75 s; the smallest batches take longest (9,375 steps at global batch 64). Plan
+Time: one run at global batch 256 is tens of seconds, most of it start-up (imports, CUDA and NCCL
+set-up, the model), so a point with three seeds is about a minute; the smallest batches take
+longest (9,375 steps at global batch 64). Plan
 one PART per run of about 10 minutes; a part cut short goes on from its saved points in the next run.
 """
 import argparse

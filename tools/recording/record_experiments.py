@@ -191,7 +191,7 @@ def _batches(text: str) -> tuple:
     return out
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out", help="folder for the result JSON files")
     p.add_argument("jobs", nargs="*", type=parse_job, help=f"perf, step:model, launcher:model[:graph] or "
@@ -208,6 +208,11 @@ def main(argv=None) -> int:
     p.add_argument("--global-batches", type=_batches, default=field_reports.REPORT_GLOBAL_BATCHES,
                    help="strong JOBs: the global batches, comma-separated (default: the reports' "
                         f"{','.join(map(str, field_reports.REPORT_GLOBAL_BATCHES))})")
+    return p
+
+
+def checked_args(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """The parsed arguments, each checked before anything is measured (one message, then exit 2)."""
     a = p.parse_args(argv)
     why = recording.cannot_save()      # asked before any measurement: nothing measured is then lost
     if why:
@@ -216,63 +221,71 @@ def main(argv=None) -> int:
         p.error("--batch must be a whole number of images per GPU, at least 1")
     if a.repeats < recording.MIN_REPEATS:
         p.error(f"--repeats must be at least {recording.MIN_REPEATS}: a recording shows a median and a spread")
-    jobs = a.jobs or [parse_job(j) for j in DEFAULT_JOBS]
+    a.jobs = a.jobs or [parse_job(j) for j in DEFAULT_JOBS]
+    if a.dry_run and any(j[0] != PLAIN_JOB and (j[0] not in ("ddp", "horovod") or j[2] is not False) for j in a.jobs):
+        p.error("--dry-run is for plain-baselines and launcher:model JOBs")
+    return a
+
+
+def run_job(a: argparse.Namespace, launcher: str, model, graph) -> tuple:
+    """(the JOB's name, {file name: its result, or why it has none}) for one JOB."""
+    job = launcher if launcher in ("perf", PLAIN_JOB) else f"{launcher}:{model}" + (":graph" if graph is True else "")
+    if launcher == PLAIN_JOB:
+        return PLAIN_JOB, record_plain(a.out, a.repeats, a.dry_run)
+    if isinstance(graph, tuple) and graph[0] == "strong":
+        job = f"strong:{job}:{graph[1]}"
+        ok, why = frameworks.availability("torch", launcher)
+        base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout)
+        say(f"\n== {job}: global batches {','.join(map(str, a.global_batches))} on 1 GPU, then split over 2, "
+            f"{base.steps} steps ({base.warmup_steps} warm-up), {base.precision}, {base.repeats} repeats")
+        paths = graph[1].split("+")
+        return job, (recording_sets.record_strong(a.out, base, a.global_batches, paths, a.echo, say) if ok else
+                     {f"strong-scaling-torch-{launcher}-{model}-{p}": f"skipped: {why}" for p in paths})
+    if isinstance(graph, tuple):
+        job = f"tune:{job}:{graph[1]}"
+        return job, record_tuning(a.out, launcher, model, graph[1], a.repeats, a.timeout, a.echo)
+    if launcher == "step":
+        base = recording.gpu_spec(model, a.repeats, launcher="ddp", workers=1, timeout=a.timeout, batch=a.batch)
+        say(f"\n== {job}: one GPU, CUDA graph, {base.steps} steps ({base.warmup_steps} warm-up), "
+            f"batch {base.batch}/GPU, {base.precision}, {base.repeats} repeats")
+        done = recording_sets.record_one_gpu_step(a.out, base, a.echo, say, suffix_batch=a.batch)
+        try:   # and where that step's time goes (ddlab.training.step_profile), for the cost model
+            step_profile.record(a.out, [model], base.batch)
+        except Exception as exc:  # reported; the next JOB still runs
+            done[step_profile.reference_name(model, base.batch)] = f"{type(exc).__name__}: {exc}"
+        return job, done
+    if launcher == "perf":
+        return job, recording_sets.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
+                                                  echo=a.echo, progress=say)
+    if a.dry_run:       # tiny, on CPU processes: gloo all-reduces, so only the default path runs
+        base = RunSpec.for_device("cpu", model, launcher=launcher, workers=2, repeats=a.repeats, steps=4,
+                                  warmup_steps=1, test_samples=100, timeout=a.timeout, batch=a.batch)
+        say(f"\n== {job} (dry run): CPU processes, {base.steps} steps, batch {base.batch}, {base.repeats} repeats")
+        return job, recording_sets.record_paths(a.out, base, None, a.echo, say)
+    base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout,
+                              cuda_graph="on" if graph else None, batch=a.batch)
+    variant = "-".join(v for v in ("graph" if graph else "", f"b{a.batch}" if a.batch else "") if v) or None
+    say(f"\n== {job}: {base.steps} steps ({base.warmup_steps} warm-up), batch {base.batch}/GPU, "
+        f"{base.precision}, {base.repeats} repeats")
+    return job, recording_sets.record_paths(a.out, base, variant, a.echo, say)
+
+
+def main(argv=None) -> int:
+    a = checked_args(parser(), argv)
     start = time.monotonic()
     machine = recording.use_hardware_label()
     gpus = frameworks.gpu_count("torch")
-    say(f"record_experiments: {len(jobs)} job(s), {a.repeats} repeats each, on {machine}; torch sees {gpus} GPU(s)")
-    need = 1 if all(j[0] in ("perf", "step", PLAIN_JOB) for j in jobs) else 2
+    say(f"record_experiments: {len(a.jobs)} job(s), {a.repeats} repeats each, on {machine}; torch sees {gpus} GPU(s)")
+    need = 1 if all(j[0] in ("perf", "step", PLAIN_JOB) for j in a.jobs) else 2
     if a.dry_run:
-        bad = [j for j in jobs if j[0] != PLAIN_JOB and (j[0] not in ("ddp", "horovod") or j[2] is not False)]
-        if bad:
-            p.error("--dry-run is for plain-baselines and launcher:model JOBs")
         need, a.out = 0, os.path.join(a.out, "dry-run")
     if gpus < need:
         say(f"record_experiments: error: these jobs need {need} GPU(s) visible to torch")
         return 2
     failed = 0
-    for launcher, model, graph in jobs:
+    for launcher, model, graph in a.jobs:
         t0 = time.monotonic()
-        job = launcher if launcher in ("perf", PLAIN_JOB) else f"{launcher}:{model}" + (":graph" if graph is True else "")
-        if launcher == PLAIN_JOB:
-            job = PLAIN_JOB
-            done = record_plain(a.out, a.repeats, a.dry_run)
-        elif isinstance(graph, tuple) and graph[0] == "strong":
-            job = f"strong:{job}:{graph[1]}"
-            ok, why = frameworks.availability("torch", launcher)
-            base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout)
-            say(f"\n== {job}: global batches {','.join(map(str, a.global_batches))} on 1 GPU, then split over 2, "
-                f"{base.steps} steps ({base.warmup_steps} warm-up), {base.precision}, {base.repeats} repeats")
-            paths = graph[1].split("+")
-            done = (recording_sets.record_strong(a.out, base, a.global_batches, paths, a.echo, say) if ok else
-                    {f"strong-scaling-torch-{launcher}-{model}-{p}": f"skipped: {why}" for p in paths})
-        elif isinstance(graph, tuple):
-            job = f"tune:{job}:{graph[1]}"
-            done = record_tuning(a.out, launcher, model, graph[1], a.repeats, a.timeout, a.echo)
-        elif launcher == "step":
-            base = recording.gpu_spec(model, a.repeats, launcher="ddp", workers=1, timeout=a.timeout, batch=a.batch)
-            say(f"\n== {job}: one GPU, CUDA graph, {base.steps} steps ({base.warmup_steps} warm-up), "
-                f"batch {base.batch}/GPU, {base.precision}, {base.repeats} repeats")
-            done = recording_sets.record_one_gpu_step(a.out, base, a.echo, say, suffix_batch=a.batch)
-            try:   # and where that step's time goes (ddlab.training.step_profile), for the cost model
-                step_profile.record(a.out, [model], base.batch)
-            except Exception as exc:  # reported; the next JOB still runs
-                done[step_profile.reference_name(model, base.batch)] = f"{type(exc).__name__}: {exc}"
-        elif launcher == "perf":
-            done = recording_sets.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
-                                            echo=a.echo, progress=say)
-        elif a.dry_run:       # tiny, on CPU processes: gloo all-reduces, so only the default path runs
-            base = RunSpec.for_device("cpu", model, launcher=launcher, workers=2, repeats=a.repeats, steps=4,
-                                      warmup_steps=1, test_samples=100, timeout=a.timeout, batch=a.batch)
-            say(f"\n== {job} (dry run): CPU processes, {base.steps} steps, batch {base.batch}, {base.repeats} repeats")
-            done = recording_sets.record_paths(a.out, base, None, a.echo, say)
-        else:
-            base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout,
-                                      cuda_graph="on" if graph else None, batch=a.batch)
-            variant = "-".join(v for v in ("graph" if graph else "", f"b{a.batch}" if a.batch else "") if v) or None
-            say(f"\n== {job}: {base.steps} steps ({base.warmup_steps} warm-up), batch {base.batch}/GPU, "
-                f"{base.precision}, {base.repeats} repeats")
-            done = recording_sets.record_paths(a.out, base, variant, a.echo, say)
+        job, done = run_job(a, launcher, model, graph)
         bad = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
                or any(r.get("error") for r in v.rows)]
         failed += bool(bad)

@@ -18,9 +18,9 @@ Writes, each as soon as it is done, with its provenance (ddlab.system.provenance
 
 It runs to completion on a machine without a GPU too (the dry run): each GPU part is then
 skipped with its reason in one line, and the exit status is 0. A part that fails is reported
-and the others still run (exit status 1). Time on one H100: about 15 s a NUMA node for each
-host-link part, 6 training launches (about 9 s each) and, for the wrapper's cost, models x
-batches x wrappers launches (27 with the defaults and Horovod); split the parts over several
+and the others still run (exit status 1). Time: seconds per NUMA node for each host-link part,
+6 training launches of seconds each and, for the wrapper's cost, models x batches x wrappers
+launches (27 with the defaults and Horovod); split the parts over several
 runs (--parts) to keep each within 10 minutes.
 """
 import argparse

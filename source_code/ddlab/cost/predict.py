@@ -113,9 +113,9 @@ def _fits_of_sweeps(label: str, sweeps: Mapping) -> Fits:
 def recorded_fits(name: str = RECORDED) -> Fits:
     """The fits of the recorded all-reduce sweeps ``reference/allreduce/<name>.json``."""
     from ddlab.base.reference import ReferenceMissing, names
-    from ddlab.measure import collectives_recorded
+    from ddlab.measure import collectives
     try:
-        sweeps = collectives_recorded.load_recorded(name)
+        sweeps = collectives.load_recorded(name)
     except ReferenceMissing:
         raise PredictError(f"no recorded all-reduce sweeps named {name!r}; recorded: "
                            f"{', '.join(names('allreduce')) or 'none'} (or give a file of `ddlab allreduce --out`, "

@@ -3,7 +3,7 @@ the recordings.
 
 :func:`recorded_points` reads the recorded NCCL-path comparisons of every model
 (:mod:`ddlab.training.recording`), the recorded all-reduce sweeps fitted per path
-(:mod:`ddlab.measure.collectives_recorded`, :func:`ddlab.cost.alpha_beta.fit_sweep`), the one-GPU
+(:mod:`ddlab.measure.collectives`, :func:`ddlab.cost.alpha_beta.fit_sweep`), the one-GPU
 CUDA-graph runs that give the GPU's busy time per step, and the step profiles
 (:mod:`ddlab.training.step_profile`) measured on the same GPU, into a :class:`RecordedSet`.
 :func:`measured_inputs` turns a profile and a path's NCCL channels into arguments of
@@ -151,7 +151,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     default batch and at every other batch per GPU recorded (``-b<N>``), and the recorded all-reduce
     sweeps ``reference/allreduce/<sweeps>.json``, fitted per path. Only runs recorded on the sweeps'
     machine become points; the others are named in ``elsewhere`` (each with its machine)."""
-    from ddlab.measure import collectives_recorded
+    from ddlab.measure import collectives
     from ddlab.training import models as _models, recording, step_profile
     from ddlab.training.results import path_name
     from ddlab.base.reference import ReferenceMissing
@@ -159,7 +159,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     names = tuple(models) if models is not None else _models.MODELS
     for m in names:
         _models.check(m)
-    sweeps_ = collectives_recorded.load_recorded(sweeps)
+    sweeps_ = collectives.load_recorded(sweeps)
     fits = {p: fit_sweep(s) for p, s in sweeps_.items()}
     channels = {p: c for p, c in ((p, nccl_channels(s)) for p, s in sweeps_.items()) if c}
     # the set's machine is the sweeps' own: runs recorded elsewhere are listed, not predicted

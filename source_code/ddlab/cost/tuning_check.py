@@ -16,8 +16,7 @@ Tunings whose effect the model has no input for (DDP's gradients as bucket views
 are predicted as the untuned run and marked so; tunings that change the batch per optimizer step
 (a larger batch, accumulation) are not predicted, since the one-GPU step at that batch is not
 recorded. :func:`tuning_check` sets each prediction beside the measured median and its min-max.
-These runs were recorded after the model's terms were chosen, and nothing in the model was changed
-for them.
+The tuning runs are a held-out check: no term of the model is fitted to them.
 """
 from __future__ import annotations
 

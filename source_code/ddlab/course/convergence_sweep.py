@@ -77,10 +77,10 @@ class Point:
 # The points. "batch": global batch vs accuracy at a fixed number of epochs, with and without
 # the linear rule and its warm-up (one worker on CPU, two GPUs on a GPU machine); "workers":
 # the same global batch on 1 and 2 workers (time to accuracy, noise scale), each with a recipe
-# that trains: on 2x H200 the CNN at global batch 1,024 under the linear rule without warm-up
-# (learning rate 0.32) ended at chance level in most seeds on 1 and 2 GPUs (recorded 2026-11-24;
-# the batch part keeps that point, as the rule's failure), so the workers part takes 1,024
-# with the 2 warm-up epochs (that 2-GPU point is the batch part's too). On CPU the one-worker
+# that trains: the CNN at global batch 1,024 under the linear rule without warm-up (learning
+# rate 0.32) ends at chance level in most seeds on 1 and 2 GPUs (the batch part keeps that point,
+# as the rule's failure), so the workers part takes 1,024 with the 2 warm-up epochs (that 2-GPU
+# point is the batch part's too). On CPU the one-worker
 # point of both parts is the same run (measured once: start-up dominates a small CPU run).
 POINTS = {
     "cpu": {"batch": [Point(1, 64), Point(1, 512, "none"), Point(1, 512, "linear"), Point(1, 512, "linear", 1.0)],
@@ -90,10 +90,10 @@ POINTS = {
              "workers": [Point(1, 256), Point(2, 256), Point(1, 1024, "linear", 2.0), Point(2, 1024, "linear", 2.0)]},
 }
 # What runs live on a 2-GPU machine: a subset of the recorded points, each the same run
-# description as its recorded twin. On 2x H200 a point (three seeds) at global batch 256 took
-# 38 s on 1 GPU and 61 s on 2, and 44-57 s on 2 GPUs at larger batches (most of it process
-# start-up), so these four points are about 3-3.5 minutes; the small-batch reference is the
-# workers part's 2-GPU point (it trains: B=256 under the linear rule), shared, not run twice.
+# description as its recorded twin, few enough that the notebook's Run All fits its stated
+# minutes (a point is three seeds, most of each run process start-up); the small-batch
+# reference is the workers part's 2-GPU point (it trains: B=256 under the linear rule), shared,
+# not run twice.
 LIVE_GPU = {"batch": [Point(2, 256, "linear"), Point(2, 16384, "none"), Point(2, 16384, "linear", 2.0)],
             "workers": [Point(1, 256), Point(2, 256)]}
 

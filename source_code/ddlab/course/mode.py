@@ -68,21 +68,21 @@ def _nccl_logs(live: bool, machine: Machine):
 
 
 def _p2p(live: bool, machine: Machine):
-    from ddlab.measure import p2p_recorded, p2p_run
+    from ddlab.measure import p2p_diagnosis, p2p_run
     if live:
         try:
             return p2p_run.run(), None
         except (p2p_run.P2PBuildError, p2p_run.P2PNoGPU) as exc:   # no make, no nvcc, no nvidia-smi: recorded
             raise NoGPUError(str(exc).splitlines()[0]) from None
-    r = p2p_recorded.load_recorded(RECORDED)
+    r = p2p_diagnosis.load_recorded(RECORDED)
     return r, r.provenance
 
 
 def _allreduce(live: bool, machine: Machine):
-    from ddlab.measure import collectives_recorded, collectives_run
+    from ddlab.measure import collectives, collectives_run
     if live:
         return collectives_run.compare_paths(), None
-    sweeps = collectives_recorded.load_recorded(RECORDED)
+    sweeps = collectives.load_recorded(RECORDED)
     return sweeps, next(iter(sweeps.values())).provenance
 
 
@@ -109,15 +109,15 @@ def _recorded_experiment(name: str):
 
 
 # Live, notebook 1 trains its own model, the CNN, in each precision, three times each: six launches.
-# The recording holds the two MLPs too. All three models live were 18 launches, which put the notebook's
-# Run All past its stated minutes on a two-GPU machine (tools/recording/runs/).
+# The recording holds the two MLPs too. All three models live would be 18 launches, more than the
+# notebook's stated minutes leave for its Run All on a two-GPU machine.
 ONE_GPU_LIVE_MODELS = ("cnn",)
 
 # Live on two GPUs, a notebook's comparison over the NCCL paths (notebook 5's Horovod and DDP cells,
 # notebook 10's second GPU) runs each configuration twice, so the row still shows a spread. A launch is
-# mostly process start-up, so the launch count sets the wait: with three repeats (LIVE_GPU_REPEATS,
-# what the recordings use) notebook 5 did not finish its Run All within its stated minutes on a
-# two-GPU machine (tools/recording/runs/). On CPU processes the callers keep their own counts.
+# mostly process start-up, so the launch count sets the wait: three repeats (LIVE_GPU_REPEATS, what the
+# recordings use) put notebook 5's Run All past its stated minutes on a two-GPU machine. On CPU
+# processes the callers keep their own counts.
 TWO_GPU_LIVE_REPEATS = 2
 
 

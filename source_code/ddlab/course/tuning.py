@@ -398,15 +398,43 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     note says how many rounds ran), so a caller can save it and a run cut short keeps what finished.
     ``resume``: such a partial result of this same comparison (:func:`resume_problem` says what must
     match): its rounds are kept and only the rounds left are run; a note names when they ran."""
-    from ddlab.measure import launch
-    from ddlab.system import nccl
-    from ddlab.system.provenance import run_provenance
-    from ddlab.training.experiment_kit import config_of, interleaved, interleaved_note, keep_runs
-    from ddlab.training import baseline
+    from ddlab.training.experiment_kit import interleaved
     from ddlab.training.experiments import plain_spec
-    from ddlab.training.results import ExperimentResult, median_run, row_of_repeats
-    from ddlab.training.runs import ExperimentError, failure_row, spec_for
-    from ddlab.training.runspec import RunSpecError, nccl_path_name
+    from ddlab.training.runs import ExperimentError
+
+    spec, launcher, chosen = _checked_spec(model, launcher, tunings, device, repeats, base)
+    path, notes = _path_and_notes(spec, path)
+    spec = spec.with_(path=path)
+    # Interleaved: each round runs the baseline and every tuning once, so a slow drift of the machine
+    # (clocks, the host) spreads over every row's min-max instead of looking like one tuning's effect.
+    configs = [(PLAIN, plain_spec(spec)), (BASELINE, spec.with_(workers=1, path="default"))]
+    skipped: dict = {}    # tuning -> why this machine cannot run it
+    for name in chosen:
+        why = _skip_reason(TUNINGS[launcher][name])
+        if why:
+            skipped[name] = why
+        else:
+            configs.append((name, TUNINGS[launcher][name].spec(spec)))
+    c = _Comparison(spec, launcher, path, chosen, skipped, {name: [] for name, _ in configs}, {}, notes)
+    resumed = 0 if resume is None else c.resume_from(resume)
+
+    def hand_out(done: int):
+        so_far = c.result(done)
+        if so_far is not None:
+            partial(so_far)
+    interleaved([(name, one, {}) for name, one in configs], spec.repeats, start=resumed, got=c.got, failed=c.failed,
+                after_round=hand_out if partial is not None else None, echo=echo, progress=progress)
+    res = c.result(spec.repeats)
+    if res is None:
+        raise ExperimentError("every run of the tuning comparison failed:\n"
+                              + "\n".join(f"{name!r} failed: {_first(exc)}" for name, exc in c.failed.items()))
+    return res
+
+
+def _checked_spec(model: str, launcher: str, tunings, device: str, repeats: int, base) -> tuple:
+    """(the two-worker run spec, its launcher, the tunings chosen), each checked."""
+    from ddlab.training.runs import spec_for
+    from ddlab.training.runspec import RunSpecError
 
     if base is None:
         _launcher(launcher)
@@ -423,128 +451,158 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     for name in chosen:
         if name not in TUNINGS[launcher]:
             raise RunSpecError(f"unknown {launcher} tuning {name!r}; choose from {', '.join(TUNINGS[launcher])}")
+    return spec, launcher, chosen
+
+
+def _path_and_notes(spec, path: str) -> tuple:
+    """(the NCCL path the two-worker runs take, the note that says so): on CPU processes always
+    "default" (gloo reads no NCCL variable)."""
+    from ddlab.measure import launch
+    from ddlab.system import nccl
+    from ddlab.training.runspec import nccl_path_name
+
     path = nccl_path_name(path)
-    notes = []
     if spec.device == "cpu":
         if path != "default":
-            notes.append(f"CPU processes: gradients are all-reduced by gloo over TCP, not by NCCL, so NCCL path "
-                         f"{path!r} does not apply here; the default path was run")
-        else:
-            notes.append("CPU processes: gradients are all-reduced by gloo over TCP, not by NCCL; the NCCL paths "
-                         "apply on GPUs only")
-        path = "default"
-    else:
-        path_env = nccl.get(path).environment()
-        shown = " ".join(f"{k}={v}" for k, v in path_env.items() if v is not None)
-        named = nccl.display_name(path, launch.worker_environment(path_env))   # "NCCL default, NVLS off" if so
-        notes.append(f"two-worker runs on the path {named} ({shown or 'no NCCL variable set by the path'}); "
-                     "the one-GPU baseline has no all-reduce")
-    spec = spec.with_(path=path)
-    common = dict(echo=echo, progress=progress)
-    # Interleaved: each round runs the baseline and every tuning once, so a slow drift of the machine
-    # (clocks, the host) spreads over every row's min-max instead of looking like one tuning's effect.
-    configs = [(PLAIN, plain_spec(spec)), (BASELINE, spec.with_(workers=1, path="default"))]
-    skipped: dict = {}    # tuning -> why this machine cannot run it
-    for name in chosen:
-        why = _skip_reason(TUNINGS[launcher][name])
-        if why:
-            skipped[name] = why
-        else:
-            configs.append((name, TUNINGS[launcher][name].spec(spec)))
-    got = {name: [] for name, _ in configs}
-    failed: dict = {}     # configuration -> the error of its first failed launch (its runs are dropped)
-    resumed = 0
-    if resume is not None:
-        why = resume_problem(resume, spec, chosen)
+            return "default", [f"CPU processes: gradients are all-reduced by gloo over TCP, not by NCCL, so NCCL "
+                               f"path {path!r} does not apply here; the default path was run"]
+        return "default", ["CPU processes: gradients are all-reduced by gloo over TCP, not by NCCL; the NCCL paths "
+                           "apply on GPUs only"]
+    path_env = nccl.get(path).environment()
+    shown = " ".join(f"{k}={v}" for k, v in path_env.items() if v is not None)
+    named = nccl.display_name(path, launch.worker_environment(path_env))   # "NCCL default, NVLS off" if so
+    return path, [f"two-worker runs on the path {named} ({shown or 'no NCCL variable set by the path'}); "
+                  "the one-GPU baseline has no all-reduce"]
+
+
+def _first(exc) -> str:
+    return str(exc).splitlines()[0]
+
+
+@dataclass
+class _Comparison:
+    """A tuning comparison under way: its runs so far (``got``), its failures and its notes."""
+    spec: object
+    launcher: str
+    path: str
+    chosen: list
+    skipped: dict         # tuning -> why this machine cannot run it
+    got: dict             # configuration -> its runs so far
+    failed: dict          # configuration -> the error of its first failed launch (its runs are dropped)
+    notes: list
+
+    def resume_from(self, resume) -> int:
+        """Take the rounds of ``resume`` (a partial result of this same comparison); returns their count."""
+        from ddlab.training.runs import ExperimentError
+        from ddlab.training.runspec import RunSpecError
+
+        why = resume_problem(resume, self.spec, self.chosen)
         if why:
             raise RunSpecError(f"cannot resume the tuning comparison: {why}")
         resumed = int(resume.config["rounds"])
         for row in resume.rows:
-            if row.get("tuning") not in got or row.get("not_run"):
+            if row.get("tuning") not in self.got or row.get("not_run"):
                 continue
             if row.get("error"):
-                failed[row["tuning"]] = ExperimentError(row["error"])
+                self.failed[row["tuning"]] = ExperimentError(row["error"])
             else:
-                got[row["tuning"]] = [resume.runs[i] for i in row["runs"]]
+                self.got[row["tuning"]] = [resume.runs[i] for i in row["runs"]]
         prov = resume.provenance or {}
-        notes.append(f"{'round 1 was' if resumed == 1 else f'rounds 1-{resumed} were'} resumed from a partial recording of this comparison made "
-                     f"{prov.get('date', 'at an unrecorded date')} (ddlab {prov.get('ddlab_commit', '?')}) on the "
-                     "same GPU model, driver, CUDA, NCCL and PyTorch; the rest ran at the date of this result")
+        self.notes.append(f"{'round 1 was' if resumed == 1 else f'rounds 1-{resumed} were'} resumed from a partial "
+                          f"recording of this comparison made {prov.get('date', 'at an unrecorded date')} (ddlab "
+                          f"{prov.get('ddlab_commit', '?')}) on the same GPU model, driver, CUDA, NCCL and PyTorch; "
+                          "the rest ran at the date of this result")
+        return resumed
 
-    def first(exc) -> str:
-        return str(exc).splitlines()[0]
+    def one_gpu_rows(self, all_runs: list, kept: list) -> tuple:
+        """(the plain run's row and the one-worker run's, or their failures; the one-worker runs; the
+        plain run's images/s, which every speedup is over)."""
+        from ddlab.training import baseline
+        from ddlab.training.experiment_kit import keep_runs
+        from ddlab.training.results import median_run, row_of_repeats
+        from ddlab.training.runs import failure_row
 
-    def one_gpu_rows(rows, all_runs, kept) -> Optional[float]:
-        """The plain run's row and the one-worker run's (or their failures); the plain run's images/s."""
-        plain_ips = None
+        rows, plain_ips = [], None
         for key, path_key, extra, why in ((PLAIN, baseline.PLAIN_PATH, {"launcher": "none", "plain": True},
                                            "one process, no wrapper: the speedups are over this run"),
                                           (BASELINE, baseline.WRAPPER_PATH, {},
                                            "the wrapper with one worker, no all-reduce: its own cost")):
-            if key in failed:
-                rows.append(failure_row(failed[key], tuning=key, flags="(none)", path=path_key, workers=1, **extra))
+            if key in self.failed:
+                rows.append(failure_row(self.failed[key], tuning=key, flags="(none)", path=path_key, workers=1, **extra))
                 kept.append(f"the {key!r} run failed" + (", so there are no speedups" if key == PLAIN else "")
-                            + f": {first(failed[key])}")
-            elif got[key]:
-                row = row_of_repeats(got[key])
-                idx = keep_runs(all_runs, got[key])
+                            + f": {_first(self.failed[key])}")
+            elif self.got[key]:
+                row = row_of_repeats(self.got[key])
+                idx = keep_runs(all_runs, self.got[key])
                 rows.append(dict(row, tuning=key, flags="(none)", path=path_key, why=why,
-                                 run=idx[median_run(got[key])], runs=idx, **extra))
+                                 run=idx[median_run(self.got[key])], runs=idx, **extra))
                 plain_ips = row["images_per_s"] if key == PLAIN else plain_ips
-        return plain_ips
+        base_runs = self.got[BASELINE] if BASELINE not in self.failed else []
+        return rows, base_runs, plain_ips
 
-    def result(rounds: int):
-        rows, all_runs, kept = [], [], list(notes)
-        base_ips = one_gpu_rows(rows, all_runs, kept)
-        base_runs = got[BASELINE] if BASELINE not in failed else []
-        for name in chosen:
-            t = TUNINGS[launcher][name]
+    def tuning_rows(self, all_runs: list, kept: list, base_ips) -> list:
+        """One row per tuning chosen: not run here, failed, or its runs' median and speedup."""
+        from ddlab.training.experiment_kit import keep_runs
+        from ddlab.training.results import median_run, row_of_repeats
+        from ddlab.training.runs import failure_row
+
+        rows, spec, path = [], self.spec, self.path
+        for name in self.chosen:
+            t = TUNINGS[self.launcher][name]
             flags = t.flags_text(spec)
-            if name in skipped:
+            if name in self.skipped:
                 rows.append({"tuning": name, "flags": flags, "path": path, "workers": spec.workers,
-                             "error": skipped[name], "not_run": True})
-            elif name in failed:
-                rows.append(failure_row(failed[name], tuning=name, flags=flags, path=path, workers=spec.workers))
-                kept.append(f"{name!r} failed: {first(failed[name])}")
-            elif got[name]:
-                runs = got[name]
+                             "error": self.skipped[name], "not_run": True})
+            elif name in self.failed:
+                rows.append(failure_row(self.failed[name], tuning=name, flags=flags, path=path, workers=spec.workers))
+                kept.append(f"{name!r} failed: {_first(self.failed[name])}")
+            elif self.got[name]:
+                runs = self.got[name]
                 row = row_of_repeats(runs)
                 idx = keep_runs(all_runs, runs)
                 mid = median_run(runs)
                 row.update(tuning=name, flags=flags, path=path, why=t.why, run=idx[mid], runs=idx,
                            tuning_config=runs[mid].get("tuning"))
                 rows.append(row)
+        return rows
+
+    def closing_notes(self, rounds: int) -> list:
+        """What was not run here, how the rounds ran, and which tunings train a larger batch."""
+        from ddlab.training.experiment_kit import interleaved_note
+
         by_why: dict = {}
-        for name, why in skipped.items():
+        for name, why in self.skipped.items():
             by_why.setdefault(why, []).append(name)
-        kept += [f"not run here ({', '.join(map(repr, these))}): {why}" for why, these in by_why.items()]
+        kept = [f"not run here ({', '.join(map(repr, these))}): {why}" for why, these in by_why.items()]
         kept.append(interleaved_note(rounds, "the plain one-GPU run, the one-worker run and every tuning"))
-        if rounds < spec.repeats:
-            kept.append(f"partial: {rounds} of {spec.repeats} rounds run, so each row has {rounds} repeat(s)")
-        bigger = [n for n in chosen if n not in skipped
-                  and (TUNINGS[launcher][n].batch_factor != 1 or "--accumulate" in TUNINGS[launcher][n].flags)]
+        if rounds < self.spec.repeats:
+            kept.append(f"partial: {rounds} of {self.spec.repeats} rounds run, so each row has {rounds} repeat(s)")
+        tunings = TUNINGS[self.launcher]
+        bigger = [n for n in self.chosen if n not in self.skipped
+                  and (tunings[n].batch_factor != 1 or "--accumulate" in tunings[n].flags)]
         if bigger:
             kept.append(f"{', '.join(map(repr, bigger))} process more images per optimizer step than the one-worker "
                         "baseline (a larger global batch): their speedup adds the larger batch to the second "
                         "worker, and their test accuracy is that of a different training")
+        return kept
+
+    def result(self, rounds: int):
+        """The comparison after ``rounds`` rounds as an ExperimentResult (None while no run finished)."""
+        from ddlab.system.provenance import run_provenance
+        from ddlab.training.experiment_kit import config_of
+        from ddlab.training.results import ExperimentResult
+
+        all_runs, kept = [], list(self.notes)
+        rows, base_runs, base_ips = self.one_gpu_rows(all_runs, kept)
+        rows += self.tuning_rows(all_runs, kept, base_ips)
+        kept += self.closing_notes(rounds)
         if not all_runs:
             return None
+        spec, path = self.spec, self.path
         return ExperimentResult(EXPERIMENT, rows, "live", run_provenance(
-            f"ddlab.course.tuning.tuning_comparison(model={spec.model!r}, launcher={launcher!r}, path={path!r}, "
-            f"tunings={chosen})"), kept,
+            f"ddlab.course.tuning.tuning_comparison(model={spec.model!r}, launcher={self.launcher!r}, path={path!r}, "
+            f"tunings={self.chosen})"), kept,
             config_of(spec, (base_runs or all_runs)[0], workers=spec.workers,
                       path=None if spec.device == "cpu" else path,      # gloo on CPU: no NCCL path to name
-                      tunings=chosen, baseline_images_per_s=base_ips, order="interleaved", rounds=rounds),
+                      tunings=self.chosen, baseline_images_per_s=base_ips, order="interleaved", rounds=rounds),
             all_runs)
-
-    def hand_out(done: int):
-        so_far = result(done)
-        if so_far is not None:
-            partial(so_far)
-    interleaved([(name, one, {}) for name, one in configs], spec.repeats, start=resumed, got=got, failed=failed,
-                after_round=hand_out if partial is not None else None, **common)
-    res = result(spec.repeats)
-    if res is None:
-        raise ExperimentError("every run of the tuning comparison failed:\n"
-                              + "\n".join(f"{name!r} failed: {first(exc)}" for name, exc in failed.items()))
-    return res

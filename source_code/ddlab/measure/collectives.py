@@ -3,13 +3,14 @@
 This module holds what a sweep is and what it found: the operations and data types, the sizes a
 sweep visits (:func:`message_sizes`), nccl-tests' bandwidth arithmetic (:func:`bandwidths`,
 :func:`bus_factor`), :class:`SweepResult` and its JSON file format, and the tables that compare
-sweeps (:func:`summary`, :func:`level_table`). Around it:
+sweeps (:func:`summary`, :func:`level_table`), and the sweeps recorded on a course machine
+(``source_code/reference/allreduce/<name>.json``): :func:`load_recorded` one per NCCL path,
+:func:`load_recorded_levels` one per ``NCCL_P2P_LEVEL``. Around it:
 
 * :mod:`ddlab.measure.collectives_run` runs a sweep through torchrun
   (:func:`~ddlab.measure.collectives_run.sweep`; one per NCCL path or P2P level);
 * :mod:`ddlab.measure.collectives_worker` is one rank of a sweep: it checks every result and times
   the calls;
-* :mod:`ddlab.measure.collectives_recorded` loads the sweeps recorded on a course machine;
 * :mod:`ddlab.measure.collectives_cli` is ``ddlab allreduce``;
 * :func:`ddlab.views.sweep_plots.plot_sweep` draws sweeps over message size.
 
@@ -319,4 +320,29 @@ def level_table(results: Mapping[str, "SweepResult"]):
     return Table([("level", "text", "NCCL_P2P_LEVEL"), ("transports", "text", "transports NCCL chose (connections)"),
                   ("busbw", lambda v: f"{v:.1f} GB/s", "busbw"), ("size", "bytes", "at")], rows, missing="-",
                  align={"busbw": "right"})
+
+
+# ----------------------------------------------------------------------------- recorded sweeps
+def load_recorded(name: str, op: str = "all_reduce") -> dict:
+    """Recorded sweeps of ``op`` from ``source_code/reference/allreduce/<name>.json``, as a dict
+    path -> SweepResult with ``source == "recorded"``."""
+    from ddlab.base import reference
+    check_op(op)
+    found = {r.path: r for r in results_from_json(reference.load("allreduce", name), source="recorded")
+             if r.op == op}
+    if not found:
+        raise ValueError(f"reference allreduce/{name} holds no {op} sweep")
+    return found
+
+
+def load_recorded_levels(name: str) -> dict:
+    """A recorded level sweep (the sweeps of :func:`ddlab.measure.collectives_run.compare_levels`,
+    kept as ``reference/allreduce/<name>.json``) as ``{level: SweepResult}``, in NCCL's order."""
+    from ddlab.base import reference
+    found = {r.env.get("NCCL_P2P_LEVEL"): r for r in results_from_json(reference.load("allreduce", name),
+                                                                         source="recorded")}
+    if None in found or not found:
+        raise ValueError(f"reference allreduce/{name} is not a level sweep (each sweep needs NCCL_P2P_LEVEL)")
+    from ddlab.system.nccl import P2P_LEVELS
+    return {lv: found[lv] for lv in P2P_LEVELS if lv in found}
 

@@ -16,8 +16,8 @@ from ddlab.measure.collectives import DTYPES, OPS, CollectiveValidationError, re
 from ddlab.system import frameworks, nccl
 
 
-def cli(argv: list) -> int:
-    """``ddlab allreduce``: sweep a collective under NCCL paths (or gloo on CPU), print tables."""
+def _parser():
+    """The arguments of ``ddlab allreduce``."""
     import argparse
 
     p = argparse.ArgumentParser(
@@ -46,7 +46,12 @@ def cli(argv: list) -> int:
                                                    "(implies --nccl-debug)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     p.add_argument("--out", default=None, help="also write the results as JSON to this file")
-    a = p.parse_args(argv)
+    return p
+
+
+def cli(argv: list) -> int:
+    """``ddlab allreduce``: sweep a collective under NCCL paths (or gloo on CPU), print tables."""
+    a = _parser().parse_args(argv)
 
     def note(msg):
         # With --json, stdout carries only JSON; notes go to stderr.

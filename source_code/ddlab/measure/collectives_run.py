@@ -49,6 +49,39 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
 
     check_op(op)
     path = nccl.get(path).name
+    backend, nproc = _backend_and_nproc(backend, nproc, path, dtype, iters, warmup)
+    sizes = _sweep_sizes(op, sizes, min_bytes, max_bytes, factor, nproc, dtype, backend)
+    timeout = timeout if timeout is not None else (600.0 if backend == "nccl" else 300.0)
+
+    overrides = (nccl.get(path).environment(env, multicast_off=multicast_off) if backend == "nccl"
+                 else dict(env or {}))
+    nccl_debug = nccl_debug and backend == "nccl"     # gloo writes no NCCL log
+    if nccl_debug:
+        overrides["NCCL_DEBUG"] = "INFO"
+    # The workers import ddlab from this checkout whatever the caller's sys.path trick was.
+    pp = os.environ.get("PYTHONPATH")
+    overrides["PYTHONPATH"] = SOURCE_DIR + (os.pathsep + pp if pp else "")
+    auto = AUTO_ITERS[backend]
+
+    launched, worker = _run_workers(op, backend, dtype, sizes, iters, warmup, auto, nproc, overrides, timeout,
+                                    echo, _inject_error)
+    if command is None:
+        command = (f"ddlab.measure.collectives_run.sweep(op={op!r}, backend={backend!r}, path={path!r}, nproc={nproc}, "
+                   f"sizes={format_bytes(sizes[0])}..{format_bytes(sizes[-1])}, dtype={dtype!r})")
+    prov = provenance.collect(command, inventory=inventory)
+    # Record the NCCL variables the workers saw (this process's environment is not theirs).
+    prov["nccl_env"] = nccl.recorded_environment(launch.worker_environment(overrides))
+    shown_env = {k: v for k, v in overrides.items()
+                 if v is not None and k != "PYTHONPATH" and (backend == "nccl" or not k.startswith("NCCL_"))}
+    return SweepResult(op=op, backend=backend, path=path, env=shown_env, nproc=nproc, rows=worker["rows"],
+                       provenance=prov, source="live", dtype=dtype,
+                       nccl_log_text=launched.output if nccl_debug else None,
+                       meta={k: v for k, v in worker.items() if k != "rows"})
+
+
+def _backend_and_nproc(backend: Optional[str], nproc: Optional[int], path: str, dtype: str,
+                       iters: Optional[int], warmup: Optional[int]) -> tuple:
+    """(backend, nproc) of a sweep, after checking them with the path, dtype, iters and warmup."""
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     gpus = frameworks.gpu_count()
@@ -74,29 +107,29 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
         raise ValueError(f"iters must be at least 1, got {iters}")
     if warmup is not None and warmup < 0:
         raise ValueError(f"warmup must be 0 or more, got {warmup}")
+    return backend, nproc
+
+
+def _sweep_sizes(op: str, sizes, min_bytes, max_bytes, factor: int, nproc: int, dtype: str, backend: str) -> list:
+    """The message sizes: ``sizes`` checked (each a whole number of elements on every rank), or
+    ``min_bytes`` to ``max_bytes`` (default by backend) by ``factor``."""
     if sizes is None:
         lo = parse_size(min_bytes)
         hi = parse_size(max_bytes) if max_bytes is not None else DEFAULT_MAX_BYTES[backend]
-        sizes = message_sizes(op, lo, hi, nproc, dtype, factor)
-    else:
-        unit = DTYPES[dtype][1] * (1 if op == "all_reduce" else nproc)
-        sizes = [parse_size(s) for s in sizes]
-        bad = [s for s in sizes if s < unit or s % unit]
-        if not sizes or bad:
-            raise ValueError(f"sizes must be positive multiples of {unit} bytes for {op} of {dtype} "
-                             f"on {nproc} ranks; got {bad or sizes}")
-    timeout = timeout if timeout is not None else (600.0 if backend == "nccl" else 300.0)
+        return message_sizes(op, lo, hi, nproc, dtype, factor)
+    unit = DTYPES[dtype][1] * (1 if op == "all_reduce" else nproc)
+    sizes = [parse_size(s) for s in sizes]
+    bad = [s for s in sizes if s < unit or s % unit]
+    if not sizes or bad:
+        raise ValueError(f"sizes must be positive multiples of {unit} bytes for {op} of {dtype} "
+                         f"on {nproc} ranks; got {bad or sizes}")
+    return sizes
 
-    overrides = (nccl.get(path).environment(env, multicast_off=multicast_off) if backend == "nccl"
-                 else dict(env or {}))
-    nccl_debug = nccl_debug and backend == "nccl"     # gloo writes no NCCL log
-    if nccl_debug:
-        overrides["NCCL_DEBUG"] = "INFO"
-    # The workers import ddlab from this checkout whatever the caller's sys.path trick was.
-    pp = os.environ.get("PYTHONPATH")
-    overrides["PYTHONPATH"] = SOURCE_DIR + (os.pathsep + pp if pp else "")
-    auto = AUTO_ITERS[backend]
 
+def _run_workers(op: str, backend: str, dtype: str, sizes: list, iters, warmup, auto: dict, nproc: int,
+                 overrides: dict, timeout: float, echo: bool, inject_error: bool) -> tuple:
+    """Launch the workers under torchrun: (the launch's result, the workers' result JSON). Wrong
+    values a worker reports raise :class:`CollectiveValidationError`."""
     with tempfile.TemporaryDirectory(prefix="ddlab-coll-") as tmp:
         out = os.path.join(tmp, "result.json")
         argv = ["-m", "ddlab.measure.collectives_worker", "--op", op, "--backend", backend,
@@ -104,7 +137,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
                 "--iters", str(iters or 0), "--warmup", str(-1 if warmup is None else warmup),
                 "--target-s", str(auto["target_s"]), "--min-iters", str(auto["min_iters"]),
                 "--max-iters", str(auto["max_iters"])]
-        if _inject_error:
+        if inject_error:
             argv.append("--inject-error")
         try:
             launched = launch.run(argv, launcher="torchrun", nproc=nproc, env=overrides,
@@ -115,20 +148,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
                 raise CollectiveValidationError(
                     f"{op} returned wrong values, so no bandwidth is reported:\n  " + "\n  ".join(wrong)) from None
             raise
-        worker = files.read_json(out, "all-reduce workers' result")
-
-    if command is None:
-        command = (f"ddlab.measure.collectives_run.sweep(op={op!r}, backend={backend!r}, path={path!r}, nproc={nproc}, "
-                   f"sizes={format_bytes(sizes[0])}..{format_bytes(sizes[-1])}, dtype={dtype!r})")
-    prov = provenance.collect(command, inventory=inventory)
-    # Record the NCCL variables the workers saw (this process's environment is not theirs).
-    prov["nccl_env"] = nccl.recorded_environment(launch.worker_environment(overrides))
-    shown_env = {k: v for k, v in overrides.items()
-                 if v is not None and k != "PYTHONPATH" and (backend == "nccl" or not k.startswith("NCCL_"))}
-    return SweepResult(op=op, backend=backend, path=path, env=shown_env, nproc=nproc, rows=worker["rows"],
-                       provenance=prov, source="live", dtype=dtype,
-                       nccl_log_text=launched.output if nccl_debug else None,
-                       meta={k: v for k, v in worker.items() if k != "rows"})
+        return launched, files.read_json(out, "all-reduce workers' result")
 
 
 def validation_failures(output: str) -> list:

@@ -34,17 +34,8 @@ from ddlab.base import files, worker_report
 from ddlab.measure.collectives import DTYPES, OPS, VALIDATION_KIND, bandwidths, format_time_us
 
 
-def main(argv: Sequence[str]) -> int:
-    """One rank of a sweep (started by torchrun; see :func:`ddlab.measure.collectives_run.sweep`)."""
+def _parser():
     import argparse
-    import functools
-
-    from ddlab.measure import launch
-    launch.install_hang_traceback()   # before torch: on SIGTERM (a timeout) print where this rank was
-
-    import torch
-    import torch.distributed as dist
-
     p = argparse.ArgumentParser(prog="python -m ddlab.measure.collectives_worker")
     p.add_argument("--op", required=True, choices=OPS)
     p.add_argument("--backend", required=True, choices=("nccl", "gloo"))
@@ -58,46 +49,53 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--max-iters", type=int, default=1000)
     p.add_argument("--inject-error", action="store_true",
                    help="corrupt one element of the last rank's result (proves validation fires)")
-    a = p.parse_args(argv)
+    return p
 
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    gpu = a.backend == "nccl"
-    if gpu:
-        torch.cuda.set_device(local_rank)
-        dev = torch.device("cuda", local_rank)
-        # device_id: create the NCCL communicator now, not at the first timed call.
-        dist.init_process_group("nccl", device_id=dev)
-    else:
-        dev = torch.device("cpu")
-        dist.init_process_group("gloo")
-    dtype = getattr(torch, a.dtype)
-    esize = DTYPES[a.dtype][1]
-    # Input values are (index % m + 1) * (rank + 1): small integers whose sum over all ranks
-    # stays exactly representable in the dtype, so the check can demand exact equality.
-    tri = n * (n + 1) // 2
-    m = max(2, min(4093, (DTYPES[a.dtype][2] - 1) // tri))
-    # torch >= 2.12 renamed the single-tensor forms; older versions only have the old names.
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
-    def sync():
-        if gpu:
-            torch.cuda.synchronize()
+class _Rank:
+    """This rank in its process group: its device, the collectives, the input pattern and the timer."""
 
-    def pattern(out, start, mult):
+    def __init__(self, torch, dist, backend: str, dtype_name: str):
+        self.torch, self.dist = torch, dist
+        self.rank, self.n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        self.gpu = backend == "nccl"
+        if self.gpu:
+            torch.cuda.set_device(local_rank)
+            self.dev = torch.device("cuda", local_rank)
+            # device_id: create the NCCL communicator now, not at the first timed call.
+            dist.init_process_group("nccl", device_id=self.dev)
+        else:
+            self.dev = torch.device("cpu")
+            dist.init_process_group("gloo")
+        self.dtype = getattr(torch, dtype_name)
+        self.esize = DTYPES[dtype_name][1]
+        # Input values are (index % m + 1) * (rank + 1): small integers whose sum over all ranks
+        # stays exactly representable in the dtype, so the check can demand exact equality.
+        self.tri = self.n * (self.n + 1) // 2
+        self.m = max(2, min(4093, (DTYPES[dtype_name][2] - 1) // self.tri))
+        # torch >= 2.12 renamed the single-tensor forms; older versions only have the old names.
+        self.all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        self.reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+    def sync(self):
+        if self.gpu:
+            self.torch.cuda.synchronize()
+
+    def pattern(self, out, start, mult):
         """out[i] = ((start + i) % m + 1) * mult, computed on the device in place."""
-        idx = torch.arange(start, start + out.numel(), device=dev,
+        torch = self.torch
+        idx = torch.arange(start, start + out.numel(), device=self.dev,
                            dtype=torch.int32 if start + out.numel() < 2 ** 31 else torch.int64)
-        out.copy_(idx.remainder_(m).add_(1).mul_(mult))
+        out.copy_(idx.remainder_(self.m).add_(1).mul_(mult))
         return out
 
-    def time_calls(fn, k):
+    def time_calls(self, fn, k):
         """Seconds per call of ``k`` back-to-back calls of ``fn`` on this rank."""
-        dist.barrier()
-        sync()
-        if gpu:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.dist.barrier()
+        self.sync()
+        if self.gpu:
+            start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(k):
                 fn()
@@ -109,108 +107,147 @@ def main(argv: Sequence[str]) -> int:
             fn()      # gloo calls on CPU tensors return when the collective is complete
         return (time.perf_counter() - t0) / k
 
-    def across_ranks(values, op):
-        t = torch.tensor(values, dtype=torch.float64, device=dev)
-        dist.all_reduce(t, op=op)
+    def across_ranks(self, values, op):
+        t = self.torch.tensor(values, dtype=self.torch.float64, device=self.dev)
+        self.dist.all_reduce(t, op=op)
         return t.tolist()
 
-    def gather_times(sec):
-        mine = torch.tensor([sec], dtype=torch.float64, device=dev)
-        every = torch.empty(n, dtype=torch.float64, device=dev)
-        all_gather(every, mine)
+    def gather_times(self, sec):
+        mine = self.torch.tensor([sec], dtype=self.torch.float64, device=self.dev)
+        every = self.torch.empty(self.n, dtype=self.torch.float64, device=self.dev)
+        self.all_gather(every, mine)
         return every.tolist()
 
-    # NCCL connects lazily at the first collective; do that before the first timed size.
-    w = torch.ones(1 << 20, dtype=dtype, device=dev)
-    for _ in range(3):
-        dist.all_reduce(w)
-    sync()
-    del w
+    def connect(self):
+        """NCCL connects lazily at the first collective; do that before the first timed size."""
+        w = self.torch.ones(1 << 20, dtype=self.dtype, device=self.dev)
+        for _ in range(3):
+            self.dist.all_reduce(w)
+        self.sync()
 
+    def buffers(self, op: str, nbytes: int) -> tuple:
+        """(count, out, fn, expected) of one size: the element count of nccl-tests' column, the
+        result buffer, the call, and the exact result every element of ``out`` must hold."""
+        import functools
+        torch, dist, dev, dtype, n, rank = self.torch, self.dist, self.dev, self.dtype, self.n, self.rank
+        if op == "all_reduce":
+            count = nbytes // self.esize
+            buf = self.pattern(torch.empty(count, dtype=dtype, device=dev), 0, rank + 1)
+            return count, buf, functools.partial(dist.all_reduce, buf), self.pattern(torch.empty_like(buf), 0, self.tri)
+        count = nbytes // (self.esize * n)       # per rank, as nccl-tests' count column (the receive count)
+        if op == "all_gather":
+            inp = self.pattern(torch.empty(count, dtype=dtype, device=dev), 0, rank + 1)
+            out = torch.full((count * n,), -1, dtype=dtype, device=dev)
+            expected = torch.empty_like(out)
+            for j in range(n):
+                self.pattern(expected[j * count:(j + 1) * count], 0, j + 1)
+            return count, out, functools.partial(self.all_gather, out, inp), expected
+        inp = self.pattern(torch.empty(count * n, dtype=dtype, device=dev), 0, rank + 1)
+        out = torch.full((count,), -1, dtype=dtype, device=dev)
+        return count, out, functools.partial(self.reduce_scatter, out, inp), \
+            self.pattern(torch.empty_like(out), rank * count, self.tri)
+
+
+def _checked_call(r: _Rank, a, nbytes: int, count: int, out, fn, expected) -> tuple:
+    """Step 1: one untimed call, every element checked. (the slowest rank's seconds for it, the
+    wrong element this rank saw or "", whether any rank saw one)."""
+    r.sync()
+    t0 = time.perf_counter()
+    fn()
+    r.sync()
+    probe = time.perf_counter() - t0
+    if a.inject_error and r.rank == r.n - 1:
+        out[out.numel() // 2] += 1
+    bad = ""
+    if not r.torch.equal(out, expected):
+        wrong = (out != expected).nonzero()
+        i = int(wrong[0])
+        bad = (f"{a.op} rank {r.rank} of {r.n}, {nbytes} bytes ({count} {DTYPES[a.dtype][0]} per call): first wrong "
+               f"element at index {i}: got {out[i].item()!r}, expected {expected[i].item()!r} "
+               f"({wrong.numel()} of {out.numel()} elements wrong)")
+    flag, probe = r.across_ranks([1.0 if bad else 0.0, probe], r.dist.ReduceOp.MAX)
+    return probe, bad, bool(flag)
+
+
+def _timed_row(r: _Rank, a, nbytes: int, count: int, fn, probe: float) -> dict:
+    """Steps 2 and 3: the warm-up, then the timed calls, as one row."""
+    # 2. warm-up (also estimates the time per call, so the iterations fit the time budget).
+    warm = a.warmup if a.warmup >= 0 else max(1, min(5, int(0.02 / max(probe, 1e-9))))
+    est = probe
+    if warm:
+        est = r.across_ranks([r.time_calls(fn, warm)], r.dist.ReduceOp.MAX)[0]
+    iters = a.iters or max(a.min_iters, min(a.max_iters, math.ceil(a.target_s / max(est, 1e-9))))
+
+    # 3. timed calls: average per call on each rank, then over ranks (nccl-tests' default).
+    per_rank = r.gather_times(r.time_calls(fn, iters))
+    sec = sum(per_rank) / r.n
+    algbw, busbw = bandwidths(a.op, nbytes, sec, r.n)
+    return {"bytes": nbytes, "count": count, "time_us": sec * 1e6, "time_us_max": max(per_rank) * 1e6,
+            "algbw_gbps": algbw, "busbw_gbps": busbw, "iters": iters, "warmup": warm}
+
+
+def _write_meta(r: _Rank, a, rows: list) -> None:
+    """Rank 0 writes the rows, the devices every rank saw and the versions to ``--out``."""
+    torch = r.torch
+    devices = [None] * r.n
+    name = torch.cuda.get_device_name(r.dev) if r.gpu else "cpu"
+    r.dist.all_gather_object(devices, name)
+    if r.rank == 0:
+        meta = {"op": a.op, "backend": a.backend, "nproc": r.n, "dtype": a.dtype, "torch": torch.__version__,
+                "devices": devices, "timing": "cuda events" if r.gpu else "perf_counter between barriers",
+                "rows": rows}
+        if r.gpu:
+            v = torch.cuda.nccl.version()
+            meta["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        files.write_text(a.out, json.dumps(meta))
+
+
+def main(argv: Sequence[str]) -> int:
+    """One rank of a sweep (started by torchrun; see :func:`ddlab.measure.collectives_run.sweep`)."""
+    from ddlab.measure import launch
+    launch.install_hang_traceback()   # before torch: on SIGTERM (a timeout) print where this rank was
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    # record: an exception of this rank goes to torchrun's error file, with its time
+    # (ddlab.measure.rank_failures reads it to name the rank that failed first).
+    return record(_sweep)(argv, torch, dist)
+
+
+def _sweep(argv: Sequence[str], torch, dist) -> int:
+    """The sweep of one rank: each size checked, then timed; rank 0 writes the result."""
+    a = _parser().parse_args(argv)
+    r = _Rank(torch, dist, a.backend, a.dtype)
+    r.connect()
     tname = DTYPES[a.dtype][0]
     rows = []
-    if rank == 0:
-        print(f"# {a.op} on {n} ranks ({a.backend}), {a.dtype}", flush=True)
+    if r.rank == 0:
+        print(f"# {a.op} on {r.n} ranks ({a.backend}), {a.dtype}", flush=True)
         print(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'time':>8}  {'algbw':>7}  {'busbw':>7}  {'iters':>5}",
               flush=True)
     for nbytes in (int(s) for s in a.sizes.split(",")):
-        if a.op == "all_reduce":
-            count = nbytes // esize
-            buf = torch.empty(count, dtype=dtype, device=dev)
-            pattern(buf, 0, rank + 1)
-            out, fn = buf, functools.partial(dist.all_reduce, buf)
-            expected = pattern(torch.empty_like(buf), 0, tri)
-        elif a.op == "all_gather":
-            count = nbytes // (esize * n)       # per rank, as nccl-tests' count column
-            inp = pattern(torch.empty(count, dtype=dtype, device=dev), 0, rank + 1)
-            out = torch.full((count * n,), -1, dtype=dtype, device=dev)
-            fn = functools.partial(all_gather, out, inp)
-            expected = torch.empty_like(out)
-            for j in range(n):
-                pattern(expected[j * count:(j + 1) * count], 0, j + 1)
-        else:
-            count = nbytes // (esize * n)       # per rank (the receive count)
-            inp = pattern(torch.empty(count * n, dtype=dtype, device=dev), 0, rank + 1)
-            out = torch.full((count,), -1, dtype=dtype, device=dev)
-            fn = functools.partial(reduce_scatter, out, inp)
-            expected = pattern(torch.empty_like(out), rank * count, tri)
-
-        # 1. one untimed call, every element checked.
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        probe = time.perf_counter() - t0
-        if a.inject_error and rank == n - 1:
-            out[out.numel() // 2] += 1
-        bad = "" if torch.equal(out, expected) else "x"
-        if bad:
-            wrong = (out != expected).nonzero()
-            i = int(wrong[0])
-            bad = (f"{a.op} rank {rank} of {n}, {nbytes} bytes ({count} {tname} per call): first wrong "
-                   f"element at index {i}: got {out[i].item()!r}, expected {expected[i].item()!r} "
-                   f"({wrong.numel()} of {out.numel()} elements wrong)")
-        flag, probe = across_ranks([1.0 if bad else 0.0, probe], dist.ReduceOp.MAX)
-        if flag:
+        count, out, fn, expected = r.buffers(a.op, nbytes)
+        probe, bad, any_bad = _checked_call(r, a, nbytes, count, out, fn, expected)
+        if any_bad:
             if bad:
-                worker_report.emit(VALIDATION_KIND, rank=rank, op=a.op, bytes=nbytes, message=bad)
+                worker_report.emit(VALIDATION_KIND, rank=r.rank, op=a.op, bytes=nbytes, message=bad)
             dist.destroy_process_group()
             return 3
         del expected
         # For in-place all-reduce the values now double (n-fold) at every call and may reach
         # inf during timing; that changes nothing in NCCL's or gloo's speed (no data-dependent
         # paths, no floating-point traps), and the check above ran on a fresh input.
-
-        # 2. warm-up (also estimates the time per call, so the iterations fit the time budget).
-        warm = a.warmup if a.warmup >= 0 else max(1, min(5, int(0.02 / max(probe, 1e-9))))
-        est = probe
-        if warm:
-            est = across_ranks([time_calls(fn, warm)], dist.ReduceOp.MAX)[0]
-        iters = a.iters or max(a.min_iters, min(a.max_iters, math.ceil(a.target_s / max(est, 1e-9))))
-
-        # 3. timed calls: average per call on each rank, then over ranks (nccl-tests' default).
-        per_rank = gather_times(time_calls(fn, iters))
-        sec = sum(per_rank) / n
-        algbw, busbw = bandwidths(a.op, nbytes, sec, n)
-        rows.append({"bytes": nbytes, "count": count, "time_us": sec * 1e6, "time_us_max": max(per_rank) * 1e6,
-                     "algbw_gbps": algbw, "busbw_gbps": busbw, "iters": iters, "warmup": warm})
-        if rank == 0:
-            print(f"{nbytes:>12}  {count:>12}  {tname:>8}  {format_time_us(sec * 1e6):>8}  {algbw:>7.2f}  "
-                  f"{busbw:>7.2f}  {iters:>5}", flush=True)
+        row = _timed_row(r, a, nbytes, count, fn, probe)
+        rows.append(row)
+        if r.rank == 0:
+            print(f"{nbytes:>12}  {count:>12}  {tname:>8}  {format_time_us(row['time_us']):>8}  {row['algbw_gbps']:>7.2f}  "
+                  f"{row['busbw_gbps']:>7.2f}  {row['iters']:>5}", flush=True)
         # Free this size's buffers before allocating the next (1 GiB ones add up).
-        out = inp = buf = fn = None
+        out = fn = None
 
-    devices = [None] * n
-    name = torch.cuda.get_device_name(dev) if gpu else "cpu"
-    dist.all_gather_object(devices, name)
-    if rank == 0:
-        meta = {"op": a.op, "backend": a.backend, "nproc": n, "dtype": a.dtype, "torch": torch.__version__,
-                "devices": devices, "timing": "cuda events" if gpu else "perf_counter between barriers",
-                "rows": rows}
-        if gpu:
-            v = torch.cuda.nccl.version()
-            meta["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        files.write_text(a.out, json.dumps(meta))
+    _write_meta(r, a, rows)
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -237,15 +237,8 @@ def _validate(torch, a, b, dev_a, dev_b, n: int) -> list:
     return wrong
 
 
-def measure(device_index: int = 0, sizes: Sequence[int] = DEFAULT_SIZES, reps: Optional[int] = None,
-            seconds_per_row: float = 0.1, nodes: Optional[Sequence[int]] = None,
-            memory: Sequence[str] = ("pinned", "pageable"), latency_size: int = 4096,
-            latency_reps: int = 200, sysfs: str = numa.SYSFS) -> dict:
-    """Measure the host link of CUDA device ``device_index`` from each NUMA node in ``nodes``
-    (None: every node of the host); returns the ``ddlab-hostlink/1`` JSON object (as a dict).
-    ``reps`` None: as many copies as fill about ``seconds_per_row`` per row. Raises
-    :class:`NoGPU` (one line) when PyTorch sees no GPU, ValueError for a bad argument."""
-    torch = _torch()
+def _checked_sizes(torch, device_index: int, memory: Sequence[str], sizes: Sequence[int]) -> list:
+    """The sizes sorted and without repeats, after checking the device, memory kinds and sizes."""
     count = torch.cuda.device_count()
     if not 0 <= device_index < count:
         raise ValueError(f"CUDA device {device_index} does not exist: PyTorch sees {count} GPU(s)")
@@ -255,6 +248,77 @@ def measure(device_index: int = 0, sizes: Sequence[int] = DEFAULT_SIZES, reps: O
     sizes = sorted({int(s) for s in sizes})
     if not sizes or sizes[0] < 4:
         raise ValueError("sizes must be byte counts of at least 4")
+    return sizes
+
+
+def _checked_nodes(nodes: Optional[Sequence[int]], host) -> list:
+    """The NUMA nodes to measure from: ``nodes`` (each one of the host's), or every node."""
+    if nodes is None:
+        return host.node_ids
+    nodes = [int(n) for n in nodes]
+    unknown = [n for n in nodes if n not in host.node_ids]
+    if unknown:
+        raise ValueError(f"this host has no NUMA node {unknown[0]} (it has {host.node_ids})")
+    return nodes
+
+
+def _largest_host_pair(torch, sizes: list, latency_size: int, node: int, mem: str, skipped: list) -> tuple:
+    """(a, b, bytes): the two host buffers of the largest size the host can give (each size it
+    cannot, largest first, appended to ``skipped``); (None, None, 0) when it can give none."""
+    for size in reversed(sizes):
+        try:
+            a, b = _host_pair(torch, max(size, latency_size), mem == "pinned")
+            return a, b, size
+        except RuntimeError:           # out of host memory (or of pinnable memory)
+            skipped.append({"numa_node": node, "bytes": size, "memory": mem, "why": "out of host memory"})
+    return None, None, 0
+
+
+def _bandwidth_rows(timer, a, b, dev_a, dev_b, sizes: list, have: int, reps: Optional[int],
+                    seconds_per_row: float, node: int, gpu_node, mem: str) -> list:
+    """One row per size up to ``have`` and direction (h2d, d2h, both at once) between the host
+    buffers a, b and the device buffers dev_a, dev_b."""
+    rows = []
+    for size in sizes:
+        if size > have:
+            continue
+        n = reps or reps_for(size, seconds_per_row, GUESS_GBPS[mem])
+
+        def h2d(size=size):
+            dev_a[:size].copy_(a[:size], non_blocking=True)
+
+        def d2h(size=size):
+            b[:size].copy_(dev_b[:size], non_blocking=True)
+        for direction, secs, moved in (("h2d", timer.one_way(h2d, n), 1), ("d2h", timer.one_way(d2h, n), 1),
+                                       ("bidir", timer.both_ways(h2d, d2h, n), 2)):
+            rows.append({"numa_node": node, "gpu_node": node == gpu_node, "memory": mem,
+                         "direction": direction, "bytes": size, "reps": n, "seconds": secs,
+                         "gbps": moved * size * n / secs / 1e9})
+    return rows
+
+
+def _latency_rows(timer, a, b, dev_a, dev_b, latency_size: int, latency_reps: int, node: int, mem: str) -> list:
+    """The median time of one small copy each way (h2d, d2h)."""
+    def small_h2d():
+        dev_a[:latency_size].copy_(a[:latency_size], non_blocking=True)
+
+    def small_d2h():
+        b[:latency_size].copy_(dev_b[:latency_size], non_blocking=True)
+    return [{"numa_node": node, "memory": mem, "direction": direction, "bytes": latency_size,
+             "us_median": timer.latency_us(copy, latency_reps), "reps": latency_reps}
+            for direction, copy in (("h2d", small_h2d), ("d2h", small_d2h))]
+
+
+def measure(device_index: int = 0, sizes: Sequence[int] = DEFAULT_SIZES, reps: Optional[int] = None,
+            seconds_per_row: float = 0.1, nodes: Optional[Sequence[int]] = None,
+            memory: Sequence[str] = ("pinned", "pageable"), latency_size: int = 4096,
+            latency_reps: int = 200, sysfs: str = numa.SYSFS) -> dict:
+    """Measure the host link of CUDA device ``device_index`` from each NUMA node in ``nodes``
+    (None: every node of the host); returns the ``ddlab-hostlink/1`` JSON object (as a dict).
+    ``reps`` None: as many copies as fill about ``seconds_per_row`` per row. Raises
+    :class:`NoGPU` (one line) when PyTorch sees no GPU, ValueError for a bad argument."""
+    torch = _torch()
+    sizes = _checked_sizes(torch, device_index, memory, sizes)
     dev = torch.device("cuda", device_index)
     props = torch.cuda.get_device_properties(dev)
     bus, how = cuda_bus_id(torch, device_index)
@@ -263,13 +327,7 @@ def measure(device_index: int = 0, sizes: Sequence[int] = DEFAULT_SIZES, reps: O
     notes = [] if host.supported else [host.note]
     if gpu_numa.node is None and host.supported:
         notes.append(f"the GPU's NUMA node: {gpu_numa.text}")
-    if nodes is None:
-        nodes = host.node_ids
-    else:
-        nodes = [int(n) for n in nodes]
-        unknown = [n for n in nodes if n not in host.node_ids]
-        if unknown:
-            raise ValueError(f"this host has no NUMA node {unknown[0]} (it has {host.node_ids})")
+    nodes = _checked_nodes(nodes, host)
     biggest = max(sizes[-1], latency_size)
     dev_a = torch.empty(biggest, dtype=torch.uint8, device=dev)
     dev_b = torch.empty(biggest, dtype=torch.uint8, device=dev)
@@ -282,15 +340,7 @@ def measure(device_index: int = 0, sizes: Sequence[int] = DEFAULT_SIZES, reps: O
             if bind_note:
                 notes.append(bind_note)
             for mem in memory:
-                a = b = None
-                have = 0
-                for size in reversed(sizes):
-                    try:
-                        a, b = _host_pair(torch, max(size, latency_size), mem == "pinned")
-                        have = size
-                        break
-                    except RuntimeError:           # out of host memory (or of pinnable memory)
-                        skipped.append({"numa_node": node, "bytes": size, "memory": mem, "why": "out of host memory"})
+                a, b, have = _largest_host_pair(torch, sizes, latency_size, node, mem, skipped)
                 if not have:
                     continue
                 bad = _validate(torch, a, b, dev_a, dev_b, have)
@@ -298,30 +348,9 @@ def measure(device_index: int = 0, sizes: Sequence[int] = DEFAULT_SIZES, reps: O
                     failures.append(f"node {node}, {mem} memory, {have} bytes: {' and '.join(bad)} copied wrong data")
                     continue
                 timer.hold = mem == "pinned"
-                for size in sizes:
-                    if size > have:
-                        continue
-                    n = reps or reps_for(size, seconds_per_row, GUESS_GBPS[mem])
-
-                    def h2d(size=size):
-                        dev_a[:size].copy_(a[:size], non_blocking=True)
-
-                    def d2h(size=size):
-                        b[:size].copy_(dev_b[:size], non_blocking=True)
-                    for direction, secs, moved in (("h2d", timer.one_way(h2d, n), 1), ("d2h", timer.one_way(d2h, n), 1),
-                                                   ("bidir", timer.both_ways(h2d, d2h, n), 2)):
-                        rows.append({"numa_node": node, "gpu_node": node == gpu_numa.node, "memory": mem,
-                                     "direction": direction, "bytes": size, "reps": n, "seconds": secs,
-                                     "gbps": moved * size * n / secs / 1e9})
-
-                def small_h2d():
-                    dev_a[:latency_size].copy_(a[:latency_size], non_blocking=True)
-
-                def small_d2h():
-                    b[:latency_size].copy_(dev_b[:latency_size], non_blocking=True)
-                for direction, copy in (("h2d", small_h2d), ("d2h", small_d2h)):
-                    lats.append({"numa_node": node, "memory": mem, "direction": direction, "bytes": latency_size,
-                                 "us_median": timer.latency_us(copy, latency_reps), "reps": latency_reps})
+                rows += _bandwidth_rows(timer, a, b, dev_a, dev_b, sizes, have, reps, seconds_per_row, node,
+                                        gpu_numa.node, mem)
+                lats += _latency_rows(timer, a, b, dev_a, dev_b, latency_size, latency_reps, node, mem)
                 del a, b
                 torch.cuda.synchronize(dev)
             _empty_host_cache(torch)

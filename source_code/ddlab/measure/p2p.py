@@ -13,8 +13,8 @@ result, each module taking or giving a P2PResult:
   says in one paragraph what the matrices show, :func:`~ddlab.measure.p2p_diagnosis.diagnose` finds
   slow GPUs, asymmetric pairs and the best GPUs for a ring, and
   :func:`~ddlab.measure.p2p_diagnosis.link_peaks` gives each pair's link peak from
-  `nvidia-smi topo -m` labels;
-* :mod:`ddlab.measure.p2p_recorded` saves a live run and loads one recorded on a course machine;
+  `nvidia-smi topo -m` labels; it also saves a live run (:func:`~ddlab.measure.p2p_diagnosis.record`)
+  and loads one recorded on a course machine (:func:`~ddlab.measure.p2p_diagnosis.load_recorded`);
 * :mod:`ddlab.measure.p2p_cli` is ``ddlab p2p``;
 * :func:`ddlab.views.p2p_plots.plot_heatmaps` draws the matrices.
 

@@ -1,5 +1,5 @@
 """``ddlab p2p``: run the course's CUDA p2p test (:mod:`ddlab.measure.p2p_run`), or read existing
-output (:mod:`ddlab.measure.p2p_parse`) or a recorded run (:mod:`ddlab.measure.p2p_recorded`); print
+output (:mod:`ddlab.measure.p2p_parse`) or a recorded run (:mod:`ddlab.measure.p2p_diagnosis`); print
 the tables and the reading (:func:`ddlab.measure.p2p_diagnosis.summary`).
 """
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ddlab.measure import p2p_diagnosis, p2p_parse, p2p_recorded, p2p_run
+from ddlab.measure import p2p_diagnosis, p2p_parse, p2p_run
 from ddlab.measure.p2p import format_tables
 
 
@@ -45,7 +45,7 @@ def cli(argv: list) -> int:
             result = p2p_parse.parse(text)
             shown = format_tables(result)
         elif a.recorded:
-            result = p2p_recorded.load_recorded(a.recorded)
+            result = p2p_diagnosis.load_recorded(a.recorded)
             shown = result.text or format_tables(result)
         else:
             result = p2p_run.run(timeout=a.timeout, rebuild=a.rebuild, copy=a.copy, direction=a.direction,
@@ -56,7 +56,7 @@ def cli(argv: list) -> int:
         if a.record:
             if a.file or a.recorded:
                 raise ValueError("--record saves a live run; it cannot be combined with --file or --recorded")
-            p2p_recorded.record(result, path=a.record, command=["ddlab", "p2p", *argv])
+            p2p_diagnosis.record(result, path=a.record, command=["ddlab", "p2p", *argv])
     except p2p_run.P2PNoGPU as exc:
         print(f"ddlab p2p: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,10 @@ faster one way than the other (:func:`asymmetric_pairs`), the best ``k`` GPUs fo
 (:func:`best_ring_subset`), all three with their typical causes (:func:`diagnose`); the paragraph
 that says what a :class:`ddlab.measure.p2p.P2PResult` shows (:func:`summary`); and the link's
 peak per pair from `nvidia-smi topo -m` labels (:func:`link_peaks`), or from this machine's detected
-topology and PCIe links (:func:`peaks_here`).
+topology and PCIe links (:func:`peaks_here`). A run is kept with its summary: :func:`record` saves
+a live result with this machine's provenance, :func:`load_recorded` returns one recorded on a course
+machine (``source_code/reference/p2p/<name>.json``) and :func:`load` one saved at a path, each checked
+against the ``p2p`` schema (:mod:`ddlab.base.schemas`).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Optional
 
 import numpy as np
 
+from ddlab.base import files
 from ddlab.measure.p2p import P2PResult
 
 ASYMMETRY = 0.10         # i->j and j->i differing by more than this are called asymmetric
@@ -394,3 +398,41 @@ def peaks_here(result: P2PResult, inventory, topo=None, pcie_link_list=None):
     gens = [ln.gen_max for ln in pcie_link_list if getattr(ln, "gen_max", None)]
     names = [g.name for g in getattr(inventory, "gpus", [])]
     return topology_peaks(result, topo, names, pcie_generation=min(gens) if gens else 4)
+
+
+# ----------------------------------------------------------------------------- recorded runs
+def record(result: P2PResult, *, name: Optional[str] = None, path: Optional[str] = None,
+           command=None) -> str:
+    """Save a live result with this machine's provenance: under reference/p2p/<name>.json,
+    or at ``path``. Returns the path written."""
+    from ddlab.system import provenance
+    from ddlab.base import reference
+    if result.synthetic:
+        raise ValueError("a format-demo result is not a measurement and cannot be recorded")
+    obj = {"provenance": provenance.collect(command), "kind": "p2p", "result": result.to_dict(),
+           "summary": summary(result), "text": result.text}
+    if name:
+        return reference.save("p2p", name, obj)
+    if not path:
+        raise ValueError("record() needs a name or a path")
+    return files.write_json(path, obj, schema="p2p", what="p2p recording")
+
+
+def load_recorded(name: str = "h200x2") -> P2PResult:
+    """A run recorded on one of the course's machines (source_code/reference/p2p/<name>.json)."""
+    from ddlab.base import reference
+    return _result_of(reference.load("p2p", name))
+
+
+def load(path: str) -> P2PResult:
+    """A run saved by :func:`record` at ``path`` (one clear message when it is missing, corrupt
+    or breaks the schema)."""
+    return _result_of(files.read_json(path, "p2p recording", schema="p2p"))
+
+
+def _result_of(obj: dict) -> P2PResult:
+    result = P2PResult.from_dict(obj["result"])
+    result.provenance = obj["provenance"]
+    result.text = obj.get("text")
+    return result
+

@@ -106,6 +106,110 @@ def _read_table(src: _Lines, what: str, header_lineno: int, integer: bool = Fals
     return corner, labels, m
 
 
+class _Found:
+    """What :func:`parse` has read so far."""
+
+    def __init__(self):
+        self.variants, self.where, self.devices, self.access, self.cliques = {}, {}, {}, [], []
+        self.labels = self.connectivity = self.validation = None
+        self.source, self.synthetic = "unknown", False
+        self.versions, self.parameters, self.notes = {}, {}, []
+
+    def keep(self, key, lab, m, lineno):
+        """Keep table ``key`` (its GPU labels ``lab``, matrix ``m``): each table once, all for the same GPUs."""
+        if key in self.variants:
+            raise P2PParseError(f"table {key!r} appears twice (lines {self.where[key]} and {lineno}): "
+                                "is this two runs pasted together? Parse each run separately.")
+        if self.labels is None:
+            self.labels = lab
+        elif lab != self.labels:
+            raise P2PParseError(f"line {lineno}: table {key!r} is for GPUs {lab}, earlier tables for {self.labels}")
+        self.variants[key], self.where[key] = m, lineno
+
+
+def _latency_tables(src: _Lines, line: str, lineno: int, m, found: _Found) -> None:
+    """The latency tables under header ``line``: one or two sub-tables, GPU then CPU (current
+    sample and ours), or a single D\\D table (older samples; taken as GPU-timed)."""
+    on = m.group(1).lower() == "enabled"
+    suffix = _variant_suffix(m.group(2)) if on else ""
+    state = "on" if on else "off"
+    seen = []
+    while True:
+        save = src.i
+        src.skip_blank()
+        first = (src.peek() or "").split()[:1]
+        corner = first[0].upper() if first else None
+        if corner not in ("D\\D", "GPU", "CPU") or corner in seen or (seen and corner == "D\\D"):
+            src.i = save
+            break
+        corner, lab, mat = _read_table(src, line.strip(), lineno)
+        seen.append(corner)
+        found.keep(f"lat_{'cpu' if corner == 'CPU' else 'gpu'}_p2p_{state}{suffix}", lab, mat, lineno)
+        if corner == "D\\D":
+            break
+    if not seen:
+        _read_table(src, line.strip(), lineno)  # raises the "should start with" error
+
+
+def _device(m) -> dict:
+    """One "Device: ..." line: index, name, PCI bus id and, where given, compute capability, memory, SMs."""
+    idx, name, bus, dev, dom, rest = m.groups()
+    d = {"index": int(idx), "name": name.strip(),
+         "pci_bus_id": f"{int(dom, 16):08X}:{int(bus, 16):02X}:{int(dev, 16):02X}.0"}
+    for k, v in re.findall(r",\s*(busId|cc|memory|SMs):\s*([^,]+)", rest):
+        v = v.strip()
+        if k == "busId":
+            d["pci_bus_id"] = v
+        elif k == "cc":
+            d["compute_capability"] = v
+        elif k == "memory":
+            d["memory_mib"] = int(v.split()[0])
+        else:
+            d["sm_count"] = int(v)
+    return d
+
+
+def _table_line(src: _Lines, line: str, lineno: int, found: _Found) -> bool:
+    """Read the table whose header is ``line`` (bandwidth, latency or connectivity); False when it is none."""
+    if m := _BW_HEADER.match(line):
+        kind = "uni" if m.group(1).lower() == "unidirectional" else "bi"
+        on = m.group(2).lower() == "enabled"
+        key = f"{kind}_p2p_{'on' if on else 'off'}" + (_variant_suffix(m.group(3)) if on else "")
+        _, lab, mat = _read_table(src, line.strip(), lineno)
+        found.keep(key, lab, mat, lineno)
+    elif m := _LAT_HEADER.match(line):
+        _latency_tables(src, line, lineno, m, found)
+    elif _CONN_HEADER.match(line):
+        _, lab, mat = _read_table(src, "P2P Connectivity Matrix", lineno, integer=True)
+        found.connectivity = (lab, mat.astype(bool))
+    else:
+        return False
+    return True
+
+
+def _info_line(src: _Lines, line: str, found: _Found) -> None:
+    """Keep what a line outside the tables says: a device, peer access, cliques, versions,
+    parameters, the validation verdict, a note."""
+    if m := _DEVICE.match(line):
+        d = _device(m)
+        found.devices[d["index"]] = d
+    elif m := _ACCESS.match(line):
+        found.access.append((int(m.group(1)), m.group(2).upper() == "CAN", int(m.group(3))))
+    elif line.strip().startswith("P2P Cliques"):
+        while (nxt := src.peek()) is not None and (c := _CLIQUE.match(nxt)):
+            found.cliques.append([int(t) for t in c.group(1).split()])
+            src.i += 1
+    elif m := _VERSIONS.match(line):
+        found.versions = {"cuda_driver": m.group(1), "cuda_runtime": m.group(2)}
+    elif line.startswith("Parameters:"):
+        for k, v in re.findall(r"(\w+)=(\S+)", line):
+            found.parameters[k] = _scalar(v)
+    elif line.startswith("Validation:"):
+        found.validation = line.split(":", 1)[1].strip()
+    elif line.startswith("Note:"):
+        found.notes.append(line.split(":", 1)[1].strip())
+
+
 def parse(text: str) -> P2PResult:
     """Read the output of our program or of NVIDIA's p2pBandwidthLatencyTest.
 
@@ -114,107 +218,32 @@ def parse(text: str) -> P2PResult:
     if not isinstance(text, str):
         raise TypeError(f"parse() takes the program's output as a str, got {type(text).__name__}")
     src = _Lines(text)
-    variants, where, devices, access, cliques = {}, {}, {}, [], []
-    labels = None
-    connectivity = None
-    source, synthetic = "unknown", False
-    versions, parameters, notes, validation = {}, {}, [], None
-
-    def keep(key, lab, m, lineno):
-        nonlocal labels
-        if key in variants:
-            raise P2PParseError(f"table {key!r} appears twice (lines {where[key]} and {lineno}): "
-                                "is this two runs pasted together? Parse each run separately.")
-        if labels is None:
-            labels = lab
-        elif lab != labels:
-            raise P2PParseError(f"line {lineno}: table {key!r} is for GPUs {lab}, earlier tables for {labels}")
-        variants[key], where[key] = m, lineno
-
+    found = _Found()
     while src.i < len(src.lines):
         line = src.lines[src.i]
         lineno = src.i + 1
         src.i += 1
         if "[ddlab p2p_bandwidth_latency]" in line:
-            source = "ddlab"
+            found.source = "ddlab"
         elif "P2P (Peer-to-Peer) GPU Bandwidth Latency Test" in line:
-            source = "nvidia-sample"
+            found.source = "nvidia-sample"
         elif line.startswith("FORMAT DEMO"):
-            synthetic = True
-        elif m := _BW_HEADER.match(line):
-            kind = "uni" if m.group(1).lower() == "unidirectional" else "bi"
-            on = m.group(2).lower() == "enabled"
-            key = f"{kind}_p2p_{'on' if on else 'off'}" + (_variant_suffix(m.group(3)) if on else "")
-            _, lab, mat = _read_table(src, line.strip(), lineno)
-            keep(key, lab, mat, lineno)
-        elif m := _LAT_HEADER.match(line):
-            on = m.group(1).lower() == "enabled"
-            suffix = _variant_suffix(m.group(2)) if on else ""
-            state = "on" if on else "off"
-            seen = []
-            # One or two sub-tables: GPU then CPU (current sample and ours), or a single
-            # D\D table (older samples; taken as GPU-timed).
-            while True:
-                save = src.i
-                src.skip_blank()
-                first = (src.peek() or "").split()[:1]
-                corner = first[0].upper() if first else None
-                if corner not in ("D\\D", "GPU", "CPU") or corner in seen or (seen and corner == "D\\D"):
-                    src.i = save
-                    break
-                corner, lab, mat = _read_table(src, line.strip(), lineno)
-                seen.append(corner)
-                keep(f"lat_{'cpu' if corner == 'CPU' else 'gpu'}_p2p_{state}{suffix}", lab, mat, lineno)
-                if corner == "D\\D":
-                    break
-            if not seen:
-                _read_table(src, line.strip(), lineno)  # raises the "should start with" error
-        elif _CONN_HEADER.match(line):
-            _, lab, mat = _read_table(src, "P2P Connectivity Matrix", lineno, integer=True)
-            connectivity = (lab, mat.astype(bool))
-        elif m := _DEVICE.match(line):
-            idx, name, bus, dev, dom, rest = m.groups()
-            d = {"index": int(idx), "name": name.strip(),
-                 "pci_bus_id": f"{int(dom, 16):08X}:{int(bus, 16):02X}:{int(dev, 16):02X}.0"}
-            for k, v in re.findall(r",\s*(busId|cc|memory|SMs):\s*([^,]+)", rest):
-                v = v.strip()
-                if k == "busId":
-                    d["pci_bus_id"] = v
-                elif k == "cc":
-                    d["compute_capability"] = v
-                elif k == "memory":
-                    d["memory_mib"] = int(v.split()[0])
-                else:
-                    d["sm_count"] = int(v)
-            devices[d["index"]] = d
-        elif m := _ACCESS.match(line):
-            access.append((int(m.group(1)), m.group(2).upper() == "CAN", int(m.group(3))))
-        elif line.strip().startswith("P2P Cliques"):
-            while (nxt := src.peek()) is not None and (c := _CLIQUE.match(nxt)):
-                cliques.append([int(t) for t in c.group(1).split()])
-                src.i += 1
-        elif m := _VERSIONS.match(line):
-            versions = {"cuda_driver": m.group(1), "cuda_runtime": m.group(2)}
-        elif line.startswith("Parameters:"):
-            for k, v in re.findall(r"(\w+)=(\S+)", line):
-                parameters[k] = _scalar(v)
-        elif line.startswith("Validation:"):
-            validation = line.split(":", 1)[1].strip()
-        elif line.startswith("Note:"):
-            notes.append(line.split(":", 1)[1].strip())
+            found.synthetic = True
+        elif not _table_line(src, line, lineno, found):
+            _info_line(src, line, found)
 
+    labels, connectivity, devices = found.labels, found.connectivity, found.devices
     if labels is None:
         labels = connectivity[0] if connectivity else sorted(devices)
-    if not variants and connectivity is None:
+    if not found.variants and connectivity is None:
         raise P2PParseError("no p2p tables found: expected the output of p2p_bandwidth_latency or of NVIDIA's "
                             "p2pBandwidthLatencyTest (headers such as 'Unidirectional P2P=Enabled Bandwidth ... "
                             "Matrix (GB/s)')")
-    n = len(labels)
-    conn = _connectivity(labels, connectivity, access, cliques)
+    conn = _connectivity(labels, connectivity, found.access, found.cliques)
     devs = [devices[i] for i in labels if i in devices]
-    return P2PResult(n=n, labels=list(labels), variants=variants, connectivity=conn, devices=devs,
-                     source=source, synthetic=synthetic, versions=versions, parameters=parameters,
-                     notes=notes, validation=validation, text=text)
+    return P2PResult(n=len(labels), labels=list(labels), variants=found.variants, connectivity=conn, devices=devs,
+                     source=found.source, synthetic=found.synthetic, versions=found.versions,
+                     parameters=found.parameters, notes=found.notes, validation=found.validation, text=text)
 
 
 def _scalar(v: str):

@@ -16,21 +16,31 @@ first line is whole and self-contained, so a recorded failure row can keep it al
 
 What is read, per launcher (the texts are in tests/fixtures/launch, captured from real runs):
 
-* torchrun: the "Failures:" and "Root Cause (first observed failure):" blocks (rank, local_rank,
-  host, exitcode, error_file, traceback), its "failed (exitcode: -9) local_rank: 1 (pid: ...)"
-  lines, and the workers' tracebacks, which PyTorch prefixes with ``[rank1]:`` once the process
-  group exists (``[default1]:`` with ``--tee``);
+* torchrun: first its own record of a worker's exception, the error file. A worker whose entry
+  point is wrapped in ``torch.distributed.elastic.multiprocessing.errors.record`` (the course's
+  training script and collective worker are) writes its exception, traceback and time to the file
+  torchrun names in ``TORCHELASTIC_ERROR_FILE``; torchrun's "Failures:" and "Root Cause (first
+  observed failure):" blocks name that file (``error_file``) and print its traceback. Where the
+  file can be read its exception is the rank's error and its time orders the ranks' failures
+  (:func:`read_error_file`). What error files do not cover is parsed from the text, as for the
+  other launchers: the blocks' rank, host, exitcode and traceback (a worker killed by a signal
+  writes no error file), torchrun's "failed (exitcode: -9) local_rank: 1 (pid: ...)" lines, and
+  the workers' own tracebacks, which PyTorch prefixes with ``[rank1]:`` once the process group
+  exists (``[default1]:`` with ``--tee``);
 * horovodrun: the ``[1]<stderr>:`` prefixes, the shell's "Killed"/"Terminated" lines, "Process 1
   exit with status code 137." (a shell's status: 128 + the signal) and its "first process" summary;
 * mpirun: "mpirun noticed that process rank 1 with PID ... on node ... exited on signal 9
   (Killed)." and "Process name: [[j,1],1] / Exit code: 1"; without ``--tag-output`` its workers'
   tracebacks carry no rank, and are given to the rank mpirun names.
 
+Horovod and mpirun have no error files: for them everything comes from the text.
+
 Negative exit statuses (a process killed by a signal, as Python and torchrun report it) are named
 with the :mod:`signal` module (SIGKILL, SIGSEGV, SIGABRT...).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -113,6 +123,7 @@ class RankState:
     waiting: str = ""                   # the collective a hang dump (SIGTERM) showed it in
     pid: Optional[int] = None
     seen_at: int = 1 << 30              # the first output line that reported its failure
+    failed_at: Optional[int] = None     # when it raised (Unix seconds), from torchrun's error file
 
     @property
     def failed(self) -> bool:
@@ -277,6 +288,29 @@ def _read_streams(lines: list) -> dict:
     return streams
 
 
+def read_error_file(path: str) -> Optional[tuple]:
+    """(the exception's first line, when it was raised in Unix seconds or None) from a torchrun
+    error file (what ``torch.distributed.elastic.multiprocessing.errors.record`` writes:
+    ``{"message": {"message": "ValueError: ...", "extraInfo": {"timestamp": "..."}}}``); None when
+    ``path`` is no such file ("<N/A>" in torchrun's summary, a file gone, another format)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError, TypeError):
+        return None
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, str):                 # a non-Python failure's message
+        text, when = message, None
+    elif isinstance(message, dict) and isinstance(message.get("message"), str):
+        text = message["message"]
+        stamp = str((message.get("extraInfo") or {}).get("timestamp", ""))
+        when = int(stamp) if stamp.isdigit() else None
+    else:
+        return None
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return (first, when) if first else None
+
+
 def _torchrun_blocks(lines: list) -> tuple:
     """({rank: RankState}, the root cause's rank or None) from torchrun's summary blocks."""
     states: dict = {}
@@ -285,19 +319,23 @@ def _torchrun_blocks(lines: list) -> tuple:
     current: Optional[RankState] = None
     key = ""
     tb: list = []
+    error_file = ""
 
     def close():
-        nonlocal current, tb
+        nonlocal current, tb, error_file
         if current is not None:
             err = [t for t in tb if t and not t.startswith("Traceback") and not t.startswith("Signal ")
                    and not t.startswith("To enable traceback")]
             if err:
                 current.error = err[-1]
+            recorded = read_error_file(error_file) if error_file else None
+            if recorded:        # the worker's own record of its exception
+                current.error, current.failed_at = recorded
             states[current.rank] = current
             if section == "root":
                 nonlocal root
                 root = current.rank
-        current, tb = None, []
+        current, tb, error_file = None, [], ""
 
     for i, raw in enumerate(lines):
         line = raw.rstrip("\n")
@@ -334,6 +372,8 @@ def _torchrun_blocks(lines: list) -> tuple:
                     current.pid = int(c.group(2)) if c.group(2) else None
             elif key == "traceback":
                 tb = [value]
+            elif key == "error_file":
+                error_file = value
             continue
         if key == "traceback":
             tb.append(line.strip())
@@ -450,7 +490,10 @@ def first_failure(result, launcher: Optional[str] = None) -> Optional[RankFailur
     if named is not None and named in states and states[named] in causes:
         chosen = states[named]
     elif causes:
-        chosen = min(causes, key=lambda s: (s.seen_at, s.rank))
+        # When torchrun's error files timed every cause, the earliest raised first; else the
+        # first reported in the output.
+        timed = all(s.failed_at is not None for s in causes)
+        chosen = min(causes, key=lambda s: ((s.failed_at,) if timed else ()) + (s.seen_at, s.rank))
     elif named is not None and named in states:
         chosen = states[named]
     else:

@@ -7,7 +7,6 @@ Every table goes through :class:`ddlab.base.tables.Table` (HTML in the page, ali
 from __future__ import annotations
 
 import base64
-import html
 import json
 import os
 from typing import Optional
@@ -67,7 +66,7 @@ def machine_of(steps: dict) -> str:
 def load_other(spec: str) -> dict:
     """``--compare``: a report folder, or the name of a machine recorded under
     ``source_code/reference/`` (e.g. "h200x2"). Returns {"label", "source", "steps"}."""
-    from ddlab.measure import collectives, collectives_recorded, p2p_recorded
+    from ddlab.measure import collectives, p2p_diagnosis
     from ddlab.course import mode
     from ddlab.training import recording
     from ddlab.base import reference
@@ -89,12 +88,12 @@ def load_other(spec: str) -> dict:
         steps["topology"] = {"status": "done", "data": topology_data(t), "provenance": t.provenance}
     topo = (_done(steps.get("topology")) or {}).get("topology")
     if spec in reference.names("p2p"):
-        r = p2p_recorded.load_recorded(spec)
+        r = p2p_diagnosis.load_recorded(spec)
         prov = r.provenance
         names = [d.get("name", "") for d in r.devices] or [prov.get("gpu_model") or ""]
         steps["p2p"] = {"status": "done", "data": p2p_data(r, link_peaks(topo, names)), "provenance": prov}
     if spec in reference.names("allreduce"):
-        sweeps = list(collectives_recorded.load_recorded(spec).values())
+        sweeps = list(collectives.load_recorded(spec).values())
         prov = prov or sweeps[0].provenance
         from ddlab.report.steps import slowest_peak
         peaks = link_peaks(topo, [prov.get("gpu_model") or ""])
@@ -341,45 +340,71 @@ def terminal_text(steps: dict, other: Optional[dict] = None) -> str:
     return "\n".join(lines)
 
 
-def _img(path: str, alt: str) -> str:
+# The page: autoescaped, so every text from a record is escaped; the CSS (ours), the tables
+# (ddlab.base.tables.Table's own HTML) and the plots (base64) go in as they are.
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>ddlab report: {{ machine }}</title><style>{{ css | safe }}</style></head><body>
+<h1>ddlab report: {{ machine }}</h1>
+<p class="meta">{{ command }} &middot; {{ date }} &middot; steps took {{ "%.0f" | format(took) }} s
+{%- if estimate_s %} (estimated {{ "%.0f" | format(estimate_s) }} s){% endif %}</p>
+<section id="summary"><h2>Summary</h2><ul>
+{% for topic, text, cls in summary %}
+<li class="{{ cls }}"><b>{{ topic }}:</b> {{ text }}</li>
+{% endfor %}
+</ul></section>
+{% if compare %}
+<section id="compare"><h2>Compared</h2>
+{{ compare | safe }}
+</section>
+{% endif %}
+{% for s in sections %}
+<section id="step-{{ s.name }}"><h2>{{ s.title }}</h2>
+{% if s.status != "done" %}
+<p class="{{ s.status }}">{{ s.status }}: {{ s.why }}</p>
+{% else %}
+{% for text in s.texts %}
+<p>{{ text }}</p>
+{% endfor %}
+{% for table in s.tables %}
+{{ table | safe }}
+{% endfor %}
+{% for png in s.plots %}
+<img alt="{{ s.name }} plot" src="data:image/png;base64,{{ png }}">
+{% endfor %}
+{% endif %}
+<details><summary>provenance ({{ "%.0f" | format(s.seconds) }} s)</summary><pre>{{ s.provenance }}</pre></details></section>
+{% endfor %}
+</body></html>"""
+
+
+def _png_base64(path: str) -> str:
     with open(path, "rb") as f:
-        data = base64.b64encode(f.read()).decode("ascii")
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+        return base64.b64encode(f.read()).decode("ascii")
+
+
+def _section(out: str, name: str, rec: dict) -> dict:
+    """What the page shows of one step: its title, status, texts, tables, plots and provenance."""
+    done = rec.get("status") == "done"
+    data = rec.get("data") if done else None
+    return {"name": name, "title": rec.get("title", name), "status": rec.get("status", ""), "why": rec.get("why", ""),
+            "texts": _texts(name, data) if done else [],
+            "tables": [t._repr_html_() for t in step_tables(name, data)] if done else [],
+            "plots": [_png_base64(os.path.join(out, p)) for p in data.get("plots", [])] if done else [],
+            "seconds": rec.get("seconds", 0), "provenance": json.dumps(rec.get("provenance"), indent=1)}
 
 
 def render(out: str, steps: dict, machine_label: str, command: str = "ddlab report",
            other: Optional[dict] = None, estimate_s: Optional[float] = None) -> str:
-    """The page as one string: everything inline."""
-    esc = html.escape
+    """The page as one string: everything inline (a Jinja2 template, :data:`PAGE`)."""
+    import jinja2
     dates = [str(r.get("provenance", {}).get("date", "")) for r in steps.values() if r.get("provenance")]
-    took = sum(r.get("seconds") or 0 for r in steps.values())
-    meta = f"{esc(command)} &middot; {esc(max(dates) if dates else '')} &middot; steps took {took:.0f} s"
-    if estimate_s:
-        meta += f" (estimated {estimate_s:.0f} s)"
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>ddlab report: {esc(machine_label)}</title><style>{CSS}</style></head><body>",
-             f"<h1>ddlab report: {esc(machine_label)}</h1>", f'<p class="meta">{meta}</p>',
-             '<section id="summary"><h2>Summary</h2><ul>']
-    parts += [f'<li class="{cls}"><b>{esc(topic)}:</b> {esc(text)}</li>' for topic, text, cls in summary_items(steps)]
-    parts.append("</ul></section>")
-    if other:
-        parts += ['<section id="compare"><h2>Compared</h2>', compare_table(steps, other)._repr_html_(), "</section>"]
-    for name in STEP_ORDER:
-        rec = steps.get(name)
-        if not rec:
-            continue
-        parts.append(f'<section id="step-{name}"><h2>{esc(rec.get("title", name))}</h2>')
-        if rec.get("status") != "done":
-            parts.append(f'<p class="{rec.get("status")}">{esc(rec.get("status", ""))}: {esc(rec.get("why", ""))}</p>')
-        else:
-            data = rec["data"]
-            parts += [f"<p>{esc(t)}</p>" for t in _texts(name, data)]
-            parts += [t._repr_html_() for t in step_tables(name, data)]
-            parts += [_img(os.path.join(out, p), f"{name} plot") for p in data.get("plots", [])]
-        parts.append(f"<details><summary>provenance ({rec.get('seconds', 0):.0f} s)</summary><pre>"
-                     f"{esc(json.dumps(rec.get('provenance'), indent=1))}</pre></details></section>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return env.from_string(PAGE).render(
+        machine=machine_label, css=CSS, command=command, date=max(dates) if dates else "",
+        took=sum(r.get("seconds") or 0 for r in steps.values()), estimate_s=estimate_s,
+        summary=summary_items(steps), compare=compare_table(steps, other)._repr_html_() if other else None,
+        sections=[_section(out, name, steps[name]) for name in STEP_ORDER if steps.get(name)])
 
 
 def write(out: str, steps: dict, machine_label: str, plan=None, command: str = "ddlab report",

@@ -40,10 +40,10 @@ SWEEP_TARGET_S, SWEEP_MIN_ITERS = 0.2, 5   # collectives.AUTO_ITERS["nccl"]: tim
 P2P_SIZES = (1 << 30, 512 << 20, 256 << 20, 128 << 20, 64 << 20, 32 << 20, 16 << 20)
 P2P_REPS = (10, 5, 3)
 P2P_BUDGET_S = {"full": 150.0, "quick": 20.0}
-# The one-GPU steps. A short one-process training launch (interpreter, imports, CUDA start, data,
-# 300 steps, evaluation) took 5.5-9 s on the recorded H200s and about 17 s on a 1x H100 VM whose
-# Python imports torch slowly; the estimate takes the slow one. The wrapper's cost is timed in the
-# report's own process: a process group, then per model, batch and wrapper its warm-up and runs.
+# The one-GPU steps. ONE_GPU_LAUNCH_S is one short one-process training launch (interpreter,
+# imports, CUDA start, data, 300 steps, evaluation) on a machine whose Python imports torch
+# slowly, so the estimate errs long. The wrapper's cost is timed in the report's own process: a
+# process group, then per model, batch and wrapper its warm-up and runs.
 ONE_GPU_LAUNCH_S = 18.0
 WRAPPER_SETUP_S = 8.0
 WRAPPER_CONFIG_S = 2.0
@@ -54,7 +54,7 @@ PCIE_LOAD_COPY_S = 1.5
 # the rates the program guesses when it picks its repeats (so a row takes guess/rate x its time).
 HOST_RATE_GBPS = {"pinned": 25.0, "pageable": 6.0}
 HOST_GUESS_GBPS = {"pinned": 50.0, "pageable": 10.0}
-HOST_SETUP_GBPS = 0.5      # allocating, first-touching and validating the largest buffers (1x H100: 22.6 s in all)
+HOST_SETUP_GBPS = 0.5      # allocating, first-touching and validating the largest buffers
 HOST_SIZES = tuple(4096 * 4 ** k for k in range(10))             # 4 KiB ... 1 GiB, the full sweep
 HOST_SIZES_SHORT = (4096, 1 << 20, 16 << 20, 256 << 20)         # several GPUs, or --quick
 HOST_SECONDS_PER_ROW = 0.1

@@ -190,18 +190,9 @@ class Matrix:
     warnings: list
 
 
-def read_matrix(text: str) -> Matrix:
-    """Read the text of ``nvidia-smi topo -m`` (:func:`ddlab.system.topology.parse_topo_matrix`
-    makes the :class:`~ddlab.system.topology.Topology` of it).
-
-    Raises :class:`TopologyParseError` naming the line and what was expected when the text
-    has no header, ragged rows, unknown labels, missing GPU rows, extra rows, or an asymmetric
-    matrix. A paste cut off after its GPU rows (NIC rows missing, the last one cut short, or
-    the ``NIC Legend`` missing) is read with a :class:`TopologyWarning` instead: the GPU matrix
-    and the GPU-NIC links (from the GPU rows) are complete, the NIC-NIC links are unknown."""
-    if not isinstance(text, str):
-        raise TypeError(f"parse_topo_matrix needs the text of `nvidia-smi topo -m`, got {type(text).__name__}")
-    lines = _clean(text)
+def _header(lines: list) -> tuple:
+    """(index of the header line, its device columns, its trailing columns, the GPU columns),
+    each checked."""
     head = next((i for i, ln in enumerate(lines) if _is_header(ln)), None)
     if head is None:
         first_row = next((i for i, ln in enumerate(lines) if ln.split() and re.fullmatch(r"GPU\d+", ln.split()[0])), None)
@@ -219,13 +210,52 @@ def read_matrix(text: str) -> Matrix:
     gpu_cols = [d for d in devices if GPU_COLUMN.fullmatch(d)]
     if not gpu_cols:
         raise TopologyParseError(f"line {hl}: the header names no GPU column (expected GPU0 ...)")
-    keys = [_AFFINITY_KEYS.get(t, t) for t in trailing]
-    n = len(devices)
+    return head, devices, trailing, gpu_cols
 
-    cells: dict = {}        # (row device, column device) -> label
-    row_line: dict = {}     # device -> line number (1-based) of its row
-    extras: dict = {}       # GPU device -> {key: value or None}
-    notes: list = []        # what a truncated paste lacked (becomes Topology.warnings)
+
+def _gpu_row_extras(ln: str, lineno: int, label: str, rest: list, n: int, keys: list, trailing: list) -> dict:
+    """The values after a GPU row's link cells (CPU and NUMA affinity, ...), by column."""
+    if len(rest) > len(keys):
+        raise TopologyParseError(f"line {lineno}: row {label} has {len(rest)} values after its {n} link "
+                                 f"cells but the header has {len(keys)} more columns "
+                                 f"({', '.join(trailing) or 'none'})")
+    placed = None
+    if "\t" in ln:
+        # nvidia-smi separates cells by tabs; when the count matches the header exactly,
+        # an empty cell is a real empty value and position decides.
+        raw = [c.strip() for c in ln.split("\t")]
+        raw = raw[1 + n:] if raw and raw[0] == label else None
+        while raw and raw[-1] == "":
+            raw.pop()
+        if raw is not None and len(raw) == len(keys):
+            placed = [c or None for c in raw]
+    if placed is None:
+        placed = _assign_trailing(rest, keys)
+    if placed is None:
+        raise TopologyParseError(f"line {lineno}: row {label}: cannot match the values {rest} to the "
+                                 f"columns {trailing}")
+    return {k: (None if v in (None, "", "N/A") else v) for k, v in zip(keys, placed)}
+
+
+def _link_cells(lineno: int, label: str, vals: list, devices: list, last_line: bool) -> int:
+    """How many of a row's values are link labels; raises when fewer than the columns (a NIC
+    row on the text's last line, cut short, is the caller's to note)."""
+    n = len(devices)
+    good = 0
+    while good < min(n, len(vals)) and _looks_like_label(vals[good]):
+        good += 1
+    if good < n and good < len(vals) and not re.fullmatch(_CPU_LIST, vals[good]):
+        raise TopologyParseError(f"line {lineno} (row {label}, column {devices[good]}): unknown link label "
+                                 f"{vals[good]!r}; expected {_LABEL_HELP}")
+    return good
+
+
+def _rows(lines: list, head: int, devices: list, trailing: list, gpu_cols: list, notes: list) -> tuple:
+    """Read the matrix rows after the header: (cells {(row, column): label}, row_line {device:
+    line number}, extras {GPU: {column: value}}, index of the first line after the rows)."""
+    n, hl = len(devices), head + 1
+    keys = [_AFFINITY_KEYS.get(t, t) for t in trailing]
+    cells, row_line, extras = {}, {}, {}
     i = head + 1
     while i < len(lines) and len(row_line) < n:
         ln = lines[i]
@@ -243,48 +273,28 @@ def read_matrix(text: str) -> Matrix:
         if label in row_line:
             raise TopologyParseError(f"line {i + 1}: a second row for {label} (the first is line {row_line[label]})")
         vals = words[1:]
-        good = 0
-        while good < min(n, len(vals)) and _looks_like_label(vals[good]):
-            good += 1
+        good = _link_cells(i + 1, label, vals, devices, last_line)
         if good < n and label not in gpu_cols and last_line and good == len(vals):
             # The paste ends inside this NIC row: read it as missing (the warning says so).
             notes.append(f"line {i + 1}: row {label} is cut off after {good} of its {n} link cells")
             i += 1
             break
         if good < n:
-            if good < len(vals) and not re.fullmatch(_CPU_LIST, vals[good]):
-                col = devices[good]
-                raise TopologyParseError(f"line {i + 1} (row {label}, column {col}): unknown link label "
-                                         f"{vals[good]!r}; expected {_LABEL_HELP}")
             cut = "; the text ends here, so the paste looks cut off: copy every GPU row" if last_line else ""
             raise TopologyParseError(f"line {i + 1}: row {label} has {good} link cells, expected {n} "
                                      f"(one per column: {' '.join(devices)}){cut}")
         for col, lab in zip(devices, vals[:n]):
             cells[(label, col)] = lab
-        rest = vals[n:]
         if label in gpu_cols:
-            if len(rest) > len(keys):
-                raise TopologyParseError(f"line {i + 1}: row {label} has {len(rest)} values after its {n} link "
-                                         f"cells but the header has {len(keys)} more columns "
-                                         f"({', '.join(trailing) or 'none'})")
-            placed = None
-            if "\t" in ln:
-                # nvidia-smi separates cells by tabs; when the count matches the header exactly,
-                # an empty cell is a real empty value and position decides.
-                raw = [c.strip() for c in ln.split("\t")]
-                raw = raw[1 + n:] if raw and raw[0] == label else None
-                while raw and raw[-1] == "":
-                    raw.pop()
-                if raw is not None and len(raw) == len(keys):
-                    placed = [c or None for c in raw]
-            if placed is None:
-                placed = _assign_trailing(rest, keys)
-            if placed is None:
-                raise TopologyParseError(f"line {i + 1}: row {label}: cannot match the values {rest} to the "
-                                         f"columns {trailing}")
-            extras[label] = {k: (None if v in (None, "", "N/A") else v) for k, v in zip(keys, placed)}
+            extras[label] = _gpu_row_extras(ln, i + 1, label, vals[n:], n, keys, trailing)
         row_line[label] = i + 1
         i += 1
+    return cells, row_line, extras, i
+
+
+def _missing_rows(lines: list, i: int, hl: int, devices: list, gpu_cols: list, row_line: dict, notes: list) -> list:
+    """The devices without a row: none may be a GPU; NIC rows a cut-off paste lacks are noted."""
+    n = len(devices)
     j = i
     while j < len(lines) and not lines[j].split():
         j += 1
@@ -305,7 +315,11 @@ def read_matrix(text: str) -> Matrix:
         notes.append(f"the text ends without the NIC row{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
                      f"(the header on line {hl} names {'them' if len(missing) > 1 else 'it'}): the GPU matrix and "
                      f"the GPU-NIC links are read from the GPU rows; the links between NICs are unknown")
+    return missing
 
+
+def _links(devices: list, cells: dict, row_line: dict, missing: list) -> dict:
+    """{(a, b): Link} of every pair, the matrix checked: X on the diagonal only, symmetric."""
     links: dict = {}
     for a in devices:
         for b in devices:
@@ -320,13 +334,7 @@ def read_matrix(text: str) -> Matrix:
             if lab == "X":
                 raise TopologyParseError(f"line {row_line[a]} (row {a}, column {b}): 'X' means self and may "
                                          f"appear only on the diagonal")
-            if b in missing:
-                try:
-                    links[(a, b)] = links[(b, a)] = parse_link(lab)
-                except ValueError as exc:
-                    raise TopologyParseError(f"line {row_line[a]} (row {a}, column {b}): {exc}") from None
-                continue
-            if cells[(b, a)] != lab:
+            if b not in missing and cells[(b, a)] != lab:
                 raise TopologyParseError(f"line {row_line[a]} (row {a}): {a}-{b} is {lab!r} but line {row_line[b]} "
                                          f"(row {b}) says {b}-{a} is {cells[(b, a)]!r}; expected a symmetric "
                                          f"matrix")
@@ -334,9 +342,15 @@ def read_matrix(text: str) -> Matrix:
                 links[(a, b)] = parse_link(lab)
             except ValueError as exc:
                 raise TopologyParseError(f"line {row_line[a]} (row {a}, column {b}): {exc}") from None
+            if b in missing:
+                links[(b, a)] = links[(a, b)]
+    return links
 
+
+def _nic_legend(lines: list, devices: list, notes: list) -> dict:
+    """{NIC column: device name} from the "NIC0: mlx5_0" lines; NICs without one are noted."""
     legend = {}
-    for ln in lines[i:]:
+    for ln in lines:
         m = _NIC_LEGEND.match(ln)
         if m:
             legend[m.group(1)] = m.group(2)
@@ -345,6 +359,27 @@ def read_matrix(text: str) -> Matrix:
         keep = "they keep their column names" if len(unnamed) > 1 else "it keeps its column name"
         notes.append(f"no NIC Legend for {', '.join(unnamed)}: the text ends before the lines 'NIC0: <device>' "
                      f"that name the NICs, so {keep}")
+    return legend
+
+
+def read_matrix(text: str) -> Matrix:
+    """Read the text of ``nvidia-smi topo -m`` (:func:`ddlab.system.topology.parse_topo_matrix`
+    makes the :class:`~ddlab.system.topology.Topology` of it).
+
+    Raises :class:`TopologyParseError` naming the line and what was expected when the text
+    has no header, ragged rows, unknown labels, missing GPU rows, extra rows, or an asymmetric
+    matrix. A paste cut off after its GPU rows (NIC rows missing, the last one cut short, or
+    the ``NIC Legend`` missing) is read with a :class:`TopologyWarning` instead: the GPU matrix
+    and the GPU-NIC links (from the GPU rows) are complete, the NIC-NIC links are unknown."""
+    if not isinstance(text, str):
+        raise TypeError(f"parse_topo_matrix needs the text of `nvidia-smi topo -m`, got {type(text).__name__}")
+    lines = _clean(text)
+    head, devices, trailing, gpu_cols = _header(lines)
+    notes: list = []        # what a truncated paste lacked (becomes Topology.warnings)
+    cells, row_line, extras, i = _rows(lines, head, devices, trailing, gpu_cols, notes)
+    missing = _missing_rows(lines, i, head + 1, devices, gpu_cols, row_line, notes)
+    links = _links(devices, cells, row_line, missing)
+    legend = _nic_legend(lines[i:], devices, notes)
     for note in notes:
         # stacklevel 3: the warning names the line that called parse_topo_matrix
         _warnings.warn(f"`nvidia-smi topo -m` text looks cut off: {note}", TopologyWarning, stacklevel=3)

@@ -142,7 +142,7 @@ def strong_scaling_paths(base: Optional[RunSpec] = None, global_batches: Sequenc
         configs += [((g, workers, p), spec.with_(workers=workers, batch=g // workers, path=p), dict(env=None))
                     for p in paths]
     got, failed = interleaved(configs, spec.repeats, stop_at_failure=True, echo=echo, progress=progress)
-    if failed:      # a failed launch fails the experiment, as before its repeats were interleaved
+    if failed:      # a failed launch fails the whole experiment: its rows would not compare like with like
         raise next(iter(failed.values()))
     return {p: _strong_result(spec, batches, workers, p, paths, got) for p in paths}
 

@@ -5,7 +5,8 @@ under their launcher (one process, DDP under torchrun, Horovod under horovodrun)
 :class:`Workers`; the training loop then needs only what every launcher gives: rank, size,
 local rank, a barrier, an all-gather of small Python objects, and a shutdown at the end.
 
-What each launcher's init does (step 1 of the data-parallel recipe of notebook 3):
+What each launcher's init does (joining the group: the first changes of notebook 7's DDP script
+and notebook 8's Horovod one):
 
 * one process (``--launcher none``): nothing to join; refused when the environment says this
   process is one of several workers;
