@@ -39,13 +39,10 @@ def notebooks() -> list:
     return [os.path.join(ROOT, "Start_Here.ipynb")] + sorted(found, key=lambda p: (int(os.path.basename(p).split(".")[0]), p))
 
 
-DOCS = ("README.md", "instructor/GUIDE.md", "tools/recording/README.md")
-
-
 def doc_words() -> list:
     """(path, words) of each document with a word limit."""
     out = []
-    for rel in DOCS:
+    for rel in minutes.DOCUMENTS:
         with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
             out.append((rel, minutes.doc_words(f.read())))
     return out

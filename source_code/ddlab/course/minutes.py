@@ -46,6 +46,7 @@ NOTEBOOK_RANGE = (15, 30)
 # words: the Markdown of a notebook (Start_Here's apart), what a notebook prints, each document
 WORD_LIMITS = {"markdown": 2000, "markdown:Start_Here.ipynb": 1000, "printed": 1500,
                "README.md": 1500, "instructor/GUIDE.md": 4500, "tools/recording/README.md": 800}
+DOCUMENTS = tuple(k for k in WORD_LIMITS if k.endswith(".md"))      # paths from the repository's root
 
 _TIME_LINE = re.compile(r"\*\*Time\.\*\*\s+About (\d+) minutes")
 _MARKUP = re.compile(r"\$[^$]*\$|`[^`]*`|<[^>]+>|\]\([^)]*\)")
