@@ -260,5 +260,5 @@ def word_table(rows: list, docs: list) -> Table:
     cols = [("what", "text"), ("kind", "text"), ("words", lambda v: "-" if v is None else f"{v:,}"),
             ("limit", lambda v: f"{v:,}"), ("over", "text")]
     notes = ["Printed: the words a notebook's cells print when run without a GPU (stream text, errors, "
-             "each display's HTML text or else its plain text); '-' where not counted."]
+             "each display's HTML text or else its plain text); n/a where not counted."]
     return Table(cols, out, title="Word limits: notebooks and documents", notes=notes)
