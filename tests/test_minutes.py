@@ -212,3 +212,22 @@ def test_the_nbval_hook_fails_the_notebook_that_prints_more_than_its_limit(tmp_p
     assert json.loads((tmp_path / "w.json").read_text()) == {
         "loud.ipynb": {"words": 1600, "cells_counted": 2, "code_cells": 2},
         "quiet.ipynb": {"words": 3, "cells_counted": 1, "code_cells": 1}}
+
+
+@pytest.mark.slow
+def test_tool_runs_each_notebook_on_cpu_and_counts_what_it_prints(tmp_path):
+    """--words without --printed: each notebook executed here with CUDA hidden; its printed words go into
+    the estimate; a notebook that fails is named with its error, left uncounted, and the exit status is 1."""
+    ok, bad = tmp_path / "ok.ipynb", tmp_path / "bad.ipynb"
+    for path, extra in ((ok, "import os; print('cuda', repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"), (bad, "1/0")):
+        _notebook(path, ["one two three"])
+        nb = json.loads(path.read_text())
+        nb["cells"].append({**code(extra), "id": "extra"})
+        path.write_text(json.dumps(nb))
+    out = tmp_path / "m.json"
+    done = _tool("--words", "--timeout", "60", "--out", str(out), "--notebooks", str(ok), str(bad))
+    rows = {r["notebook"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["ok.ipynb"]["printed_words"] == 3 + 1          # one two three; cuda '' (no GPU visible)
+    assert rows["bad.ipynb"]["printed_words"] is None
+    assert "bad.ipynb failed when run on CPU, its printed words not counted: ZeroDivisionError" in done.stderr
+    assert done.returncode == 1
