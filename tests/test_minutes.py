@@ -139,9 +139,11 @@ def test_output_words_read_streams_errors_html_text_and_plain_text_but_no_widget
                {"output_type": "display_data", "data": {"text/plain": "IntSlider(value=3)",
                                                         "application/vnd.jupyter.widget-view+json": {}}},
                {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo="}},
+               {"output_type": "display_data", "data": {"text/markdown": "**ten** `x`",
+                                                        "text/plain": "<IPython.core.display.Markdown object>"}},
                {"output_type": "error", "ename": "ValueError", "evalue": "eight", "traceback": ["\x1b[0;31mnine\x1b[0m"]}]
-    # one two three | four 5 GB/s | six seven | - | - | ValueError eight nine
-    assert minutes.output_words(outputs) == 3 + 3 + 2 + 3
+    # one two three | four 5 GB/s | six seven | - | - | ten (the Markdown's text) | ValueError eight nine
+    assert minutes.output_words(outputs) == 3 + 3 + 2 + 1 + 3
     nb = {"cells": [md("not printed"), {**code("x"), "outputs": outputs[:1]}, {**code("y"), "outputs": outputs[2:3]}]}
     assert minutes.printed_words(nb) == 5
 

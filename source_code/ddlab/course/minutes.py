@@ -116,8 +116,8 @@ def html_text(html: str) -> str:
 
 def output_words(outputs: list) -> int:
     """Words a learner reads in a code cell's outputs: stream text, an error's name, value and
-    traceback, and of each display the HTML's text where there is HTML, else its plain text (a widget's
-    plain text is only its repr, and is not counted)."""
+    traceback, and of each display the text of its HTML, else of its Markdown, else its plain text (a
+    widget's plain text is only its repr, and is not counted)."""
     n = 0
     for out in outputs or []:
         kind = out.get("output_type")
@@ -130,6 +130,8 @@ def output_words(outputs: list) -> int:
             data = out.get("data") or {}
             if "text/html" in data:
                 n += text_words(html_text(_source({"source": data["text/html"]})))
+            elif "text/markdown" in data:
+                n += text_words(_MARKUP.sub(" ", _source({"source": data["text/markdown"]})))
             elif "text/plain" in data and _WIDGET not in data:
                 n += text_words(_source({"source": data["text/plain"]}))
     return n
@@ -260,5 +262,5 @@ def word_table(rows: list, docs: list) -> Table:
     cols = [("what", "text"), ("kind", "text"), ("words", lambda v: "-" if v is None else f"{v:,}"),
             ("limit", lambda v: f"{v:,}"), ("over", "text")]
     notes = ["Printed: the words a notebook's cells print when run without a GPU (stream text, errors, "
-             "each display's HTML text or else its plain text); n/a where not counted."]
+             "each display's HTML, Markdown or plain text); n/a where not counted."]
     return Table(cols, out, title="Word limits: notebooks and documents", notes=notes)
