@@ -72,6 +72,8 @@ def executed_printed_words(path: str, timeout: float):
               f"{last[:200]}", file=sys.stderr)
         return None
     finally:
+        if km.has_kernel:                                # nbclient leaves a kernel it was given running
+            km.shutdown_kernel(now=True)
         if hidden is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
