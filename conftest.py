@@ -27,12 +27,27 @@ def pytest_addoption(parser):
                     help="write the words each notebook printed under nbval to PATH (JSON)")
 
 
+class _Counts:
+    """notebook node id -> {cell name: words}, from the reports this process sees (on pytest-xdist's
+    controller: every worker's; on a worker: its own)."""
+    name = "ddlab-printed-words"
+
+    def __init__(self):
+        self.by_notebook = {}
+
+    def pytest_runtest_logreport(self, report):
+        for key, words in getattr(report, "user_properties", ()):
+            if key == _KEY:
+                notebook, _, cell = report.nodeid.rpartition("::")
+                self.by_notebook.setdefault(notebook, {})[cell] = words
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_Counts(), _Counts.name)
+
+
 def _counts(config) -> dict:
-    """notebook node id -> {cell name: words}, from the reports of this process (on pytest-xdist's
-    controller: every worker's)."""
-    if not hasattr(config, "_ddlab_printed"):
-        config._ddlab_printed = {}
-    return config._ddlab_printed
+    return config.pluginmanager.get_plugin(_Counts.name).by_notebook
 
 
 def _cell_class():
@@ -50,20 +65,6 @@ def pytest_runtest_makereport(item, call):
     if call.when == "call" and cell is not None and isinstance(item, cell):
         from ddlab.course.minutes import output_words
         outcome.get_result().user_properties.append((_KEY, output_words(item.test_outputs or [])))
-
-
-def pytest_runtest_logreport(report):
-    for key, words in getattr(report, "user_properties", ()):
-        if key == _KEY:
-            notebook, _, cell = report.nodeid.rpartition("::")
-            _counts(_CONFIG[0]).setdefault(notebook, {})[cell] = words
-
-
-_CONFIG = []
-
-
-def pytest_configure(config):
-    _CONFIG[:] = [config]
 
 
 class PrintedWords(pytest.Item):
