@@ -127,3 +127,109 @@ def test_tool_leaves_out_a_time_taken_of_an_earlier_version_of_the_notebook(tmp_
     assert rows["Start_Here.ipynb"]["run_min"] == pytest.approx(0.5)
     assert f"{nb3}: its 60.0 s were timed on an earlier version of the notebook; left out" in done.stderr
     assert minutes.timing_is_current(os.path.join(ROOT, nb2), {"seconds": 1.0}) is None
+
+
+# ----------------------------------------------------------------------------- word limits
+def test_output_words_read_streams_errors_html_text_and_plain_text_but_no_widget_repr():
+    outputs = [{"output_type": "stream", "name": "stdout", "text": ["one two\n", "| --- | three |\n"]},
+               {"output_type": "display_data", "data": {"text/html": "<style>td {color: red}</style><table>"
+                                                                     "<tr><td>four</td><td>5&nbsp;GB/s</td></tr></table>",
+                                                        "text/plain": "not read: the HTML is"}},
+               {"output_type": "execute_result", "data": {"text/plain": "six seven"}, "execution_count": 1},
+               {"output_type": "display_data", "data": {"text/plain": "IntSlider(value=3)",
+                                                        "application/vnd.jupyter.widget-view+json": {}}},
+               {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo="}},
+               {"output_type": "display_data", "data": {"text/markdown": "**ten** `x`",
+                                                        "text/plain": "<IPython.core.display.Markdown object>"}},
+               {"output_type": "error", "ename": "ValueError", "evalue": "eight", "traceback": ["\x1b[0;31mnine\x1b[0m"]}]
+    # one two three | four 5 GB/s | six seven | - | - | ten (the Markdown's text) | ValueError eight nine
+    assert minutes.output_words(outputs) == 3 + 3 + 2 + 1 + 3
+    nb = {"cells": [md("not printed"), {**code("x"), "outputs": outputs[:1]}, {**code("y"), "outputs": outputs[2:3]}]}
+    assert minutes.printed_words(nb) == 5
+
+
+def test_doc_words_keep_code_and_leave_out_link_targets_tags_and_table_rules():
+    text = "| notebook | minutes |\n|---|---|\n| [1. Data](notebooks/1.X.ipynb) | 25 |\n\n`make lab` <br> starts"
+    # notebook, minutes, 1., Data, 25, `make, lab`, starts
+    assert minutes.doc_words(text) == 8
+
+
+def test_printed_words_are_read_like_the_markdown_and_flagged_over_their_limit(tmp_path):
+    p = write(tmp_path, [md("**Time.** About 15 minutes.\n" + " ".join(["word"] * 1000))])
+    quiet, loud = minutes.estimate(p), minutes.estimate(p, printed=2000)
+    assert quiet["printed_words"] is None and loud["printed_words"] == 2000
+    assert loud["reading_min"] == pytest.approx(quiet["reading_min"] + 2000 / minutes.READING_WPM)
+    assert "states 15, needs 16" in loud["fits"] and quiet["fits"] == "yes"
+    start = dict(loud, notebook="Start_Here.ipynb", words=1200)
+    rows = minutes.word_table([loud, start, quiet], [("README.md", 1501), ("tools/recording/README.md", 800)]).rows
+    over = {(r["what"], r["kind"]): r["over"] for r in rows}
+    assert over == {("x.ipynb", "Markdown"): "no", ("x.ipynb", "printed"): "-",
+                    ("Start_Here.ipynb", "Markdown"): "yes", ("Start_Here.ipynb", "printed"): "yes",
+                    ("README.md", "document"): "yes", ("tools/recording/README.md", "document"): "no"}
+
+
+def test_tool_reads_printed_words_of_an_nbval_run_and_fails_over_a_limit(tmp_path):
+    nb2, nb3 = "2.Latency-and-Bandwidth.ipynb", "3.System-Topology.ipynb"
+    counted = tmp_path / "printed.json"
+    n2 = sum(c["cell_type"] == "code" for c in json.load(open(os.path.join(ROOT, "notebooks", nb2)))["cells"])
+    counted.write_text(json.dumps({nb2: {"words": 99999, "cells_counted": n2, "code_cells": n2},
+                                   nb3: {"words": 10, "cells_counted": 1, "code_cells": 40}}))
+    out = tmp_path / "m.json"
+    done = _tool("--words", "--printed", str(counted), "--out", str(out),
+                 "--notebooks", f"notebooks/{nb2}", f"notebooks/{nb3}")
+    rows = {r["notebook"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows[nb2]["printed_words"] == 99999 and rows[nb3]["printed_words"] is None
+    assert f"{nb3}: only 1 of its 40 cells were counted" in done.stderr
+    assert f"{nb2}: 99,999 printed words, over its 1,500" in done.stderr and done.returncode == 1
+    assert "Word limits" in done.stdout and "instructor/GUIDE.md" in done.stdout
+
+
+def _notebook(path, prints):
+    cells = [md("# T\n\n**Time.** About 15 minutes.")] + [code(f"print({p!r})") for p in prints]
+    for i, c in enumerate(cells):
+        c["id"] = f"c{i}"
+    path.write_text(json.dumps({"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "p",
+                                                                            "language": "python"}},
+                                "nbformat": 4, "nbformat_minor": 5}))
+
+
+@pytest.mark.slow
+def test_the_nbval_hook_fails_the_notebook_that_prints_more_than_its_limit(tmp_path):
+    """conftest.py under nbval: with --printed-words a check item follows each notebook's cells and
+    fails (naming the notebook, its count and its wordiest cells) when the cells printed more than the
+    limit; the counts are written with --printed-words-json; each notebook runs once."""
+    import shutil
+    shutil.copy(os.path.join(ROOT, "conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    _notebook(tmp_path / "loud.ipynb", ["a " * 1000, "b " * 600])
+    _notebook(tmp_path / "quiet.ipynb", ["three short words"])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "source_code"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
+                           "--printed-words", "--printed-words-json", "w.json", "loud.ipynb", "quiet.ipynb"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "FAILED loud.ipynb::printed words" in done.stdout, done.stdout[-3000:]
+    assert "loud.ipynb prints 1,600 words on this machine, over its limit of 1,500" in done.stdout
+    assert "Cell 0 (1,000), Cell 1 (600)" in done.stdout
+    assert "1 failed, 4 passed" in done.stdout          # 3 cells and quiet.ipynb's check pass
+    assert json.loads((tmp_path / "w.json").read_text()) == {
+        "loud.ipynb": {"words": 1600, "cells_counted": 2, "code_cells": 2},
+        "quiet.ipynb": {"words": 3, "cells_counted": 1, "code_cells": 1}}
+
+
+@pytest.mark.slow
+def test_tool_runs_each_notebook_on_cpu_and_counts_what_it_prints(tmp_path):
+    """--words without --printed: each notebook executed here with CUDA hidden; its printed words go into
+    the estimate; a notebook that fails is named with its error, left uncounted, and the exit status is 1."""
+    ok, bad = tmp_path / "ok.ipynb", tmp_path / "bad.ipynb"
+    for path, extra in ((ok, "import os; print('cuda', repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"), (bad, "1/0")):
+        _notebook(path, ["one two three"])
+        nb = json.loads(path.read_text())
+        nb["cells"].append({**code(extra), "id": "extra"})
+        path.write_text(json.dumps(nb))
+    out = tmp_path / "m.json"
+    done = _tool("--words", "--timeout", "60", "--out", str(out), "--notebooks", str(ok), str(bad))
+    rows = {r["notebook"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["ok.ipynb"]["printed_words"] == 3 + 1          # one two three; cuda '' (no GPU visible)
+    assert rows["bad.ipynb"]["printed_words"] is None
+    assert "bad.ipynb failed when run on CPU, its printed words not counted: ZeroDivisionError" in done.stderr
+    assert done.returncode == 1

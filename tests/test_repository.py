@@ -385,3 +385,16 @@ def test_the_scripts_import_what_the_package_has():
                 assert hasattr(mod, name) or importlib.util.find_spec(f"{module}.{name}"), \
                     f"{os.path.relpath(path, ROOT)}: from {module} import {name}: no such name"
     assert seen >= 3
+
+
+def test_the_documents_stay_within_their_word_limits():
+    """README, instructor guide and the recording README are references: each within its limit of
+    ddlab.course.minutes.WORD_LIMITS (words as ddlab.course.minutes.doc_words counts them)."""
+    from ddlab.course import minutes
+    over = []
+    assert minutes.DOCUMENTS == ("README.md", "instructor/GUIDE.md", "tools/recording/README.md")
+    for rel in minutes.DOCUMENTS:
+        words, limit = minutes.doc_words(_read(*rel.split("/"))), minutes.word_limit(rel)
+        if words > limit:
+            over.append(f"{rel}: {words:,} words, over its limit of {limit:,}")
+    assert not over, over

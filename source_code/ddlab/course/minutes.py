@@ -4,12 +4,17 @@ Each notebook states its time once ("**Time.** About N minutes."), and Start_Her
 the instructor guide repeat it. This module estimates that time from the notebook itself, so a
 stated figure can be checked instead of guessed:
 
-* reading: the words of its Markdown cells at :data:`READING_WPM` words a minute;
+* reading: the words of its Markdown cells, and (when counted) the words its cells print, at
+  :data:`READING_WPM` words a minute;
 * exercises: the minutes :data:`EXERCISES` gives each kind of code cell a learner works in (a checked
   answer or prediction, each quiz question, each step of the hands-on refactor, the repair exercise);
 * running: the seconds a Run All took, measured (``tools/notebook_minutes.py --run`` times each
   notebook under nbval on this machine; ``--timings`` reads the JSON of
   ``tools/recording/gpu_nbval.sh``).
+
+Word limits (:data:`WORD_LIMITS`): a notebook's Markdown, the words it prints when run on a machine
+without a GPU (:func:`output_words` counts a cell's outputs as nbval or nbclient return them), and
+the course's documents (:func:`doc_words`).
 
 A section whose heading says "(optional" (up to the next heading of its level or above) is
 estimated apart: the stated time leaves it out, and the notebook says so.
@@ -38,6 +43,10 @@ EXERCISES = [
     (re.compile(r"\brepair\.start_exercise\s*\("), 5.0, "the repair exercise"),
 ]
 NOTEBOOK_RANGE = (15, 30)
+# words: the Markdown of a notebook (Start_Here's apart), what a notebook prints, each document
+WORD_LIMITS = {"markdown": 2000, "markdown:Start_Here.ipynb": 1000, "printed": 1500,
+               "README.md": 1500, "instructor/GUIDE.md": 4500, "tools/recording/README.md": 800}
+DOCUMENTS = tuple(k for k in WORD_LIMITS if k.endswith(".md"))      # paths from the repository's root
 
 _TIME_LINE = re.compile(r"\*\*Time\.\*\*\s+About (\d+) minutes")
 _MARKUP = re.compile(r"\$[^$]*\$|`[^`]*`|<[^>]+>|\]\([^)]*\)")
@@ -87,6 +96,63 @@ def markdown_words(nb: dict) -> int:
     return len(re.findall(r"[A-Za-z0-9][\w'.,%/-]*", text))
 
 
+_WORD = re.compile(r"\S*[A-Za-z0-9]\S*")
+_HTML_SKIP = re.compile(r"<(style|script)\b.*?</\1\s*>", re.S | re.I)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def text_words(text: str) -> int:
+    """Words in plain text: each run of non-space characters that holds a letter or digit (a table's
+    rules and bars are not words)."""
+    return len(_WORD.findall(text))
+
+
+def html_text(html: str) -> str:
+    """The text a browser shows of ``html``: styles and scripts dropped, tags read as spaces."""
+    import html as _html
+    return _html.unescape(re.sub(r"<[^>]+>", " ", _HTML_SKIP.sub(" ", html)))
+
+
+def output_words(outputs: list) -> int:
+    """Words a learner reads in a code cell's outputs: stream text, an error's name, value and
+    traceback, and of each display the text of its HTML, else of its Markdown, else its plain text (a
+    widget's plain text is only its repr, and is not counted)."""
+    n = 0
+    for out in outputs or []:
+        kind = out.get("output_type")
+        if kind == "stream":
+            n += text_words(_source({"source": out.get("text", "")}))
+        elif kind == "error":
+            tb = "\n".join(out.get("traceback") or [])
+            n += text_words(_ANSI.sub("", f"{out.get('ename', '')} {out.get('evalue', '')}\n{tb}"))
+        elif kind in ("display_data", "execute_result", "update_display_data"):
+            data = out.get("data") or {}
+            if "text/html" in data:
+                n += text_words(html_text(_source({"source": data["text/html"]})))
+            elif "text/markdown" in data:
+                n += text_words(_MARKUP.sub(" ", _source({"source": data["text/markdown"]})))
+            elif "text/plain" in data and _WIDGET not in data:
+                n += text_words(_source({"source": data["text/plain"]}))
+    return n
+
+
+def printed_words(nb: dict) -> int:
+    """Words the code cells of an executed notebook print (:func:`output_words` of each)."""
+    return sum(output_words(c.get("outputs")) for c in nb["cells"] if c.get("cell_type") == "code")
+
+
+def doc_words(text: str) -> int:
+    """Words of a Markdown document as read: link targets and HTML tags left out, code kept."""
+    return text_words(re.sub(r"\]\([^)]*\)", "]", re.sub(r"<[^>]+>", " ", text)))
+
+
+def word_limit(kind: str, name: str = "") -> int:
+    """The limit of :data:`WORD_LIMITS` for ``kind`` ("markdown", "printed" or a document's path) of
+    the notebook or document ``name``."""
+    return WORD_LIMITS.get(f"{kind}:{name}", WORD_LIMITS[kind])
+
+
 def diff_words(conversion: str, number: int) -> int:
     """Words a learner reads in a hands-on step: its reason and the lines it adds or removes (the
     unchanged context was read in the step before)."""
@@ -134,12 +200,15 @@ def timing_is_current(path: str, timing: dict) -> Optional[bool]:
     return None if not kept else kept == file_sha256(path)
 
 
-def estimate(path: str, run_s: Optional[float] = None) -> dict:
-    """One notebook's estimate: words, reading, exercises and (when measured) running, in minutes."""
+def estimate(path: str, run_s: Optional[float] = None, printed: Optional[int] = None) -> dict:
+    """One notebook's estimate: words, reading, exercises and (when measured) running, in minutes.
+    ``printed``: the words its cells print (:func:`printed_words` of an executed copy), read at the
+    same rate as its Markdown; None when not counted."""
     whole = load(path)
     nb, extra = split_optional(whole)
     words, (ex, ex_min) = markdown_words(nb), exercise_minutes(nb)
-    row = {"notebook": os.path.basename(path), "words": words, "reading_min": words / READING_WPM,
+    row = {"notebook": os.path.basename(path), "words": words, "printed_words": printed,
+           "reading_min": (words + (printed or 0)) / READING_WPM,
            "exercises": ex, "exercise_min": ex_min,
            "run_min": None if run_s is None else run_s / 60.0, "stated_min": stated_minutes(whole),
            "optional_min": markdown_words(extra) / READING_WPM + exercise_minutes(extra)[1]}
@@ -161,13 +230,37 @@ def fits(row: dict) -> str:
 
 
 def table(rows: list, machine: str = "") -> Table:
-    cols = [("notebook", "text"), ("words", "int"), ("reading_min", lambda v: f"{v:.1f}", "reading min"),
+    cols = [("notebook", "text"), ("words", "int"),
+            ("printed_words", lambda v: "-" if v is None else f"{v:,}", "printed words"), ("reading_min", lambda v: f"{v:.1f}", "reading min"),
             ("exercises", "int"), ("exercise_min", lambda v: f"{v:.0f}", "exercise min"),
             ("run_min", lambda v: "-" if v is None else f"{v:.1f}", "Run All min"),
             ("estimate_min", lambda v: f"{v:.1f}", "estimate min"), ("stated_min", "text", "stated min"),
             ("optional_min", lambda v: f"{v:.1f}" if v else "-", "optional min"),
             ("fits", "text")]
     each = "; ".join(what if m is None else f"{what} {m:g} min" for _, m, what in EXERCISES)
-    notes = [f"Reading at {READING_WPM} words a minute; exercises: {each}; Run All as measured"
+    notes = [f"Reading (Markdown and, where counted, printed words) at {READING_WPM} words a minute; exercises: {each}; Run All as measured"
              + (f" on {machine}" if machine else "") + "; discussion comes on top."]
     return Table(cols, rows, title="Notebook minutes: estimated from the notebook vs stated", notes=notes)
+
+
+def over_limit(words: Optional[int], limit: int) -> str:
+    """'yes', 'no', or '-' when the words were not counted."""
+    return "-" if words is None else ("yes" if words > limit else "no")
+
+
+def word_table(rows: list, docs: list) -> Table:
+    """The word limits: ``rows`` of notebooks (notebook, words, printed_words) and ``docs`` of
+    (path, words), each beside its limit and flagged when over."""
+    out = []
+    for r in rows:
+        name = r["notebook"]
+        out.append({"what": name, "kind": "Markdown", "words": r["words"], "limit": word_limit("markdown", name)})
+        out.append({"what": name, "kind": "printed", "words": r.get("printed_words"), "limit": word_limit("printed")})
+    out += [{"what": path, "kind": "document", "words": n, "limit": word_limit(path)} for path, n in docs]
+    for r in out:
+        r["over"] = over_limit(r["words"], r["limit"])
+    cols = [("what", "text"), ("kind", "text"), ("words", lambda v: "-" if v is None else f"{v:,}"),
+            ("limit", lambda v: f"{v:,}"), ("over", "text")]
+    notes = ["Printed: the words a notebook's cells print when run without a GPU (stream text, errors, "
+             "each display's HTML, Markdown or plain text); n/a where not counted."]
+    return Table(cols, out, title="Word limits: notebooks and documents", notes=notes)
