@@ -153,3 +153,13 @@ def test_a_wrapper_faster_than_a_plain_run_recorded_apart_is_flagged():
     assert len(baseline.wrapper_faster_than_plain(fast, {"k": apart})) == 1
     assert baseline.wrapper_faster_than_plain(slow, {"k": apart}) == []
     assert baseline.wrapper_faster_than_plain(fast, {"k": own}) == []        # measured together: no such note
+
+
+def test_the_plain_run_of_a_keras_spec_sets_no_pytorch_option():
+    from ddlab.training.experiments import plain_spec
+    from ddlab.training.runspec import RunSpec
+    keras = plain_spec(RunSpec(framework="keras", launcher="horovod", model="cnn", workers=2, device="cpu"))
+    assert keras.launcher == "none" and keras.workers == 1 and keras.cuda_graph is None
+    keras.script_args()                                   # a valid run description: it builds its command
+    torch = plain_spec(RunSpec(framework="torch", launcher="ddp", model="cnn", workers=2, device="cpu"))
+    assert torch.cuda_graph == "off"

@@ -54,8 +54,10 @@ PLAIN_TEXT = "(one process, no wrapper: the run every speedup divides by)"
 def plain_spec(spec: RunSpec) -> RunSpec:
     """The plain one-GPU run of ``spec`` (:mod:`ddlab.training.baseline`): one process, no wrapper
     (``launcher="none"``), the same model, batch, precision, steps and CUDA-graph setting (one process
-    on a GPU would capture a CUDA graph by default: an eager ``spec`` gets ``cuda_graph="off"``)."""
-    return spec.with_(launcher="none", workers=1, path="default", cuda_graph=spec.cuda_graph or "off")
+    on a GPU would capture a CUDA graph by default: an eager PyTorch ``spec`` gets ``cuda_graph="off"``;
+    the CUDA-graph option is PyTorch's, so another framework's spec keeps it unset)."""
+    graph = (spec.cuda_graph or "off") if spec.framework == "torch" else spec.cuda_graph
+    return spec.with_(launcher="none", workers=1, path="default", cuda_graph=graph)
 
 
 # ----------------------------------------------------------------------------- experiments
