@@ -127,14 +127,15 @@ def command_for(launcher: str, nproc: int, argv: Sequence[str], *, python: str =
 
 
 def shell_line(launcher: str, nproc: int, argv: Sequence[str], env: Optional[Mapping[str, Optional[str]]] = None,
-               *, python: str = sys.executable) -> str:
+               *, python: str = sys.executable, shell_names: bool = False, unset: bool = True) -> str:
     """The launch as one line to copy into a shell: ``env`` first (``K=V``; a variable set to None
-    is removed, ``env -u K``), then :func:`command_for`'s command, each word quoted for the shell."""
+    is removed, ``env -u K``, or left out with ``unset=False``), then :func:`command_for`'s command
+    (``shell_names``: the launchers as a shell names them), each word quoted for the shell."""
     import shlex
-    unset = [k for k, v in (env or {}).items() if v is None]
-    words = (["env"] + [w for k in unset for w in ("-u", k)] if unset else [])
+    gone = [k for k, v in (env or {}).items() if v is None] if unset else []
+    words = (["env"] + [w for k in gone for w in ("-u", k)] if gone else [])
     words += [f"{k}={v}" for k, v in (env or {}).items() if v is not None]
-    return shlex.join(words + command_for(launcher, nproc, argv, python=python))
+    return shlex.join(words + command_for(launcher, nproc, argv, python=python, shell_names=shell_names))
 
 def worker_environment(env: Optional[Mapping[str, Optional[str]]] = None) -> dict:
     """The environment the workers of a launch see: this process's, with unbuffered Python

@@ -10,7 +10,6 @@ run (GPUs, frameworks, Horovod's build) is asked of :mod:`ddlab.system.framework
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -95,9 +94,8 @@ def command_line(spec: RunSpec, env: Optional[Mapping] = None, python: str = "py
     from ddlab.base.paths import REPO_ROOT
     argv = spec.script_args()
     argv[0] = os.path.relpath(argv[0], REPO_ROOT)
-    words = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items() if v is not None]
-    cmd = launch.command_for(spec.process_launcher, spec.workers, argv, python=python, shell_names=True)
-    return " ".join(words + [shlex.join(cmd)])
+    return launch.shell_line(spec.process_launcher, spec.workers, argv, env, python=python, shell_names=True,
+                             unset=False)
 
 
 def _phases_text(result: dict) -> str:
