@@ -268,10 +268,9 @@ def earlier_records(args) -> list:
 
 
 def write_steps(args, records: list, meta: dict) -> None:
+    from ddlab.base import files
     for path in (os.path.join(args.out, "steps.json"), os.path.join(args.work, "steps.json")):
-        with open(path + ".tmp", "w") as f:
-            json.dump(dict(meta, steps=records), f, indent=1)
-        os.replace(path + ".tmp", path)
+        files.write_json(path, dict(meta, steps=records), what="the lab server's steps")
 
 
 def machine_name(args) -> tuple:
