@@ -172,7 +172,8 @@ def test_notebook_5_says_first_what_each_section_will_show(machine, monkeypatch)
     machine(policy.Machine(gpus=0, software=lambda framework, launcher: (False, "Horovod is not installed")))
     assert experiments.where_it_runs("nccl-paths", "keras", "horovod", "cnn").startswith("not run here (")
     source = cell_source("notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb", "nb5-001")
-    assert "experiments.where_it_runs(" in source and "recorded ({decision.why})" not in source
+    # the opening cell says what runs here through the course's one summary of every part (sequence.live_here)
+    assert "sequence.live_here(5" in source and "recorded ({decision.why})" not in source
 
 
 def test_tensorflow_gpu_count_asks_tensorflow_only_where_it_can_matter(monkeypatch, tmp_path):
