@@ -54,9 +54,9 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "source_code"))
+from ddlab.system import nccl  # noqa: E402
 
 PATHS = ("default", "shm", "socket")
-LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 LAUNCHERS = ("ddp", "horovod")
 MODELS = ("cnn", "mlp-small", "mlp-large")
 MODES = ("weak", "strong")
@@ -155,7 +155,7 @@ def plan(args, gpus: int, facts: dict, name: str) -> list:
                                                   "no NVSwitch (every pair the same NVLink, more than two GPUs)"))
                       if not (args.allow_nvls and nvls) else None))
     pair = facts.get("level_pair") or [0, 1]
-    steps.append(step("levels", [py, "-m", "ddlab", "allreduce", "--nproc", "2", "--paths", ",".join(LEVELS),
+    steps.append(step("levels", [py, "-m", "ddlab", "allreduce", "--nproc", "2", "--paths", ",".join(nccl.P2P_LEVELS),
                                  "--min-bytes", "256M", "--max-bytes", "256M", "--nccl-debug", "--timeout", "60",
                                  "--out", os.path.join(res, f"levels_{name}.json")], 400, 70,
                       env={"CUDA_VISIBLE_DEVICES": f"{pair[0]},{pair[1]}"},
