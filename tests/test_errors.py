@@ -37,7 +37,8 @@ def _error_of(kc, code: str) -> dict:
     # stop_on_error=False: ipykernel otherwise aborts the requests that arrive just after an error
     msg_id = kc.execute(code, stop_on_error=False)
     reply = kc.get_shell_msg(timeout=60)
-    assert reply["parent_header"]["msg_id"] == msg_id
+    while reply["parent_header"].get("msg_id") != msg_id:   # a late kernel_info reply from start-up comes first
+        reply = kc.get_shell_msg(timeout=60)
     while True:
         m = kc.get_iopub_msg(timeout=60)
         if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "error":

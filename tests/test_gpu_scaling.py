@@ -48,7 +48,8 @@ def test_strong_sweep_splits_one_global_batch(monkeypatch, tmp_path):
     cfgs = gpu_scaling.configs(base, (1, 2, 4, 8), "strong", ("default",), global_batch=512)
     assert [(s.launcher, s.workers, s.batch) for _, s, _ in cfgs] == [
         ("none", 1, 512), ("horovod", 1, 512), ("horovod", 2, 256), ("horovod", 4, 128), ("horovod", 8, 64)]
-    fake = FakeLaunches(*[script_result(v, workers=w) for v, w in ((100, 1), (95, 1), (180, 2), (300, 4), (400, 8))])
+    fake = FakeLaunches(*[script_result(v, workers=w, batch_per_worker=512 // w, global_batch=512)    # as the script
+                          for v, w in ((100, 1), (95, 1), (180, 2), (300, 4), (400, 8))])             # reports it
     monkeypatch.setattr(data, "require", lambda: str(tmp_path))
     monkeypatch.setattr(runs.launch, "run", fake)
     res = gpu_scaling.scaling_sweep(base, mode="strong", global_batch=512)["default"]

@@ -80,7 +80,7 @@ def assert_runnable(line):
     while words and "=" in words[0] and not words[0].startswith("-"):
         words.pop(0)                                    # VAR=value before the programme
     exe = words[0]
-    assert os.path.exists(exe) or exe in ("python3", "python"), line
+    assert os.path.exists(exe) or exe in ("python3", "python", "torchrun", "horovodrun"), line
     scripts = [w for w in words if w.endswith(".py")]
     for s in scripts:
         assert os.path.isfile(s if os.path.isabs(s) else os.path.join(REPO_ROOT, s)), f"{s} does not exist: {line}"
@@ -138,10 +138,12 @@ def test_notebook_1_live_cpu_scaling_prints_the_command_of_each_launch(no_gpu, m
     run(1, ["nb1-001"], ns)
     printed, _ = run(1, ["nb1-017"], ns)
     lines = command_lines(printed)
-    assert sorted(launched) == [1, 2, 4] and len(lines) == 3
-    for line, workers in zip(lines, (1, 2, 4)):
-        words = assert_runnable(line)
-        assert f"--nproc-per-node={workers}" in words and "--device" in words
+    assert sorted(launched) == [1, 1, 2, 4] and len(lines) == 4     # the plain baseline, then DDP on 1, 2, 4
+    plain, *ddp = (assert_runnable(line) for line in lines)
+    assert plain[0] in ("python", "python3") and plain[plain.index("--launcher") + 1] == "none"
+    for words, workers in zip(ddp, (1, 2, 4)):
+        assert words[0] == "torchrun" and f"--nproc-per-node={workers}" in words and "--device" in words
+    for words in (plain, *ddp):
         assert any(w.endswith(os.path.join("train", "fmnist_torch.py")) for w in words)
 
 

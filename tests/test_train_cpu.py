@@ -97,7 +97,7 @@ def test_one_process_cnn_run():
 def test_ddp_two_processes_agree():
     r = runs.train(RunSpec(framework="torch", launcher="ddp", workers=2, **TINY))
     check_result(r, "torch", "ddp", 2)
-    assert r["backend"] == "gloo" and "torch.distributed.run" in r["provenance"]["command"]
+    assert r["backend"] == "gloo" and r["provenance"]["command"].startswith("torchrun --standalone --nproc-per-node=2 ")
 
 
 

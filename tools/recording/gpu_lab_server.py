@@ -43,6 +43,7 @@ all; on 4 GPUs the scaling steps are 24 launches each (about 2 hours), about 3-4
 --dry-run prints every step's command and estimate and runs nothing (``--only``/``--skip`` split a run).
 """
 import argparse
+import io
 import json
 import os
 import shlex
@@ -233,28 +234,24 @@ PART_BYTES = 15 << 20      # parts small enough to copy off the GPU machine one 
 
 
 def pack(args) -> list:
-    """The work folder into $OUT/lab_server.tgz, written aside and renamed (a cut run keeps the last pack);
-    a pack over :data:`PART_BYTES` is split into lab_server.tgz.00, .01, ... (``cat lab_server.tgz.* >
-    lab_server.tgz`` joins them). Returns the files written."""
-    tmp = os.path.join(args.out, "lab_server.tgz.tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    """The work folder into $OUT/lab_server.tgz, each file written atomically (a cut run keeps the last
+    pack); a pack over :data:`PART_BYTES` is split into lab_server.tgz.00, .01, ... (``cat lab_server.tgz.*
+    > lab_server.tgz`` joins them). Returns the files written."""
+    from ddlab.base import files
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(args.work, arcname="lab_server")
-    for old in os.listdir(args.out):
-        if old.startswith("lab_server.tgz") and old != "lab_server.tgz.tmp":
+    data = buf.getvalue()
+    if len(data) <= PART_BYTES:
+        names = ["lab_server.tgz"]
+        files.write_bytes(os.path.join(args.out, names[0]), data)
+    else:
+        names = [f"lab_server.tgz.{i:02d}" for i in range((len(data) + PART_BYTES - 1) // PART_BYTES)]
+        for i, name in enumerate(names):
+            files.write_bytes(os.path.join(args.out, name), data[i * PART_BYTES:(i + 1) * PART_BYTES])
+    for old in os.listdir(args.out):                     # the previous pack's other files
+        if old.startswith("lab_server.tgz") and old not in names and not old.startswith("."):
             os.remove(os.path.join(args.out, old))
-    if os.path.getsize(tmp) <= PART_BYTES:
-        os.replace(tmp, os.path.join(args.out, "lab_server.tgz"))
-        return ["lab_server.tgz"]
-    names = []
-    with open(tmp, "rb") as f:
-        while True:
-            chunk = f.read(PART_BYTES)
-            if not chunk:
-                break
-            names.append(f"lab_server.tgz.{len(names):02d}")
-            with open(os.path.join(args.out, names[-1]), "wb") as part:
-                part.write(chunk)
-    os.remove(tmp)
     return names
 
 
