@@ -233,3 +233,15 @@ def test_tool_runs_each_notebook_on_cpu_and_counts_what_it_prints(tmp_path):
     assert rows["bad.ipynb"]["printed_words"] is None
     assert "bad.ipynb failed when run on CPU, its printed words not counted: ZeroDivisionError" in done.stderr
     assert done.returncode == 1
+
+
+def test_code_listings_are_left_out_of_the_printed_words_and_their_prose_is_kept():
+    from ddlab.course import handson
+    script = handson.show("single_device")
+    step = handson.diff("single_device", "ddp_1_init", reason="each rank joins the process group")
+
+    def words(obj):
+        return minutes.output_words([{"output_type": "display_data",
+                                      "data": {"text/html": obj._repr_html_(), "text/plain": str(obj)}}])
+    assert len(script.text.split()) > 100 and words(script) == len(script.name.split())
+    assert step.added > 0 and words(step) == len("Why: each rank joins the process group".split()) + 5

@@ -26,6 +26,7 @@ from ddlab.base import worker_report
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.measure import launch
 from ddlab.base.errors import CourseError
+from ddlab.course.minutes import code_listing
 
 HANDSON_DIR = os.path.join(SOURCE_DIR, "handson")
 
@@ -153,9 +154,9 @@ class Code:
             from pygments.formatters import HtmlFormatter
             from pygments.lexers import PythonLexer
         except ImportError:
-            return f"<b>{html.escape(self.name)}</b><pre>{html.escape(self.text)}</pre>"
+            return f"<b>{html.escape(self.name)}</b>" + code_listing(f"<pre>{html.escape(self.text)}</pre>")
         fmt = HtmlFormatter(noclasses=True, linenos="inline", style="default")
-        return f"<b>{html.escape(self.name)}</b>" + highlight(self.text, PythonLexer(), fmt)
+        return f"<b>{html.escape(self.name)}</b>" + code_listing(highlight(self.text, PythonLexer(), fmt))
 
 
 def show(name: str) -> Code:
@@ -198,7 +199,7 @@ class Diff:
                 style = "background:#ffebe9;color:#b71c1c"
             rows.append(f"<span style='{style}'>{html.escape(ln) or ' '}</span>")
         reason = f"<p><b>Why:</b> {html.escape(self.reason)}</p>" if self.reason else ""
-        return (reason + "<pre style='line-height:1.3;font-size:90%'>" + "\n".join(rows) + "</pre>"
+        return (reason + code_listing("<pre style='line-height:1.3;font-size:90%'>" + "\n".join(rows) + "</pre>")
                 + f"<p style='font-size:85%'>{self.added} line(s) added, {self.removed} removed</p>")
 
 

@@ -100,6 +100,14 @@ _WORD = re.compile(r"\S*[A-Za-z0-9]\S*")
 _HTML_SKIP = re.compile(r"<(style|script)\b.*?</\1\s*>", re.S | re.I)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _WIDGET = "application/vnd.jupyter.widget-view+json"
+_CODE_CLASS = "ddlab-code"
+_CODE_LISTING = re.compile(r'<figure class="%s"[^>]*>.*?</figure>' % _CODE_CLASS, re.S)
+
+
+def code_listing(html: str) -> str:
+    """``html`` of a code listing (a script or a diff), marked so that :func:`output_words` leaves it
+    out: code is counted in neither the Markdown nor the printed words."""
+    return f'<figure class="{_CODE_CLASS}" style="margin:0">{html}</figure>'
 
 
 def text_words(text: str) -> int:
@@ -116,8 +124,8 @@ def html_text(html: str) -> str:
 
 def output_words(outputs: list) -> int:
     """Words a learner reads in a code cell's outputs: stream text, an error's name, value and
-    traceback, and of each display the text of its HTML, else of its Markdown, else its plain text (a
-    widget's plain text is only its repr, and is not counted)."""
+    traceback, and of each display the text of its HTML (code listings left out: :func:`code_listing`),
+    else of its Markdown, else its plain text (a widget's plain text is only its repr, and is not counted)."""
     n = 0
     for out in outputs or []:
         kind = out.get("output_type")
@@ -129,7 +137,7 @@ def output_words(outputs: list) -> int:
         elif kind in ("display_data", "execute_result", "update_display_data"):
             data = out.get("data") or {}
             if "text/html" in data:
-                n += text_words(html_text(_source({"source": data["text/html"]})))
+                n += text_words(html_text(_CODE_LISTING.sub(" ", _source({"source": data["text/html"]}))))
             elif "text/markdown" in data:
                 n += text_words(_MARKUP.sub(" ", _source({"source": data["text/markdown"]})))
             elif "text/plain" in data and _WIDGET not in data:
