@@ -261,9 +261,8 @@ def notes(used: dict) -> list:
         out.append(f"speedup: images/s over the plain one-GPU run ({PLAIN_LABEL}: one process, no wrapper) of "
                    "the same model, batch per GPU and precision, recorded in this result")
     elif apart:
-        out.append("speedup: images/s over the plain one-GPU run (one process, no wrapper) of the same model, batch "
-                   "per GPU and precision, recorded apart on " + "; ".join(apart)
-                   + " (this result has no plain run of its own)")
+        out.append("speedup: images/s over the plain one-GPU run (no wrapper) of the same model, batch per GPU "
+                   "and precision, recorded apart on " + "; ".join(apart))
     if missing:
         out.append("speedup '-': " + "; ".join(sorted({p.missing for p in missing}))
                    + " (the wrapper's one-worker run is not a plain run, so nothing stands in for it)")

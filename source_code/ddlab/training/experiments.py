@@ -449,7 +449,6 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     (:func:`ddlab.base.progress.notebook_log`), elsewhere none (the lines as they come).
     ``fields``: RunSpec fields for a live run (batch, steps, repeats, timeout, ...)."""
     from ddlab.base import progress as bars
-    from ddlab.system import provenance as prov
     _check_choice("experiment", experiment, EXPERIMENTS)
     _check_choice("source", source, ("auto", "live", "recorded"))
     variant = None
@@ -483,8 +482,8 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     except reference.ReferenceMissing as exc:
         missing = str(exc)
     if recorded is not None:
-        reason = "as asked" if source == "recorded" else f"this machine cannot run it live ({why})"
-        recorded.notes.insert(0, f"recorded: {reason}; showing the run recorded on {prov.label(recorded.provenance)}")
+        if source != "recorded":              # the title says where it was recorded; this says why it is not live
+            recorded.notes.insert(0, f"recorded: not live here ({why})")
     can_cpu = cpu_run and m.software(framework, launcher)[0]
     if cpu_run and source != "recorded" and can_cpu and m.gpus_for(framework) < need:
         cpu = run_experiment(experiment, framework, launcher, model, workers, "cpu", **fields)

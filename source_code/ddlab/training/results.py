@@ -328,10 +328,6 @@ class ExperimentResult:
             lines += explain.speed_options(self.rows, self.config)
         if self.name == "input-pipeline":
             lines += explain.faster_than_on_gpu(self.rows)
-        # NCCL runs whose recorded environment had NVLink multicast off: one short clause (notebook 4 says why).
-        if any(not r.get("error") and (r.get("path") == "default" or r.get("backend") == "nccl")
-               and nccl.multicast_was_off(row_env(r, self.provenance)) for r in self.rows):
-            lines.append(nccl.MULTICAST_OFF_WHY)
         if self.source == "recorded":
             note = self.live_default_note()
             if note:
