@@ -179,3 +179,15 @@ def test_launch_bar_counts_the_launches_that_finished_and_logs_their_lines(tmp_p
     with runs.launch_bar(3, "no log", None) as progress:
         assert progress is None
     assert capsys.readouterr().out == ""
+
+
+def test_launch_bar_auto_logs_to_scratch_in_jupyter_and_shows_the_lines_elsewhere(tmp_path, monkeypatch, capsys):
+    from ddlab.base import paths, progress
+    with runs.launch_bar(2, "terminal", "auto", name="t-auto") as callback:
+        assert callback is None                                   # a terminal shows the launches' own lines
+    monkeypatch.setattr(progress, "in_notebook", lambda: True)
+    monkeypatch.setattr(paths, "REPO_ROOT", str(tmp_path))
+    with runs.launch_bar(2, "in Jupyter", "auto", name="t-auto") as callback:
+        callback(f"[t]{runs.DONE_MARK}1.0 s: launch 0")
+    assert (tmp_path / "scratch" / "t-auto.log").read_text().count(runs.DONE_MARK) == 1
+    assert "in Jupyter: 1 of 2 done" in capsys.readouterr().out

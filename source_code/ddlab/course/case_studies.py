@@ -256,7 +256,7 @@ def second_gpu_predicted(model: str = "mlp-small", repeats: int = SECOND_GPU_REP
 
 def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[Sequence[int]] = None,
                     repeats: Optional[int] = None, echo: bool = False, machine=None,
-                    log: Optional[str] = None) -> Table:
+                    log: Optional[str] = "auto") -> Table:
     """Case 1 run now on this machine, with the step model's prediction beside each point.
 
     ``repeats``: of each run (None: :data:`ddlab.course.mode.TWO_GPU_LIVE_REPEATS` on two GPUs,
@@ -269,7 +269,8 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     Otherwise: the same model on 1 and 2 CPU processes over gloo at each of ``batches``
     (default :data:`CPU_BATCHES`, the test pass cut to 1,000 images), predicted from a gloo
     sweep; no wrapper cost is measured for CPU processes, so the prediction leaves it out.
-    ``log``: a file for the training launches' lines, with a progress bar instead of them."""
+    ``log``: a file for the training launches' lines, with a progress bar instead of them ("auto":
+    ``scratch/case1-second-gpu.log`` in Jupyter)."""
     from ddlab.measure import collectives_run
     from ddlab.training import experiments
     from ddlab.system import hardware
@@ -281,13 +282,15 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     if repeats is None:
         repeats = mode.TWO_GPU_LIVE_REPEATS if two_gpus else SECOND_GPU_REPEATS
     if not two_gpus and _gpus_live("ddp", machine, gpus=1):
-        with launch_bar(2 * repeats, f"{model}: plain and DDP on this GPU", log) as progress:
+        with launch_bar(2 * repeats, f"{model}: plain and DDP on this GPU", log,
+                        name="case1-second-gpu") as progress:
             return second_gpu_predicted(model, repeats=repeats, echo=echo, progress=progress)
     inv = inventory or hardware.inventory(horovod_check=False)
     if two_gpus:
         spec = RunSpec.for_device("cuda", model, launcher="ddp", repeats=repeats)
         with launch_bar(experiments.planned_launches("nccl-paths", repeats=repeats),
-                         f"{model}: 1 GPU plain and under DDP, then 2 under each NCCL path", log) as progress:
+                         f"{model}: 1 GPU plain and under DDP, then 2 under each NCCL path", log,
+                        name="case1-second-gpu") as progress:
             res = experiments.nccl_path_comparison(spec, echo=echo, progress=progress)
         fits = {p: alpha_beta.fit_sweep(s) for p, s in collectives_run.compare_paths(inventory=inv).items()}
         rec = recorded_runs.recorded_points()
@@ -301,7 +304,8 @@ def second_gpu_live(inventory=None, model: str = "mlp-small", batches: Optional[
     rec = recorded_runs.recorded_points()
     batches = batches or CPU_BATCHES
     with launch_bar(len(batches) * 3 * repeats, f"{model}: plain, 1 and 2 CPU processes at batches "
-                     f"{', '.join(map(str, batches))}", log) as progress:
+                     f"{', '.join(map(str, batches))}", log,
+                        name="case1-second-gpu") as progress:
         for b in batches:
             spec = RunSpec.for_device("cpu", model, launcher="ddp", batch=int(b), repeats=repeats, test_samples=1000)
             res = experiments.throughput_scaling(spec, workers=(1, 2), device="cpu", echo=echo, progress=progress)
@@ -344,7 +348,7 @@ def recorded_tunings(model: str = TUNED_MODEL, paths: Sequence[str] = TUNED_PATH
 
 
 def tuning_here(asked: bool = False, launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None,
-                log: Optional[str] = None) -> tuple:
+                log: Optional[str] = "auto") -> tuple:
     """Notebook 10's live case 3: (a result, or None; one line saying what ran, or why nothing did). It runs
     only when ``asked`` (LIVE_TUNING = True in the cell): with two GPUs the wide model's comparison, the
     notebook's longest wait; otherwise :func:`tuning_live`'s small comparison on two CPU processes. The
@@ -363,7 +367,7 @@ def tuning_here(asked: bool = False, launcher: str = "ddp", repeats: int = 3, ec
     return res, f"Measured now: {where}."
 
 
-def second_gpu_here(inventory=None, asked: bool = False, machine=None, log: Optional[str] = None) -> tuple:
+def second_gpu_here(inventory=None, asked: bool = False, machine=None, log: Optional[str] = "auto") -> tuple:
     """Notebook 10's live weak-scaling case: (a table, or None; one line). With one GPU or two,
     :func:`second_gpu_live` runs (the one-GPU step measured and a second GPU predicted, or the NCCL-path
     comparison). Without a GPU it runs only when ``asked``: two CPU processes share the cores, which the
@@ -376,18 +380,19 @@ def second_gpu_here(inventory=None, asked: bool = False, machine=None, log: Opti
     return second_gpu_live(inventory, batches=(512,), machine=machine, log=log), "Measured now."
 
 
-def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None, log: Optional[str] = None):
+def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, machine=None,
+                log: Optional[str] = "auto"):
     """Case 3 run now: with two GPUs, the wide model untuned and with every DDP fix combined
     (:data:`GPU_LIVE_TUNINGS`) on NCCL's default path; otherwise a small real version on two
     CPU processes over gloo: :data:`CPU_MODEL` with :data:`CPU_TUNINGS` (a tuning this
     PyTorch cannot run shows its reason instead of a measurement). ``log``: a file for the
-    launches' lines, with a progress bar instead of them."""
+    launches' lines, with a progress bar instead of them ("auto": ``scratch/case3-tuning.log`` in Jupyter)."""
     from ddlab.course import tuning
     from ddlab.training.runspec import RunSpec
     gpus = _gpus_live(launcher, machine)
     chosen = GPU_LIVE_TUNINGS if gpus else CPU_TUNINGS
     with launch_bar(tuning.planned_launches(launcher, chosen, repeats), f"tunings: {', '.join(chosen)}",
-                     log) as progress:
+                     log, name="case3-tuning") as progress:
         if gpus:
             return tuning.tuning_comparison(TUNED_MODEL, launcher, "default", tunings=chosen, device="cuda",
                                             repeats=repeats, echo=echo, progress=progress)

@@ -210,13 +210,13 @@ def predicted(models: Sequence[str] = REPORT_MLPS, global_batches: Sequence[int]
 
 
 def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_BATCH, repeats: int = 3,
-         echo: bool = False, machine=None, log: Optional[str] = None) -> Table:
+         echo: bool = False, machine=None, log: Optional[str] = "auto") -> Table:
     """The reports' experiment run now: ``global_batch`` images per step on one worker, then
     split over two (:func:`ddlab.training.experiments.strong_scaling`), for each of ``models``,
     ``repeats`` times. With two GPUs: on the GPUs with peer-to-peer off (NCCL path shm), as in
     the reports. Otherwise: two CPU processes over gloo, with small step counts. ``models`` None:
-    :data:`LIVE_MLPS`. ``log``: a file for the
-    launches' lines, with a progress bar instead of them (None: neither)."""
+    :data:`LIVE_MLPS`. ``log``: a file for the launches' lines, with a progress bar instead of them
+    ("auto": ``scratch/case1-strong-scaling.log`` in Jupyter; None: neither)."""
     from ddlab.system import policy
     from ddlab.training import experiments
     from ddlab.training.runspec import RunSpec
@@ -224,7 +224,7 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
     models = list(models) if models is not None else list(LIVE_MLPS)
     rows, device, results = [], "cuda" if gpus else "cpu", []
     with launch_bar(len(models) * 3 * repeats, f"strong scaling: {', '.join(models)} plain, on 1 and on 2 workers",
-                     log) as progress:
+                     log, name="case1-strong-scaling") as progress:
         for m in models:
             if gpus:
                 spec = RunSpec.for_device("cuda", m, launcher="ddp", repeats=repeats)

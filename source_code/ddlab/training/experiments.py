@@ -63,11 +63,13 @@ def plain_spec(spec: RunSpec) -> RunSpec:
 # ----------------------------------------------------------------------------- experiments
 def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = (1, 2), device: str = "auto",
                        env: Optional[Mapping] = None, echo: bool = False, progress: Progress = None,
-                       **fields) -> ExperimentResult:
+                       log: Optional[str] = None, **fields) -> ExperimentResult:
     """Images/s of the same training on each number of ``workers`` (batch per worker fixed,
-    so the global batch grows with the workers), speedup over the smallest count and
-    scaling efficiency. ``fields``: RunSpec fields (framework, launcher="ddp", model, ...)
-    when no ``base`` is given. Runs on GPUs when there is one per worker, else on CPU processes."""
+    so the global batch grows with the workers): the plain one-process run first, then the wrapper on
+    each count. ``fields``: RunSpec fields (framework, launcher="ddp", model, ...) when no ``base`` is
+    given. Runs on GPUs when there is one per worker, else on CPU processes. ``log`` (without
+    ``progress``): a progress bar over the launches, their lines in that file ("auto": in Jupyter
+    ``scratch/scaling-<device>.log``: :func:`ddlab.training.runs.launch_bar`)."""
     workers = sorted({int(w) for w in workers})
     if not workers or workers[0] < 1:
         raise RunSpecError("workers must be positive integers, e.g. [1, 2]")
@@ -79,13 +81,17 @@ def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = 
     all_runs, rows = [], []
     configs = ([(baseline.PLAIN_PATH, plain_spec(spec))] if spec.launcher != "none" else []) \
         + [(w, spec.with_(workers=w)) for w in workers]
-    for what, one in configs:
-        runs = repeat(one, env=env, echo=echo, progress=progress)
-        row = row_of_repeats(runs)
-        row.update(runs=keep_runs(all_runs, runs), efficiency=None)
-        if what == baseline.PLAIN_PATH:
-            row.update(path=baseline.PLAIN_PATH, launcher="none", plain=True)
-        rows.append(row)
+    title = f"{spec.device} launches: " + ("plain, then " if spec.launcher != "none" else "") \
+        + f"{spec.launcher} on {', '.join(map(str, workers))} worker(s)"
+    with launch_bar(len(configs) * spec.repeats, title, None if progress else log,
+                              name=f"scaling-{spec.device}") as bar:
+        for what, one in configs:
+            runs = repeat(one, env=env, echo=echo, progress=progress or bar)
+            row = row_of_repeats(runs)
+            row.update(runs=keep_runs(all_runs, runs), efficiency=None)
+            if what == baseline.PLAIN_PATH:
+                row.update(path=baseline.PLAIN_PATH, launcher="none", plain=True)
+            rows.append(row)
     if spec.launcher == "none":         # the plain run itself: its own baseline
         rows[0]["plain"] = True
     notes = []

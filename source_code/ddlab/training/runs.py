@@ -184,14 +184,17 @@ DONE_MARK = " done in "    # in the line a launch prints when it has finished (p
 
 
 @contextmanager
-def launch_bar(total: int, title: str, log: Optional[str]):
+def launch_bar(total: int, title: str, log: Optional[str], name: str = "launches"):
     """One progress bar over ``total`` training launches; each launch's own lines go to the file
-    ``log``. Yields the ``progress`` callback to pass to :func:`train` (and the experiments that
-    call it); a line with :data:`DONE_MARK` advances the bar. No bar, and None, when ``log`` is None."""
+    ``log`` ("auto": ``scratch/<name>.log`` in Jupyter, none elsewhere: :func:`ddlab.base.progress.notebook_log`).
+    Yields the ``progress`` callback to pass to :func:`train` (and the experiments that call it); a
+    line with :data:`DONE_MARK` advances the bar. No bar, and None, when there is no log."""
+    from ddlab.base import progress
+    if log == "auto":
+        log = progress.notebook_log(name)
     if log is None:
         yield None
         return
-    from ddlab.base import progress
     with progress.Bar(total, title, log=log) as bar:
         yield bar.counter(DONE_MARK)
 
