@@ -7,9 +7,12 @@ from ddlab.base import progress
 
 
 def test_text_bar_draws_fill_and_count():
-    assert progress.text_bar(0, 4, "sweep", width=8) == "[--------] 0/4 sweep"
-    assert progress.text_bar(2, 4, "sweep", width=8) == "[####----] 2/4 sweep"
-    assert progress.text_bar(4, 4, "sweep", width=8) == "[########] 4/4 sweep"
+    out = io.StringIO()
+    with progress.Bar(4, "sweep", mode="text", stream=out) as bar:
+        bar.advance()
+        bar.advance()
+        assert out.getvalue().split("\r")[-1].startswith("sweep: 2/4 |" + "#" * 15 + " " * 15 + "|")
+    assert "sweep: 2/4" in out.getvalue().split("\r")[-1]      # the bar stays where it stopped
 
 
 def test_lines_go_to_the_log_not_the_screen(tmp_path):
@@ -22,7 +25,7 @@ def test_lines_go_to_the_log_not_the_screen(tmp_path):
             assert log.read_text().splitlines()[-1] == f"done: run {i}"     # readable while the work runs
     screen = out.getvalue()
     assert "start: run" not in screen and "done: run" not in screen
-    assert "[" + "#" * progress.WIDTH + "] 3/3 sweep" in screen
+    assert "sweep: 3/3 |" + "#" * 30 + "|" in screen
     last = screen.strip().splitlines()[-1]
     assert last.startswith("sweep: 3 of 3 done in ") and last.endswith(f"each step's lines are in {log}")
     assert last == bar.summary

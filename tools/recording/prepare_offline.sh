@@ -45,7 +45,7 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manyl
 done
 # shellcheck disable=SC2086
 "$PY" -m pip download --quiet --only-binary :all: --python-version "$PYV" --implementation cp \
-  $PLATFORMS -d .whl cffi pycparser nbval ipykernel ipywidgets jsonschema
+  $PLATFORMS -d .whl cffi pycparser nbval ipykernel ipywidgets jsonschema tqdm
 # A wheel from .whl/ is installed ahead of the machine's own packages (gpu_setup.sh puts /tmp/site
 # on PYTHONPATH), so a second numpy or pytest would shadow the one PyTorch was tested with.
 KEEP_OFF="numpy torch packaging typing_extensions setuptools pyyaml jinja2 markupsafe pygments psutil

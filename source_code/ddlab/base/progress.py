@@ -7,8 +7,8 @@ log file the caller names, never to the screen::
     with progress.Bar(12, "convergence sweep", log="scratch/convergence-sweep.log") as bar:
         run_sweep(points, progress=bar.log, done=bar.advance)
 
-In Jupyter the bar is an ``ipywidgets.IntProgress`` with a label; in a terminal, or without
-ipywidgets, a text bar redrawn on one line. Leaving the ``with`` block prints the summary:
+tqdm draws the bar: in Jupyter its widget (``tqdm.notebook``, with ipywidgets), in a terminal or
+without ipywidgets its text bar on one line. Leaving the ``with`` block prints the summary:
 "convergence sweep: 12 of 12 done in 3 min 5 s; each step's lines are in ...", or, when the
 work raised, how far it got and where its lines are (the exception goes on).
 """
@@ -22,7 +22,7 @@ from typing import Optional
 from ddlab.base import files
 from ddlab.base.units import format_duration
 
-WIDTH = 30          # characters of the text bar
+TEXT_FORMAT = "{desc}: {n_fmt}/{total_fmt} |{bar:30}| {elapsed}"     # tqdm's bar_format for the text bar
 
 
 def in_notebook() -> bool:
@@ -45,10 +45,17 @@ def notebook_log(name: str) -> Optional[str]:
     return os.path.join(paths.REPO_ROOT, "scratch", f"{name}.log")
 
 
-def text_bar(done: int, total: int, title: str, width: int = WIDTH) -> str:
-    """'[##########--------------------] 4/12 title'."""
-    filled = int(width * done / total) if total else width
-    return f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total} {title}"
+def _tqdm(total: int, title: str, widget: bool, stream):
+    """A tqdm bar: the notebook widget when ``widget`` and ipywidgets can draw it, else text on ``stream``."""
+    if widget:
+        try:
+            from tqdm.notebook import tqdm as notebook_bar
+            return notebook_bar(total=total, desc=title, mininterval=0)
+        except ImportError:         # no ipywidgets: the text bar
+            pass
+    from tqdm import tqdm as text_bar
+    return text_bar(total=total, desc=title, file=stream, bar_format=TEXT_FORMAT, ascii=True,
+                    mininterval=0, leave=True)
 
 
 class Bar:
@@ -68,36 +75,15 @@ class Bar:
         self.lines: list = []
         self.started = time.monotonic()
         self.summary = ""
-        self._widget = self._label = None
-        if mode == "widget" or (mode == "auto" and in_notebook()):
-            self._make_widget()
         if self.log_path:
             files.write_text(self.log_path, "")      # a fresh log: an old one is replaced, not appended to
-        self._draw()
-
-    def _make_widget(self) -> None:
-        try:
-            import ipywidgets as w
-            from IPython.display import display
-        except ImportError:
-            return          # no widgets: the text bar
-        self._widget = w.IntProgress(value=0, min=0, max=self.total, description="")
-        self._label = w.Label(value=f"0/{self.total} {self.title}")
-        display(w.HBox([self._widget, self._label]))
+        self._bar = _tqdm(total, title, mode == "widget" or (mode == "auto" and in_notebook()), self.stream)
 
     @property
     def widget(self):
-        """The ``IntProgress`` shown in Jupyter, or None for the text bar."""
-        return self._widget
-
-    def _draw(self) -> None:
-        if self._widget is not None:
-            self._widget.value = self.done
-            took = format_duration(time.monotonic() - self.started)
-            self._label.value = f"{self.done}/{self.total} {self.title}, {took}"
-            return
-        self.stream.write("\r" + text_bar(self.done, self.total, self.title))
-        self.stream.flush()
+        """The ``IntProgress``-like widget shown in Jupyter (tqdm's), or None for the text bar."""
+        container = getattr(self._bar, "container", None)
+        return container.children[1] if container is not None else None
 
     def log(self, line: str) -> None:
         """One line of the work's own output: into the log file, not onto the screen."""
@@ -107,8 +93,9 @@ class Bar:
 
     def advance(self, *_args) -> None:
         """One unit done (arguments, such as a finished run's description, are ignored)."""
-        self.done = min(self.total, self.done + 1)
-        self._draw()
+        if self.done < self.total:
+            self.done += 1
+            self._bar.update(1)
 
     def counter(self, mark: str):
         """A ``progress`` callback for work that only prints lines: each line goes to the log, and
@@ -127,11 +114,9 @@ class Bar:
             self.summary = f"{self.title}: stopped after {self.done} of {self.total} ({took}){where}"
         else:
             self.summary = f"{self.title}: {self.done} of {self.total} done in {took}{where}"
-        if self._widget is not None:
-            self._widget.bar_style = "danger" if failed else "success"
-            self._label.value = f"{self.done}/{self.total} {self.title}"
-        else:
-            self.stream.write("\n")
+        self._bar.close()
+        if failed and self.widget is not None:
+            self.widget.bar_style = "danger"         # tqdm marks only a bar left short as failed
         print(self.summary, file=self.stream, flush=True)
         return self.summary
 
