@@ -17,8 +17,9 @@ def test_jobs_and_worker_counts():
     for bad in ("ddp:cnn", "none:cnn:weak", "ddp:cnn:both", "ddp:resnet:weak"):
         with pytest.raises(argparse.ArgumentTypeError):
             rs.parse_job(bad)
-    assert rs.default_workers(8) == (1, 2, 4, 8) and rs.default_workers(4) == (1, 2, 4)
-    assert rs.default_workers(6) == (1, 2, 4, 6) and rs.default_workers(0) == (1,)
+    from ddlab.training import gpu_scaling
+    assert gpu_scaling.worker_counts(8) == (1, 2, 4, 8) and gpu_scaling.worker_counts(4) == (1, 2, 4)
+    assert gpu_scaling.worker_counts(6) == (1, 2, 4, 6) and gpu_scaling.worker_counts(0) == (1,)
 
 
 def test_file_names_carry_the_machine_and_go_home_with_adopt_results():

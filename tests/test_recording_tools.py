@@ -735,3 +735,18 @@ def test_adopt_results_joins_a_strong_part_and_leaves_what_is_already_in(tmp_pat
     for run in (run1, run2):
         assert mod.main([str(run)]) == 0 and f"already in  {name}" in capsys.readouterr().out
     assert recording.load(str(ref / "experiments" / name)).to_dict() == home.to_dict()
+
+
+def test_the_job_loop_says_what_each_job_took_and_fails_when_one_did():
+    from ddlab.training import recording_sets
+    from ddlab.training.results import ExperimentResult
+    good = ExperimentResult("scaling", [{"workers": 1, "images_per_s": 1.0}], "live", {}, [], {}, [])
+    bad = ExperimentResult("scaling", [{"workers": 2, "error": "exit 1"}], "live", {}, [], {}, [])
+    said = []
+    jobs = {"a": {"a-default": good}, "b": {"b-default": bad, "b-shm": "RunSpecError: no such path"}}
+    assert recording_sets.run_jobs(["a"], lambda j: (j, jobs[j]), "rec", said.append) == 0
+    assert said[0].startswith("== a: done in ") and said[-1].endswith("; no failures")
+    said.clear()
+    assert recording_sets.run_jobs(["a", "b"], lambda j: (j, jobs[j]), "rec", said.append) == 1
+    assert said[1].endswith("; with failures: b-default, b-shm") and said[2] == "   RunSpecError: no such path"
+    assert said[-1].endswith("; 1 job(s) with failures")

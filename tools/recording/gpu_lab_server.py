@@ -109,14 +109,6 @@ def base_env(args) -> dict:
     return env
 
 
-def scaling_workers(gpus: int) -> list:
-    out, w = [1], 2
-    while w <= gpus:
-        out.append(w)
-        w *= 2
-    return out
-
-
 def plan(args, gpus: int, facts: dict, name: str) -> list:
     """Every step of the run, in order (the module docstring says what each does)."""
     py, W = args.python, args.work
@@ -161,7 +153,8 @@ def plan(args, gpus: int, facts: dict, name: str) -> list:
                                  "--out", os.path.join(res, f"levels_{name}.json")], 400, 70,
                       env={"CUDA_VISIBLE_DEVICES": f"{pair[0]},{pair[1]}"},
                       note=facts.get("level_pair_why") or "GPU pairs unknown: the level sweep runs on GPUs 0 and 1"))
-    workers = scaling_workers(gpus)
+    from ddlab.training import gpu_scaling
+    workers = list(gpu_scaling.worker_counts(gpus))
     launches = (2 + (len(workers) - 1) * len(PATHS)) * args.repeats
     for la in LAUNCHERS:
         for m in MODELS:

@@ -59,11 +59,10 @@ each path). The plain-baselines JOB is one process: its imports once, then 17 co
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab.training import experiments, plain_runs, recording, recording_sets, runs, step_profile  # noqa: E402
+from ddlab.training import plain_runs, recording, recording_sets, runs, step_profile  # noqa: E402
 from ddlab.course import field_reports, tuning
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
@@ -272,7 +271,6 @@ def run_job(a: argparse.Namespace, launcher: str, model, graph) -> tuple:
 
 def main(argv=None) -> int:
     a = checked_args(parser(), argv)
-    start = time.monotonic()
     machine = recording.use_hardware_label()
     gpus = frameworks.gpu_count("torch")
     say(f"record_experiments: {len(a.jobs)} job(s), {a.repeats} repeats each, on {machine}; torch sees {gpus} GPU(s)")
@@ -282,22 +280,7 @@ def main(argv=None) -> int:
     if gpus < need:
         say(f"record_experiments: error: these jobs need {need} GPU(s) visible to torch")
         return 2
-    failed = 0
-    for launcher, model, graph in a.jobs:
-        t0 = time.monotonic()
-        job, done = run_job(a, launcher, model, graph)
-        bad = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
-               or any(r.get("error") for r in v.rows)]
-        failed += bool(bad)
-        say(f"== {job}: done in {time.monotonic() - t0:.0f} s"
-            + (f"; with failures: {', '.join(bad)}" if bad else ""))
-        for res in done.values():
-            if isinstance(res, str):
-                say(f"   {res}")
-    say(f"\nrecord_experiments: finished in {time.monotonic() - start:.0f} s"
-        + (f"; {failed} job(s) with failures" if failed else "; no failures"))
-    return 1 if failed else 0
-
+    return recording_sets.run_jobs(a.jobs, lambda job: run_job(a, *job), "record_experiments", say)
 
 if __name__ == "__main__":
     sys.exit(main())

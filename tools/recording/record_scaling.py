@@ -22,14 +22,13 @@ import argparse
 import os
 import shlex
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
 from ddlab.measure import launch  # noqa: E402
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
-from ddlab.training import experiments, gpu_scaling, recording  # noqa: E402
+from ddlab.training import gpu_scaling, recording, recording_sets  # noqa: E402
 from ddlab.training.runspec import MODELS, RunSpecError, nccl_path_env  # noqa: E402
 
 
@@ -63,15 +62,6 @@ def _paths(text: str) -> tuple:
     if not out or bad:
         raise argparse.ArgumentTypeError(f"expected NCCL paths from {', '.join(PATHS)}, got {text!r}")
     return out
-
-
-def default_workers(gpus: int) -> tuple:
-    """1, 2, 4, ... up to ``gpus`` (and ``gpus`` itself when it is not a power of two)."""
-    out, w = [1], 2
-    while w <= gpus:
-        out.append(w)
-        w *= 2
-    return tuple(out + ([gpus] if gpus > out[-1] else []))
 
 
 def file_name(launcher: str, model: str, mode: str, path: str, tag: str) -> str:
@@ -146,7 +136,7 @@ def main(argv=None) -> int:
     if why and not a.dry_run:
         p.error(why)
     gpus = frameworks.gpu_count("torch")
-    a.workers = a.workers or default_workers(gpus if a.device == "cuda" else 4)
+    a.workers = a.workers or gpu_scaling.worker_counts(gpus if a.device == "cuda" else 4)
     if a.device == "cuda" and max(a.workers) > gpus and not a.dry_run:
         say(f"record_scaling: error: --workers {','.join(map(str, a.workers))} needs {max(a.workers)} GPUs; "
             f"torch sees {gpus}")
@@ -157,25 +147,12 @@ def main(argv=None) -> int:
         tag = this_machine()[1]
     if not a.dry_run:
         say(f"record_scaling: on {recording.use_hardware_label()}; torch sees {gpus} GPU(s); files tagged {tag}")
-    start, failed = time.monotonic(), 0
-    for job in a.jobs:
-        t0 = time.monotonic()
+    def record(job):
         try:
-            done = record_job(a.out, job, a, tag)
+            return ":".join(job), record_job(a.out, job, a, tag)
         except RunSpecError as exc:
-            done = {":".join(job): f"RunSpecError: {exc}"}
-        bad = [k for k, v in done.items() if not isinstance(v, experiments.ExperimentResult)
-               or any(r.get("error") for r in v.rows)]
-        failed += bool(bad)
-        say(f"== {':'.join(job)}: done in {time.monotonic() - t0:.0f} s" + (f"; with failures: {', '.join(bad)}"
-                                                                           if bad else ""))
-        for v in done.values():
-            if isinstance(v, str):
-                say(f"   {v}")
-    say(f"\nrecord_scaling: finished in {time.monotonic() - start:.0f} s"
-        + (f"; {failed} job(s) with failures" if failed else ""))
-    return 1 if failed else 0
-
+            return ":".join(job), {":".join(job): f"RunSpecError: {exc}"}
+    return recording_sets.run_jobs(a.jobs, record, "record_scaling", say)
 
 if __name__ == "__main__":
     sys.exit(main())

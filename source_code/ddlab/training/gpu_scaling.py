@@ -26,6 +26,16 @@ from ddlab.training.runs import ExperimentError, failure_row
 from ddlab.training.runspec import RunSpec, RunSpecError, nccl_path_name
 
 MODES = ("weak", "strong")
+
+
+def worker_counts(gpus: int) -> tuple:
+    """The worker counts of a sweep on ``gpus`` GPUs: 1, 2, 4, ... up to ``gpus``, and ``gpus`` itself
+    when it is not a power of two (1, 2, 4, 6 on six)."""
+    out, w = [1], 2
+    while w <= gpus:
+        out.append(w)
+        w *= 2
+    return tuple(out + ([gpus] if gpus > out[-1] else []))
 WORKERS = (1, 2, 4, 8)
 PLAIN, WRAPPER_ONE = "plain 1 GPU", "wrapper, 1 worker"
 Progress = Optional[Callable[[str], None]]

@@ -280,3 +280,30 @@ def record_gpu_set(out_dir: str, sections: Sequence[str] = GPU_SECTIONS,
             print("\n" + combine_launchers(pair).table(), flush=True)
     print(summary_table(done), flush=True)
     return done
+
+
+# ----------------------------------------------------------------------------- the recording scripts' job loop
+def failures(done: dict) -> list:
+    """The keys of a job's outcomes (``{key: ExperimentResult or a message}``) that failed: a message
+    in place of a result, or a result with a failed row."""
+    return [k for k, v in done.items() if not isinstance(v, ExperimentResult) or any(r.get("error") for r in v.rows)]
+
+
+def run_jobs(jobs: Sequence, record: Callable, name: str, say: Callable = print) -> int:
+    """Runs each of ``jobs`` through ``record(job)`` (it returns ``(label, {key: result or message})``),
+    saying after each what it took and what failed, and at the end how the whole went. Returns the
+    exit status of a recording script: 1 when any job had a failure, else 0."""
+    import time
+    start, failed = time.monotonic(), 0
+    for job in jobs:
+        t0 = time.monotonic()
+        label, done = record(job)
+        bad = failures(done)
+        failed += bool(bad)
+        say(f"== {label}: done in {time.monotonic() - t0:.0f} s" + (f"; with failures: {', '.join(bad)}" if bad else ""))
+        for v in done.values():
+            if isinstance(v, str):
+                say(f"   {v}")
+    say(f"\n{name}: finished in {time.monotonic() - start:.0f} s"
+        + (f"; {failed} job(s) with failures" if failed else "; no failures"))
+    return 1 if failed else 0
