@@ -321,6 +321,15 @@ def formatted(columns: Sequence, key: str, fmt) -> list:
     return out
 
 
+CODE_CLASS = "ddlab-code"
+
+
+def code_listing(html_text: str) -> str:
+    """``html_text`` of a code listing (a script or a diff), marked as code: the course's word counts
+    (ddlab.course.minutes) leave it out, as they leave out the code in Markdown."""
+    return f'<figure class="{CODE_CLASS}" style="margin:0">{html_text}</figure>'
+
+
 def in_notebook() -> bool:
     """Whether this runs in a Jupyter kernel (where ``display`` renders HTML)."""
     try:

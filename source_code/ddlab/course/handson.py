@@ -26,7 +26,7 @@ from ddlab.base import worker_report
 from ddlab.base.paths import SOURCE_DIR
 from ddlab.measure import launch
 from ddlab.base.errors import CourseError
-from ddlab.course.minutes import code_listing
+from ddlab.base.tables import code_listing
 
 HANDSON_DIR = os.path.join(SOURCE_DIR, "handson")
 

@@ -30,7 +30,7 @@ import os
 import re
 from typing import Optional
 
-from ddlab.base.tables import Table
+from ddlab.base.tables import CODE_CLASS, Table
 
 READING_WPM = 200     # words a minute for technical prose read with care
 CODE_WPM = 100        # words a minute for a diff of code, read line by line
@@ -100,14 +100,7 @@ _WORD = re.compile(r"\S*[A-Za-z0-9]\S*")
 _HTML_SKIP = re.compile(r"<(style|script)\b.*?</\1\s*>", re.S | re.I)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _WIDGET = "application/vnd.jupyter.widget-view+json"
-_CODE_CLASS = "ddlab-code"
-_CODE_LISTING = re.compile(r'<figure class="%s"[^>]*>.*?</figure>' % _CODE_CLASS, re.S)
-
-
-def code_listing(html: str) -> str:
-    """``html`` of a code listing (a script or a diff), marked so that :func:`output_words` leaves it
-    out: code is counted in neither the Markdown nor the printed words."""
-    return f'<figure class="{_CODE_CLASS}" style="margin:0">{html}</figure>'
+_CODE_LISTING = re.compile(r'<figure class="%s"[^>]*>.*?</figure>' % CODE_CLASS, re.S)
 
 
 def text_words(text: str) -> int:
@@ -124,7 +117,7 @@ def html_text(html: str) -> str:
 
 def output_words(outputs: list) -> int:
     """Words a learner reads in a code cell's outputs: stream text, an error's name, value and
-    traceback, and of each display the text of its HTML (code listings left out: :func:`code_listing`),
+    traceback, and of each display the text of its HTML (code listings left out: :func:`ddlab.base.tables.code_listing`),
     else of its Markdown, else its plain text (a widget's plain text is only its repr, and is not counted)."""
     n = 0
     for out in outputs or []:
