@@ -329,6 +329,39 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
       ("one-GPU step", "GPU busy time", "all-reduce", "batch term", "slower rank"; the rest the
       model says).
     """
+    cycle, threshold = _checked_settings(framework, comm_sm_share, batch_term_s, slower_rank_s, cycle_s,
+                                         fusion_threshold_bytes)
+    if profile is not None:
+        readiness, backward_fraction = profile.ready, profile.backward_fraction
+        optimizer_s = profile.optimizer_share * (compute_s if device_s is None else device_s)
+    dev = _checked_step(compute_s, n_gpus, device_s, backward_fraction, optimizer_s, batch)
+    over, src = overheads or NO_OVERHEADS, dict(sources or {})
+    buckets = _gradient_units(model, framework, bucket_cap_mb, first_bucket_bytes, bytes_per_param, readiness,
+                              threshold)
+    terms = _input_terms(src, compute_s, device_s)
+    if n_gpus == 1:
+        return StepPrediction(1, compute_s, 0.0, 0.0, 0.0, compute_s, buckets, "serial", batch, framework,
+                              terms=tuple(terms))
+    comm_each = [bucket_allreduce_time(b.nbytes, n_gpus, path, fit_ranks) for b in buckets]
+    comm_total = sum(comm_each)
+    overhead = 0.0 if wrapper_in_step else over.total_s(len(buckets))
+    if framework == "ddp":
+        exposed, wait = _ddp_exposed(buckets, comm_each, dev, backward_fraction, optimizer_s, comm_sm_share), 0.0
+    else:
+        exposed, wait = None, _horovod_wait(cycle, over, wrapper_in_step)
+    host_path = compute_s + overhead + batch_term_s + slower_rank_s
+    total, bound, shown_exposed, shown_over = _step_time(framework, compute_s, device_s, host_path, exposed, wait,
+                                                         comm_total)
+    terms += _model_terms(framework, buckets, comm_total, shown_exposed, wait, over, overhead, wrapper_in_step,
+                          batch_term_s, path, src, readiness, profile, comm_sm_share, threshold, cycle)
+    terms.append(_slower_rank_term(slower_rank_s, src))
+    return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch,
+                          framework, wait, tuple(terms))
+
+
+def _checked_settings(framework, comm_sm_share, batch_term_s, slower_rank_s, cycle_s, fusion_threshold_bytes):
+    """(cycle time, fusion threshold) of :func:`predict_step`, Horovod's defaults where not given, after
+    checking the wrapper's settings and the added terms; raises ValueError on a bad one."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if not (math.isfinite(comm_sm_share) and 0 <= comm_sm_share < 1):
@@ -340,9 +373,12 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
     if not (isinstance(cycle, (int, float)) and math.isfinite(cycle) and cycle >= 0):
         raise ValueError(f"the cycle time must be a number of seconds >= 0, got {cycle_s!r}")
     threshold = HOROVOD_FUSION_THRESHOLD_BYTES if fusion_threshold_bytes is None else fusion_threshold_bytes
-    if profile is not None:
-        readiness, backward_fraction = profile.ready, profile.backward_fraction
-        optimizer_s = profile.optimizer_share * (compute_s if device_s is None else device_s)
+    return cycle, threshold
+
+
+def _checked_step(compute_s, n_gpus, device_s, backward_fraction, optimizer_s, batch) -> float:
+    """The device's step (``device_s``, else the one-GPU step ``compute_s``) after checking the
+    measured step's inputs of :func:`predict_step`; raises ValueError on a bad one."""
     if not (math.isfinite(compute_s) and compute_s > 0):
         raise ValueError(f"the one-GPU step time must be a positive number of seconds, got {compute_s!r}")
     check_ranks(n_gpus)
@@ -355,29 +391,42 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
         raise ValueError(f"optimizer_s must be >= 0 and shorter than the step, got {optimizer_s!r}")
     if batch is not None and (int(batch) != batch or batch < 1):
         raise ValueError(f"batch must be a whole number >= 1, got {batch!r}")
-    over = overheads or NO_OVERHEADS
-    src = dict(sources or {})
+    return dev
+
+
+def _gradient_units(model, framework, bucket_cap_mb, first_bucket_bytes, bytes_per_param, readiness,
+                    threshold) -> tuple:
+    """What one step all-reduces, one :class:`Bucket` per all-reduce: DDP's gradient buckets, or for
+    Horovod the gradients fused into buffers of up to ``threshold`` bytes, each ready at the end of
+    the backward pass."""
     buckets = gradient_buckets(model, bucket_cap_mb, first_bucket_bytes, bytes_per_param, readiness)
     if framework == "horovod":
         tensors = [(x.name, x.params * bytes_per_param) for x in reversed(_as_layers(model)) if x.params]
         buckets = tuple(Bucket(b.tensors, b.nbytes, 1.0) for b in fusion_buffers(tensors, threshold))
+    return buckets
+
+
+def _input_terms(src: Mapping, compute_s: float, device_s: Optional[float]) -> list:
+    """The terms the caller measured: the one-GPU step and, when given, the GPU's busy time."""
     terms = [Term("one-GPU step", compute_s, *_given(src, "one-GPU step", "given"))]
     if device_s is not None:
         terms.append(Term("GPU busy time", device_s, *_given(src, "GPU busy time", "given")))
-    if n_gpus == 1:
-        return StepPrediction(1, compute_s, 0.0, 0.0, 0.0, compute_s, buckets, "serial", batch, framework,
-                              terms=tuple(terms))
-    comm_each = [bucket_allreduce_time(b.nbytes, n_gpus, path, fit_ranks) for b in buckets]
-    comm_total = sum(comm_each)
-    overhead = 0.0 if wrapper_in_step else over.total_s(len(buckets))
-    if framework == "ddp":
-        exposed = _ddp_exposed(buckets, comm_each, dev, backward_fraction, optimizer_s, comm_sm_share)
-        wait = 0.0
-    elif _cycle_in_cost(over, wrapper_in_step):
-        wait = (cycle - over.cycle_s) / 2      # the measured cost holds half of its own cycle already
-    else:
-        wait = cycle / 2
-    host_path = compute_s + overhead + batch_term_s + slower_rank_s
+    return terms
+
+
+def _horovod_wait(cycle: float, over: Overheads, wrapper_in_step: bool) -> float:
+    """Horovod: the average wait for the background thread's next cycle, half of ``cycle``; when the
+    measured wrapper cost holds half of its own cycle already, only half the difference is added."""
+    if _cycle_in_cost(over, wrapper_in_step):
+        return (cycle - over.cycle_s) / 2
+    return cycle / 2
+
+
+def _step_time(framework, compute_s, device_s, host_path, exposed, wait, comm_total) -> tuple:
+    """(total, bound, exposed communication, overhead) of a multi-GPU step, from the host's path (the
+    one-GPU step plus the wrapper, batch and slower-rank terms) and, when ``device_s`` is given, the
+    device's path; the exposed communication and the overhead add up to what the step adds to ``compute_s``."""
+    dev = compute_s if device_s is None else device_s
     if framework == "ddp" and device_s is None:
         total, bound, shown_exposed = host_path + exposed, "serial", exposed
     elif framework == "ddp":
@@ -394,12 +443,14 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
         shown_exposed = total - compute_s if bound == "device" else max(0.0, host_wait - host_path) + comm_total
     shown_over = total - compute_s - shown_exposed
     shown_over = 0.0 if abs(shown_over) < 1e-12 * max(1.0, total) else shown_over     # rounding, not a cost
-    terms += _model_terms(framework, buckets, comm_total, shown_exposed, wait, over, overhead, wrapper_in_step,
-                          batch_term_s, path, src, readiness, profile, comm_sm_share, threshold, cycle)
-    terms.append(Term("slower rank", slower_rank_s, *_given(src, "slower rank", "given")) if slower_rank_s else
-                 Term("slower rank", 0.0, "assumed", src.get("slower rank", SLOWER_RANK_SOURCE)))
-    return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch,
-                          framework, wait, tuple(terms))
+    return total, bound, shown_exposed, shown_over
+
+
+def _slower_rank_term(slower_rank_s: float, src: Mapping) -> Term:
+    """The wait for the slower rank: given by the caller, or 0 (assumed) with where that comes from."""
+    if slower_rank_s:
+        return Term("slower rank", slower_rank_s, *_given(src, "slower rank", "given"))
+    return Term("slower rank", 0.0, "assumed", src.get("slower rank", SLOWER_RANK_SOURCE))
 
 
 def _cycle_in_cost(over: Overheads, wrapper_in_step: bool) -> bool:
