@@ -152,10 +152,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     sweeps ``reference/allreduce/<sweeps>.json``, fitted per path. Only runs recorded on the sweeps'
     machine become points; the others are named in ``elsewhere`` (each with its machine)."""
     from ddlab.measure import collectives
-    from ddlab.training import models as _models, recording, step_profile
-    from ddlab.training.results import path_name
-    from ddlab.base.reference import ReferenceMissing
-    from ddlab.system.provenance import machine_of
+    from ddlab.training import models as _models
     names = tuple(models) if models is not None else _models.MODELS
     for m in names:
         _models.check(m)
@@ -164,97 +161,145 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     channels = {p: c for p, c in ((p, nccl_channels(s)) for p, s in sweeps_.items()) if c}
     # the set's machine is the sweeps' own: runs recorded elsewhere are listed, not predicted
     machine = next((_machine_text(s.provenance) for s in sweeps_.values() if s.provenance), "")
-    points, missing, gpu_model, elsewhere = [], [], "", []
+    recs = _Recordings(machine)
+    points, missing, gpu_model = _nccl_path_points(names, fits, recs)
+    elsewhere = recs.elsewhere + _strong_points(points, names, fits, recs.machine)
+    return RecordedSet(points, fits, missing, recs.machine, recs.device_elsewhere, recs.device_check,
+                       _gpu_profiles(names, gpu_model), channels, sweeps, elsewhere)
 
-    loaded = {}   # each recording is read once: the CUDA-graph ones serve every launcher
-    away = set()  # the keys of recordings made on another machine (named in ``elsewhere``)
 
-    def load(launcher, model, variant):
+class _Recordings:
+    """The NCCL-path recordings of one :class:`RecordedSet`, each read once (the CUDA-graph ones serve
+    every launcher). Only those made on ``machine`` are given back; the others are named in
+    ``elsewhere`` [(recording, machine)] and their keys kept in ``away``. Also the GPU's busy time per
+    step of each model (:meth:`device_step`), with ``device_elsewhere`` and ``device_check`` as in
+    :class:`RecordedSet`. ``machine`` may be empty (sweeps without provenance): the first recording
+    used then sets it (:func:`_nccl_path_points`), and later recordings are checked against it."""
+
+    def __init__(self, machine: str):
+        self.machine = machine
+        self.elsewhere = []
+        self.away = set()
+        self.device_elsewhere, self.device_check = {}, {}
+        self._loaded = {}
+        self._graph = {}      # the one-GPU graph recordings, each read once
+
+    def load(self, launcher, model, variant):
         """The recording, when it was made on the set's machine (else None, and named in ``elsewhere``)."""
+        from ddlab.base.reference import ReferenceMissing
+        from ddlab.system.provenance import machine_of
+        from ddlab.training import recording
         key = (launcher, model, variant)
-        if key not in loaded:
+        if key not in self._loaded:
             try:
                 res = recording.load_recorded("nccl-paths", "torch", launcher, model, variant)
             except ReferenceMissing:
                 res = None
-            if res is not None and not _made_on(res.provenance, machine):
+            if res is not None and not _made_on(res.provenance, self.machine):
                 name = recording.reference_name("nccl-paths", "torch", launcher, model)
-                elsewhere.append((name + (f"-{variant}" if variant else ""), machine_of(res.provenance)))
-                away.add(key)
+                self.elsewhere.append((name + (f"-{variant}" if variant else ""), machine_of(res.provenance)))
+                self.away.add(key)
                 res = None
-            loaded[key] = res
-        return loaded[key]
+            self._loaded[key] = res
+        return self._loaded[key]
 
-    def one_gpu_row(res):
-        """The wrapper's one-worker run (not the plain run: the model starts from the wrapper's step)."""
-        base = [r for r in (res.rows if res else []) if is_wrapper_one(r) and not r.get("error")]
-        return base[0] if base else None
-
-    def step_of(row):
-        return row["global_batch"] / row["images_per_s"] if row else None
-
-    graph_loaded = {}   # the one-GPU graph recordings, each read once
-
-    def one_gpu_graph(model):
+    def one_gpu_graph(self, model):
         """(one-GPU row, machine) of the one-GPU CUDA-graph recording of ``model`` (scaling, "graph")."""
-        if model not in graph_loaded:
+        from ddlab.base.reference import ReferenceMissing
+        from ddlab.training import recording
+        if model not in self._graph:
             try:
                 res = recording.load_recorded("scaling", "torch", "ddp", model, "graph")
-                graph_loaded[model] = (one_gpu_row(res), _machine_text(res.provenance))
+                self._graph[model] = (_one_worker_row(res), _machine_text(res.provenance))
             except ReferenceMissing:
-                graph_loaded[model] = (None, "")
-        return graph_loaded[model]
+                self._graph[model] = (None, "")
+        return self._graph[model]
 
-    device_elsewhere, device_check = {}, {}
-
-    def device_step(model, batch):
+    def device_step(self, model, batch):
         """The GPU's busy time per step of ``model`` at ``batch``: the two-GPU machine's own
         one-GPU graph run, else a one-GPU graph recording of the same batch (same GPU model)."""
-        own = one_gpu_row(load("ddp", model, "graph"))
-        other, where = one_gpu_graph(model)
+        own = _one_worker_row(self.load("ddp", model, "graph"))
+        other, where = self.one_gpu_graph(model)
         if own is not None:
             if other is not None and where:
-                device_check[model] = step_of(other) / step_of(own)
-            return step_of(own)
+                self.device_check[model] = _step_of(other) / _step_of(own)
+            return _step_of(own)
         if other is None or other.get("global_batch") != batch:
             return None
-        device_elsewhere[model] = where
-        return step_of(other)
+        self.device_elsewhere[model] = where
+        return _step_of(other)
 
-    def batches(launcher, variant, model):
+    def batches(self, launcher, variant, model):
         """The recordings of one launcher and model: the live default batch, and for the eager runs
         each other batch per GPU recorded (``-b<N>``) on the set's machine."""
-        out = [(variant, load(launcher, model, variant))]
+        from ddlab.training import recording
+        out = [(variant, self.load(launcher, model, variant))]
         if variant is None:
-            out += [(v, load(launcher, model, v)) for _, v in recording.batch_variants("nccl-paths", "torch",
-                                                                                      launcher, model)]
+            out += [(v, self.load(launcher, model, v)) for _, v in recording.batch_variants("nccl-paths", "torch",
+                                                                                           launcher, model)]
         return out
 
+
+def _one_worker_row(res):
+    """The wrapper's one-worker run (not the plain run: the model starts from the wrapper's step)."""
+    base = [r for r in (res.rows if res else []) if is_wrapper_one(r) and not r.get("error")]
+    return base[0] if base else None
+
+
+def _step_of(row):
+    """A row's step time: its global batch over its images per second (None for no row)."""
+    return row["global_batch"] / row["images_per_s"] if row else None
+
+
+def _nccl_path_points(names, fits: dict, recs: _Recordings) -> tuple:
+    """(points, missing, gpu_model): the points of every recorded NCCL-path comparison
+    (:data:`RECORDED_RUNS`) of the models ``names`` read through ``recs``, in that order; the
+    (launcher label, model) pairs with no recording at the live default batch; and the GPU model of
+    the first recording used. Sets ``recs.machine`` from that recording when it was empty."""
+    points, missing, gpu_model = [], [], ""
     for label, launcher, variant in RECORDED_RUNS:
         for model in names:
-            for variant_, res in batches(launcher, variant, model):
-                base = one_gpu_row(res)
+            for variant_, res in recs.batches(launcher, variant, model):
+                base = _one_worker_row(res)
                 if base is None:
-                    if variant_ == variant and (launcher, model, variant_) not in away:
+                    if variant_ == variant and (launcher, model, variant_) not in recs.away:
                         missing.append((label, model))
                     continue
-                machine = machine or _machine_text(res.provenance)
+                recs.machine = recs.machine or _machine_text(res.provenance)
                 gpu_model = gpu_model or (res.provenance or {}).get("gpu_model", "")
-                one = step_of(base)
-                device = one if variant == "graph" else device_step(model, base["global_batch"])
-                where = (f"this recording's own one-worker run ({machine})" if variant == "graph" else
-                         f"the one-worker CUDA-graph run of {model} on {device_elsewhere[model]}"
-                         if model in device_elsewhere else f"the one-worker CUDA-graph run of {model} ({machine})")
-                for r in res.rows:
-                    if (r.get("workers", 1) < 2 or r.get("error") or not r.get("images_per_s")
-                            or r.get("path") not in fits):
-                        continue
-                    points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
-                                                device, variant != "graph", *ratios_to_one(r, base),
-                                                launcher == "ddp", where if device is not None else "",
-                                                path_name(r, res.provenance),
-                                                **rank_wait(res, base, r["workers"]), **plain_fields(res, base)))
-    elsewhere += _strong_points(points, names, fits, machine)
+                points += _recording_points(label, launcher, variant, model, res, base, fits, recs)
+    return points, missing, gpu_model
+
+
+def _recording_points(label, launcher, variant, model, res, base: dict, fits: dict, recs: _Recordings) -> list:
+    """The points of one NCCL-path recording ``res`` whose one-worker row is ``base``: one per run
+    on two or more workers, without error, with images/s and on a path of ``fits``. Its GPU busy
+    time is the recording's own one-worker step for a CUDA-graph run, else :meth:`_Recordings.device_step`."""
+    from ddlab.training.results import path_name
+    machine = recs.machine
+    one = _step_of(base)
+    device = one if variant == "graph" else recs.device_step(model, base["global_batch"])
+    where = (f"this recording's own one-worker run ({machine})" if variant == "graph" else
+             f"the one-worker CUDA-graph run of {model} on {recs.device_elsewhere[model]}"
+             if model in recs.device_elsewhere else f"the one-worker CUDA-graph run of {model} ({machine})")
+    points = []
+    for r in res.rows:
+        if (r.get("workers", 1) < 2 or r.get("error") or not r.get("images_per_s")
+                or r.get("path") not in fits):
+            continue
+        points.append(RecordedPoint(label, model, r["path"], r["workers"], base["global_batch"], one,
+                                    device, variant != "graph", *ratios_to_one(r, base),
+                                    launcher == "ddp", where if device is not None else "",
+                                    path_name(r, res.provenance),
+                                    **rank_wait(res, base, r["workers"]), **plain_fields(res, base)))
+    return points
+
+
+def _gpu_profiles(names, gpu_model: str) -> dict:
+    """{model: StepProfile}: the recorded step profile of each of ``names`` that was measured on a GPU,
+    on ``gpu_model`` when that is known (the GPU of the set's runs)."""
+    from ddlab.base.reference import ReferenceMissing
+    from ddlab.training import step_profile
     profiles = {}
     for model in names:
         try:
@@ -263,8 +308,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
             continue
         if prof.device != "cpu" and (not gpu_model or prof.device == gpu_model):   # profiled on that GPU
             profiles[model] = prof
-    return RecordedSet(points, fits, missing, machine, device_elsewhere, device_check, profiles, channels, sweeps,
-                       elsewhere)
+    return profiles
 
 
 STRONG_PREFIX = "strong-scaling-torch-"
