@@ -47,8 +47,7 @@ def _python_files():
 # This set must only shrink: the test fails when one of them comes under the limit (take it off)
 # and when any other function grows past it.
 TOO_LONG_YET = {"source_code/ddlab/cost/step_model.py:predict_step",
-                "source_code/ddlab/cost/recorded_runs.py:recorded_points",
-                "source_code/ddlab/course/repair.py:diagnose"}
+                "source_code/ddlab/cost/recorded_runs.py:recorded_points"}
 
 
 def test_no_module_over_800_lines_and_no_function_over_80():
