@@ -171,125 +171,143 @@ def diagnose(events: Sequence[dict], world: int, base_lr: float, train_samples: 
     ``world`` processes started with learning rate ``base_lr`` on ``train_samples`` images."""
     titles = dict(BUGS)
     steps = _by_rank(events, "step")
+    epochs = _samples_by_epoch(steps)
     verdict = {}
+    verdict["shards"], shards_ok = _shards_verdict(steps, epochs, world, train_samples)
+    verdict["order"] = _order_verdict(epochs, shards_ok)
+    verdict["weights"] = _weights_verdict(steps, events, world)
+    verdict["lr"] = lr_verdict(steps, events, world, base_lr)
+    verdict["loss"] = _loss_verdict(events, world, shards_ok)
+    return [Verdict(key, titles[key], *verdict[key]) for key, _ in BUGS]
 
-    # shards: the samples of each epoch, per rank; no sample on two ranks, and together most of the data.
+
+def _samples_by_epoch(steps: dict) -> dict:
+    """epochs[epoch][rank]: the sample indices that rank trained on in that epoch, in order."""
     epochs: dict = {}
     for rank, evs in steps.items():
         for e in evs:
             epochs.setdefault(int(e["epoch"]), {}).setdefault(rank, []).extend(int(i) for i in e["indices"])
-    shards_ok = None
+    return epochs
+
+
+def _shards_verdict(steps: dict, epochs: dict, world: int, train_samples: int) -> tuple:
+    """((status, why), shards_ok) for the shards: in every epoch no sample on two ranks, and the
+    ranks together on most of the data. ``shards_ok`` is None when the run recorded too little
+    to judge."""
     if len(steps) < world or not epochs:
-        verdict["shards"] = (NOT_YET, _missing("samples per step for every rank",
-                                               'probe("step", epoch=epoch, indices=idx, model=model, optimizer=optimizer)'))
-    else:
-        problem = ""
-        for ep in sorted(epochs):
-            seen = epochs[ep]
-            sets = {r: set(v) for r, v in seen.items()}
-            ranks = sorted(sets)
-            shared = set.intersection(*sets.values()) if len(sets) == world else set()
-            overlap = {(a, b): len(sets[a] & sets[b]) for i, a in enumerate(ranks) for b in ranks[i + 1:]}
-            worst = max(overlap.items(), key=lambda kv: kv[1]) if overlap else None
-            union = set().union(*sets.values())
-            if worst and worst[1] > 0:
-                (a, b), n = worst
-                same = " (every one of them: the same data)" if len(shared) == len(union) else ""
-                problem = (f"in epoch {ep} ranks {a} and {b} both trained on {n} of the same images{same}; "
-                           f"each rank saw {len(sets[a])} images of {train_samples}. Give each rank its own shard "
-                           "(DistributedSampler, with the same seed on every rank).")
-                break
-            if len(union) < 0.9 * train_samples:
-                problem = (f"in epoch {ep} the ranks together trained on only {len(union)} of the "
-                           f"{train_samples} images: the shards leave data out.")
-                break
-        shards_ok = not problem
-        verdict["shards"] = (WRONG, problem) if problem else (
-            FIXED, f"disjoint shards in every epoch, together {len(union)} of {train_samples} images.")
+        return (NOT_YET, _missing("samples per step for every rank",
+                                  'probe("step", epoch=epoch, indices=idx, model=model, optimizer=optimizer)')), None
+    problem = ""
+    for ep in sorted(epochs):
+        sets = {r: set(v) for r, v in epochs[ep].items()}
+        ranks = sorted(sets)
+        shared = set.intersection(*sets.values()) if len(sets) == world else set()
+        overlap = {(a, b): len(sets[a] & sets[b]) for i, a in enumerate(ranks) for b in ranks[i + 1:]}
+        worst = max(overlap.items(), key=lambda kv: kv[1]) if overlap else None
+        union = set().union(*sets.values())
+        if worst and worst[1] > 0:
+            (a, b), n = worst
+            same = " (every one of them: the same data)" if len(shared) == len(union) else ""
+            problem = (f"in epoch {ep} ranks {a} and {b} both trained on {n} of the same images{same}; "
+                       f"each rank saw {len(sets[a])} images of {train_samples}. Give each rank its own shard "
+                       "(DistributedSampler, with the same seed on every rank).")
+            break
+        if len(union) < 0.9 * train_samples:
+            problem = (f"in epoch {ep} the ranks together trained on only {len(union)} of the "
+                       f"{train_samples} images: the shards leave data out.")
+            break
+    if problem:
+        return (WRONG, problem), False
+    return (FIXED, f"disjoint shards in every epoch, together {len(union)} of {train_samples} images."), True
 
-    # order: each rank's sequence of samples must change from one epoch to the next.
+
+def _order_verdict(epochs: dict, shards_ok: Optional[bool]) -> tuple:
+    """(status, why) for the order: each rank's sequence of samples changes from one epoch to
+    the next (judged only once the shards are right)."""
     if shards_ok is None:
-        verdict["order"] = (NOT_YET, "needs the samples per step (see above).")
-    elif len(epochs) < 2:
-        verdict["order"] = (NOT_YET, "the run had fewer than 2 epochs; run it with --epochs 2 or more.")
-    elif not shards_ok:
-        verdict["order"] = (NOT_YET, "judged once the shards are right: with a DistributedSampler, call "
-                                     "sampler.set_epoch(epoch) at the start of every epoch.")
-    else:
-        repeats = [(r, ep) for ep in sorted(epochs)[1:] for r in sorted(epochs[ep])
-                   if epochs[ep][r] == epochs.get(ep - 1, {}).get(r)]
-        if repeats:
-            r, ep = repeats[0]
-            verdict["order"] = (WRONG, f"rank {r} trained on the same images in the same order in epochs {ep - 1} "
-                                       f"and {ep}: the sampler shuffles by its epoch number, so call "
-                                       "sampler.set_epoch(epoch) at the start of every epoch.")
-        else:
-            verdict["order"] = (FIXED, "every rank's samples came in a new order each epoch.")
+        return NOT_YET, "needs the samples per step (see above)."
+    if len(epochs) < 2:
+        return NOT_YET, "the run had fewer than 2 epochs; run it with --epochs 2 or more."
+    if not shards_ok:
+        return NOT_YET, ("judged once the shards are right: with a DistributedSampler, call "
+                         "sampler.set_epoch(epoch) at the start of every epoch.")
+    repeats = [(r, ep) for ep in sorted(epochs)[1:] for r in sorted(epochs[ep])
+               if epochs[ep][r] == epochs.get(ep - 1, {}).get(r)]
+    if repeats:
+        r, ep = repeats[0]
+        return WRONG, (f"rank {r} trained on the same images in the same order in epochs {ep - 1} "
+                       f"and {ep}: the sampler shuffles by its epoch number, so call "
+                       "sampler.set_epoch(epoch) at the start of every epoch.")
+    return FIXED, "every rank's samples came in a new order each epoch."
 
-    # weights: the checksum after the first step and after the last one, equal on every rank.
+
+def _weights_verdict(steps: dict, events: Sequence[dict], world: int) -> tuple:
+    """(status, why) for the weights: the checksum after the first step and after the last one
+    equal on every rank; when they differ after the first step, the ``start`` records tell
+    weights never broadcast from gradients never averaged."""
     first = {r: evs[0]["model"] for r, evs in steps.items() if evs and "model" in evs[0]}
     last = {r: evs[-1]["model"] for r, evs in steps.items() if evs and "model" in evs[-1]}
     start = {r: evs[0]["model"] for r, evs in _by_rank(events, "start").items() if "model" in evs[0]}
     if len(first) < world:
-        verdict["weights"] = (NOT_YET, _missing("weights after a step for every rank",
-                                                'probe("step", ..., model=model, ...)'))
-    else:
-        def spread(d):
-            return max(d.values()) - min(d.values())
-        same_first = all(_close(v, first[0], 1e-6) for v in first.values())
-        same_last = all(_close(v, last[0], 1e-6) for v in last.values())
-        if same_first and same_last:
-            verdict["weights"] = (FIXED, "all ranks held the same weights after the first step and at the end.")
-        elif not same_first:
-            started_apart = len(start) == world and not all(_close(v, start[0], 1e-6) for v in start.values())
-            cause = ("they started from different random weights and nothing copied rank 0's to the others: "
-                     "broadcast them (DDP does when it wraps the model), or seed the model's initialisation "
-                     "alike on every rank" if started_apart else
-                     "they started alike, so their gradients were not averaged before the step")
-            verdict["weights"] = (WRONG, f"after the first step the ranks' weights differ (checksums spread "
-                                         f"{spread(first):.3g}): {cause}.")
+        return NOT_YET, _missing("weights after a step for every rank", 'probe("step", ..., model=model, ...)')
+
+    def spread(d):
+        return max(d.values()) - min(d.values())
+    same_first = all(_close(v, first[0], 1e-6) for v in first.values())
+    same_last = all(_close(v, last[0], 1e-6) for v in last.values())
+    if same_first and same_last:
+        return FIXED, "all ranks held the same weights after the first step and at the end."
+    if not same_first:
+        started_apart = len(start) == world and not all(_close(v, start[0], 1e-6) for v in start.values())
+        cause = ("they started from different random weights and nothing copied rank 0's to the others: "
+                 "broadcast them (DDP does when it wraps the model), or seed the model's initialisation "
+                 "alike on every rank" if started_apart else
+                 "they started alike, so their gradients were not averaged before the step")
+        return WRONG, f"after the first step the ranks' weights differ (checksums spread {spread(first):.3g}): {cause}."
+    return WRONG, (f"equal after the first step, but different at the end (checksums "
+                   f"spread {spread(last):.3g}): some later steps were not averaged.")
+
+
+def _loss_problem(losses: dict) -> tuple:
+    """(problem, all_equal): what is wrong with the loss rank 0 reported against the mean of the
+    ranks' own losses in the first epoch where they disagree ("" when none), and whether every
+    rank had the same loss in the epochs looked at."""
+    problem, all_equal = "", True
+    for e0 in losses[0]:
+        ep = e0["epoch"]
+        locals_ = [next((e["local"] for e in losses[r] if e["epoch"] == ep), None) for r in sorted(losses)]
+        if any(v is None for v in locals_):
+            return f"not every rank recorded its loss in epoch {ep}.", all_equal
+        mean = sum(locals_) / len(locals_)
+        all_equal = all_equal and all(_close(v, locals_[0]) for v in locals_)
+        reported = e0["reported"]
+        if _close(reported, mean):
+            continue
+        if _close(reported, locals_[0]):
+            problem = (f"in epoch {ep} rank 0 reported its own loss {reported:.4f}; the mean over the "
+                       f"ranks is {mean:.4f}. Average it (all_reduce, then divide by the world size).")
+        elif _close(reported, sum(locals_)):
+            problem = (f"in epoch {ep} rank 0 reported {reported:.4f}, the sum over the ranks: divide it "
+                       f"by the world size (the mean is {mean:.4f}).")
         else:
-            verdict["weights"] = (WRONG, f"equal after the first step, but different at the end (checksums "
-                                         f"spread {spread(last):.3g}): some later steps were not averaged.")
+            problem = f"in epoch {ep} rank 0 reported {reported:.4f}; the mean over the ranks is {mean:.4f}."
+        return problem, all_equal
+    return problem, all_equal
 
-    verdict["lr"] = lr_verdict(steps, events, world, base_lr)
 
-    # loss: what rank 0 reports against the mean of the ranks' own losses, per epoch.
+def _loss_verdict(events: Sequence[dict], world: int, shards_ok: Optional[bool]) -> tuple:
+    """(status, why) for the loss: what rank 0 reports is the mean of the ranks' own losses in
+    every epoch (equal losses on every rank are judged only once the shards differ)."""
     losses = _by_rank(events, "loss")
     if len(losses) < world or 0 not in losses:
-        verdict["loss"] = (NOT_YET, _missing("loss for every rank",
-                                             'probe("loss", epoch=epoch, local=..., reported=...)'))
-    else:
-        problem, all_equal = "", True
-        for e0 in losses[0]:
-            ep = e0["epoch"]
-            locals_ = [next((e["local"] for e in losses[r] if e["epoch"] == ep), None) for r in sorted(losses)]
-            if any(v is None for v in locals_):
-                problem = f"not every rank recorded its loss in epoch {ep}."
-                break
-            mean = sum(locals_) / len(locals_)
-            all_equal = all_equal and all(_close(v, locals_[0]) for v in locals_)
-            reported = e0["reported"]
-            if _close(reported, mean):
-                continue
-            if _close(reported, locals_[0]):
-                problem = (f"in epoch {ep} rank 0 reported its own loss {reported:.4f}; the mean over the "
-                           f"ranks is {mean:.4f}. Average it (all_reduce, then divide by the world size).")
-            elif _close(reported, sum(locals_)):
-                problem = (f"in epoch {ep} rank 0 reported {reported:.4f}, the sum over the ranks: divide it "
-                           f"by the world size (the mean is {mean:.4f}).")
-            else:
-                problem = f"in epoch {ep} rank 0 reported {reported:.4f}; the mean over the ranks is {mean:.4f}."
-            break
-        if problem:
-            verdict["loss"] = (WRONG, problem)
-        elif all_equal and not shards_ok:
-            verdict["loss"] = (NOT_YET, "every rank had the same loss, so the mean and rank 0's own agree: "
-                                        "judged once the ranks train on different shards.")
-        else:
-            verdict["loss"] = (FIXED, "rank 0 reported the mean of the ranks' losses in every epoch.")
-
-    return [Verdict(key, titles[key], *verdict[key]) for key, _ in BUGS]
+        return NOT_YET, _missing("loss for every rank", 'probe("loss", epoch=epoch, local=..., reported=...)')
+    problem, all_equal = _loss_problem(losses)
+    if problem:
+        return WRONG, problem
+    if all_equal and not shards_ok:
+        return NOT_YET, ("every rank had the same loss, so the mean and rank 0's own agree: "
+                         "judged once the ranks train on different shards.")
+    return FIXED, "rank 0 reported the mean of the ranks' losses in every epoch."
 
 
 def _rule_text(rule: str, warmup_epochs: float, warm_steps: int) -> str:
