@@ -411,3 +411,33 @@ def test_notebook_5_runs_the_wide_model_live_on_two_gpus_twice_per_configuration
                           ("ddp", "wide", "cuda", mode.TWO_GPU_LIVE_REPEATS, None)]
     assert mode.TWO_GPU_LIVE_REPEATS == 2
     assert all(ns[name]["cnn"].source == "recorded" for name in ("hvd", "ddp"))
+
+
+@pytest.mark.parametrize("m, live", [(NO_GPU, False), (TWO_GPUS, True)])
+def test_notebook_5_trains_both_launchers_shows_each_paths_settings_once_and_flags_superlinear_rows(
+        machine, monkeypatch, capsys, m, live):
+    """The Horovod and DDP cells ask for the CNN (with its CPU run) and the wide model; on two GPUs the CNN is
+    the recording and the wide model runs live. The first table shows each path's NCCL settings, the
+    others leave them out; the red-flag cell names a row whose speedup exceeds its workers."""
+    machine(m)
+    asked = []
+
+    def fake(experiment, framework, launcher, model, cpu_run=True, source="auto", missing_ok=False, **kw):
+        asked.append((launcher, model, cpu_run, source, kw))
+        res = experiments.ExperimentResult(experiment, [{"path": "default", "workers": 2, "images_per_s": 3.0}],
+                                           source="recorded", config={"device": "cuda"})
+        res.rows[0]["speedup"] = 2.5 if model == "wide" else 1.5          # as over a plain run of the recording
+        return res
+    monkeypatch.setattr(experiments, "live_or_recorded", fake)
+    shown = []
+    ns = {"experiments": experiments, "policy": policy, "mode": mode, "display": shown.append,
+          "NCCL_LIVE": policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"))}
+    run_cells("notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb", ["079ba659", "72335a75", "51e97f05"], ns)
+    assert [(a[0], a[1], a[2]) for a in asked] == [("horovod", "cnn", True), ("horovod", "wide", False),
+                                                   ("ddp", "cnn", True), ("ddp", "wide", False)]
+    assert [a[3] for a in asked] == (["recorded", "auto"] * 2 if live else ["auto"] * 4)
+    assert all(("repeats" in a[4]) == live and ("test_samples" in a[4]) != live for a in asked)
+    assert [v.settings for v in shown] == [True, False, False, False]
+    flags = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("red flag:")]
+    assert flags == ["red flag: DDP wide, path default: speedup 2.50 on 2 workers",
+                     "red flag: Horovod wide, path default: speedup 2.50 on 2 workers"]

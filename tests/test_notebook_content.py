@@ -86,19 +86,6 @@ def test_notebook_4_bootcamp_cell_runs_a_short_cpu_job():
     assert steps <= 10 and "test_samples=" in cpu
 
 
-def test_notebook_5_runs_horovod_and_ddp_live_and_flags_superlinear_speedups():
-    src = code(5)
-    assert '"torch", "horovod", model, cpu_run=(model == "cnn")' in src
-    # on two GPUs Horovod's wide model runs live and its CNN comparison is the recording
-    assert "hvd_live = policy.decide(policy.Needs(gpus=2, framework=\"torch\", launcher=\"horovod\")).live" in src
-    assert 'source="recorded" if model == "cnn" and hvd_live else "auto"' in src
-    assert '"keras", "horovod", "cnn"' in src
-    assert '"torch", "ddp", model, cpu_run=(model == "cnn")' in src
-    assert 'r["speedup"] > r["workers"]' in src
-    assert "launchers_side_by_side(" in src and "cuda_graph=graph" in src
-    assert "res.narrow()" in src and "keras.narrow()" in src            # settings and numbers in two narrow tables
-
-
 def test_exercises_start_unanswered_and_are_checked():
     assert "my_prediction = None" in code(5) and "checks.check_path_ordering(my_prediction" in code(5)
 

@@ -258,8 +258,7 @@ def notes(used: dict) -> list:
     out = []
     apart = sorted({p.where for p in found if not p.own})
     if found and not apart:
-        out.append(f"speedup: images/s over the plain one-GPU run ({PLAIN_LABEL}: one process, no wrapper) of "
-                   "the same model, batch per GPU and precision, recorded in this result")
+        out.append(f"speedup: images/s over the plain one-GPU run in this result ({PLAIN_LABEL})")
     elif apart:
         out.append("speedup: images/s over the plain one-GPU run (no wrapper) of the same model, batch per GPU "
                    "and precision, recorded apart on " + "; ".join(apart))
@@ -278,7 +277,6 @@ def wrapper_faster_than_plain(rows, used: dict) -> list:
             and (r.get("speedup_min") or r.get("speedup") or 0) > 1]
     if not (apart and fast):
         return []
-    return ["the wrapper's one-worker run is faster than the plain run it is divided by, which was recorded apart: "
-            "the two runs differ by more than the wrapper (machine, day, clocks), and that difference is in every "
-            "speedup above; a plain run recorded with the result removes it"]
+    return ["the wrapper's one-worker run beats the plain run recorded apart: the two differ by more than the "
+            "wrapper (machine, day, clocks), and so does every speedup above"]
 

@@ -240,9 +240,7 @@ def nccl_path_comparison(base: Optional[RunSpec] = None, paths: Sequence[str] = 
     spec = base_spec(base, device, workers, dict(fields, workers=workers))
     notes = []
     if spec.device == "cpu":
-        notes.append("CPU processes: gradients are all-reduced by gloo over TCP, not by NCCL, so the NCCL paths "
-                     "(NVLink P2P, SHM, socket) do not apply here; only 'default' was run. The recorded GPU "
-                     "result shows the paths.")
+        notes.append("CPU processes: gloo all-reduces over TCP, with no NCCL, so only 'default' ran")
         paths = ["default"]
     rows, all_runs = [], []
     base_text = "(one worker: no all-reduce traffic)"
@@ -495,10 +493,10 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
         cpu = run_experiment(experiment, framework, launcher, model, workers, "cpu", **fields)
         if recorded is None:
             cpu.notes.insert(0, f"live on CPU, small: this machine cannot run it on GPUs ({why})")
-            note = f"no recorded GPU result: {missing.split('; available:')[0]}"     # the name, not every other one
+            note = "no recorded GPU result: " + reference_name(experiment, framework, launcher, model) \
+                + (f"-{variant}" if variant else "")
             if framework == "keras":
-                note += (" (TensorFlow was not installed on the machine the course recorded on, so the Keras path "
-                         "is verified on CPU; it runs on GPUs wherever a GPU TensorFlow is installed)")
+                note += " (the recording machine had no TensorFlow; on GPUs it runs wherever a GPU TensorFlow is)"
             cpu.notes.append(note)
             return cpu
         cpu.notes.insert(0, "live on CPU: a small real run with gloo beside the recorded GPU result")

@@ -41,10 +41,11 @@ class NarrowView:
     """An :class:`ExperimentResult` shown as its narrow tables, then its companion's: HTML in Jupyter,
     text in a terminal."""
     result: "ExperimentResult"
+    settings: bool = True
 
     def tables(self) -> list:
         r = self.result
-        return r.narrow_tables() + (r.companion.narrow_tables() if r.companion is not None else [])
+        return r.narrow_tables(self.settings) + (r.companion.narrow_tables() if r.companion is not None else [])
 
     def _repr_html_(self) -> str:
         return "".join(t._repr_html_() for t in self.tables())
@@ -375,23 +376,27 @@ class ExperimentResult:
                             notes=[f"note: {n}" for n in self.table_notes()] + self.command_lines(),
                             wrap=[k for k in ("env_text", "flags") if k in {c.key for c in columns}])
 
-    def narrow_tables(self) -> list:
+    def narrow_tables(self, settings: bool = True) -> list:
         """:meth:`as_table` as two narrower tables that fit a 1280-pixel screen, each starting with
         the column that names the row: what ran (the NCCL settings, the transport NCCL chose) and
         what it measured (the rest); the title above the first, the notes below the second. A table
-        without a settings column stays whole."""
+        without a settings column stays whole. Without ``settings`` (a table whose paths' settings were
+        shown above it), and for CPU processes (no NCCL to set), one table without the settings."""
         t = self.as_table()
         keys = [c.key for c in t.columns]
         if not {"env_text", "flags"} & set(keys):
             return [t]
+        if not settings or self.config.get("device") == "cpu":
+            return [t.select([k for k in keys if k not in ("env_text", "flags")])]
         ran = [k for k in ("env_text", "flags", "transport") if k in keys]
         first = keys[0]
         return [t.select([first] + ran, notes=[]),
                 t.select([first] + [k for k in keys[1:] if k not in ran], title=None)]
 
-    def narrow(self) -> "NarrowView":
-        """The result (and its companion below it) as :meth:`narrow_tables`, for ``display``."""
-        return NarrowView(self)
+    def narrow(self, settings: bool = True) -> "NarrowView":
+        """The result (and its companion below it) as :meth:`narrow_tables`, for ``display``; ``settings``
+        False leaves out the NCCL settings of each path (shown by a table above)."""
+        return NarrowView(self, settings)
 
     def socket_interface(self) -> Optional[str]:
         """The network interface the socket path's runs told NCCL to use (``NCCL_SOCKET_IFNAME``
