@@ -245,3 +245,14 @@ def test_code_listings_are_left_out_of_the_printed_words_and_their_prose_is_kept
                                       "data": {"text/html": obj._repr_html_(), "text/plain": str(obj)}}])
     assert len(script.text.split()) > 100 and words(script) == len(script.name.split())
     assert step.added > 0 and words(step) == len("Why: each rank joins the process group".split()) + 5
+
+
+def test_a_printed_command_line_counts_only_its_label():
+    table = ("<table><tr><td>shm</td></tr></table><p>note: a note here</p>"
+             "<p>command (shm): NCCL_P2P_LEVEL=LOC torchrun --standalone --nproc-per-node=2 train.py --model cnn</p>")
+    stream = ("what ran:\n  python source_code/train/fmnist_torch.py --launcher none\n"
+              "python                 3.11.7\nthe data is missing: run `make data` here\n")
+    outputs = [{"output_type": "display_data", "data": {"text/html": table, "text/plain": "x"}},
+               {"output_type": "stream", "name": "stdout", "text": stream}]
+    # shm | note: a note here | command (shm): || what ran: | python 3.11.7 | the data is missing: run `make data` here
+    assert minutes.output_words(outputs) == 1 + 4 + 2 + 2 + 2 + 8

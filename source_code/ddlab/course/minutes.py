@@ -103,16 +103,25 @@ _WIDGET = "application/vnd.jupyter.widget-view+json"
 _CODE_LISTING = re.compile(r'<figure class="%s"[^>]*>.*?</figure>' % CODE_CLASS, re.S)
 
 
+# A printed command line: at the start of a line or after a label ending in ": ", any K=V words, then a
+# launcher or programme and at least two more words.
+_COMMAND = re.compile(r"^(?P<label>\s*|.*?:\s+)(?:[A-Z][A-Z0-9_]*=\S*\s+)*"
+                      r"(?:torchrun|horovodrun|mpirun|srun|sbatch|python3?|nvcc|make|bash|timeout|env)(?:\s+\S+){2,}\s*$")
+_BLOCK_END = re.compile(r"</(p|div|tr|li|pre|h\d)\s*>|<br\s*/?>", re.I)
+
+
 def text_words(text: str) -> int:
     """Words in plain text: each run of non-space characters that holds a letter or digit (a table's
-    rules and bars are not words)."""
-    return len(_WORD.findall(text))
+    rules and bars are not words). A printed command line counts only its label: it is code to copy, as
+    the code in Markdown and code listings are, not words to read."""
+    return len(_WORD.findall("\n".join(_COMMAND.sub(r"\g<label>", line) for line in text.splitlines())))
 
 
 def html_text(html: str) -> str:
-    """The text a browser shows of ``html``: styles and scripts dropped, tags read as spaces."""
+    """The text a browser shows of ``html``: styles and scripts dropped, a block's end read as a line
+    break, other tags as spaces."""
     import html as _html
-    return _html.unescape(re.sub(r"<[^>]+>", " ", _HTML_SKIP.sub(" ", html)))
+    return _html.unescape(re.sub(r"<[^>]+>", " ", _BLOCK_END.sub("\n", _HTML_SKIP.sub(" ", html))))
 
 
 def output_words(outputs: list) -> int:
