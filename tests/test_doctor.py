@@ -110,3 +110,13 @@ def test_doctor_load_without_a_gpu_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(hardware, "_smi_gpus", lambda notes: ([], None))
     assert doctor.cli(["--load"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "PCIe under load: skipped: no GPU visible to PyTorch"
+
+
+def test_the_horovod_line_names_its_build_or_says_it_is_missing():
+    from ddlab.system.hardware import Inventory
+    from ddlab.report import doctor
+    inv = Inventory(torch="2.13.0+cpu", horovod="0.28.1",
+                    horovod_build={"frameworks": ["PyTorch"], "controllers": ["Gloo"], "tensor_operations": ["Gloo"]})
+    assert doctor.horovod_line(inv) == ("Horovod 0.28.1, built for PyTorch; controllers Gloo; tensor operations Gloo "
+                                        "(torch 2.13.0+cpu, NCCL none: no CUDA)")
+    assert doctor.horovod_line(Inventory()).startswith("Horovod not installed (torch not installed")

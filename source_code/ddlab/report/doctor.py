@@ -30,6 +30,17 @@ def gpu_table(inv: Inventory) -> Table:
                  [dict(dataclasses.asdict(g), numa=g.numa_text) for g in inv.gpus], missing="?")
 
 
+def horovod_line(inv: Inventory) -> str:
+    """One line on what Horovod runs on here: its version, the frameworks it was built for, its
+    controllers and tensor operations, and the torch and NCCL beside it."""
+    hb = inv.horovod_build or {}
+    built = (f", built for {', '.join(hb.get('frameworks', [])) or '-'}; controllers "
+             f"{', '.join(hb.get('controllers', [])) or '-'}; tensor operations "
+             f"{', '.join(hb.get('tensor_operations', [])) or '-'}") if hb else ""
+    return (f"Horovod {inv.horovod or 'not installed'}{built} (torch {inv.torch or 'not installed'}, "
+            f"NCCL {inv.nccl or 'none: no CUDA'})")
+
+
 def software_table(inv: Inventory, dataset: Optional[str]) -> Table:
     """Driver, CUDA, NCCL, frameworks, Horovod's build, host and the data set's status
     (``dataset``, as :func:`ddlab.training.data.dataset_status` says it), one per line."""
