@@ -46,4 +46,4 @@ def test_it_stops_at_the_first_failure_when_asked_and_resumes_from_earlier_round
 
 def test_the_note_names_the_rounds_and_what_each_ran():
     note = kit.interleaved_note(3, "every path")
-    assert note.startswith("the repeats were interleaved: each of 3 round(s) ran every path once")
+    assert note.startswith("the repeats were interleaved in 3 round(s), each running every path once")

@@ -82,7 +82,7 @@ def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded, monkeypat
     assert two["speedup"] == pytest.approx(two["images_per_s"] / plain["images_per_s"])    # over the plain run
     assert base["speedup"] == pytest.approx(base["images_per_s"] / plain["images_per_s"])  # the wrapper's own row
     assert two["ranks_agree"] is True and two["env"] == {}   # default path: every NCCL path variable removed
-    assert any("do not apply" in n for n in cpu.notes)
+    assert any("only 'default' ran" in n for n in cpu.notes)        # NCCL paths do not apply to gloo
     assert len(cpu.runs) == 3 and cpu.runs[2]["nccl_env"].get("NCCL_DEBUG") == "INFO"
     text = res.table()
     assert "recorded on 2x NVIDIA H200" in text and "measured now on" in text
@@ -148,7 +148,7 @@ def test_each_configuration_runs_repeats_times_interleaved_and_keeps_every_value
     text = res.table()
     assert "205 (190-210)" in text and "2.05x (!)" in text and "above linear" in text
     assert res.config["order"] == "interleaved"
-    assert any(n.startswith("the repeats were interleaved: each of 3 round(s) ran the plain one-GPU run, the "
+    assert any(n.startswith("the repeats were interleaved in 3 round(s), each running the plain one-GPU run, the "
                             "one-worker run and every path once") for n in res.notes)
 
 

@@ -425,7 +425,8 @@ def test_notebook_5_trains_both_launchers_shows_each_paths_settings_once_and_fla
     def fake(experiment, framework, launcher, model, cpu_run=True, source="auto", missing_ok=False, **kw):
         asked.append((launcher, model, cpu_run, source, kw))
         res = experiments.ExperimentResult(experiment, [{"path": "default", "workers": 2, "images_per_s": 3.0}],
-                                           source="recorded", config={"device": "cuda"})
+                                           source="live" if source == "auto" and live and model == "wide"
+                                           else "recorded", config={"device": "cuda"})
         res.rows[0]["speedup"] = 2.5 if model == "wide" else 1.5          # as over a plain run of the recording
         return res
     monkeypatch.setattr(experiments, "live_or_recorded", fake)
@@ -437,7 +438,11 @@ def test_notebook_5_trains_both_launchers_shows_each_paths_settings_once_and_fla
                                                    ("ddp", "cnn", True), ("ddp", "wide", False)]
     assert [a[3] for a in asked] == (["recorded", "auto"] * 2 if live else ["auto"] * 4)
     assert all(("repeats" in a[4]) == live and ("test_samples" in a[4]) != live for a in asked)
-    assert [v.settings for v in shown] == [True, False, False, False]
-    flags = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("red flag:")]
+    # Horovod's recorded wide model stands beside DDP's further down; a live one is shown here
+    assert [(v.result.source, v.settings) for v in shown] == [("recorded", True)] + [("live", False)] * live \
+        + [("recorded", False), ("live" if live else "recorded", False)]
+    out = capsys.readouterr().out
+    assert ("Horovod, wide: recorded" in out) != live
+    flags = [ln for ln in out.splitlines() if ln.startswith("red flag:")]
     assert flags == ["red flag: DDP wide, path default: speedup 2.50 on 2 workers",
                      "red flag: Horovod wide, path default: speedup 2.50 on 2 workers"]

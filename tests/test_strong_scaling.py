@@ -24,7 +24,7 @@ def test_each_global_batch_runs_on_one_worker_then_split_in_interleaved_rounds(m
     assert [a[a.index("--launcher") + 1] for a in fake.argvs[:3]] == ["none", "ddp", "ddp"]
     # the split runs use the path asked for; the one-GPU runs have no all-reduce
     assert fake.envs[2].get("NCCL_P2P_LEVEL") == "LOC" and "NCCL_P2P_LEVEL" not in fake.envs[1]
-    assert res.config["order"] == "interleaved" and any(n.startswith("the repeats were interleaved: each of 3")
+    assert res.config["order"] == "interleaved" and any(n.startswith("the repeats were interleaved in 3")
                                                         for n in res.notes)
     plain, one, two = res.rows[:3]
     assert plain["plain"] and (plain["workers"], plain["global_batch"]) == (1, 8)
@@ -61,7 +61,7 @@ def test_several_paths_share_the_one_worker_runs_of_each_round(monkeypatch):
     assert default.config["path"] == "default" and socket.config["path"] == "socket"
     assert [r["workers"] for r in socket.runs] == [1, 1, 1, 1, 1, 1, 2, 2, 2] * 2
     assert any("shared with the 2-worker runs over path(s) socket" in n for n in default.notes)
-    assert any("ran every global batch plain on one GPU, on 1 worker and on 2 over each path (default, socket) "
+    assert any("running every global batch plain on one GPU, on 1 worker and on 2 over each path (default, socket) "
                "once" in n for n in socket.notes)
     assert "paths=['default', 'socket']" in socket.provenance["command"]
     # one path alone is strong_scaling, with its notes and command as before

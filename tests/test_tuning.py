@@ -182,7 +182,7 @@ def test_comparison_runs_the_one_gpu_baseline_and_each_tuning_on_two_workers_int
     assert shm and all(fake.envs[i].get(k) == v for i in (2, 3, 4, 7, 8, 9) for k, v in shm.items())
     assert not any(fake.envs[i].get(k) == v for i in (0, 1, 5, 6) for k, v in shm.items())
     assert res.config["order"] == "interleaved" and res.config["rounds"] == 2
-    assert any(n.startswith("the repeats were interleaved: each of 2 round(s)") for n in res.notes)
+    assert any(n.startswith("the repeats were interleaved in 2 round(s)") for n in res.notes)
     assert res.config["path"] == "shm" and res.config["tunings"] == chosen and res.config["repeats"] == 2
     assert res.config["baseline_images_per_s"] == 100.0
     assert res.spec == base.with_(path="shm") and res.live_default_differences() == {}

@@ -258,10 +258,10 @@ def notes(used: dict) -> list:
     out = []
     apart = sorted({p.where for p in found if not p.own})
     if found and not apart:
-        out.append(f"speedup: images/s over the plain one-GPU run in this result ({PLAIN_LABEL})")
+        out.append("speedup: over the plain one-GPU run in this result")
     elif apart:
-        out.append("speedup: images/s over the plain one-GPU run (no wrapper) of the same model, batch per GPU "
-                   "and precision, recorded apart on " + "; ".join(apart))
+        out.append("speedup: over the plain one-GPU run of the same model, batch and precision, recorded apart on "
+                   + "; ".join(apart))
     if missing:
         out.append("speedup '-': " + "; ".join(sorted({p.missing for p in missing}))
                    + " (the wrapper's one-worker run is not a plain run, so nothing stands in for it)")

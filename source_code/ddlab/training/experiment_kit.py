@@ -59,9 +59,8 @@ INTERLEAVED_NOTE_START = "the repeats were interleaved"
 def interleaved_note(rounds: int, what: str = "every configuration") -> str:
     """The note of a result whose repeats ran in ``rounds`` interleaved rounds (:func:`interleaved`);
     ``what``: what each round ran once. It starts with :data:`INTERLEAVED_NOTE_START`."""
-    return (f"{INTERLEAVED_NOTE_START}: each of {rounds} round(s) ran {what} once, in the table's order, "
-            "so a drift of the machine during the experiment spreads over every row's min-max instead of looking "
-            "like one row's effect")
+    return (f"{INTERLEAVED_NOTE_START} in {rounds} round(s), each running {what} once in order: a drift of the "
+            "machine widens every row's min-max alike")
 
 
 def config_of(spec: RunSpec, run: dict, **more) -> dict:

@@ -499,7 +499,6 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
                 note += " (the recording machine had no TensorFlow; on GPUs it runs wherever a GPU TensorFlow is)"
             cpu.notes.append(note)
             return cpu
-        cpu.notes.insert(0, "live on CPU: a small real run with gloo beside the recorded GPU result")
         recorded.companion = cpu
     if recorded is None:
         if missing_ok:

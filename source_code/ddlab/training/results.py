@@ -13,6 +13,8 @@ half would need the other's helpers.
 """
 from __future__ import annotations
 
+import re
+
 import statistics
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -509,8 +511,17 @@ def split_command(line: str) -> tuple:
 _STALE_BASE = "; speedup over 1 worker at the same global batch"
 
 
+_LONG_INTERLEAVED = re.compile(r"^the repeats were interleaved: each of (\d+) round\(s\) ran (.*) once, in the "
+                               r"table's order, so a drift .*$")
+
+
 def _current(note: str) -> str:
-    """A recorded note without a claim about the speedup's baseline that no longer holds."""
+    """A recorded note as it is said today: without a claim about the speedup's baseline that no longer
+    holds, and an interleaving note in its short form (:func:`ddlab.training.experiment_kit.interleaved_note`)."""
+    from ddlab.training.experiment_kit import interleaved_note
+    long = _LONG_INTERLEAVED.match(note)
+    if long:
+        return interleaved_note(int(long.group(1)), long.group(2))
     return note.replace(_STALE_BASE, "") if note.startswith("strong scaling: ") else note
 
 
