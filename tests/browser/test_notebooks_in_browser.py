@@ -21,7 +21,7 @@ COURSE = ["Start_Here.ipynb"] + sorted((os.path.relpath(p, ROOT) for p in glob.g
                                       key=lambda p: (int(os.path.basename(p).split(".")[0]), p))     # 9 before 10
 SELF_CHECK = os.path.relpath(os.path.join(os.path.dirname(__file__), "fixtures", "misbehaving.ipynb"), ROOT)
 # Run All may take this long per code cell (plus a fixed allowance) before the test gives up.
-CELL_S = float(os.environ.get("BROWSER_CELL_S", "20"))
+CELL_S = float(os.environ.get("BROWSER_CELL_S", "30"))
 
 
 def run_all_timeout_s(notebook: str) -> float:

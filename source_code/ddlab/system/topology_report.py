@@ -163,7 +163,7 @@ def report(topo: Topology) -> str:
 def ranked_pairs_table(topo: Topology) -> Table:
     """The GPU pairs grouped by link, best link first (``ranked_pairs(topo)``)."""
     return Table([("place", "int", "#"), ("label", "text", "link"), ("pairs", "text")],
-                 [[g.place, g.label, _pair_list(g.pairs, limit=12)] for g in ranked_pairs(topo)])
+                 [[g.place, g.label, _pair_list(g.pairs, limit=12)] for g in ranked_pairs(topo)], wrap=["pairs"])
 
 
 def best_subsets_table(topo: Topology) -> Table:
