@@ -312,8 +312,7 @@ class StepWhatIf:
         if any(r.get("measured") is not None for r in self.rows):
             cols.append(("measured", _or_text(format_ratio), "measured"))
         cols.append(("verdict", "text"))
-        note = (f"comm / step = all-reduce time / one GPU's step time; predicted speedup = {self.ranks} x step / "
-                "(step + all-reduce), with no overlap of the all-reduce and the backward pass. Verdict: "
+        note = (f"predicted speedup = {self.ranks} x step / (step + all-reduce), nothing overlapped. Verdict: "
                 + "; ".join(f"{v} {rule}" for v, rule in VERDICT_RULES) + ".")
         return Table(cols, [cell(r) for r in self.rows],
                      align={k: "right" for k in ("grad_bytes", "comm_s", "compute_s", "share", "speedup", "measured")

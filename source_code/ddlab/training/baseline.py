@@ -173,7 +173,7 @@ def recorded_apart(key: Key) -> Plain:
     """The plain run of ``key`` recorded in its own file (:data:`RECORDINGS`, in order); one whose
     images/s is None when none holds it."""
     from ddlab.system.provenance import label
-    for name, what in RECORDINGS:
+    for name, _ in RECORDINGS:
         doc = _load(name)
         if not doc:
             continue
@@ -183,7 +183,7 @@ def recorded_apart(key: Key) -> Plain:
                 steps = c.get("steps")
                 return Plain(key, r["images_per_s"], r.get("images_per_s_min"), r.get("images_per_s_max"),
                              r.get("step_ms_median"), r.get("repeats"),
-                             f"{label(_one_gpu(doc.get('provenance') or {}))} ({what}, {name}"
+                             f"{label(_one_gpu(doc.get('provenance') or {}))} ({name}"
                              + (f", {steps} timed steps" if steps else "") + ")")
     return Plain(key)
 
@@ -257,9 +257,7 @@ def notes(used: dict) -> list:
     missing = [p for p in used.values() if not p.found]
     out = []
     apart = sorted({p.where for p in found if not p.own})
-    if found and not apart:
-        out.append("speedup: over the plain one-GPU run in this result")
-    elif apart:
+    if apart:               # a result's own plain run is its first row, named so: no caption needed
         out.append("speedup: over the plain one-GPU run of the same model, batch and precision, recorded apart on "
                    + "; ".join(apart))
     if missing:

@@ -120,9 +120,11 @@ def images_side_by_side(results: Mapping[str, ExperimentResult], key: str = "pat
         cols.append(tables.Column(f"v{i}", f"{label} images/s", "count"))
     for i, label in enumerate(labels[1:], 1):
         cols.append(tables.Column(f"r{i}", f"{label} / {labels[0]}", "ratio"))
-    notes = [f"{label}: {res.where()}" for label, res in results.items()]
-    notes.append("images/s of all GPUs together (median over the repeats); the ratio compares the frameworks on the "
-                 "same GPUs, model, batch and path directly")
+    wheres = {res.where() for res in results.values()}
+    notes = ([f"{' and '.join(labels)}: {wheres.pop()}"] if len(wheres) == 1
+             else [f"{label}: {res.where()}" for label, res in results.items()])
+    notes.append("median images/s of all GPUs together; the ratio compares the frameworks on the same GPUs, model, "
+                 "batch and path")
     return tables.Table(cols, rows, title=title or "Images/s side by side: " + " and ".join(labels), notes=notes)
 
 

@@ -355,6 +355,8 @@ class ExperimentResult:
     def as_table(self) -> tables.Table:
         """The rows as a :class:`ddlab.base.tables.Table` (title: what and where; notes below)."""
         cols = _COLUMNS.get(self.name, _COLUMNS["scaling"])
+        if not any(r.get("cuda_graph") for r in self.rows):      # no row captured a CUDA graph: no column for it
+            cols = [c for c in cols if c[1] != "cuda_graph"]
         spread = any((r.get("repeats") or 1) > 1 for r in self.rows)
         columns = [tables.Column(key, "images/s median (min-max)" if spread and key == "images_per_s" else head,
                                  "text", "right" if key in _NUMERIC else "left") for head, key in cols]
