@@ -212,3 +212,12 @@ def test_the_committed_recording_is_a_real_run_with_provenance():
     assert r.source == "recorded" and r.provenance.get("gpu_model") and r.provenance.get("driver")
     assert {row["direction"] for row in r.rows} == {"h2d", "d2h", "bidir"}
     assert {row["memory"] for row in r.rows} == {"pinned", "pageable"}
+
+
+def test_a_table_of_every_other_size_keeps_the_smallest_and_the_largest(result):
+    whole = [r["bytes"] for r in host_link.table(result).rows if r["memory"] == "pinned" and r["node"] == "0 (GPU's)"]
+    some = [r["bytes"] for r in host_link.table(result, every=2).rows
+            if r["memory"] == "pinned" and r["node"] == "0 (GPU's)"]
+    assert some == sorted(set(whole[::2] + whole[-1:])) and len(some) < len(whole)
+    with pytest.raises(ValueError, match="every"):
+        host_link.table(result, every=0)

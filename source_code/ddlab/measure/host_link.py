@@ -207,14 +207,19 @@ def share(gbps: Optional[float], peak: Optional[float], direction: str = "h2d") 
 
 
 # ----------------------------------------------------------------------------- reading it
-def table(result: HostLinkResult, memory: Sequence[str] = MEMORY) -> Table:
+def table(result: HostLinkResult, memory: Sequence[str] = MEMORY, every: int = 1) -> Table:
     """One row per NUMA node, memory kind and size: GB/s host-to-device, device-to-host and
-    both at once, and each as a % of the link's raw rate (both: of twice the rate)."""
+    both at once, and each as a % of the link's raw rate (both: of twice the rate). ``every``: show
+    every n-th size from the smallest, and the largest (a plot of :mod:`ddlab.views.host_link_plots`
+    shows them all)."""
+    if every < 1:
+        raise ValueError(f"every must be a whole number >= 1, got {every!r}")
     peak = result.peak_gbps
     rows = []
     for node in result.nodes:
         for mem in memory:
-            for nbytes in sorted({r["bytes"] for r in result.rows if r["numa_node"] == node and r["memory"] == mem}):
+            sizes = sorted({r["bytes"] for r in result.rows if r["numa_node"] == node and r["memory"] == mem})
+            for nbytes in sorted(set(sizes[::every] + sizes[-1:])):
                 row = {"node": f"{node}" + (" (GPU's)" if node == result.gpu_node else ""), "memory": mem,
                        "bytes": nbytes}
                 for d in DIRECTIONS:
