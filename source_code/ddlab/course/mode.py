@@ -124,11 +124,9 @@ TWO_GPU_LIVE_REPEATS = 2
 def _one_gpu(live: bool, machine: Machine):
     from ddlab.training import one_gpu
     if live:
-        from ddlab.base import progress
         from ddlab.training.runs import launch_bar
         launches = one_gpu.planned_launches(ONE_GPU_LIVE_MODELS, one_gpu.PRECISIONS)
-        log = progress.notebook_log("live-one-gpu")
-        with launch_bar(launches, "one GPU: the CNN in each precision", log) as bar:
+        with launch_bar(launches, "one GPU: the CNN in each precision", "auto", name="live-one-gpu") as bar:
             return one_gpu.single_gpu_throughput(models=ONE_GPU_LIVE_MODELS, precisions=one_gpu.PRECISIONS,
                                                  device="cuda", progress=bar), None
     return _recorded_experiment("one-gpu-torch-none")

@@ -84,7 +84,7 @@ def throughput_scaling(base: Optional[RunSpec] = None, workers: Sequence[int] = 
     title = f"{spec.device} launches: " + ("plain, then " if spec.launcher != "none" else "") \
         + f"{spec.launcher} on {', '.join(map(str, workers))} worker(s)"
     with launch_bar(len(configs) * spec.repeats, title, None if progress else log,
-                              name=f"scaling-{spec.device}") as bar:
+                    name=f"scaling-{spec.device}") as bar:
         for what, one in configs:
             runs = repeat(one, env=env, echo=echo, progress=progress or bar)
             row = row_of_repeats(runs)
@@ -452,7 +452,6 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     launches instead of them; "auto": in Jupyter ``scratch/live-<experiment>-...log``
     (:func:`ddlab.base.progress.notebook_log`), elsewhere none (the lines as they come).
     ``fields``: RunSpec fields for a live run (batch, steps, repeats, timeout, ...)."""
-    from ddlab.base import progress as bars
     _check_choice("experiment", experiment, EXPERIMENTS)
     _check_choice("source", source, ("auto", "live", "recorded"))
     variant = None
@@ -470,11 +469,10 @@ def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = 
     if source != "recorded" and ok:
         if "progress" in fields:        # the caller follows the launches itself
             log = None
-        elif log == "auto":
-            log = bars.notebook_log(f"live-{experiment}-{framework}-{launcher}-{model}")
         planned = planned_launches(experiment, workers, fields.get("repeats") or LIVE_GPU_REPEATS,
                                    fields.get("paths") or COMPARED_PATHS, fields.get("options"))
-        with launch_bar(planned, f"{experiment}: {model} with {launcher}, on this machine's GPUs", log) as bar:
+        with launch_bar(planned, f"{experiment}: {model} with {launcher}, on this machine's GPUs", log,
+                        name=f"live-{experiment}-{framework}-{launcher}-{model}") as bar:
             if bar is not None:
                 fields["progress"] = bar
             res = run_experiment(experiment, framework, launcher, model, workers, "cuda", **fields)
