@@ -243,31 +243,46 @@ def test_gpu_sweep_is_not_recorded_yet_on_a_cpu_machine(monkeypatch):
     from ddlab.base import reference
     monkeypatch.setattr(reference, "path", lambda kind, name: "/nonexistent/" + name + ".json")
     m = policy.Machine(gpus=0, software=lambda f, la: (True, ""))
-    res = cs.live_or_recorded(machine=m)
+    res = cs.run_or_load(machine=m)
     assert res.source == "missing" and res.where() == "not recorded yet" and "2 GPU" in res.notes[0]
     with pytest.raises(RuntimeError, match="cannot run"):
-        cs.live_or_recorded(source="live", machine=m)
+        cs.run_or_load(source="live", machine=m)
 
 
 def test_the_committed_gpu_sweep_is_shown_on_a_cpu_machine_and_says_why():
     """The recording in reference/experiments holds every GPU point with three seeds, each run on CUDA."""
     m = policy.Machine(gpus=0, software=lambda f, la: (True, ""))
-    res = cs.live_or_recorded(machine=m)
+    res = cs.run_or_load(machine=m)
     assert res.source == "recorded" and res.where().startswith("recorded on 2x NVIDIA H200")
     assert res.notes[0] == "recorded: this machine cannot run it live"
     assert [r["label"] for r in res.rows] == list(dict.fromkeys(p.label for p in cs.points_for("cuda")))
     assert all(r["repeats"] == 3 for r in res.rows) and all(run["device"] == "cuda" for run in res.runs)
-    asked = cs.live_or_recorded("recorded", machine=m)
+    asked = cs.run_or_load("recorded", machine=m)
     assert asked.notes[0] == "the recorded full sweep, shown whatever this machine runs live"
 
 
-def test_live_sweep_passes_its_progress_on(monkeypatch):
+def test_live_sweep_runs_the_live_points_under_one_bar_and_logs_each_launch(monkeypatch, tmp_path):
+    """Live, the GPU sweep runs the LIVE_GPU points on CUDA; sweep() gives run_sweep one progress bar
+    over its runs (points x seeds) and sends each launch's lines to its log file."""
     seen = {}
-    monkeypatch.setattr(cs, "run_sweep", lambda points, device, **kw: seen.update(points=points, device=device, **kw))
+
+    def fake(points, device, progress=None, done=None, **kw):
+        seen.update(points=points, device=device, **kw)
+        for p in points:
+            for seed in cs.SIZES[device]["seeds"]:
+                progress(f"{p.label} seed {seed}: a line")
+                done(f"{p.label}, seed {seed}")
+        return "result"
+    monkeypatch.setattr(cs, "run_sweep", fake)
     m = policy.Machine(gpus=2, software=lambda f, la: (True, ""))
-    log, done = [].append, [].append
-    cs.live_or_recorded("live", machine=m, progress=log, done=done)
-    assert seen == {"points": cs.points_for("cuda", live=True), "device": "cuda", "progress": log, "done": done}
+    log = tmp_path / "sweep.log"
+    assert cs.run_or_load("live", machine=m, log=str(log)) == "result"
+    points = cs.points_for("cuda", live=True)
+    assert seen == {"points": points, "device": "cuda"}
+    assert len(log.read_text().splitlines()) == len(points) * len(cs.SIZES["cuda"]["seeds"])
+    seen.clear()
+    monkeypatch.setattr(cs, "run_sweep", lambda points, device, **kw: seen.update(kw) or "plain")
+    assert cs.sweep(points, "cpu", log=None, seeds=[1, 2, 3]) == "plain" and seen == {"seeds": [1, 2, 3]}
 
 
 # ----------------------------------------------------------------------------- a real run
@@ -617,14 +632,14 @@ def test_notebook_9_prints_its_launches_and_the_recorded_readings_from_the_rows(
     src = {c.get("id"): c.source.replace("%matplotlib inline", "") for c in nb.cells if c.cell_type == "code"}
     shown = []
     monkeypatch.setattr(tables, "show", shown.append)
-    monkeypatch.setattr(policy, "decide", lambda needs, machine=None: policy.Decision(False, "no GPU here"))
+    monkeypatch.setattr(policy.Machine, "detect", classmethod(lambda cls: policy.Machine(gpus=0)))
     ns: dict = {}
     for cid in ("nb7-001", "nb7-003"):
         exec(compile(src[cid], cid, "exec"), ns)
     capsys.readouterr()
     exec(compile(src["nb7-005"], "nb7-005", "exec"), ns)
     assert capsys.readouterr().out.splitlines() == cs.commands(ns["POINTS"], "cpu")
-    ns["recorded"] = rec = cs.live_or_recorded("recorded")
+    ns["recorded"] = rec = cs.run_or_load("recorded")
     shown.clear()
     exec(compile(src["nb7-017"], "nb7-017", "exec"), ns)
     out = capsys.readouterr().out

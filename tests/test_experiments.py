@@ -43,16 +43,16 @@ def recorded(tmp_path, monkeypatch):
 
 
 def test_recorded_result_is_loaded_and_labelled(recorded):
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", source="recorded", cpu_run=False)
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", source="recorded", cpu_run=False)
     assert res.source == "recorded" and res.companion is None
     assert not any(n.startswith("recorded:") for n in res.notes)       # asked for: no reason to give
     assert "recorded on 2x NVIDIA H200" in res.table().splitlines()[0]    # the title says where it was recorded
     with pytest.raises(ex.ExperimentError, match="nothing is recorded"):
-        ex.live_or_recorded("scaling", "torch", "ddp", "mlp-large", source="recorded", cpu_run=False)
+        ex.run_or_load("scaling", "torch", "ddp", "mlp-large", source="recorded", cpu_run=False)
 
 
 def test_missing_record_is_an_honest_empty_result_when_asked():
-    res = ex.live_or_recorded("nccl-paths", "keras", "horovod", "mlp-large", source="recorded", cpu_run=False,
+    res = ex.run_or_load("nccl-paths", "keras", "horovod", "mlp-large", source="recorded", cpu_run=False,
                               missing_ok=True, machine=NO_GPU)
     assert res.source == "missing" and res.rows == []
     assert "not recorded yet" in res.table() and "no GPU result recorded" in res.notes[0]
@@ -62,7 +62,7 @@ def test_missing_record_is_an_honest_empty_result_when_asked():
 
 def test_live_refused_without_gpus_says_why():
     with pytest.raises(ex.ExperimentError, match="needs 2 GPU"):
-        ex.live_or_recorded("nccl-paths", "torch", "ddp", "cnn", source="live", machine=NO_GPU)
+        ex.run_or_load("nccl-paths", "torch", "ddp", "cnn", source="live", machine=NO_GPU)
 
 
 @pytest.mark.slow
@@ -70,7 +70,7 @@ def test_no_gpu_runs_the_cpu_experiment_beside_the_recording(recorded, monkeypat
     """With no GPU the experiment still runs for real (gloo, 2 processes). Forced on any machine:
     the policy is told there is no GPU, and the workers see none."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", batch=16, steps=5, warmup_steps=1,
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", batch=16, steps=5, warmup_steps=1,
                               machine=NO_GPU)
     assert res.source == "recorded" and res.notes[0].startswith("recorded: not live here (it needs 2 GPU")
     cpu = res.companion
@@ -177,16 +177,16 @@ def test_graph_variant_is_its_own_recording(recorded):
         if "images_per_s" in r:
             r["images_per_s"] *= 2
     recording.save_reference(graphed, ex.reference_name("nccl-paths", "torch", "ddp", "mlp-small") + "-graph")
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", cuda_graph=True, source="recorded")
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", cuda_graph=True, source="recorded")
     assert res.companion is None
     assert [r.get("images_per_s") for r in res.rows] == [2 * r["images_per_s"] if "images_per_s" in r else None
                                                           for r in eager.rows]
     # Without a graph recording for a model, the answer is "missing", not the eager numbers.
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-large", cuda_graph=True, source="recorded",
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-large", cuda_graph=True, source="recorded",
                               missing_ok=True)
     assert res.source == "missing" and res.rows == []
     with pytest.raises(ValueError, match="Horovod's all-reduce cannot be captured"):
-        ex.live_or_recorded("nccl-paths", "torch", "horovod", "mlp-small", cuda_graph=True, source="recorded")
+        ex.run_or_load("nccl-paths", "torch", "horovod", "mlp-small", cuda_graph=True, source="recorded")
 
 
 def test_cli_experiment_cuda_graph_reads_the_graph_recording(recorded, capsys):
@@ -214,31 +214,31 @@ def fake_run(monkeypatch):
 def test_one_gpu_machine_runs_single_gpu_parts_live_and_shows_recorded_multi_gpu_parts(recorded, fake_run):
     """The notebooks' single-GPU mode: with one GPU, perf-options (one process) runs live on it;
     nccl-paths (two GPUs) shows the recording, with the reason, and runs nothing on the GPU."""
-    res = ex.live_or_recorded("perf-options", "torch", model="cnn", machine=ONE_GPU)
+    res = ex.run_or_load("perf-options", "torch", model="cnn", machine=ONE_GPU)
     assert fake_run == [("perf-options", "none", "cuda")] and res.source == "live"
     assert res.notes[0].startswith("live: run just now on this machine's 1 GPU(s)")
     fake_run.clear()
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", cpu_run=False, machine=ONE_GPU)
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", cpu_run=False, machine=ONE_GPU)
     assert fake_run == [] and res.source == "recorded"
     assert "it needs 2 GPU(s) and torch sees 1" in res.notes[0]
     # With cpu_run, the small real run goes to CPU processes, never to the single GPU.
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=ONE_GPU)
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", machine=ONE_GPU)
     assert fake_run == [("nccl-paths", "ddp", "cpu")] and res.companion is not None
     with pytest.raises(ex.ExperimentError, match="it needs 2 GPU"):
-        ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", source="live", machine=ONE_GPU)
+        ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", source="live", machine=ONE_GPU)
 
 
 def test_each_hardware_mode_decides_for_the_training_experiments(recorded, fake_run):
     """No GPU: recorded plus a CPU run; 1 GPU: recorded for two-GPU experiments; 2 GPUs: live."""
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=NO_GPU)
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", machine=NO_GPU)
     assert res.source == "recorded" and fake_run == [("nccl-paths", "ddp", "cpu")]
     assert "torch sees 0" in res.notes[0]
     fake_run.clear()
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS)
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS)
     assert res.source == "live" and fake_run == [("nccl-paths", "ddp", "cuda")]
     fake_run.clear()
     missing_framework = policy.Machine(gpus=2, software=lambda framework, launcher: (False, "Horovod is not built"))
-    res = ex.live_or_recorded("nccl-paths", "torch", "horovod", "mlp-small", machine=missing_framework,
+    res = ex.run_or_load("nccl-paths", "torch", "horovod", "mlp-small", machine=missing_framework,
                               missing_ok=True)
     assert fake_run == [] and res.source == "missing" and "Horovod is not built" in res.notes[0]
 
@@ -276,12 +276,12 @@ def fake_experiments(monkeypatch):
 
 
 def test_live_gpu_comparisons_repeat_three_times_unless_told(recorded, fake_experiments):
-    ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS)
+    ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS)
     assert fake_experiments[-1]["repeats"] == ex.LIVE_GPU_REPEATS == 3
-    ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS, repeats=5)
+    ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", machine=TWO_GPUS, repeats=5)
     assert fake_experiments[-1]["repeats"] == 5
     # the small CPU run beside a recording stays a single run (its notes say so)
-    ex.live_or_recorded("nccl-paths", "torch", "ddp", "mlp-small", machine=NO_GPU)
+    ex.run_or_load("nccl-paths", "torch", "ddp", "mlp-small", machine=NO_GPU)
     assert fake_experiments[-1]["device"] == "cpu" and "repeats" not in fake_experiments[-1]
 
 
@@ -319,18 +319,18 @@ def test_a_live_gpu_run_in_a_notebook_shows_one_bar_and_keeps_the_launch_lines_i
         return ex.ExperimentResult(experiment, [], source="live", config={"device": device})
     monkeypatch.setattr(ex, "run_experiment", run)
     log = tmp_path / "live.log"
-    res = ex.live_or_recorded("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1, log=str(log))
+    res = ex.run_or_load("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1, log=str(log))
     assert res.source == "live" and callable(seen[0])
     assert "launch 3 started" in log.read_text()
     out = capsys.readouterr().out
     assert "nccl-paths: wide with ddp, on this machine's GPUs: 4 of 5 done" in out and str(log) in out
     assert "launch 0 started" not in out
     seen.clear()
-    ex.live_or_recorded("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1)   # "auto", no Jupyter here
+    ex.run_or_load("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1)   # "auto", no Jupyter here
     assert seen == [None]
     mine = []
     seen.clear()
-    ex.live_or_recorded("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1, progress=mine.append,
+    ex.run_or_load("nccl-paths", "torch", "ddp", "wide", machine=TWO_GPUS, repeats=1, progress=mine.append,
                         log=str(log))
     assert seen == [mine.append] and len(mine) == 8        # the caller's own callback, no bar over it
 

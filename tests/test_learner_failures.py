@@ -114,12 +114,12 @@ def test_a_training_run_without_the_data_stops_before_launching(no_data, monkeyp
 
 def test_an_experiment_without_the_data_shows_its_recording_and_says_why(no_data, monkeypatch):
     monkeypatch.setattr(experiments, "run_experiment", lambda *a, **k: pytest.fail("ran without the data"))
-    res = experiments.live_or_recorded("nccl-paths", "torch", "ddp", "cnn", machine=TWO_GPUS)
+    res = experiments.run_or_load("nccl-paths", "torch", "ddp", "cnn", machine=TWO_GPUS)
     assert res.source == "recorded" and res.companion is None
     assert "Fashion-MNIST is not on this machine (run `make data`" in res.notes[0]
     from ddlab.base import reference
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(no_data / "nothing-recorded"))
-    res = experiments.live_or_recorded("scaling", "torch", "ddp", "cnn", machine=NO_GPU, missing_ok=True)
+    res = experiments.run_or_load("scaling", "torch", "ddp", "cnn", machine=NO_GPU, missing_ok=True)
     assert res.source == "missing" and "make data" in res.notes[0]       # nothing recorded: the empty result says why
 
 
@@ -144,7 +144,7 @@ def test_notebook_5_runs_keras_on_cpu_processes_and_says_why(machine, monkeypatc
     monkeypatch.setattr(experiments, "run_experiment", run)
     shown = []
     ns = run_cells("notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb", ["a6537ccd"],
-                   {"experiments": experiments, "policy": policy, "display": shown.append})
+                   {"experiments": experiments, "mode": mode, "display": shown.append})
     assert runs_asked == [("keras", "cpu", {"test_samples": 1000})]          # TensorFlow on CPU, small
     (view,) = shown                                                          # shown as its narrow tables
     res = view.result
@@ -262,7 +262,7 @@ def _notebook_5(monkeypatch):
     ns = {"topology": topology, "links": links, "p2p_run": p2p_run, "p2p_diagnosis": p2p_diagnosis,
           "p2p_plots": p2p_plots, "collectives": collectives, "collectives_run": collectives_run,
           "collectives": collectives, "tables": tables,
-          "policy": policy,                                   # imported by the p2p cell
+          "mode": mode,                                       # imported by the p2p cell
           "inv": hardware.Inventory(), "caption": provenance.caption,
           "NOW": provenance.collect(inventory=hardware.Inventory()),
           "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
@@ -376,7 +376,7 @@ def test_notebook_4_without_two_gpus_shows_the_recorded_level_sweep_and_why(mach
     printed, shown = [], []
     ns = {"policy": policy, "collectives": collectives, "collectives_run": collectives_run, "nccl": nccl,
           "topology": topology, "display": shown.append,
-          "NCCL_LIVE": policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp")),   # the first cell's
+          "NCCL_LIVE": mode.decision("nccl-logs"),             # the first cell's
           "collectives": collectives, "inv": hardware.Inventory(), "caption": provenance.caption,
           "NOW": provenance.collect(inventory=hardware.Inventory()),
           "tables": type("T", (), {"show": staticmethod(shown.append)}),
@@ -405,7 +405,7 @@ def test_notebook_5_runs_the_wide_model_live_on_two_gpus_twice_per_configuration
     monkeypatch.setattr(experiments, "run_experiment", run)
     nb = "notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb"
     ns = {"experiments": experiments, "policy": policy, "mode": mode, "display": lambda *a: None,
-          "NCCL_LIVE": policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"))}
+          "NCCL_LIVE": mode.decision("nccl-paths")}
     run_cells(nb, ["079ba659", "72335a75"], ns)
     assert runs_asked == [("horovod", "wide", "cuda", mode.TWO_GPU_LIVE_REPEATS, None),
                           ("ddp", "wide", "cuda", mode.TWO_GPU_LIVE_REPEATS, None)]
@@ -429,10 +429,10 @@ def test_notebook_5_trains_both_launchers_shows_each_paths_settings_once_and_fla
                                            else "recorded", config={"device": "cuda"})
         res.rows[0]["speedup"] = 2.5 if model == "wide" else 1.5          # as over a plain run of the recording
         return res
-    monkeypatch.setattr(experiments, "live_or_recorded", fake)
+    monkeypatch.setattr(experiments, "run_or_load", fake)
     shown = []
     ns = {"experiments": experiments, "policy": policy, "mode": mode, "display": shown.append,
-          "NCCL_LIVE": policy.decide(policy.Needs(gpus=2, framework="torch", launcher="ddp"))}
+          "NCCL_LIVE": mode.decision("nccl-paths")}
     run_cells("notebooks/5.NCCL-Paths-with-Horovod-and-DDP.ipynb", ["079ba659", "72335a75", "51e97f05"], ns)
     assert [(a[0], a[1], a[2]) for a in asked] == [("horovod", "cnn", True), ("horovod", "wide", False),
                                                    ("ddp", "cnn", True), ("ddp", "wide", False)]

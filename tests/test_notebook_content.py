@@ -73,7 +73,7 @@ def test_notebook_4_runs_what_it_shows():
     assert 'mode.live_or_recorded("allreduce")' in src and "tests/fixtures" not in src
     assert "nccl.pair_levels(t)" in src and "nccl.pair_levels(pair, measured=chose)" in src
     assert "predictions.check_lowest_levels(my_levels, TOPOS)" in src and "socket_interfaces" in src
-    assert "policy.decide(policy.Needs(gpus=2" in src
+    assert 'mode.decision("nccl-logs")' in src
     # the bootcamp's experiment: its command printed, the run through ddlab's launcher, the recorded NCCL lines
     assert "runs.command_line(" in src and "runs.train(" in src and "mode.recorded_nccl_logs()" in src
 
@@ -147,6 +147,19 @@ def test_live_or_recorded_is_decided_by_the_one_policy(path):
             decides = re.match(r"\s*(if|elif|while)\b", line) or re.search(r"\bif\b.*\belse\b", line)
             assert not (decides and re.search(r"\bgpu_count\b|\binv\.mode\b|\binv\.gpus\b", line)), \
                 f"{os.path.basename(path)} decides from NVML's count: {line.strip()}"
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS[1:], ids=os.path.basename)
+def test_each_notebook_opens_with_what_runs_here_and_asks_the_parts_not_the_policy(path):
+    """The first code cell prints sequence.live_here; the live-or-recorded choice goes through
+    ddlab.course.mode (live_or_recorded, decision: a part's needs are named once, there), never a
+    notebook's own policy.Needs."""
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    assert "sequence.live_here(" in cells[0]
+    for src in cells:
+        assert not re.search(r"\bpolicy\.|import policy|ddlab\.system\.policy", src), src.splitlines()[0]
+        assert not re.search(r"(experiments|cs|convergence_sweep)\.(live_or_recorded|run_or_load)\(", src), \
+            src.splitlines()[0]
 
 
 def test_the_two_hands_on_notebooks_each_stand_on_their_own():

@@ -99,7 +99,7 @@ def _commands_shown(res):
 @pytest.mark.parametrize("launcher, model", [("ddp", "cnn"), ("horovod", "wide")])
 def test_every_row_of_a_recorded_result_shows_a_runnable_command(launcher, model):
     from ddlab.training.results import row_label
-    res = experiments.live_or_recorded("nccl-paths", "torch", launcher, model, source="recorded")
+    res = experiments.run_or_load("nccl-paths", "torch", launcher, model, source="recorded")
     assert res.rows
     table = res.as_table().text()
     assert all(line in table for line in res.command_lines())

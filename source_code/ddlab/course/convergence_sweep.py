@@ -16,12 +16,12 @@ whole global batch).
 
 :func:`run_sweep` returns a :class:`ConvergenceResult`: one row per point with the median and
 min-max over the seeds (final test accuracy and loss, time to the target accuracy, the noise
-scale), its table (:mod:`ddlab.base.tables`) and plots. :func:`live_or_recorded` is the one policy:
+scale), its table (:mod:`ddlab.base.tables`) and plots. :func:`run_or_load` is the one policy:
 live on 2 GPUs when present, else the recording (``reference/experiments/convergence-torch-ddp-cnn.json``)
 or "not recorded yet".
 
-A little over 400 lines: the sweep's configurations for CPU and GPU, its runner, the summaries
-(median, spread, time to accuracy) and their tables and plots read the same rows.
+The sweep's configurations for CPU and GPU, its runner, the summaries (median, spread, time to
+accuracy) and their tables and plots live together: they read the same rows.
 """
 from __future__ import annotations
 
@@ -570,23 +570,40 @@ def load_recorded(name: str = RECORDED_NAME) -> ConvergenceResult:
     return ConvergenceResult.from_dict(reference.load("experiments", name), source="recorded")
 
 
-def live_or_recorded(source: str = "auto", machine=None, progress: Optional[Callable[[str], None]] = None,
-                     done: Optional[Callable[[str], None]] = None) -> ConvergenceResult:
+# What the GPU sweep needs to run live: two GPUs that PyTorch's DDP can use.
+LIVE_NEEDS = {"gpus": 2, "framework": "torch", "launcher": "ddp"}
+
+
+def sweep(points: Sequence[Point], device: str = "cpu", log: Optional[str] = "auto", **kwargs) -> ConvergenceResult:
+    """:func:`run_sweep` under one progress bar over its runs; each launch's own lines go to the file
+    ``log`` ("auto": ``scratch/convergence-<device>.log`` in Jupyter, none elsewhere, where the
+    lines are printed as they come). ``kwargs`` go to :func:`run_sweep`."""
+    from ddlab.base import progress
+    if log == "auto":
+        log = progress.notebook_log(f"convergence-{device}")
+    if log is None or device not in SIZES or not points:     # run_sweep says what is wrong with the rest
+        return run_sweep(points, device, **kwargs)
+    seeds = kwargs.get("seeds") or dict(SIZES[device], **(kwargs.get("sizes") or {}))["seeds"]
+    with progress.Bar(len(points) * len(seeds), f"convergence sweep on {device}", log=log) as bar:
+        return run_sweep(points, device, progress=bar.log, done=bar.advance, **kwargs)
+
+
+def run_or_load(source: str = "auto", machine=None, log: Optional[str] = "auto") -> ConvergenceResult:
     """The GPU sweep, as the course's one policy (:func:`ddlab.system.policy.decide`) says: live
-    (the :data:`LIVE_GPU` points) on a machine with 2 GPUs and DDP, else the recording, else
-    an empty result whose ``where()`` is "not recorded yet" and whose note says why.
-    ``source``: "auto", "live" or "recorded"; ``progress`` and ``done`` go to :func:`run_sweep`
-    when it runs live."""
+    (the :data:`LIVE_GPU` points, through :func:`sweep` with ``log``) on a machine with 2 GPUs and
+    DDP, else the recording, else an empty result whose ``where()`` is "not recorded yet" and whose
+    note says why. ``source``: "auto", "live" or "recorded". Notebooks call it through
+    :func:`ddlab.course.mode.live_or_recorded` ("convergence")."""
     from ddlab.system import policy
     if source not in ("auto", "live", "recorded"):
         raise ValueError(f"unknown source {source!r}; choose one of auto, live, recorded")
     m = machine or policy.Machine.detect()
-    needs = policy.Needs(gpus=2, framework="torch", launcher="ddp")
+    needs = policy.Needs(**LIVE_NEEDS)
     decision = policy.decide(needs, m) if source != "recorded" else policy.Decision(False, "as asked")
     if source == "live" and not decision.live:
         raise RuntimeError(f"cannot run convergence live here: {decision.why}")
     if decision.live:
-        return run_sweep(points_for("cuda", live=True), "cuda", progress=progress, done=done)
+        return sweep(points_for("cuda", live=True), "cuda", log=log)
     try:
         res = load_recorded()
     except FileNotFoundError:

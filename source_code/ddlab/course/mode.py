@@ -1,5 +1,6 @@
-"""Live or recorded, per notebook part: :func:`live_or_recorded` asks the course's one policy
-(:func:`ddlab.system.policy.decide`) whether a part runs live here, then runs it or loads what was
+"""Live or recorded, per notebook part: :func:`live_or_recorded`, the one entry point notebooks call,
+asks the course's one policy (:func:`ddlab.system.policy.decide`) whether a part runs live here
+(:func:`decision` answers that alone), then runs it or loads what was
 recorded on a course GPU machine, and says which in ONE line: "measured now on 2x NVIDIA
 H200, NV18", "recorded on 2x NVIDIA H200, NV18, 2026-11-22 (not live here: it needs nvcc (the
 CUDA compiler) to build the p2p test)" or "not recorded yet". It covers the topology
@@ -157,46 +158,79 @@ _PARTS = {"topology": (Needs(gpus=1), _topology),
           "allreduce": (Needs(gpus=2, framework="torch", launcher="ddp"), _allreduce)}
 
 
-def live_or_recorded(part: str, source: str = "auto", machine: Optional[Machine] = None, **kwargs) -> Shown:
-    """Run notebook part ``part`` live when this machine can, else load its recording.
+EXPERIMENT_PARTS = ("scaling", "nccl-paths", "perf-options")
 
-    ``part``: "topology", "nccl-logs", "p2p", "allreduce", "host-link" (GPU 0's host link),
-    "one-gpu" (single-GPU training throughput), "wrapper-cost" (a step under DDP and Horovod
-    with one worker against the plain step), "input-pipeline" (pageable vs pinned batches),
-    or a training experiment
-    ("scaling", "nccl-paths", "perf-options": ``kwargs`` go to
-    :func:`ddlab.training.experiments.live_or_recorded`). ``source``: "auto", "live" or "recorded".
-    Returns a :class:`Shown` whose ``line`` says which it did."""
+
+def decision(part: str, machine: Optional[Machine] = None, **kwargs) -> Decision:
+    """Whether ``part`` runs live on this machine, and if not, why (a
+    :class:`ddlab.system.policy.Decision`), decided as :func:`live_or_recorded` decides it, without
+    running or loading anything. For a training experiment ``kwargs`` name it (``framework``,
+    ``launcher``, ``workers``; :func:`ddlab.training.experiments.decision`)."""
+    _check(part, "auto")
+    m = machine or Machine.detect()
+    if part in EXPERIMENT_PARTS:
+        from ddlab.training import experiments
+        return experiments.decision(part, machine=m, **kwargs)
+    if kwargs:
+        raise ValueError(f"{part} takes no options ({', '.join(kwargs)} given)")
+    if part == "convergence":
+        from ddlab.course import convergence_sweep
+        return decide(Needs(**convergence_sweep.LIVE_NEEDS), m)
+    return decide(_PARTS[part][0], m)
+
+
+def _check(part: str, source: str) -> None:
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}; choose one of {', '.join(PARTS)}")
     if source not in ("auto", "live", "recorded"):
         raise ValueError(f"unknown source {source!r}; choose one of auto, live, recorded")
+
+
+def live_or_recorded(part: str, source: str = "auto", machine: Optional[Machine] = None, **kwargs) -> Shown:
+    """Run notebook part ``part`` live when this machine can, else load its recording: the course's
+    one entry point for live or recorded, whatever the part.
+
+    ``part``: "topology", "nccl-logs", "p2p", "allreduce", "host-link" (GPU 0's host link),
+    "one-gpu" (single-GPU training throughput), "wrapper-cost" (a step under DDP and Horovod
+    with one worker against the plain step), "input-pipeline" (pageable vs pinned batches),
+    "convergence" (the GPU convergence sweep; ``kwargs``: ``log``, :func:`ddlab.course.convergence_sweep.run_or_load`)
+    or a training experiment ("scaling", "nccl-paths", "perf-options": ``kwargs`` go to
+    :func:`ddlab.training.experiments.run_or_load`). ``source``: "auto", "live" or "recorded".
+    Returns a :class:`Shown`: its ``value`` (the result), ``live``, ``line`` (where it came from)
+    and ``why`` (what is missing to run it live here)."""
+    _check(part, source)
     m = machine or Machine.detect()
-    if part == "convergence":
-        from ddlab.course import convergence_sweep
-        res = convergence_sweep.live_or_recorded(source=source, machine=m)
-        return Shown(res, res.source == "live", res.where())
-    if part not in _PARTS:
-        from ddlab.training import experiments
-        res = experiments.live_or_recorded(part, source=source, machine=m, **kwargs)
-        return Shown(res, res.source == "live", res.where())
+    if part == "convergence" or part in EXPERIMENT_PARTS:
+        if part == "convergence":
+            from ddlab.course import convergence_sweep
+            res = convergence_sweep.run_or_load(source=source, machine=m, **kwargs)
+        else:
+            from ddlab.training import experiments
+            res = experiments.run_or_load(part, source=source, machine=m, **kwargs)
+        why = "" if res.source == "live" else decision(part, m, **_naming(part, kwargs)).why
+        return Shown(res, res.source == "live", res.where(), why)
     if kwargs:
         raise ValueError(f"{part} takes no options ({', '.join(kwargs)} given)")
     needs, load = _PARTS[part]
-    decision = decide(needs, m) if source != "recorded" else Decision(False, "as asked")
-    if source == "live" and not decision.live:
-        raise NotLiveHere(f"cannot run {part} live here: {decision.why}")
+    decided = decide(needs, m) if source != "recorded" else Decision(False, "as asked")
+    if source == "live" and not decided.live:
+        raise NotLiveHere(f"cannot run {part} live here: {decided.why}")
     try:
         try:
-            value, prov = load(decision.live, m)
+            value, prov = load(decided.live, m)
         except NoGPUError as exc:        # PyTorch sees a GPU, nvidia-smi cannot read it: the recording stands in
-            decision = Decision(False, str(exc).splitlines()[0])
+            decided = Decision(False, str(exc).splitlines()[0])
             value, prov = load(False, m)
     except FileNotFoundError:
-        return Shown(None, False, "not recorded yet" + _because(decision), decision.why)
-    if decision.live:
+        return Shown(None, False, "not recorded yet" + _because(decided), decided.why)
+    if decided.live:
         return Shown(value, True, measured_line(m))
-    return Shown(value, False, recorded_line(prov) + _because(decision), decision.why)
+    return Shown(value, False, recorded_line(prov) + _because(decided), decided.why)
+
+
+def _naming(part: str, kwargs: dict) -> dict:
+    """The arguments of a live_or_recorded call that :func:`decision` takes for ``part``."""
+    return {k: v for k, v in kwargs.items() if part in EXPERIMENT_PARTS and k in ("framework", "launcher", "workers")}
 
 
 def _because(decision: Decision) -> str:

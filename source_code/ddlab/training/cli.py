@@ -1,5 +1,5 @@
 """The training commands: ``ddlab train`` (one run, :func:`ddlab.training.runs.train`) and ``ddlab
-experiment`` (a named experiment, :func:`ddlab.training.experiments.live_or_recorded`)."""
+experiment`` (a named experiment, :func:`ddlab.training.experiments.run_or_load`)."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ import sys
 from ddlab.measure import launch
 from ddlab.base import files, reference
 from ddlab.training import recording
-from ddlab.training.experiments import EXPERIMENTS, live_or_recorded, run_experiment
+from ddlab.training.experiments import EXPERIMENTS, run_experiment, run_or_load
 from ddlab.training.runs import ExperimentError, spec_for, train
 from ddlab.system.frameworks import FRAMEWORKS
 from ddlab.training.runspec import MODELS, RunSpecError
@@ -112,8 +112,8 @@ def cli_experiment(argv: list) -> int:
             res = run_experiment(a.name, a.framework, "none" if a.name == "perf-options" else a.launcher, a.model, workers,
                        a.device, **kw)
         else:
-            res = live_or_recorded(a.name, a.framework, a.launcher, a.model, workers, a.source,
-                                   cpu_run=not a.no_cpu_run, cuda_graph=a.cuda_graph, **kw)
+            res = run_or_load(a.name, a.framework, a.launcher, a.model, workers, a.source,
+                              cpu_run=not a.no_cpu_run, cuda_graph=a.cuda_graph, **kw)
         if a.save_reference:
             print(f"recorded as {recording.save_reference(res, a.save_reference)}", file=sys.stderr)
     except (RunSpecError, ExperimentError, launch.LaunchError, reference.ReferenceMissing) as exc:

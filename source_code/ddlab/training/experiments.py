@@ -13,7 +13,7 @@ returns an :class:`~ddlab.training.results.ExperimentResult` (median and min-max
 * :func:`launchers_side_by_side` - DDP and Horovod on each NCCL path in one table;
 * :func:`performance_options` - one GPU, the same model with each speed option.
 
-:func:`live_or_recorded` runs one live when this machine can (the policy is
+:func:`run_or_load` runs one live when this machine can (the policy is
 :func:`ddlab.system.policy.decide`) and otherwise loads the recording (:mod:`ddlab.training.recording`); with no
 GPU it also runs the experiment for real, small, on CPU processes with gloo, and puts it beside.
 """
@@ -352,7 +352,7 @@ def performance_options(base: Optional[RunSpec] = None, options: Optional[Sequen
 
 # ----------------------------------------------------------------------------- live or recorded
 def run_experiment(experiment: str, framework: str, launcher: str, model: str, workers, device: str, **kw) -> ExperimentResult:
-    """Run the named experiment live (``ddlab experiment`` and :func:`live_or_recorded` call it). On
+    """Run the named experiment live (``ddlab experiment`` and :func:`run_or_load` call it). On
     GPUs (``device="cuda"``) each configuration runs :data:`LIVE_GPU_REPEATS` times unless ``repeats``
     is given, so that a compared row shows its spread; on CPU processes it runs once."""
     if device == "cuda" and kw.get("repeats") is None:
@@ -397,7 +397,7 @@ def _needed_gpus(experiment: str, workers) -> int:
 
 def _decide(experiment: str, framework: str, launcher: str, workers, source: str, cpu_run: bool, machine) -> tuple:
     """(GPUs needed, the machine, live on GPUs?, why not, whether a CPU run may be added): the one
-    decision behind :func:`live_or_recorded` and :func:`where_it_runs`."""
+    decision behind :func:`run_or_load` and :func:`where_it_runs`."""
     from ddlab.system import policy
     need = _needed_gpus(experiment, workers)
     m = machine or policy.Machine.detect()
@@ -409,9 +409,19 @@ def _decide(experiment: str, framework: str, launcher: str, workers, source: str
     return need, m, ok, why, cpu_run
 
 
+def decision(experiment: str, framework: str = "torch", launcher: str = "ddp", workers=None, machine=None):
+    """Whether ``experiment`` runs live on GPUs here, as :func:`run_or_load` decides it: a
+    :class:`ddlab.system.policy.Decision` (``live``, and ``why`` not)."""
+    from ddlab.system import policy
+    if experiment == "perf-options":
+        launcher = "none"
+    _, _, ok, why, _ = _decide(experiment, framework, launcher, workers, "auto", False, machine)
+    return policy.Decision(ok, why)
+
+
 def where_it_runs(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
                   workers=None, cpu_run: bool = True, machine=None) -> str:
-    """What :func:`live_or_recorded` with the same arguments (``source`` "auto") will show here, in
+    """What :func:`run_or_load` with the same arguments (``source`` "auto") will show here, in
     a few words, without running anything: "live on the GPUs", "recorded (why)" with or without a
     small CPU run beside it, a CPU run alone where nothing is recorded, or nothing."""
     if experiment == "perf-options":
@@ -432,7 +442,7 @@ def where_it_runs(experiment: str, framework: str = "torch", launcher: str = "dd
     return f"not run here ({why}) and not recorded"
 
 
-def live_or_recorded(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
+def run_or_load(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn",
                      workers=None, source: str = "auto", cpu_run: bool = True, missing_ok: bool = False,
                      cuda_graph: bool = False, machine=None, log: Optional[str] = "auto",
                      **fields) -> ExperimentResult:
@@ -513,6 +523,6 @@ def launchers_side_by_side(model: str = "wide", framework: str = "torch", launch
                            source: str = "recorded", **kwargs) -> ExperimentResult:
     """The NCCL-path comparison of each launcher (DDP and Horovod by default) in one table:
     for every path, the images/s and speedup of each launcher, side by side. ``source`` as
-    for :func:`live_or_recorded` (default "recorded")."""
-    return combine_launchers({la: live_or_recorded("nccl-paths", framework, la, model, source=source,
+    for :func:`run_or_load` (default "recorded")."""
+    return combine_launchers({la: run_or_load("nccl-paths", framework, la, model, source=source,
                                                    cpu_run=False, **kwargs) for la in launchers})
