@@ -153,11 +153,12 @@ def test_live_or_recorded_is_decided_by_the_one_policy(path):
 def test_each_notebook_opens_with_what_runs_here_and_asks_the_parts_not_the_policy(path):
     """The first code cell prints sequence.live_here; the live-or-recorded choice goes through
     ddlab.course.mode (live_or_recorded, decision: a part's needs are named once, there), never a
-    notebook's own policy.Needs."""
+    notebook's own policy.Needs. No notebook imports the recording layer (ddlab.recording)."""
     cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     assert "sequence.live_here(" in cells[0]
     for src in cells:
         assert not re.search(r"\bpolicy\.|import policy|ddlab\.system\.policy", src), src.splitlines()[0]
+        assert not re.search(r"ddlab\.recording\b|from ddlab import recording", src), src.splitlines()[0]
         assert not re.search(r"(experiments|cs|convergence_sweep)\.(live_or_recorded|run_or_load)\(", src), \
             src.splitlines()[0]
 

@@ -4,7 +4,8 @@ import pytest
 
 from _experiment_fakes import fake_paths_result
 from ddlab.system import frameworks
-from ddlab.training import experiments, recording, recording_sets, runs
+from ddlab.recording import sets as recording_sets
+from ddlab.training import experiments, recording, runs
 from ddlab.base import reference
 from ddlab.training.runspec import RunSpec
 
@@ -114,7 +115,8 @@ def test_use_hardware_label_names_the_machine_by_its_hardware(monkeypatch):
 
 
 def test_strong_scaling_is_written_after_each_global_batch_and_merged(tmp_path, monkeypatch):
-    from ddlab.training import experiments, recording, recording_sets
+    from ddlab.recording import sets as recording_sets
+    from ddlab.training import experiments, recording
     from ddlab.training.results import ExperimentResult
     from ddlab.training.runspec import RunSpec
     calls = []
@@ -148,7 +150,8 @@ def test_strong_scaling_is_written_after_each_global_batch_and_merged(tmp_path, 
 
 
 def test_strong_scaling_over_several_paths_writes_each_paths_file_after_each_batch(tmp_path, monkeypatch):
-    from ddlab.training import experiments, recording_sets
+    from ddlab.recording import sets as recording_sets
+    from ddlab.training import experiments
     from ddlab.training.results import ExperimentResult
     from ddlab.training.runspec import RunSpec
     calls = []
@@ -186,7 +189,8 @@ def _strong_part(g, path="shm"):
 
 def _record_strong_over(tmp_path, monkeypatch, earlier, batches):
     """record_strong for ``batches`` into tmp_path, where a file read as ``earlier`` is already saved."""
-    from ddlab.training import experiments, recording_sets
+    from ddlab.recording import sets as recording_sets
+    from ddlab.training import experiments
     from ddlab.training.runspec import RunSpec
     monkeypatch.setattr(experiments, "strong_scaling_paths",
                         lambda base, global_batches, workers, paths, echo, progress:
@@ -201,7 +205,7 @@ def _record_strong_over(tmp_path, monkeypatch, earlier, batches):
 
 
 def test_strong_scaling_joins_a_file_of_other_global_batches_already_in_the_folder(tmp_path, monkeypatch):
-    from ddlab.training import recording_sets
+    from ddlab.recording import sets as recording_sets
     earlier = recording_sets.merge_strong([_strong_part(4), _strong_part(128)])
     written = _record_strong_over(tmp_path, monkeypatch, earlier, (32,))
     name, res = written[-1]
@@ -222,7 +226,7 @@ def test_strong_scaling_sets_aside_a_file_it_cannot_join(tmp_path, monkeypatch, 
 
 
 def test_strong_scaling_sets_aside_a_file_it_cannot_read(tmp_path, capsys):
-    from ddlab.training import recording_sets
+    from ddlab.recording import sets as recording_sets
     (tmp_path / "replaced-strong-scaling-torch-ddp-mlp-small-shm.json").write_text("first")
     (tmp_path / "strong-scaling-torch-ddp-mlp-small-shm.json").write_text("cut write {")
     assert recording_sets._earlier(str(tmp_path), "strong-scaling-torch-ddp-mlp-small-shm") is None

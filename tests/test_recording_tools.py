@@ -113,7 +113,8 @@ def test_record_experiments_reads_strong_jobs_with_several_paths():
 
 def test_a_tune_job_records_the_live_gpu_defaults_with_repeats(tmp_path, monkeypatch, capsys):
     from ddlab.system import frameworks
-    from ddlab.training import recording, recording_sets, runs
+    from ddlab.recording import sets as recording_sets
+    from ddlab.training import recording, runs
     from ddlab.course import tuning
     from ddlab.training.results import ExperimentResult
     from ddlab.training.runspec import RunSpec
@@ -188,7 +189,8 @@ def test_a_tune_job_resumes_the_partial_comparison_in_its_folder_else_the_commit
 
 def test_a_batch_job_records_at_that_batch_under_its_own_name(tmp_path, monkeypatch):
     from ddlab.system import frameworks
-    from ddlab.training import recording, recording_sets, runs
+    from ddlab.recording import sets as recording_sets
+    from ddlab.training import recording, runs
     mod = load("record_experiments.py")
     monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 2)
     monkeypatch.setattr(recording, "use_hardware_label", lambda: "2x Test GPU")
@@ -616,7 +618,7 @@ def test_a_strong_job_run_again_for_the_batches_left_is_joined_to_the_first_run(
     """Batches 4-16 from one run and 32-64 from a second: one result in batch order, each row's runs its
     own, dated by the later run and a note naming both; overlapping batches, another run description or
     another machine are never joined."""
-    from ddlab.training import recording_sets as rs
+    from ddlab.recording import sets as rs
     first, second = _strong_part([4, 8, 16], "2026-11-28T11:15:12+00:00"), _strong_part([32, 64], "2026-11-28T11:42:01+00:00")
     joined = rs.join_strong(second, first)                      # either order gives batch order
     assert joined.config["global_batches"] == [4, 8, 16, 32, 64]
@@ -644,7 +646,7 @@ def test_a_strong_job_run_again_for_the_batches_left_is_joined_to_the_first_run(
 def test_a_batch_between_those_of_a_joined_recording_joins_in_batch_order_and_names_the_earlier_join():
     """4 and 64 recorded in two calls and joined, then 16 from a third: rows in batch order, the runs of each
     row its own, and the last note points at the earlier join instead of dating its parts by the later one."""
-    from ddlab.training import recording_sets as rs
+    from ddlab.recording import sets as rs
     first = rs.join_strong(_strong_part([4], "2026-11-28T16:40:00+00:00"), _strong_part([64], "2026-11-28T16:55:00+00:00"))
     third = _strong_part([16], "2026-11-28T17:05:00+00:00")
     joined = rs.join_strong(first, third)
@@ -660,7 +662,7 @@ def test_a_batch_between_those_of_a_joined_recording_joins_in_batch_order_and_na
 def test_strong_parts_whose_repeats_ran_in_another_order_are_joined_and_the_note_says_which():
     """A part recorded before strong scaling interleaved its repeats joins one recorded after: the joined
     config claims no order and drops the interleaved note, and the note says how each part's repeats ran."""
-    from ddlab.training import recording_sets as rs
+    from ddlab.recording import sets as rs
     from ddlab.training.experiment_kit import INTERLEAVED_NOTE_START
     old, new = _strong_part([4, 8], "2026-11-27T12:00:00+00:00"), _strong_part([16], "2026-11-28T12:00:00+00:00")
     old.config.pop("order", None)
@@ -738,7 +740,7 @@ def test_adopt_results_joins_a_strong_part_and_leaves_what_is_already_in(tmp_pat
 
 
 def test_the_job_loop_says_what_each_job_took_and_fails_when_one_did():
-    from ddlab.training import recording_sets
+    from ddlab.recording import sets as recording_sets
     from ddlab.training.results import ExperimentResult
     good = ExperimentResult("scaling", [{"workers": 1, "images_per_s": 1.0}], "live", {}, [], {}, [])
     bad = ExperimentResult("scaling", [{"workers": 2, "error": "exit 1"}], "live", {}, [], {}, [])

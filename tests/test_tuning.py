@@ -14,6 +14,7 @@ from ddlab.system import nccl  # noqa: E402
 from ddlab.base import reference
 from ddlab.training import recording, results, runs, runspec
 from ddlab.course import tuning
+from ddlab.recording import resume
 from ddlab.training.runspec import RunSpec, RunSpecError  # noqa: E402
 
 
@@ -239,7 +240,8 @@ def test_a_partial_comparison_is_resumed_with_the_rounds_left(monkeypatch):
                  script_result(130.0, workers=2), script_result(105.0), script_result(110.0),
                  script_result(160.0, workers=2), script_result(170.0, workers=2))
     seen = []
-    res = tuning.tuning_comparison(base=base, path="shm", tunings=["untuned", "bucket 100 MB"], resume=cut,
+    res = tuning.tuning_comparison(base=base, path="shm", tunings=["untuned", "bucket 100 MB"],
+                                   resume=resume.from_partial(cut),
                                    partial=seen.append)
     assert fake.nprocs == [1, 1, 2, 2] * 2                    # rounds 2 and 3 only
     assert [p.config["rounds"] for p in seen] == [2] and res.config["rounds"] == 3
@@ -257,17 +259,17 @@ def test_a_comparison_is_resumed_only_from_a_partial_one_of_the_same_run_and_mac
     base = RunSpec.for_device("cuda", "wide", launcher="ddp", workers=2, repeats=3)
     cut = _cut_after_one_round(monkeypatch, base)
     spec, chosen = base.with_(path="shm"), ["untuned", "bucket 100 MB"]
-    assert tuning.resume_problem(cut, spec, chosen) is None
-    assert "other tunings" in tuning.resume_problem(cut, spec, ["untuned"])
-    assert "another run" in tuning.resume_problem(cut, base.with_(path="socket"), chosen)
-    assert "another run" in tuning.resume_problem(cut, spec.with_(batch=256), chosen)
+    assert resume.problem(cut, spec, chosen) is None
+    assert "other tunings" in resume.problem(cut, spec, ["untuned"])
+    assert "another run" in resume.problem(cut, base.with_(path="socket"), chosen)
+    assert "another run" in resume.problem(cut, spec.with_(batch=256), chosen)
     done = results.ExperimentResult.from_dict(dict(cut.to_dict(), config=dict(cut.config, rounds=3)))
-    assert tuning.resume_problem(done, spec, chosen) == "it is not partial: 3 of 3 rounds ran"
+    assert resume.problem(done, spec, chosen) == "it is not partial: 3 of 3 rounds ran"
     other = results.ExperimentResult.from_dict(dict(cut.to_dict(), provenance=dict(cut.provenance, torch="0.1")))
-    assert tuning.resume_problem(other, spec, chosen).startswith("it was recorded on another machine or software: "
+    assert resume.problem(other, spec, chosen).startswith("it was recorded on another machine or software: "
                                                                  "torch '0.1' there")
     with pytest.raises(RunSpecError, match="cannot resume the tuning comparison: it compares other tunings"):
-        tuning.tuning_comparison(base=base, path="shm", tunings=["untuned"], resume=cut)
+        tuning.tuning_comparison(base=base, path="shm", tunings=["untuned"], resume=resume.from_partial(cut))
 
 
 def test_a_failed_tuning_gets_its_row_and_the_others_still_run(monkeypatch):

@@ -3,11 +3,12 @@
 The package is layered; each layer imports only from the layers below it (README.md in this
 folder has the picture, and import-linter checks it in CI):
 
+    recording  what the GPU machine records, joins and resumes (tools/recording/ only)
     report     ddlab report, ddlab doctor
     course     live-or-recorded parts, exercises, widgets, diagrams, case studies, hands-on
     views      drawings, plots and heatmaps of the data below
     cost       all-reduce algorithms and the step model
-    training   run specs, models, data, runs, results, recordings, experiments
+    training   run specs, models, data, runs, results, recorded results, experiments
     measure    launching processes; p2p and collective measurements
     system     hardware, topology, links, NCCL paths and logs, provenance
     base       units, tables, paths, files of record

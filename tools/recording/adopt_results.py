@@ -46,7 +46,8 @@ sys.path.insert(0, os.path.join(ROOT, "source_code"))
 
 from ddlab.base import files  # noqa: E402
 from ddlab.system import provenance  # noqa: E402
-from ddlab.training import recording, recording_sets  # noqa: E402
+from ddlab.recording import sets as recording_sets  # noqa: E402
+from ddlab.training import recording  # noqa: E402
 
 REFERENCE = os.path.join(ROOT, "source_code", "reference")
 PENDING = os.path.join(ROOT, "tools", "recording", "pending")

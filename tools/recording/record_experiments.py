@@ -62,7 +62,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "source_code"))
 
-from ddlab.training import plain_runs, recording, recording_sets, runs, step_profile  # noqa: E402
+from ddlab.recording import resume as partial_rounds, sets as recording_sets  # noqa: E402
+from ddlab.training import plain_runs, recording, runs, step_profile  # noqa: E402
 from ddlab.course import field_reports, tuning
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
@@ -150,7 +151,8 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
     target = os.path.join(out_dir, name + ".json")
     resume = partial_tuning(target, launcher, model, path, base)
     try:     # saved after each round too (a note says it is partial), so a run cut short keeps what finished
-        res = tuning.tuning_comparison(base=base, path=path, echo=echo, progress=say, resume=resume,
+        res = tuning.tuning_comparison(base=base, path=path, echo=echo, progress=say,
+                                       resume=partial_rounds.from_partial(resume) if resume is not None else None,
                                        partial=lambda part: recording.save(part, target))
     except Exception as exc:  # reported in the summary; the next JOB still runs
         return {name: f"{type(exc).__name__}: {exc}"}
@@ -162,7 +164,7 @@ def record_tuning(out_dir: str, launcher: str, model: str, path: str, repeats: i
 def partial_tuning(target: str, launcher: str, model: str, path: str, base):
     """The partial tuning comparison to continue, or None: the one at ``target`` (a run cut short in
     this output folder), else the committed recording when it is partial; each only when
-    ``tuning.resume_problem`` finds nothing against it (what it finds is printed: a fresh start)."""
+    ``ddlab.recording.resume.problem`` finds nothing against it (what it finds is printed: a fresh start)."""
     from ddlab.base.reference import ReferenceMissing
     tunings = tuning.names(launcher)
     for where, load in ((target, lambda: recording.load(target)),
@@ -171,7 +173,7 @@ def partial_tuning(target: str, launcher: str, model: str, path: str, base):
             found = load()
         except (ReferenceMissing, OSError, ValueError):
             continue
-        why = tuning.resume_problem(found, base.with_(path=path), tunings)
+        why = partial_rounds.problem(found, base.with_(path=path), tunings)
         if why is None:
             say(f"   resuming {where}: {found.config['rounds']} of {base.repeats} rounds ran "
                 f"({found.provenance.get('date')})")

@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ddlab.measure import launch  # noqa: E402
 from ddlab.system import frameworks  # noqa: E402
 from ddlab.system.nccl import PATHS  # noqa: E402
-from ddlab.training import gpu_scaling, recording, recording_sets  # noqa: E402
+from ddlab.recording import sets as recording_sets  # noqa: E402
+from ddlab.training import gpu_scaling, recording  # noqa: E402
 from ddlab.training.runspec import MODELS, RunSpecError, nccl_path_env  # noqa: E402
 
 

@@ -310,7 +310,7 @@ def _all_recordings() -> list:
 
 def _own_name(res) -> str:
     """The file name its JOB writes a recording of the reports' experiment under (as
-    :func:`ddlab.training.recording_sets.record_strong` names it)."""
+    :func:`ddlab.recording.sets.record_strong` names it)."""
     from ddlab.training.recording import reference_name
     c = res.config
     stem = reference_name("strong-scaling", c.get("framework", "torch"), c.get("launcher"), c.get("model"))

@@ -353,32 +353,21 @@ def planned_launches(launcher: str, tunings: Sequence[str], repeats: int) -> int
 
 
 
-def resume_problem(partial, spec, tunings: Sequence[str]) -> Optional[str]:
-    """Why ``partial`` (a recorded :func:`tuning_comparison` result) cannot be continued by a
-    comparison of ``spec`` (the two-worker run, with its NCCL path) over ``tunings`` on this
-    machine, or None: it must be a partial interleaved comparison with the same run description,
-    tunings and planned repeats, recorded on the same GPU model and count with the same driver,
-    CUDA, NCCL and PyTorch (and Horovod, for Horovod's tunings)."""
-    from ddlab.system.provenance import SAME_MACHINE, differences, run_provenance
-    c = getattr(partial, "config", None) or {}
-    if getattr(partial, "name", None) != EXPERIMENT or c.get("order") != "interleaved":
-        return "it is not an interleaved tuning comparison"
-    if c.get("spec") != spec.to_dict():
-        return "it describes another run (model, launcher, batch, steps, precision, path or repeats differ)"
-    if list(c.get("tunings") or []) != list(tunings):
-        return f"it compares other tunings ({', '.join(c.get('tunings') or [])})"
-    rounds = c.get("rounds")
-    if not isinstance(rounds, int) or not 0 < rounds < spec.repeats:
-        return f"it is not partial: {rounds} of {spec.repeats} rounds ran"
-    here, there = run_provenance("resume check"), partial.provenance or {}
-    differ = differences(there, here, SAME_MACHINE + (("horovod",) if spec.launcher == "horovod" else ()))
-    return f"it was recorded on another machine or software: {'; '.join(differ)}" if differ else None
+@dataclass
+class Resumed:
+    """Rounds of a comparison that already ran, to continue it (:mod:`ddlab.recording.resume` builds
+    them from a partial result): how many, each configuration's runs, the failures, a note saying so."""
+    rounds: int
+    got: dict
+    failed: dict
+    note: str
 
 
 def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "default",
                       tunings: Optional[Sequence[str]] = None, device: str = "auto", repeats: int = 3,
                       base=None, echo: bool = False, progress: Optional[Callable[[str], None]] = None,
-                      partial: Optional[Callable[[object], None]] = None, resume=None):
+                      partial: Optional[Callable[[object], None]] = None,
+                      resume: Optional[Callable[..., Resumed]] = None):
     """The plain one-GPU run (no wrapper), the one-worker untuned run and each tuning of ``launcher``
     on two workers over NCCL path ``path``, each ``repeats`` times, as an
     :class:`ddlab.training.results.ExperimentResult` ("tuning"): per row the tuning, its flags,
@@ -396,8 +385,9 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
     tuning once, so a drift of the machine spreads over every row instead of looking like one
     tuning's effect. ``partial``: called with the result so far after each round but the last (a
     note says how many rounds ran), so a caller can save it and a run cut short keeps what finished.
-    ``resume``: such a partial result of this same comparison (:func:`resume_problem` says what must
-    match): its rounds are kept and only the rounds left are run; a note names when they ran."""
+    ``resume``: called with the two-worker spec and the tunings, returns the :class:`Resumed` rounds
+    to keep (:func:`ddlab.recording.resume.from_partial` makes it from such a partial result); only
+    the rounds left are run."""
     from ddlab.training.experiment_kit import interleaved
     from ddlab.training.experiments import plain_spec
     from ddlab.training.runs import ExperimentError
@@ -416,7 +406,7 @@ def tuning_comparison(model: str = "wide", launcher: str = "ddp", path: str = "d
         else:
             configs.append((name, TUNINGS[launcher][name].spec(spec)))
     c = _Comparison(spec, launcher, path, chosen, skipped, {name: [] for name, _ in configs}, {}, notes)
-    resumed = 0 if resume is None else c.resume_from(resume)
+    resumed = 0 if resume is None else c.take(resume(spec, chosen))
 
     def hand_out(done: int):
         so_far = c.result(done)
@@ -491,28 +481,12 @@ class _Comparison:
     failed: dict          # configuration -> the error of its first failed launch (its runs are dropped)
     notes: list
 
-    def resume_from(self, resume) -> int:
-        """Take the rounds of ``resume`` (a partial result of this same comparison); returns their count."""
-        from ddlab.training.runs import ExperimentError
-        from ddlab.training.runspec import RunSpecError
-
-        why = resume_problem(resume, self.spec, self.chosen)
-        if why:
-            raise RunSpecError(f"cannot resume the tuning comparison: {why}")
-        resumed = int(resume.config["rounds"])
-        for row in resume.rows:
-            if row.get("tuning") not in self.got or row.get("not_run"):
-                continue
-            if row.get("error"):
-                self.failed[row["tuning"]] = ExperimentError(row["error"])
-            else:
-                self.got[row["tuning"]] = [resume.runs[i] for i in row["runs"]]
-        prov = resume.provenance or {}
-        self.notes.append(f"{'round 1 was' if resumed == 1 else f'rounds 1-{resumed} were'} resumed from a partial "
-                          f"recording of this comparison made {prov.get('date', 'at an unrecorded date')} (ddlab "
-                          f"{prov.get('ddlab_commit', '?')}) on the same GPU model, driver, CUDA, NCCL and PyTorch; "
-                          "the rest ran at the date of this result")
-        return resumed
+    def take(self, resumed: Resumed) -> int:
+        """Keep the rounds that already ran (of the configurations this comparison has); returns their count."""
+        self.got.update({k: v for k, v in resumed.got.items() if k in self.got})
+        self.failed.update({k: v for k, v in resumed.failed.items() if k in self.got})
+        self.notes.append(resumed.note)
+        return resumed.rounds
 
     def one_gpu_rows(self, all_runs: list, kept: list) -> tuple:
         """(the plain run's row and the one-worker run's, or their failures; the one-worker runs; the

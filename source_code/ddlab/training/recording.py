@@ -6,7 +6,7 @@ with its provenance (which names the machine by its hardware, :func:`ddlab.syste
 Results are plain data: this module is the one that writes them (:func:`save`, atomically) and
 reads them back (:func:`load`, :func:`load_recorded`), both checked against the recording's
 JSON Schema (``experiments`` in :mod:`ddlab.base.schemas`). What the course records, and how, is
-:mod:`ddlab.training.recording_sets`.
+:mod:`ddlab.recording.sets`.
 """
 from __future__ import annotations
 
