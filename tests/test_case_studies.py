@@ -198,13 +198,14 @@ def test_second_gpu_live_on_one_gpu_measures_the_step_and_predicts_each_recorded
     assert set(rows) == set(rec.fits) == {"default", "shm", "socket"}
     for path, fit in rec.fits.items():
         pred = step_model.predict_step("mlp-small", 512 / 250000.0, fit, 2, batch=512, overheads=over,
+                                       two_worker_s=rec.two_workers[("ddp", path)][0],     # measured on the probe
                                        **recorded_runs.measured_inputs("mlp-small", 512, rec.profiles,
                                                                     rec.channels[path], "NVIDIA H100 80GB HBM3"))
         # over the plain run measured now: the prediction's 2-GPU images/s over the plain run's
         assert rows[path]["predicted"] == pytest.approx(pred.speedup * 250000.0 / 300000.0)
         assert rows[path]["compute"] == pytest.approx(512 / 250000.0) and rows[path]["batch"] == 512
-    # the slower the recorded link, the lower the predicted speedup
-    assert rows["default"]["predicted"] > rows["shm"]["predicted"] > rows["socket"]["predicted"]
+    # each path's prediction carries that path's two-worker cost, measured on the probe
+    assert {r["path"]: r["two_workers"] for r in t.rows} == {path: rec.two_workers[("ddp", path)][0] for path in rows}
     shown = [c.key for c in t.columns]
     assert "measured" not in shown and "error_pct" not in shown and "predicted" in shown
     text = str(t)

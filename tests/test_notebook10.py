@@ -117,6 +117,8 @@ def test_the_printed_counts_come_from_the_recordings():
     line = cs.held_out_line(held)
     k, m = validation.hits(held.rows, "model_err")
     assert f"{k} of {m} recorded 2-GPU runs" in line and "python -m ddlab.cost.validation" in line
+    k0, m0 = validation.hits(held.rows, "without_two_workers_err")     # before the term measured on the probe
+    assert f"({k0} of {m0} without the two-worker term" in line
     wrong = [r for r in held.rows if r["model_pred"] is not None and r["measured"] is not None
              and (r["model_pred"] > 1) != (r["measured"] > 1)]
     assert f"pays on {len(wrong)}" in line

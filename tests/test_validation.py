@@ -89,7 +89,15 @@ def test_held_out_on_the_recorded_runs():
     for r in out:       # a run recorded at several batches per GPU is named with its batch
         at = f" at {r['batch']}/GPU" if runs.count((r["launcher"], r["model"], r["path"])) > 1 else ""
         assert f"{r['launcher']} {r['model']} {r['path']}{at} ({r['model_err']:+.1f}%)" in notes
-    assert "horovod strong mlp-small shm at 2/GPU (" in notes
+    # the two-worker term, measured on the probe per launcher and path, is in the model; the notes count the
+    # table without it beside the count with it
+    assert set(rec.two_workers) == {(f, path) for f in ("ddp", "horovod") for path in ("default", "shm", "socket")}
+    without = val.held_out_speedups(rec, "model", two_worker=False)
+    k0, m0 = val.hits([{"e": val._err(w, r["m1"])} for w, r in zip(without, rows)], "e")
+    assert (k0, m0) == val.hits(rows, "without_two_workers_err")
+    assert f"leaving each model out, {k0} of {m0} within ±10% without it, {k} of {m} with it" in notes
+    graph = [i for i, p in enumerate(rec.points) if not p.host_work]     # a CUDA-graph step never gets it
+    assert graph and all(without[i] == pytest.approx(rows[i]["model_p1"]) for i in graph)
     # the terms and how each is known
     assert "all-reduce (measured)" in notes and "grows with the batch (assumed)" in notes
     assert "cycle wait (modelled)" in notes

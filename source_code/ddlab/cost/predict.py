@@ -228,8 +228,13 @@ class Prediction:
         return max(0.0, min(self.step.term("slower rank").seconds, self.step.overhead_s))
 
     @property
+    def two_worker_s(self) -> float:
+        """What two workers cost beyond the other terms (measured on the probe), as far as it lengthens the step."""
+        return max(0.0, min(self.step.term("two workers").seconds, self.step.overhead_s - self.wait_s))
+
+    @property
     def wrapper_s(self) -> float:
-        return self.step.overhead_s - self.wait_s
+        return self.step.overhead_s - self.wait_s - self.two_worker_s
 
     @property
     def speedup(self) -> float:
@@ -240,7 +245,7 @@ class Prediction:
 
     def terms(self) -> dict:
         return {"compute": self.compute_s, "exposed communication": self.exposed_comm_s,
-                "wrapper": self.wrapper_s, "slower rank": self.wait_s}
+                "wrapper": self.wrapper_s, "slower rank": self.wait_s, "two workers": self.two_worker_s}
 
     def model_terms(self) -> list:
         """Every term of the step model with its time, basis and where its number came from."""
@@ -256,7 +261,7 @@ class Prediction:
         ms = 1e3
         return {"speedup": self.speedup, "step_ms": self.step_s * ms, "compute_ms": self.compute_s * ms,
                 "exposed_comm_ms": self.exposed_comm_s * ms, "wrapper_ms": self.wrapper_s * ms,
-                "wait_ms": self.wait_s * ms,
+                "wait_ms": self.wait_s * ms, "two_worker_ms": self.two_worker_s * ms,
                 "bound": self.bound, "one_gpu_step_ms": self.one_gpu_step_s * ms,
                 "plain_step_ms": (self.plain_step_s if self.plain_step_s is not None else self.one_gpu_step_s) * ms,
                 "allreduce_ms": self.step.comm_s * ms, "hidden_comm_ms": self.step.hidden_comm_s * ms,
@@ -360,10 +365,17 @@ def predict(model: Optional[str] = None, *, mlp: Optional[Sequence[int]] = None,
         sources["slower rank"] = wait_source or "given (--wait-ms)"
     else:
         sources["slower rank"] = "not included (--wait-ms)"
+    two = rec.two_workers.get((framework, path)) if fits == RECORDED else None
+    if two:
+        model_sources["two workers"] = ("measured", two[1] + (f"; measured on 2 GPUs, taken for {gpus}" if gpus > 2
+                                                              else ""))
+    sources["two workers"] = model_sources["two workers"][1] if two else (
+        "not included: the probe is recorded for the course's machine only (--fits " + RECORDED + ")")
     try:
         step = predict_step(model_layers_, compute, link, gpus, batch=per_gpu, overheads=over,
                             bytes_per_param=DTYPES[dtype], fit_ranks=f.ranks.get(path, 2), framework=framework,
-                            sources=model_sources, slower_rank_s=wait, **measured)
+                            sources=model_sources, slower_rank_s=wait, two_worker_s=two[0] if two else 0.0,
+                            **measured)
     except ValueError as exc:
         raise PredictError(str(exc)) from None
     sources["exposed communication"] = _exposed_source(step, framework, how, model, "profile" in measured)

@@ -110,6 +110,9 @@ class RecordedSet:
     channels: dict = field(default_factory=dict)     # {path: NCCL channels of its recorded sweep}
     sweeps: str = ""                                 # the name of the recorded sweeps the fits came from
     elsewhere: list = field(default_factory=list)    # [(recording, machine)] of other machines: not predicted
+    # {(framework, path): (seconds, source)}: what two workers cost beyond the model's other terms, from the
+    # probe recorded on this set's machine (two_worker_terms); predict_point adds it to eager steps
+    two_workers: dict = field(default_factory=dict)
 
     def made_here(self, provenance: Optional[dict]) -> bool:
         """Whether a recording with ``provenance`` was made on this set's machine (the machine of its
@@ -164,8 +167,39 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     recs = _Recordings(machine)
     points, missing, gpu_model = _nccl_path_points(names, fits, recs)
     elsewhere = recs.elsewhere + _strong_points(points, names, fits, recs.machine)
-    return RecordedSet(points, fits, missing, recs.machine, recs.device_elsewhere, recs.device_check,
-                       _gpu_profiles(names, gpu_model), channels, sweeps, elsewhere)
+    rec = RecordedSet(points, fits, missing, recs.machine, recs.device_elsewhere, recs.device_check,
+                      _gpu_profiles(names, gpu_model), channels, sweeps, elsewhere)
+    rec.two_workers = two_worker_terms(rec, recs)
+    return rec
+
+
+PROBE_TERM_NOTE = ("the probe's two-worker step (one 784x10 layer at batch 4: compute and all-reduce close to "
+                   "nothing) minus the model's prediction of it from its one-worker step")
+
+
+def two_worker_terms(rec: RecordedSet, recs: Optional["_Recordings"] = None) -> dict:
+    """{(framework, path): (seconds, source)}: what a step on two workers costs beyond the model's
+    other terms, per launcher and NCCL path, from the probe alone (``nccl-paths-torch-<launcher>-probe``
+    recorded on ``rec``'s machine): the probe's measured two-worker step minus :func:`predict_point`'s
+    prediction of it without this term; at least 0. Empty where no probe is recorded there."""
+    from ddlab.training.models import PROBE
+    recs = recs or _Recordings(rec.machine)
+    out = {}
+    for label, launcher, variant in RECORDED_RUNS:
+        res = recs.load(launcher, PROBE, variant) if variant is None else None
+        base = _one_worker_row(res)
+        if base is None:
+            continue
+        wrapper = rec.wrappers().get("horovod" if launcher == "horovod" else "ddp")
+        for p in _recording_points(label, launcher, variant, PROBE, res, base, rec.fits, recs):
+            if p.n_gpus != 2:
+                continue
+            measured = p.compute_s * p.images_factor / p.measured
+            extra = measured - predict_point(p, rec.fits, wrapper, two_worker=False).total_s
+            date = ((res.provenance or {}).get("date") or "")[:10]
+            out[(p.framework, p.path)] = (max(0.0, extra), f"{PROBE_TERM_NOTE}: {launcher}, {p.path}, "
+                                          f"{rec.machine}{', ' + date if date else ''}")
+    return out
 
 
 class _Recordings:
@@ -412,13 +446,17 @@ def _machine_text(prov: dict) -> str:
 
 
 def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] = None, profiles=None,
-                  channels=None, sweeps: str = "", **kwargs) -> StepPrediction:
+                  channels=None, sweeps: str = "", two_worker=None, two_workers: Optional[dict] = None,
+                  **kwargs) -> StepPrediction:
     """:func:`predict_step` for one recorded run, with the fit of its path, its launcher's
     framework, the wrapper's cost ``overheads`` (left out where the one-GPU step ran under the
     same wrapper) and, when ``profiles`` ({model: StepProfile}) has one for its model, that
     measured profile (with ``channels``, {path: NCCL channels}, the all-reduce's share of the GPU).
     ``rank_wait=True`` adds the candidate wait for the slower rank from the run's one-worker step
-    times (:func:`rank_wait`), which the model leaves out by default."""
+    times (:func:`rank_wait`), which the model leaves out by default. ``two_worker``: the cost of two
+    workers measured on the probe (``two_workers``, {(framework, path): (seconds, source)}, a
+    :class:`RecordedSet`'s), added to an eager step on two or more GPUs; ``False`` leaves it out
+    (a CUDA-graph step replays its all-reduce without the host, so it never gets it)."""
     if p.path not in fits:
         raise ValueError(f"no all-reduce fit for path {p.path!r}; have {', '.join(fits) or 'none'}")
     kwargs = dict(measured_inputs(p.model, p.batch, profiles or {}, (channels or {}).get(p.path)), **kwargs)
@@ -432,6 +470,9 @@ def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] =
     if kwargs.pop("rank_wait", False) and p.rank_wait_source:     # the candidate term (see rank_wait)
         sources["slower rank"] = ("measured", p.rank_wait_source)
         kwargs["slower_rank_s"] = p.rank_wait_s
+    term = (two_workers or {}).get((p.framework, p.path)) if two_worker is not False else None
+    if term and p.host_work and p.n_gpus >= 2:
+        kwargs["two_worker_s"], sources["two workers"] = term[0], ("measured", term[1])
     kwargs.setdefault("sources", sources)
     return predict_step(p.model, p.compute_s, fit, p.n_gpus, batch=p.batch, device_s=p.device_s,
                         overheads=overheads if p.host_work else None, framework=p.framework,

@@ -21,6 +21,10 @@ number came from (:class:`Term`, ``StepPrediction.terms``):
   tensors, and the step waits in ``synchronize`` for the all-reduces, so they overlap nothing;
 * what grows with the batch on a multi-GPU step (input copies, synchronisation): 0, assumed,
   unless given (``batch_term_s``);
+* what two or more workers cost beyond the terms above (``two_worker_s``), per launcher and path:
+  measured on the probe model, whose compute and all-reduce are close to nothing, as its two-worker
+  step less this model's prediction of it (:func:`ddlab.cost.recorded_runs.two_worker_terms`); 0 unless
+  given;
 * the wait for the slower rank (``slower_rank_s``): every step ends in an all-reduce that needs
   every rank, so a step lasts as long as the slowest rank's; 0 unless given. One estimate of it,
   :func:`slower_rank_wait` of one GPU's own step times, is a candidate the course checks beside
@@ -45,6 +49,8 @@ from ddlab.training.models import Layer, model_layers
 FRAMEWORKS = ("ddp", "horovod")
 SLOWER_RANK_SOURCE = ("not included, so 0: the one estimate the course has (slower_rank_wait of one GPU's step "
                       "times) is a candidate checked beside the model, not in it")
+TWO_WORKER_SOURCE = ("not measured for this machine and path, so 0: the probe (one small layer at batch 4, "
+                     "ddp:probe and horovod:probe of tools/recording/record_experiments.py) measures it")
 BATCH_TERM_SOURCE = ("assumed 0: nothing measures what grows with the batch on two GPUs (input copies, "
                      "synchronisation) apart from the 2-GPU runs the model is checked against, and the step profiles "
                      "time one GPU only")
@@ -288,7 +294,7 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
                  profile=None, comm_sm_share: float = 0.0, framework: str = "ddp",
                  wrapper_in_step: bool = False, fusion_threshold_bytes: Optional[int] = None,
                  cycle_s: Optional[float] = None, batch_term_s: float = 0.0, slower_rank_s: float = 0.0,
-                 sources: Optional[Mapping[str, str]] = None) -> StepPrediction:
+                 two_worker_s: float = 0.0, sources: Optional[Mapping[str, str]] = None) -> StepPrediction:
     """Predict one data-parallel training step on ``n_gpus`` (weak scaling).
 
     * ``model``: a course model's name, a parameter count, or :class:`ddlab.training.models.Layer`
@@ -325,12 +331,14 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
       (input copies, synchronisation), added to the host's path; 0 unless given.
     * ``slower_rank_s``: the wait for the slower rank (:func:`slower_rank_wait` of the one-GPU
       step times), added to the host's path; 0 unless given.
+    * ``two_worker_s``: what two or more workers cost beyond the other terms (measured on the probe:
+      :func:`ddlab.cost.recorded_runs.two_worker_terms`), added to the host's path; 0 unless given.
     * ``sources``: {term name: where its number came from} for the inputs the caller knows
-      ("one-GPU step", "GPU busy time", "all-reduce", "batch term", "slower rank"; the rest the
-      model says).
+      ("one-GPU step", "GPU busy time", "all-reduce", "batch term", "slower rank", "two workers";
+      the rest the model says).
     """
     cycle, threshold = _checked_settings(framework, comm_sm_share, batch_term_s, slower_rank_s, cycle_s,
-                                         fusion_threshold_bytes)
+                                         fusion_threshold_bytes, two_worker_s)
     if profile is not None:
         readiness, backward_fraction = profile.ready, profile.backward_fraction
         optimizer_s = profile.optimizer_share * (compute_s if device_s is None else device_s)
@@ -349,24 +357,25 @@ def predict_step(model, compute_s: float, path, n_gpus: int = 2, *, batch: Optio
         exposed, wait = _ddp_exposed(buckets, comm_each, dev, backward_fraction, optimizer_s, comm_sm_share), 0.0
     else:
         exposed, wait = None, _horovod_wait(cycle, over, wrapper_in_step)
-    host_path = compute_s + overhead + batch_term_s + slower_rank_s
+    host_path = compute_s + overhead + batch_term_s + slower_rank_s + two_worker_s
     total, bound, shown_exposed, shown_over = _step_time(framework, compute_s, device_s, host_path, exposed, wait,
                                                          comm_total)
     terms += _model_terms(framework, buckets, comm_total, shown_exposed, wait, over, overhead, wrapper_in_step,
                           batch_term_s, path, src, readiness, profile, comm_sm_share, threshold, cycle)
-    terms.append(_slower_rank_term(slower_rank_s, src))
+    terms += [_slower_rank_term(slower_rank_s, src), _two_worker_term(two_worker_s, src)]
     return StepPrediction(n_gpus, compute_s, comm_total, shown_exposed, shown_over, total, buckets, bound, batch,
                           framework, wait, tuple(terms))
 
 
-def _checked_settings(framework, comm_sm_share, batch_term_s, slower_rank_s, cycle_s, fusion_threshold_bytes):
+def _checked_settings(framework, comm_sm_share, batch_term_s, slower_rank_s, cycle_s, fusion_threshold_bytes,
+                      two_worker_s=0.0):
     """(cycle time, fusion threshold) of :func:`predict_step`, Horovod's defaults where not given, after
     checking the wrapper's settings and the added terms; raises ValueError on a bad one."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if not (math.isfinite(comm_sm_share) and 0 <= comm_sm_share < 1):
         raise ValueError(f"comm_sm_share is a share of the GPU between 0 and 1, got {comm_sm_share!r}")
-    for name, v in (("batch_term_s", batch_term_s), ("slower_rank_s", slower_rank_s)):
+    for name, v in (("batch_term_s", batch_term_s), ("slower_rank_s", slower_rank_s), ("two_worker_s", two_worker_s)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a number of seconds >= 0, got {v!r}")
     cycle = HOROVOD_CYCLE_TIME_S if cycle_s is None else cycle_s
@@ -451,6 +460,13 @@ def _slower_rank_term(slower_rank_s: float, src: Mapping) -> Term:
     if slower_rank_s:
         return Term("slower rank", slower_rank_s, *_given(src, "slower rank", "given"))
     return Term("slower rank", 0.0, "assumed", src.get("slower rank", SLOWER_RANK_SOURCE))
+
+
+def _two_worker_term(two_worker_s: float, src: Mapping) -> Term:
+    """What two workers cost beyond the other terms: measured on the probe and given, or 0 with why."""
+    if two_worker_s:
+        return Term("two workers", two_worker_s, *_given(src, "two workers", "measured"))
+    return Term("two workers", 0.0, "none", src.get("two workers", TWO_WORKER_SOURCE))
 
 
 def _cycle_in_cost(over: Overheads, wrapper_in_step: bool) -> bool:

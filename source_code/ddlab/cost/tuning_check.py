@@ -145,7 +145,7 @@ def tuning_check(recorded: Optional[RecordedSet] = None):
             p = RecordedPoint(launcher, model, path, r["workers"], base["global_batch"], one_s, device_s, True,
                               *ratios_to_one(r, base), launcher == "ddp", device_source, **plain_fields(res, base))
             pred = predict_point(p, rec.fits, wrappers.get(p.framework), profiles=rec.profiles,
-                                 channels=rec.channels, sweeps=rec.sweeps, **kw)
+                                 channels=rec.channels, sweeps=rec.sweeps, two_workers=rec.two_workers, **kw)
             got = p.speedup(pred)
             lo, hi = p.over_plain(p.measured_min), p.over_plain(p.measured_max)
             rows.append({"launcher": launcher, "model": model, "path": path, "tuning": r["tuning"],

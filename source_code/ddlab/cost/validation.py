@@ -61,7 +61,8 @@ def _with_profiles(rec: RecordedSet, kwargs: dict) -> dict:
 
 
 def _predict(rec: RecordedSet, p: RecordedPoint, wrappers: dict, **kwargs):
-    return predict_point(p, rec.fits, wrappers.get(p.framework), sweeps=rec.sweeps, **kwargs)
+    return predict_point(p, rec.fits, wrappers.get(p.framework), sweeps=rec.sweeps, two_workers=rec.two_workers,
+                         **kwargs)
 
 
 def _left_out(by: str, p: RecordedPoint) -> dict:
@@ -98,7 +99,7 @@ def link_effect(rec: RecordedSet, p: RecordedPoint, wrappers: Optional[dict] = N
     wrappers = rec.wrappers() if wrappers is None else wrappers
     real = _predict(rec, p, wrappers, **kwargs).speedup
     free = predict_point(p, dict(rec.fits, **{p.path: AlphaBeta(0.0, 1e30)}), wrappers.get(p.framework),
-                         **dict(kwargs, channels={})).speedup
+                         two_workers=rec.two_workers, **dict(kwargs, channels={})).speedup
     return abs(free / real - 1)
 
 
@@ -158,6 +159,11 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     notes = held_out_notes(rows, schemes, rec)
     if schemes and any(p.rank_wait_s for p in rec.points):
         notes.insert(1, _rank_wait_note(rec, rows, schemes[0], kwargs))
+    if schemes and rec.two_workers:
+        without = held_out_speedups(rec, schemes[0], **dict(kwargs, two_worker=False))
+        for r, w in zip(rows, without):      # the model without the term measured on the probe: before and after
+            r["without_two_workers_err"] = _err(w, r["m1"])
+        notes.insert(1, _two_worker_note(rec, rows, schemes[0]))
     groups = _same_predictions(rows, schemes)
     for group in groups:
         named = " or ".join(group) if len(group) < 3 else ", ".join(group[:-1]) + " or " + group[-1]
@@ -196,6 +202,27 @@ def _rank_wait_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> str:
                if rec.sweeps == COURSE_SWEEPS else
                "It was built after the host-bound misses of the course's machine (validation.held_out()); these runs "
                "are ones it was not built on."))
+
+
+def _two_worker_note(rec: RecordedSet, rows: list, by: str) -> str:
+    """The table before and after the two-worker term (measured on the probe): the hits leaving each
+    ``by`` out without it (``without_two_workers_err``) and with it, in all and per launcher, and the
+    term per launcher and path."""
+    before = [{"launcher": r["launcher"], "e": r["without_two_workers_err"]} for r in rows]
+    k0, m0 = hits(before, "e")
+    k, m = hits(rows, f"{by}_err")
+    per = []
+    for la in dict.fromkeys(r["launcher"] for r in rows):
+        b = hits([r for r in before if r["launcher"] == la], "e")
+        a = hits([r for r in rows if r["launcher"] == la], f"{by}_err")
+        per.append(f"{la} {b[0]} -> {a[0]} of {a[1]}")
+    terms = ", ".join(f"{'Horovod' if f == 'horovod' else 'DDP'} {rec.path_label(path)} {format_time(t)}"
+                      for (f, path), (t, _) in sorted(rec.two_workers.items()))
+    return (f"Before and after the two-worker term: leaving each {by} out, {k0} of {m0} within "
+            f"±{100 * TOLERANCE:.0f}% without it, {k} of {m} with it ({'; '.join(per)}). The term is what a step on "
+            f"two workers costs beyond the other terms, measured on the probe alone (one small layer at batch 4), "
+            f"per launcher and path: {terms}; it is added to the eager steps (a CUDA-graph step replays its "
+            "all-reduce without the host).")
 
 
 def first_scheme(table):
