@@ -203,7 +203,8 @@ def test_predict_training_step_uses_the_recorded_step_and_the_chosen_link():
     assert rec is not None and rec[1] == 512
     p = widgets.predict_training_step("wide", 512, 2, "recorded:default")
     assert p.compute_s == pytest.approx(rec[0])
-    assert p.step_s == pytest.approx(p.compute_s + p.exposed_comm_s + p.wrapper_s)
+    assert p.step_s == pytest.approx(p.compute_s + p.exposed_comm_s + p.wrapper_s + p.two_worker_s)
+    assert p.two_worker_s > 0          # the recorded machine's paths carry the cost of two workers (the probe)
     # the calculator is `ddlab predict` with the same inputs
     from ddlab.cost import predict
     same = predict.predict("wide", step_ms=rec[0] * 1e3, batch=512, path="default", fits="h200x2",
