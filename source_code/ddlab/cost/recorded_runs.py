@@ -113,6 +113,7 @@ class RecordedSet:
     # {(framework, path): (seconds, source)}: what two workers cost beyond the model's other terms, from the
     # probe recorded on this set's machine (two_worker_terms); predict_point adds it to eager steps
     two_workers: dict = field(default_factory=dict)
+    probe_points: list = field(default_factory=list)   # the probe's 2-GPU runs on this machine, the term's source
 
     def made_here(self, provenance: Optional[dict]) -> bool:
         """Whether a recording with ``provenance`` was made on this set's machine (the machine of its
@@ -169,7 +170,8 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     elsewhere = recs.elsewhere + _strong_points(points, names, fits, recs.machine)
     rec = RecordedSet(points, fits, missing, recs.machine, recs.device_elsewhere, recs.device_check,
                       _gpu_profiles(names, gpu_model), channels, sweeps, elsewhere)
-    rec.two_workers = two_worker_terms(rec, recs)
+    rec.probe_points = _probe_points(rec, recs)
+    rec.two_workers = two_worker_terms(rec)
     return rec
 
 
@@ -177,28 +179,31 @@ PROBE_TERM_NOTE = ("the probe's two-worker step (one 784x10 layer at batch 4: co
                    "nothing) minus the model's prediction of it from its one-worker step")
 
 
-def two_worker_terms(rec: RecordedSet, recs: Optional["_Recordings"] = None) -> dict:
-    """{(framework, path): (seconds, source)}: what a step on two workers costs beyond the model's
-    other terms, per launcher and NCCL path, from the probe alone (``nccl-paths-torch-<launcher>-probe``
-    recorded on ``rec``'s machine): the probe's measured two-worker step minus :func:`predict_point`'s
-    prediction of it without this term; at least 0. Empty where no probe is recorded there."""
+def _probe_points(rec: RecordedSet, recs: "_Recordings") -> list:
+    """The probe's 2-GPU runs (``nccl-paths-torch-<launcher>-probe``) recorded on ``rec``'s machine."""
     from ddlab.training.models import PROBE
-    recs = recs or _Recordings(rec.machine)
-    out = {}
+    out = []
     for label, launcher, variant in RECORDED_RUNS:
         res = recs.load(launcher, PROBE, variant) if variant is None else None
         base = _one_worker_row(res)
-        if base is None:
-            continue
-        wrapper = rec.wrappers().get("horovod" if launcher == "horovod" else "ddp")
-        for p in _recording_points(label, launcher, variant, PROBE, res, base, rec.fits, recs):
-            if p.n_gpus != 2:
-                continue
-            measured = p.compute_s * p.images_factor / p.measured
-            extra = measured - predict_point(p, rec.fits, wrapper, two_worker=False).total_s
-            date = ((res.provenance or {}).get("date") or "")[:10]
-            out[(p.framework, p.path)] = (max(0.0, extra), f"{PROBE_TERM_NOTE}: {launcher}, {p.path}, "
-                                          f"{rec.machine}{', ' + date if date else ''}")
+        if base is not None:
+            out += [p for p in _recording_points(label, launcher, variant, PROBE, res, base, rec.fits, recs)
+                    if p.n_gpus == 2]
+    return out
+
+
+def two_worker_terms(rec: RecordedSet, wrappers: Optional[dict] = None) -> dict:
+    """{(framework, path): (seconds, source)}: what a step on two workers costs beyond the model's
+    other terms, per launcher and NCCL path, from the probe alone (``rec.probe_points``): the probe's
+    measured two-worker step minus :func:`predict_point`'s prediction of it without this term, with the
+    wrapper's cost ``wrappers`` ({framework: Overheads}, default ``rec.wrappers()``: a held-out check
+    passes the one it predicts with); at least 0. Empty where no probe is recorded."""
+    wrappers = rec.wrappers() if wrappers is None else wrappers
+    out = {}
+    for p in rec.probe_points:
+        measured = p.compute_s * p.images_factor / p.measured
+        extra = measured - predict_point(p, rec.fits, wrappers.get(p.framework), two_worker=False).total_s
+        out[(p.framework, p.path)] = (max(0.0, extra), f"{PROBE_TERM_NOTE}: {p.launcher}, {p.path}, {rec.machine}")
     return out
 
 

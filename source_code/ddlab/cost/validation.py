@@ -42,7 +42,7 @@ from ddlab.base.units import format_ratio, format_time
 from ddlab.cost.alpha_beta import AlphaBeta
 from ddlab.cost import wrapper_cost
 from ddlab.cost.recorded_runs import (COURSE_SWEEPS, RecordedPoint, RecordedSet, path_labels, predict_point,
-                                      recorded_points)
+                                      recorded_points, two_worker_terms)
 
 TOLERANCE = 0.10     # a prediction within ±10% of the measured speedup counts as right
 # What a held-out check leaves out: every recorded run of one model, one path or one batch per
@@ -61,8 +61,9 @@ def _with_profiles(rec: RecordedSet, kwargs: dict) -> dict:
 
 
 def _predict(rec: RecordedSet, p: RecordedPoint, wrappers: dict, **kwargs):
-    return predict_point(p, rec.fits, wrappers.get(p.framework), sweeps=rec.sweeps, two_workers=rec.two_workers,
-                         **kwargs)
+    """``p`` predicted with ``wrappers``; the two-worker term measured on the probe with the same wrappers."""
+    two = rec.two_workers if wrappers is None or not rec.probe_points else two_worker_terms(rec, wrappers)
+    return predict_point(p, rec.fits, wrappers.get(p.framework), sweeps=rec.sweeps, two_workers=two, **kwargs)
 
 
 def _left_out(by: str, p: RecordedPoint) -> dict:
