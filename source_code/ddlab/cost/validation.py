@@ -60,9 +60,10 @@ def _with_profiles(rec: RecordedSet, kwargs: dict) -> dict:
     return dict(kwargs, profiles=rec.profiles, channels=rec.channels)
 
 
-def _predict(rec: RecordedSet, p: RecordedPoint, wrappers: dict, **kwargs):
-    """``p`` predicted with ``wrappers``; the two-worker term measured on the probe with the same wrappers."""
-    two = rec.two_workers if wrappers is None or not rec.probe_points else two_worker_terms(rec, wrappers)
+def _predict(rec: RecordedSet, p: RecordedPoint, wrappers: dict, two_workers: Optional[dict] = None, **kwargs):
+    """``p`` predicted with ``wrappers`` and the two-worker term ``two_workers`` taken with them (default
+    ``rec.two_workers``, taken with ``rec.wrappers()``)."""
+    two = rec.two_workers if two_workers is None else two_workers
     return predict_point(p, rec.fits, wrappers.get(p.framework), sweeps=rec.sweeps, two_workers=two, **kwargs)
 
 
@@ -80,14 +81,22 @@ def held_out_speedups(rec: RecordedSet, by: str, **kwargs) -> list:
     if by not in HELD_OUT:
         raise ValueError(f"held out by one of {', '.join(HELD_OUT)}, got {by!r}")
     kwargs = _with_profiles(rec, kwargs)
+    measured: dict = {}      # what is left out -> (the wrappers measured without it, the two-worker term with them)
     out = []
     for p in rec.points:
-        try:
-            wrappers = rec.wrappers(**_left_out(by, p))
-        except ValueError:
+        left = _left_out(by, p)
+        key = tuple(sorted(left.items()))
+        if key not in measured:
+            try:
+                wrappers = rec.wrappers(**left)
+                measured[key] = (wrappers, two_worker_terms(rec, wrappers))
+            except ValueError:
+                measured[key] = None
+        if measured[key] is None:
             out.append(None)
             continue
-        out.append(p.speedup(_predict(rec, p, wrappers, **kwargs)))
+        wrappers, two = measured[key]
+        out.append(p.speedup(_predict(rec, p, wrappers, two, **kwargs)))
     return out
 
 
