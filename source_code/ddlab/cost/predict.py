@@ -225,16 +225,16 @@ class Prediction:
     @property
     def wait_s(self) -> float:
         """The wait for the slower rank, as far as it lengthens the step (a device-bound step hides it)."""
-        return max(0.0, min(self.step.term("slower rank").seconds, self.step.overhead_s))
+        return self.step.slower_rank_s
 
     @property
     def two_worker_s(self) -> float:
         """What two workers cost beyond the other terms (measured on the probe), as far as it lengthens the step."""
-        return max(0.0, min(self.step.term("two workers").seconds, self.step.overhead_s - self.wait_s))
+        return self.step.two_workers_s
 
     @property
     def wrapper_s(self) -> float:
-        return self.step.overhead_s - self.wait_s - self.two_worker_s
+        return self.step.wrapper_s
 
     @property
     def speedup(self) -> float:

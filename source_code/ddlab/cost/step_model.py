@@ -250,6 +250,28 @@ class StepPrediction:
     def images_per_s(self) -> Optional[float]:
         return self.n_gpus * self.batch / self.total_s if self.batch else None
 
+    def _added_s(self, name: str, before: float = 0.0) -> float:
+        """Term ``name`` of the host's path as far as it lengthens the step: within the overhead left
+        after ``before`` (a device-bound step hides what the GPU's work covers); 0 where there is none."""
+        t = next((t.seconds for t in self.terms if t.name == name), None)
+        return max(0.0, min(t, self.overhead_s - before)) if t else 0.0
+
+    @property
+    def slower_rank_s(self) -> float:
+        """The wait for the slower rank, as far as it lengthens the step."""
+        return self._added_s("slower rank")
+
+    @property
+    def two_workers_s(self) -> float:
+        """What two workers cost beyond the other terms (measured on the probe), as far as it lengthens the step."""
+        return self._added_s("two workers", self.slower_rank_s)
+
+    @property
+    def wrapper_s(self) -> float:
+        """The overhead that is the wrapper's own cost: the rest after the slower rank and two workers."""
+        rest = self.overhead_s - self.slower_rank_s - self.two_workers_s
+        return 0.0 if abs(rest) < 1e-12 * max(1.0, self.total_s) else rest     # rounding, not a cost
+
     def parts(self) -> dict:
         return {"compute": self.compute_s, "exposed communication": self.exposed_comm_s,
                 "overhead": self.overhead_s}

@@ -46,11 +46,9 @@ def _row(model, path, compute_s, pred, measured, spread=None, repeats=None, plai
     def over(v):
         return v * plain_ratio if v is not None and plain_ratio else None
     term = pred.term("two workers").seconds if pred.n_gpus > 1 else 0.0
-    two = min(term, pred.overhead_s)                  # as far as it lengthens the step (a busy GPU hides it)
-    wrapper = pred.overhead_s - two
     return {"model": model, "path": path, "gradients": sum(b.nbytes for b in pred.buckets), "compute": compute_s,
             "allreduce": pred.comm_s, "ratio": compute_s / pred.comm_s if pred.comm_s > 0 else float("inf"),
-            "exposed": pred.exposed_comm_s, "overhead": 0.0 if abs(wrapper) < 1e-12 else wrapper, "two_workers": term,
+            "exposed": pred.exposed_comm_s, "overhead": pred.wrapper_s, "two_workers": term,
             "predicted": over(pred.speedup),
             "measured": over(measured),
             "spread": f"{over(lo):.2f}-{over(hi):.2f}" if lo is not None and hi is not None and plain_ratio else "-",
