@@ -752,3 +752,28 @@ def test_the_job_loop_says_what_each_job_took_and_fails_when_one_did():
     assert recording_sets.run_jobs(["a", "b"], lambda j: (j, jobs[j]), "rec", said.append) == 1
     assert said[1].endswith("; with failures: b-default, b-shm") and said[2] == "   RunSpecError: no such path"
     assert said[-1].endswith("; 1 job(s) with failures")
+
+
+def test_plain_methods_times_each_way_interleaved_and_writes_their_ratio(tmp_path, monkeypatch, capsys):
+    """plain_methods.py runs the same plain run launched and in-process, round by round, and writes
+    each way's median and spread and the ratio in-process over launched."""
+    mod = load("plain_methods.py")
+    order = []
+
+    def fake(way, speeds):
+        def run(spec):
+            order.append((way, spec.model, spec.launcher, spec.cuda_graph))
+            return {"images_per_s": speeds.pop(0), "step_time_ms": 1.0}
+        return run
+    monkeypatch.setattr(mod.runs, "train", fake("launched", [100.0, 300.0, 200.0, 50.0, 60.0, 70.0]))
+    monkeypatch.setattr(mod.plain_runs, "run_once", fake("in-process", [150.0, 150.0, 150.0, 35.0, 35.0, 35.0]))
+    monkeypatch.setattr(mod, "run_provenance", lambda command: {"command": command})
+    assert mod.main([str(tmp_path), "--models", "cnn", "--repeats", "3", "--dry-run"]) == 0
+    assert [w for w, *_ in order] == ["launched", "in-process"] * 3
+    assert all(launcher == "none" for _, _, launcher, _ in order)
+    with open(tmp_path / "plain-methods.json") as f:
+        res = json.load(f)
+    (row,) = res["rows"]
+    assert row["launched_images_per_s"] == 200.0 and row["launched_min"] == 100.0 and row["launched_max"] == 300.0
+    assert row["in_process_over_launched"] == pytest.approx(0.75)
+    assert "0.75" in capsys.readouterr().out
