@@ -9,7 +9,7 @@ import pytest
 
 from ddlab.base.paths import REPO_ROOT
 from ddlab.system import nccl
-from ddlab.training import experiments, runs
+from ddlab.training import baseline, experiments, runs
 from ddlab.training.runspec import RunSpec, nccl_path_env
 
 
@@ -110,7 +110,8 @@ def test_every_row_of_a_recorded_result_shows_a_runnable_command(launcher, model
         # what the reader puts together is the row's exact command, word for word up to the order of K=V
         assert split_command(cmd)[0] == split_command(res.row_command(r))[0]
         assert split_command(cmd)[1:] == split_command(res.row_command(r))[1:]
-        row_spec = res.spec.with_(workers=r["workers"], path=r["path"] if r["path"] in nccl.PATHS else "default")
+        row_spec = (experiments.plain_spec(res.spec) if baseline.is_plain(r) else
+                    res.spec.with_(workers=r["workers"], path=r["path"] if r["path"] in nccl.PATHS else "default"))
         env = assert_runnable(cmd, row_spec)
         # the row's own variables (what the path set in that run) are all on its line
         assert all(env.get(k) == v for k, v in (r.get("env") or {}).items()), (r["path"], env)
@@ -123,4 +124,4 @@ def test_the_side_by_side_view_prints_each_launchers_command():
     shown = _commands_shown(res)
     for r in res.rows:
         launcher = split_command(shown[row_label(res.name, r, res.provenance).replace("\n", " ")])[1][0]
-        assert launcher == {"ddp": "torchrun", "horovod": "horovodrun"}[r["launcher"]]
+        assert launcher == {"ddp": "torchrun", "horovod": "horovodrun", "none": "python"}[r["launcher"]]
