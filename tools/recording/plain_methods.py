@@ -10,7 +10,6 @@ OUT_DIR/plain-methods.json. A ratio far from 1 means the plain-baselines file is
 measurement as a recording's own plain row. --dry-run runs the same code on the CPU, tiny.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -19,35 +18,35 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from ddlab.base.files import write_json  # noqa: E402
 from ddlab.system.provenance import run_provenance  # noqa: E402
-from ddlab.training import plain_runs, recording, runs  # noqa: E402
+from ddlab.training import experiments, plain_runs, recording, runs  # noqa: E402
 from ddlab.training.runspec import RunSpec  # noqa: E402
 
 WAYS = ("launched", "in-process")
 
 
 def plain_spec(model: str, dry_run: bool) -> RunSpec:
-    """The plain one-GPU run of ``model`` at the live GPU defaults, eager (tiny, on the CPU, with ``dry_run``)."""
+    """The plain one-GPU run (ddlab.training.experiments.plain_spec) of ``model`` at the live GPU defaults
+    (tiny, on the CPU, with ``dry_run``)."""
     if dry_run:
-        return RunSpec.for_device("cpu", model).with_(launcher="none", workers=1, steps=4, warmup_steps=1,
-                                                      test_samples=200, timeout=120)
-    return recording.gpu_spec(model).with_(launcher="none", workers=1, path="default", cuda_graph="off",
-                                           extra_args=(), timeout=240)
+        return experiments.plain_spec(RunSpec.for_device("cpu", model)).with_(steps=4, warmup_steps=1,
+                                                                              test_samples=200, timeout=120)
+    return experiments.plain_spec(recording.gpu_spec(model)).with_(timeout=240)
 
 
 def measure(models, repeats: int, dry_run: bool) -> dict:
     """Each model's plain run both ways, ``repeats`` rounds; the JSON document main() writes."""
+    specs = {m: plain_spec(m, dry_run) for m in models}
     got = {(m, w): [] for m in models for w in WAYS}
     for rnd in range(repeats):
-        for m in models:
-            spec = plain_spec(m, dry_run)
+        for m, spec in specs.items():
             got[(m, "launched")].append(runs.train(spec))
-            got[(m, "in-process")].append(plain_runs.run_once(spec.with_(timeout=None)))
+            got[(m, "in-process")].append(plain_runs.run_once(spec))
             print(f"round {rnd + 1} {m}: launched {got[(m, 'launched')][-1]['images_per_s']:,.0f}, in-process "
                   f"{got[(m, 'in-process')][-1]['images_per_s']:,.0f} images/s", flush=True)
     rows = []
-    for m in models:
+    for m, spec in specs.items():
         ips = {w: [r["images_per_s"] for r in got[(m, w)]] for w in WAYS}
-        row = {"model": m, "spec": plain_spec(m, dry_run).to_dict(), "images_per_s_each": ips}
+        row = {"model": m, "spec": spec.to_dict(), "images_per_s_each": ips}
         for w in WAYS:
             row.update({f"{w}_images_per_s": statistics.median(ips[w]), f"{w}_min": min(ips[w]),
                         f"{w}_max": max(ips[w])})
