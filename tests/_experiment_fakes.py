@@ -20,7 +20,8 @@ def fake_paths_result():
     prov = {"machine": "h200x2", "gpu_model": "NVIDIA H200", "gpu_count": 2, "date": "2026-11-22T00:00:00+00:00"}
     cfg = {"framework": "torch", "launcher": "ddp", "model": "wide", "batch_size": 512, "device": "cuda",
            "baseline_images_per_s": 100.0}
-    runs = [{"workers": 1}, {"workers": 2, "path": "default"}, {"workers": 2, "path": "shm"}, {"workers": 1}]
+    runs = [{"workers": 1, "launcher": "ddp"}, {"workers": 2, "path": "default"}, {"workers": 2, "path": "shm"},
+            {"workers": 1, "launcher": "none"}]
     return ExperimentResult("nccl-paths", rows, "live", prov, ["a note"], cfg, runs)
 
 

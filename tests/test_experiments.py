@@ -31,7 +31,11 @@ def test_scaling_taken_from_the_path_runs():
     assert s.rows[1]["speedup"] == pytest.approx(paths.rows[1]["images_per_s"] / plain_ips)
     assert s.rows[2]["speedup"] == pytest.approx(paths.rows[2]["images_per_s"] / plain_ips)
     assert s.rows[2]["efficiency"] == pytest.approx(s.rows[2]["speedup"] / 2)
-    assert s.runs == [paths.runs[r["run"]] for r in paths.rows[:3]]
+    for row, before in zip(s.rows, paths.rows[:3]):              # each row keeps its own runs
+        assert s.runs[row["run"]] == paths.runs[before["run"]]
+        assert [s.runs[i] for i in row.get("runs", [row["run"]])] == \
+            [paths.runs[i] for i in before.get("runs", [before["run"]])]
+    assert s.table()                                               # its commands are rebuilt from its own runs
 
 
 @pytest.fixture

@@ -296,18 +296,34 @@ def scaling_from_paths(paths_result: ExperimentResult) -> ExperimentResult:
               and not r.get("error")]
     if len([r for r in picked if r.get("path") != baseline.PLAIN_PATH]) != 2:
         raise ExperimentError("the nccl-paths result has no successful one-worker and default-path run")
-    rows = []
+    rows, runs = [], []
     for r in picked:
         row = {k: v for k, v in r.items() if k not in ("path", "env", "env_text") or r.get("path") == baseline.PLAIN_PATH}
         row["efficiency"] = None      # set over the plain run (ddlab.training.baseline.rebase)
+        _take_runs(row, paths_result.runs, runs)
         rows.append(row)
     cfg = dict(paths_result.config, workers=[r["workers"] for r in rows])
     cfg.pop("paths", None)
-    runs = [paths_result.runs[r["run"]] for r in picked if r.get("run") is not None and r["run"] < len(paths_result.runs)]
     notes = ["taken from the nccl-paths runs: the plain one-GPU run (where recorded), the one-worker run and the "
              "default NCCL path"]
     return ExperimentResult("scaling", rows, paths_result.source, paths_result.provenance,
                             notes + list(paths_result.notes), cfg, runs)
+
+
+def _take_runs(row: dict, source: list, runs: list) -> None:
+    """Append the runs ``row`` names (its median ``run`` and every repeat in ``runs``, as indices
+    into ``source``) to ``runs``, and point the row's indices at their new places."""
+    wanted = [i for i in (row.get("runs") or [row.get("run")]) if isinstance(i, int) and 0 <= i < len(source)]
+    moved = {}
+    for i in wanted:
+        moved[i] = len(runs)
+        runs.append(source[i])
+    if row.get("run") in moved:
+        row["run"] = moved[row["run"]]
+    else:
+        row.pop("run", None)
+    if "runs" in row:
+        row["runs"] = [moved[i] for i in wanted]
 
 
 def performance_options(base: Optional[RunSpec] = None, options: Optional[Sequence[str]] = None,
