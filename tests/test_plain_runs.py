@@ -73,19 +73,20 @@ def test_a_recording_without_its_own_plain_run_divides_by_the_recorded_one(tmp_p
     here = os.path.join(ROOT, "source_code", "reference", "experiments")
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
     os.makedirs(tmp_path / "experiments")
-    name = "nccl-paths-torch-horovod-wide"          # recorded without its own plain run
+    name = "nccl-paths-torch-ddp-mlp-small-b2048"   # recorded without its own plain run
     for n in (name, "wrapper-cost-torch"):
         with open(os.path.join(here, n + ".json")) as f, open(tmp_path / "experiments" / f"{n}.json", "w") as g:
             g.write(f.read())
-    before = recording.load_recorded("nccl-paths", "torch", "horovod", "wide")
-    assert all(r["speedup"] is None for r in before.rows if not r.get("error"))     # no plain run of wide
-    assert any(n.startswith("speedup '-': no plain one-GPU run recorded for wide at batch 512")
+    before = recording.load_recorded("nccl-paths", "torch", "ddp", "mlp-small", variant="b2048")
+    assert all(r["speedup"] is None for r in before.rows if not r.get("error"))   # no plain run at 2048
+    assert any(n.startswith("speedup '-': no plain one-GPU run recorded for mlp-small at batch 2048")
                for n in before.table_notes())
-    specs = [s for s in plain_runs.configs_from_recordings() if s.model == "wide" and s.cuda_graph == "off"]
+    specs = [s for s in plain_runs.configs_from_recordings()
+             if s.model == "mlp-small" and s.batch == 2048 and s.cuda_graph == "off"]
     res = plain_runs.record(specs, repeats=3, run=_fake_run)
     res.provenance["gpu_model"] = before.provenance["gpu_model"]          # recorded on that GPU model
     recording.save(res, str(tmp_path / "experiments" / f"{plain_runs.NAME}.json"))
-    after = recording.load_recorded("nccl-paths", "torch", "horovod", "wide")
+    after = recording.load_recorded("nccl-paths", "torch", "ddp", "mlp-small", variant="b2048")
     plain_ips = res.rows[0]["images_per_s"]
     for r in after.rows:
         if not r.get("error"):
