@@ -164,3 +164,18 @@ def test_the_plain_run_of_a_keras_spec_sets_no_pytorch_option():
     keras.script_args()                                   # a valid run description: it builds its command
     torch = plain_spec(RunSpec(framework="torch", launcher="ddp", model="cnn", workers=2, device="cpu"))
     assert torch.cuda_graph == "off"
+
+
+def test_a_side_by_side_view_divides_each_recording_by_its_own_plain_run():
+    """DDP's and Horovod's wide recordings each hold a plain run timed beside them: in the combined view
+    each launcher's rows keep the speedups over their own plain run, and the two plain rows are told apart."""
+    from ddlab.training import experiments
+    from ddlab.training.results import row_label
+    res = experiments.launchers_side_by_side("wide", missing_ok=True)
+    plain = {r["recorded_with"]: r for r in res.rows if baseline.is_plain(r)}
+    assert set(plain) == {"ddp", "horovod"} and plain["ddp"]["images_per_s"] != plain["horovod"]["images_per_s"]
+    for r in res.rows:
+        if not r.get("error"):
+            assert r["speedup"] == pytest.approx(r["images_per_s"] / plain[r["recorded_with"]]["images_per_s"])
+    labels = {row_label(res.name, r, res.provenance) for r in plain.values()}
+    assert len(labels) == 2

@@ -89,7 +89,12 @@ def _commands_shown(res):
             shown[label], last = cmd, cmd
         else:
             assert line.startswith("commands of ") and line.endswith(": the same with each row's NCCL settings added")
-            for label in line[len("commands of "):line.index(": the same")].split(", "):
+            listed = line[len("commands of "):line.index(": the same")]
+            labels = [label for label in sorted(settings, key=len, reverse=True) if label in listed
+                      and not listed.replace(label, "", 1) == listed]
+            labels = [label for label in labels if not any(label != other and label in other for other in labels)]
+            assert ", ".join(sorted(labels, key=listed.index)) == listed        # exactly the rows' labels
+            for label in labels:
                 env, launcher, script, flags = split_command(last)
                 shown[label] = shlex.join([f"{k}={v}" for k, v in {**env, **settings[label]}.items()]
                                           + launcher + [script] + flags)

@@ -25,7 +25,7 @@ notes name where each plain run came from (:func:`notes`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ddlab.base import reference
@@ -51,6 +51,9 @@ class Key:
     precision: Optional[str]
     cuda_graph: bool
     gpu_model: Optional[str]
+    # In a side-by-side view of several recordings, the launcher whose recording the row comes from:
+    # each recording's rows divide by that recording's own plain run, timed beside them.
+    beside: Optional[str] = None
 
     def text(self) -> str:
         return (f"{self.model} at batch {self.batch}, {self.precision}"
@@ -127,7 +130,7 @@ def key_of(config: dict, provenance: dict, row: dict, experiment: str) -> Key:
     gpu = (provenance or {}).get("gpu_model") or (config.get("device_name") if config.get("device") == "cuda" else None)
     return Key(row.get("model") or config.get("model"), int(batch) if batch else None,
                spec.get("precision") or config.get("precision") or row.get("precision"), bool(graph),
-               gpu if config.get("device", "cuda") == "cuda" else None)
+               gpu if config.get("device", "cuda") == "cuda" else None, row.get("recorded_with"))
 
 
 # ----------------------------------------------------------------------------- where plain runs are
@@ -211,7 +214,8 @@ def find(key: Key, own: Optional[dict] = None) -> Plain:
         return own[key]
     if key.gpu_model is None or key.model is None or key.batch is None:
         return Plain(key)
-    return recorded_apart(key)
+    apart = recorded_apart(replace(key, beside=None))
+    return replace(apart, key=key)
 
 
 # ----------------------------------------------------------------------------- rebasing a result

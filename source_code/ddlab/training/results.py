@@ -130,7 +130,8 @@ def run_label(r: dict, launcher: Optional[str] = None) -> str:
     """Which run a row is: "1 GPU, no wrapper" (the plain run every speedup divides by), "DDP, 1 worker"
     (the wrapper's own one-worker run), else the launcher's name."""
     if baseline.is_plain(r):
-        return baseline.PLAIN_LABEL
+        beside = r.get("recorded_with")           # a side-by-side view: each recording has its own plain run
+        return baseline.PLAIN_LABEL + (f" (beside {baseline.framework_name(beside)})" if beside else "")
     launcher = r.get("launcher") or launcher
     if r.get("workers") == 1:
         return baseline.wrapper_label(launcher)
