@@ -114,9 +114,10 @@ setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
 
 # tests/browser is the browser test: `make browser-test` runs it, on its own.
 # lint-imports checks the package's layers (contracts in pyproject.toml) before any test runs.
+# Both test targets end with the 15 slowest tests (or notebook cells), where CI's time goes.
 test: setup
 	cd source_code && $(abspath $(VENV))/bin/lint-imports --config ../pyproject.toml --no-cache
-	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=$(PYTEST_TIMEOUT) --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=$(PYTEST_TIMEOUT) --durations=15 --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
 
 lab: setup
 	@echo "Starting JupyterLab on http://$(LAB_IP):$(LAB_PORT) (Ctrl-C stops it)."
@@ -140,7 +141,7 @@ chromium:
 # (or BROWSER_SCREENSHOTS=...). A timeout bounds the whole run.
 browser-test: setup chromium
 	CHROMIUM=$(CHROMIUM) timeout --kill-after=60 $(BROWSER_TEST_TIMEOUT) \
-	  $(VPY) -m pytest -n $(TEST_WORKERS) --dist worksteal tests/browser
+	  $(VPY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15 tests/browser
 
 images: $(STAMPS)/ddlab
 	$(VPY) tools/make_images.py
