@@ -129,7 +129,7 @@ def test_default_is_named_for_what_it_ran_with_and_why():
     assert nccl.MULTICAST_OFF_WHY not in text                  # the row's name says it; notebook 4 says why, once
     assert res.rows[2]["path"] == "default"                   # the stored key is unchanged
     assert results.row_label("nccl-paths", res.rows[2], res.provenance) == "NCCL default, NVLS off"
-    assert [t.get_text() for t in res.plot().get_xticklabels()][2] == "NCCL default, NVLS off"
+    assert [t.get_text().replace("\n", " ") for t in res.plot().get_xticklabels()][2] == "NCCL default, NVLS off"
     plain = fake_paths_result().table()
     assert "NCCL default" in plain and "NVLS off" not in plain and nccl.MULTICAST_OFF_WHY not in plain
     lines = result_views.compare_speedups({"rec": res}).splitlines()

@@ -14,8 +14,8 @@ half would need the other's helpers.
 from __future__ import annotations
 
 import re
-
 import statistics
+import textwrap
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -124,6 +124,11 @@ def path_name(r: dict, provenance: Optional[dict] = None) -> str:
     """The row's path as tables and legends show it (ddlab.system.nccl.display_name: "NCCL default, NVLS
     off" where the run had NCCL_NVLS_ENABLE=0); the stored key stays ``path``."""
     return nccl.display_name(r.get("path", "?"), row_env(r, provenance))
+
+
+def _wrapped(label: str, width: int = 11) -> str:
+    """A bar's label broken into lines of about ``width`` characters (its own line breaks kept)."""
+    return "\n".join(textwrap.fill(part, width, break_long_words=False) for part in label.split("\n"))
 
 
 def run_label(r: dict, launcher: Optional[str] = None) -> str:
@@ -434,7 +439,8 @@ class ExperimentResult:
         import matplotlib.pyplot as plt
         if ax is None:
             n = 2 if self.companion is not None else 1
-            fig, axes = plt.subplots(1, n, figsize=(6.4 * n, 4.2), squeeze=False)
+            bars = max(len(res.shown_rows()) for res in (self, self.companion) if res is not None)
+            fig, axes = plt.subplots(1, n, figsize=(max(6.4, 1.05 * bars) * n, 4.2), squeeze=False)
             self._plot_one(axes[0][0])
             if self.companion is not None:
                 self.companion._plot_one(axes[0][1])
@@ -466,7 +472,8 @@ class ExperimentResult:
             ratio = r.get("speedup")
             text = units.format_count(r["images_per_s"]) + (f"\n{speedup_text(ratio)}" if ratio is not None else "")
             text += " (!)" if r.get("above_linear") else ""
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+            top = max(bar.get_height(), r.get("images_per_s_max") or 0)          # above the error bar
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, top), ha="center", va="bottom",
                         fontsize=8, xytext=(0, 2), textcoords="offset points")
         plains = [p for p in self.plain.values() if p.found]
         base = plains[0].images_per_s if len(plains) == 1 else None
@@ -475,7 +482,7 @@ class ExperimentResult:
             ax.annotate(baseline.PLAIN_LABEL, (len(ok) - 0.5, base), ha="right", va="bottom", fontsize=8,
                         color="grey")
         ax.set_xticks(range(len(ok)))
-        ax.set_xticklabels(labels, fontsize=8, rotation=15 if len(ok) > 4 else 0)
+        ax.set_xticklabels([_wrapped(label) for label in labels], fontsize=8)
         ax.set_ylabel("images/s (all workers)")
         top = max([r.get("images_per_s_max", r["images_per_s"]) for r in ok] + [base or 0])
         ax.set_ylim(0, top * 1.25 if values else 1)
