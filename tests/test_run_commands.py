@@ -90,8 +90,7 @@ def _commands_shown(res):
         else:
             assert line.startswith("commands of ") and line.endswith(": the same with each row's NCCL settings added")
             listed = line[len("commands of "):line.index(": the same")]
-            labels = [label for label in sorted(settings, key=len, reverse=True) if label in listed
-                      and not listed.replace(label, "", 1) == listed]
+            labels = [label for label in settings if label in listed]      # a label may contain ", "
             labels = [label for label in labels if not any(label != other and label in other for other in labels)]
             assert ", ".join(sorted(labels, key=listed.index)) == listed        # exactly the rows' labels
             for label in labels:
