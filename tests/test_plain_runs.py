@@ -179,3 +179,21 @@ def test_a_side_by_side_view_divides_each_recording_by_its_own_plain_run():
             assert r["speedup"] == pytest.approx(r["images_per_s"] / plain[r["recorded_with"]]["images_per_s"])
     labels = {row_label(res.name, r, res.provenance) for r in plain.values()}
     assert len(labels) == 2
+
+
+def test_launchers_side_by_side_keeps_each_rows_own_runs_and_command():
+    from ddlab.training import experiments
+    parts = {la: experiments.run_or_load("nccl-paths", "torch", la, "cnn", source="recorded", cpu_run=False)
+             for la in ("ddp", "horovod")}
+    joined = experiments.combine_launchers(parts)
+    assert len(joined.rows) == sum(len(res.rows) for res in parts.values())
+    for row in joined.rows:
+        res = parts[row["recorded_with"]]
+        src = next(r for r in res.rows if r.get("path") == row.get("path") and r.get("workers") == row.get("workers")
+                   and baseline.is_plain(r) == baseline.is_plain(row))
+        for field in ("run", "runs"):
+            if field in src:      # the same run records, moved to the joined list
+                ids = src[field] if field == "runs" else [src[field]]
+                got = row[field] if field == "runs" else [row[field]]
+                assert [joined.runs[i] for i in got] == [res.runs[i] for i in ids]
+        assert joined.row_command(row) == res.row_command(src)

@@ -25,7 +25,7 @@ from ddlab.measure import launch
 from ddlab.system import nccl
 from ddlab.base import reference
 from ddlab.training import baseline, data, throughput
-from ddlab.training.results import ExperimentResult, add_speedup, median_run, row_of_repeats  # noqa: F401
+from ddlab.training.results import ExperimentResult, add_speedup, median_run, row_of_repeats, take_runs  # noqa: F401
 from ddlab.training.result_views import combine_launchers, compare_speedups, images_side_by_side  # noqa: F401
 from ddlab.system.frameworks import availability, gpu_count  # noqa: F401  (names the notebooks use)
 from ddlab.system.provenance import run_provenance
@@ -300,7 +300,7 @@ def scaling_from_paths(paths_result: ExperimentResult) -> ExperimentResult:
     for r in picked:
         row = {k: v for k, v in r.items() if k not in ("path", "env", "env_text") or r.get("path") == baseline.PLAIN_PATH}
         row["efficiency"] = None      # set over the plain run (ddlab.training.baseline.rebase)
-        _take_runs(row, paths_result.runs, runs)
+        take_runs(row, paths_result.runs, runs)
         rows.append(row)
     cfg = dict(paths_result.config, workers=[r["workers"] for r in rows])
     cfg.pop("paths", None)
@@ -308,22 +308,6 @@ def scaling_from_paths(paths_result: ExperimentResult) -> ExperimentResult:
              "default NCCL path"]
     return ExperimentResult("scaling", rows, paths_result.source, paths_result.provenance,
                             notes + list(paths_result.notes), cfg, runs)
-
-
-def _take_runs(row: dict, source: list, runs: list) -> None:
-    """Append the runs ``row`` names (its median ``run`` and every repeat in ``runs``, as indices
-    into ``source``) to ``runs``, and point the row's indices at their new places."""
-    wanted = [i for i in (row.get("runs") or [row.get("run")]) if isinstance(i, int) and 0 <= i < len(source)]
-    moved = {}
-    for i in wanted:
-        moved[i] = len(runs)
-        runs.append(source[i])
-    if row.get("run") in moved:
-        row["run"] = moved[row["run"]]
-    else:
-        row.pop("run", None)
-    if "runs" in row:
-        row["runs"] = [moved[i] for i in wanted]
 
 
 def performance_options(base: Optional[RunSpec] = None, options: Optional[Sequence[str]] = None,

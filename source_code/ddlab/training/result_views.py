@@ -11,7 +11,7 @@ from typing import Mapping, Optional
 
 from ddlab.base import tables, units
 from ddlab.training import baseline
-from ddlab.training.results import ExperimentResult, path_name, row_label, speedup_text
+from ddlab.training.results import ExperimentResult, path_name, row_label, speedup_text, take_runs
 
 
 # ----------------------------------------------------------------------------- several results
@@ -28,14 +28,19 @@ def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResu
     if not results:
         raise ValueError("no results to combine")
     paths = paths_in_order(results)
-    rows = [dict(r, launcher="none" if baseline.is_plain(r) else la, recorded_with=la) for path in paths
-            for la, res in results.items() for r in res.rows if r.get("path") == path]
+    rows, runs = [], []
+    for path in paths:
+        for la, res in results.items():
+            for r in res.rows:
+                if r.get("path") == path:
+                    row = dict(r, launcher="none" if baseline.is_plain(r) else la, recorded_with=la)
+                    take_runs(row, res.runs, runs)       # each row's run indices point into the joined runs
+                    rows.append(row)
     first = next(iter(results.values()))
     cfg = dict(first.config, launcher="+".join(results))
     cfg.pop("spec", None)
     notes = [f"{la}: {res.notes[0]}" for la, res in results.items() if res.notes]
-    return ExperimentResult("launchers", rows, first.source, first.provenance, notes, cfg,
-                            [run for res in results.values() for run in res.runs])
+    return ExperimentResult("launchers", rows, first.source, first.provenance, notes, cfg, runs)
 
 
 def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:

@@ -248,8 +248,7 @@ class ExperimentResult:
         spec = self.spec
         if spec is None or self.name not in _COMMAND_ROWS or not isinstance(r.get("workers"), int):
             return None
-        run = self.runs[r["run"]] if self.name != "launchers" and isinstance(r.get("run"), int) \
-            and 0 <= r["run"] < len(self.runs) else {}
+        run = self.runs[r["run"]] if isinstance(r.get("run"), int) and 0 <= r["run"] < len(self.runs) else {}
         launcher = run.get("launcher") or r.get("launcher") or spec.launcher
         path = r.get("path") if r.get("path") in nccl.PATHS else "default"
         try:
@@ -612,3 +611,19 @@ def _fmt_cell(row: dict, key: str, spread: bool) -> str:
     if spread and key == "images_per_s" and (row.get("repeats") or 1) > 1:
         text += f" ({units.format_count(row['images_per_s_min'])}-{units.format_count(row['images_per_s_max'])})"
     return text
+
+
+def take_runs(row: dict, source: list, runs: list) -> None:
+    """Append the runs ``row`` names (its median ``run`` and every repeat in ``runs``, as indices
+    into ``source``) to ``runs``, and point the row's indices at their new places."""
+    wanted = [i for i in (row.get("runs") or [row.get("run")]) if isinstance(i, int) and 0 <= i < len(source)]
+    moved = {}
+    for i in wanted:
+        moved[i] = len(runs)
+        runs.append(source[i])
+    if row.get("run") in moved:
+        row["run"] = moved[row["run"]]
+    else:
+        row.pop("run", None)
+    if "runs" in row:
+        row["runs"] = [moved[i] for i in wanted]
