@@ -235,3 +235,9 @@ def test_frameworks_are_compared_by_their_images_per_second_on_the_same_runs():
             assert shown["v0"] == r["images_per_s"] and shown["r1"] == pytest.approx(1.1)
     assert "socket" not in rows                          # failed in both: no row of numbers
     assert "DDP images/s" in t.text() and "Horovod / DDP" in t.text()
+    # the plain row runs the same program in both columns: a note says its ratio is the machines'
+    assert sum(n.startswith("1 GPU, no wrapper: the same program") for n in t.notes) == 1
+    only_ddp_plain = ExperimentResult.from_dict(hvd.to_dict())
+    only_ddp_plain.rows[:] = [r for r in only_ddp_plain.rows if r.get("path") != "plain"]
+    t = result_views.images_side_by_side({"DDP": ddp, "Horovod": only_ddp_plain})
+    assert not any(n.startswith("1 GPU, no wrapper") for n in t.notes)
