@@ -342,16 +342,22 @@ def test_a_table_mixing_own_and_apart_plain_runs_says_which_recording_divides_by
     stripped = ExperimentResult("strong-scaling", [r for r in first.rows if not baseline.is_plain(r)], "recorded",
                                 dict(first.provenance), [], dict(first.config, path="socket-apart"))
     assert stripped.plain and not any(p.own for p in stripped.plain.values())
+    # and on a GPU no plain run is recorded for, it has none at all
+    unmatched = ExperimentResult("strong-scaling", stripped.rows, "recorded",
+                                 dict(first.provenance, gpu_model="Test GPU"), [], dict(first.config, path="none-found"))
+    assert unmatched.plain and not any(p.found for p in unmatched.plain.values())
     label = f"{first.config['model']} {first.config['launcher']}"
-    monkeypatch.setattr(recording, "recorded_with_prefix", lambda prefix: [(name, first), (name, stripped)])
+    monkeypatch.setattr(recording, "recorded_with_prefix",
+                        lambda prefix: [(name, first), (name, stripped), (name, unmatched)])
     monkeypatch.setattr(fr, "_own_name", lambda res: name)
-    for table in (fr.recorded(paths=(fr._path_of(first), "socket-apart")),
-                  fr.recorded_grid(paths=(fr._path_of(first), "socket-apart"))):
-        notes = [n for n in table.notes if n.startswith("speedup")]
+    paths = (fr._path_of(first), "socket-apart", "none-found")
+    for table in (fr.recorded(paths=paths), fr.recorded_grid(paths=paths)):
+        notes = [n for n in table.notes if n.startswith("speedup") and "'-'" not in n]
         assert len(notes) == 2, notes
         own_line = next(n for n in notes if "own plain one-GPU run" in n)
         apart_line = next(n for n in notes if "recorded apart" in n)
-        assert f"{label} {fr._path_of(first)}" in own_line and "socket-apart" not in own_line
+        assert f"{label} {fr._path_of(first)}" in own_line
+        assert "socket-apart" not in own_line and "none-found" not in own_line
         assert apart_line.endswith(f"for {label} socket-apart")
     # a table whose recordings all divide the same way keeps the one line
     monkeypatch.setattr(recording, "recorded_with_prefix", lambda prefix: [(name, stripped)])

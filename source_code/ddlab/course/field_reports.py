@@ -387,15 +387,14 @@ def _baseline_notes(results: list) -> list:
     divide by one recorded apart, each line names the recordings it covers."""
     from ddlab.training import baseline
     used = {(i, key): p for i, res in enumerate(results) for key, p in res.plain.items()}
-    notes = baseline.notes(used)
     label = (lambda res: f"{res.config.get('model')} {res.config.get('launcher')} {_path_of(res)}")  # noqa: E731
-    apart = [label(res) for res in results if any(p.found and not p.own for p in res.plain.values())]
-    own = [label(res) for res in results
-           if res.plain and all(p.own for p in res.plain.values() if p.found) and label(res) not in apart]
+    found = [(res, [p for p in res.plain.values() if p.found]) for res in results]
+    apart = [label(res) for res, plains in found if any(not p.own for p in plains)]
+    own = [label(res) for res, plains in found if plains and all(p.own for p in plains)]
     if not (own and apart):
-        return notes
+        return baseline.notes(used)
     return ([f"speedup of {', '.join(own)}: over each one's own plain one-GPU run, timed between its other runs"]
-            + [f"{n}; for {', '.join(apart)}" if n.startswith("speedup: over") else n for n in notes])
+            + baseline.notes(used, apart_for=apart))
 
 
 def _path_of(res) -> str:

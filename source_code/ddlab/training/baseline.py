@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Optional, Sequence
 
 from ddlab.base import reference
 
@@ -253,8 +253,10 @@ def rebase(name: str, rows: list, config: dict, provenance: dict) -> dict:
     return used
 
 
-def notes(used: dict) -> list:
-    """The caption lines for the plain runs a result's speedups divide by (``used``: :func:`rebase`'s)."""
+def notes(used: dict, apart_for: Sequence[str] = ()) -> list:
+    """The caption lines for the plain runs a result's speedups divide by (``used``: :func:`rebase`'s).
+    ``apart_for``: the results a plain run recorded apart is the baseline of, named at the end of its line
+    (for a table whose other results hold their own)."""
     if not used:
         return []
     found = [p for p in used.values() if p.found]
@@ -263,7 +265,7 @@ def notes(used: dict) -> list:
     apart = sorted({p.where for p in found if not p.own})
     if apart:               # a result's own plain run is its first row, named so: no caption needed
         out.append("speedup: over the plain one-GPU run of the same model, batch and precision, recorded apart on "
-                   + "; ".join(apart))
+                   + "; ".join(apart) + (f"; for {', '.join(apart_for)}" if apart_for else ""))
     if missing:
         out.append("speedup '-': " + "; ".join(sorted({p.missing for p in missing}))
                    + " (the wrapper's one-worker run is not a plain run, so nothing stands in for it)")

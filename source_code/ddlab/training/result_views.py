@@ -28,14 +28,12 @@ def combine_launchers(results: Mapping[str, ExperimentResult]) -> ExperimentResu
     if not results:
         raise ValueError("no results to combine")
     paths = paths_in_order(results)
+    picked = [(la, res, r) for path in paths for la, res in results.items() for r in res.rows if r.get("path") == path]
     rows, runs = [], []
-    for path in paths:
-        for la, res in results.items():
-            for r in res.rows:
-                if r.get("path") == path:
-                    row = dict(r, launcher="none" if baseline.is_plain(r) else la, recorded_with=la)
-                    take_runs(row, res.runs, runs)       # each row's run indices point into the joined runs
-                    rows.append(row)
+    for la, res, r in picked:
+        row = dict(r, launcher="none" if baseline.is_plain(r) else la, recorded_with=la)
+        take_runs(row, res.runs, runs)       # each row's run indices point into the joined runs
+        rows.append(row)
     first = next(iter(results.values()))
     cfg = dict(first.config, launcher="+".join(results))
     cfg.pop("spec", None)
