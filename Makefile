@@ -46,6 +46,11 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/ddlab.json
 CHROMIUM ?= /usr/bin/chromium
 CHROMIUM_PACKAGES := chromium fonts-noto-color-emoji fonts-dejavu-core
 BROWSER_TEST_TIMEOUT ?= 3600
+# make test keeps the training runs its notebooks make (ddlab.training.kept_runs); the browser test,
+# which checks what a learner sees, shows a kept run again where a notebook makes the same launch with
+# the same code (BROWSER_REUSE_RUNS=0: every run runs again).
+KEPT_RUNS := $(abspath .cache/kept-runs)
+BROWSER_REUSE_RUNS ?= 1
 # Horovod's version, named once: source_code/patches/HOROVOD_VERSION (build_horovod.sh, wheelhouse.sh
 # and the recording scripts read it too); its patch is named after it.
 HOROVOD_VERSION := $(shell cat source_code/patches/HOROVOD_VERSION)
@@ -117,7 +122,8 @@ setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
 # Both test targets end with the 15 slowest tests (or notebook cells), where CI's time goes.
 test: setup
 	cd source_code && $(abspath $(VENV))/bin/lint-imports --config ../pyproject.toml --no-cache
-	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=$(PYTEST_TIMEOUT) --durations=15 --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
+	rm -rf $(KEPT_RUNS)
+	DDLAB_KEPT_RUNS=$(KEPT_RUNS) $(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=$(PYTEST_TIMEOUT) --durations=15 --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
 
 lab: setup
 	@echo "Starting JupyterLab on http://$(LAB_IP):$(LAB_PORT) (Ctrl-C stops it)."
@@ -140,7 +146,7 @@ chromium:
 # Start_Here and every notebook in JupyterLab in Chromium; screenshots in results/browser/
 # (or BROWSER_SCREENSHOTS=...). A timeout bounds the whole run.
 browser-test: setup chromium
-	CHROMIUM=$(CHROMIUM) timeout --kill-after=60 $(BROWSER_TEST_TIMEOUT) \
+	CHROMIUM=$(CHROMIUM) DDLAB_KEPT_RUNS=$(KEPT_RUNS) DDLAB_REUSE_KEPT_RUNS=$(BROWSER_REUSE_RUNS) timeout --kill-after=60 $(BROWSER_TEST_TIMEOUT) \
 	  $(VPY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15 tests/browser
 
 images: $(STAMPS)/ddlab

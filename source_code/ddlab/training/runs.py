@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Optional
 from ddlab.base import files, worker_report
 from ddlab.measure import launch
 from ddlab.system.frameworks import gpu_count
-from ddlab.training import data
+from ddlab.training import data, kept_runs
 from ddlab.training.runspec import RunSpec, _check_choice, nccl_path_env
 from ddlab.base.errors import CourseError
 
@@ -124,7 +124,8 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
     say why. (A capture that merely raises is handled inside the script, which then runs
     eagerly.) Raises :class:`ddlab.measure.launch.LaunchError` (its message quotes the end of the
     output, and for a timeout where each worker was stuck) when the run fails or times out, and
-    :class:`ddlab.training.data.DatasetError` before launching when Fashion-MNIST is missing."""
+    :class:`ddlab.training.data.DatasetError` before launching when Fashion-MNIST is missing.
+    In a notebook, :mod:`ddlab.training.kept_runs` may keep the result, or answer with a kept one."""
     if not isinstance(spec, RunSpec):
         raise TypeError(f"train() takes a RunSpec, got {type(spec).__name__}")
     if "--data-dir" not in spec.extra_args:
@@ -136,6 +137,12 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
     say = progress or (lambda line: None)
     what = describe(spec, env)
     say(f"{_stamp()} start: {what} (timeout {spec.limit_s:.0f} s)")
+    key = kept_runs.launch_key(argv, spec.process_launcher, spec.workers, run_env, python)
+    kept = kept_runs.take(key)
+    if kept is not None:
+        say(f"{_stamp()}{DONE_MARK}{kept.get('launch_s', 0.0):.1f} s: {what}: {kept['images_per_s']:,.0f} img/s "
+            f"(kept: the same launch made earlier in this checkout, not run again)")
+        return kept
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ddlab-train-") as tmp:
         out_path = os.path.join(tmp, "result.json")
@@ -172,6 +179,7 @@ def train(spec: RunSpec, env: Optional[Mapping] = None, echo: bool = False, keep
         f"({_phases_text(result)})")
     if keep_log:
         result["log"] = res.output
+    kept_runs.keep(key, result)
     return result
 
 
