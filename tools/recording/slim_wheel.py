@@ -3,7 +3,8 @@ built on a GPU machine is small enough to bring back and hand to the next fresh 
 
     python3 tools/recording/slim_wheel.py BUILT.whl SLIM.whl
 
-Horovod builds as RelWithDebInfo, so its PyTorch extension is mostly DWARF sections; ``strip
+A wheel built as Horovod's own default, RelWithDebInfo, is mostly DWARF sections (the course's patch
+builds Release, which has none, so its wheel comes through unchanged in size); ``strip
 --strip-debug`` removes those and keeps every symbol, the dynamic ones included, so the library
 loads and links as before. Each stripped file's line in the wheel's RECORD gets its new SHA-256
 and size, as the wheel format asks. The copy is written aside and then renamed, so SLIM.whl is
