@@ -473,7 +473,6 @@ case "$*" in
   *"import horovod.torch"*) [ "$(cat "$STATE/installed" 2>/dev/null)" = good ] ;;
   *"-m pip install"*) for a in "$@"; do case $a in *horovod*.whl) cat "$a" > "$STATE/installed" ;; esac; done ;;
   *check_python.py*) echo "Python 3.12: ok" ;;
-  *slim_wheel.py*) [ ! -e "$STATE/slim_fails" ] && mkdir -p "$(dirname "$3")" && head -c 1000 "$2" > "$3" ;;
   -V) echo "Python 3.12.3" ;;
   *"import torch"*) echo "2.11.0 2 GPUs" ;;
 esac
@@ -492,7 +491,6 @@ echo "built from $HOROVOD_SDIST" >> "$STATE/calls"
       "horovod-0.28.1-cp312-cp312-linux_x86_64.whl.partab": "od"}, "wheel"),
     ({"horovod-0.28.1-cp312-cp312-linux_x86_64.whl": "broken", "horovod-0.28.1.tar.gz": "sdist"}, "build"),
     ({"horovod-0.28.1.tar.gz": "sdist"}, "build"),
-    ({"horovod-0.28.1.tar.gz": "sdist"}, "build, not slimmed"),
     ({"horovod-0.28.1-cp312-cp312-linux_x86_64.whl": "broken"}, "none"),
     ({}, "none"),
 ])
@@ -500,8 +498,7 @@ def test_gpu_setup_installs_a_carried_horovod_wheel_only_if_it_imports_else_buil
         tmp_path, carried, expect):
     """gpu_setup.sh with a stand-in python3: a carried wheel (whole or in parts) is used when Horovod then
     imports; one built for another machine image is not, and the sdist is built instead; a build leaves
-    the wheel slim_wheel.py made of it in $OUT in parts that join to it, or the wheel as built when that
-    fails; with neither, HVD_OK=0 and one line says why."""
+    the wheel in $OUT in parts of at most 15 MB that join to it; with neither, HVD_OK=0 and one line says why."""
     repo, state, out, bin_ = (tmp_path / d for d in ("repo", "state", "out", "bin"))
     for d in (repo / "tools" / "recording", repo / "source_code" / "patches", repo / ".offline", state, out, bin_):
         d.mkdir(parents=True)
@@ -512,8 +509,6 @@ def test_gpu_setup_installs_a_carried_horovod_wheel_only_if_it_imports_else_buil
     (bin_ / "python3").chmod(0o755)
     for name, text in carried.items():
         (repo / ".offline" / name).write_text(text)
-    if expect == "build, not slimmed":
-        (state / "slim_fails").write_text("")
     env = dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", STATE=str(state), OUT=str(out),
                DDLAB_SETUP_TMP=str(tmp_path))
     proc = subprocess.run(["bash", "-c", 'source tools/recording/gpu_setup.sh && echo "HVD_OK=$HVD_OK"'], cwd=repo,
@@ -524,77 +519,15 @@ def test_gpu_setup_installs_a_carried_horovod_wheel_only_if_it_imports_else_buil
     if expect == "wheel":
         assert "HVD_OK=1" in proc.stdout and "[gpu_setup] Horovod from horovod-0.28.1-cp312" in proc.stdout
         assert "built from" not in calls and parts == []
-    elif expect.startswith("build"):
+    elif expect == "build":
         assert "HVD_OK=1" in proc.stdout and "built from .offline/horovod-0.28.1.tar.gz" in calls
         assert ("does not import here" in proc.stdout) == ("broken" in carried.values())
         built = (tmp_path / "hvdcache" / "wheels" / "horovod-0.28.1-cp312-cp312-linux_x86_64.whl").read_bytes()
-        assert "slim_wheel.py" in calls and all(p.stat().st_size <= 15 * 2**20 for p in parts)
-        joined = b"".join(p.read_bytes() for p in parts)
-        if expect == "build":
-            assert len(parts) == 1 and joined == built[:1000]      # the slimmed wheel, in one part
-        else:
-            assert len(parts) == 3 and joined == built            # slimming failed: the wheel as built
+        assert len(parts) == 3 and all(p.stat().st_size <= 15 * 2**20 for p in parts)
+        assert b"".join(p.read_bytes() for p in parts) == built
     else:
         assert "HVD_OK=0" in proc.stdout and "Horovod's JOBs will be skipped" in proc.stdout
         assert "built from" not in calls and parts == []
-
-
-_FAKE_STRIP = r'''#!/usr/bin/env bash
-# strip --strip-debug FILE: keeps the part before "DEBUG" (a stand-in for the debug sections); "bad" fails
-[ "$1" = --strip-debug ] || exit 3
-grep -q bad "$2" && { echo "not an ELF file" >&2; exit 1; }
-python3 -c "import sys; p = sys.argv[1]; d = open(p, 'rb').read(); open(p, 'wb').write(d.split(b'DEBUG')[0])" "$2"
-'''
-
-
-def _wheel(path, lib: bytes):
-    import zipfile
-    slim = load("slim_wheel.py")
-    files = {"pkg/__init__.py": b"x = 1\n", "pkg/lib.cpython-312-x86_64-linux-gnu.so": lib}
-    record = "".join(f"{n},{slim.record_hash(d)},{len(d)}\n" for n, d in files.items()) + "pkg-1.dist-info/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for n, d in files.items():
-            z.writestr(n, d)
-        z.writestr("pkg-1.dist-info/RECORD", record)
-
-
-@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
-def test_slim_wheel_strips_each_library_and_keeps_record_true(tmp_path, capsys, monkeypatch):
-    import zipfile
-    slim = load("slim_wheel.py")
-    strip = tmp_path / "strip"
-    strip.write_text(_FAKE_STRIP)
-    strip.chmod(0o755)
-    _wheel(tmp_path / "built.whl", b"CODE" + b"DEBUG" * 1000)
-    res = slim.slim(str(tmp_path / "built.whl"), str(tmp_path / "slim.whl"), strip=str(strip))
-    assert res["stripped"] == ["pkg/lib.cpython-312-x86_64-linux-gnu.so"] and res["after"] < res["before"]
-    with zipfile.ZipFile(tmp_path / "slim.whl") as z:
-        assert z.read("pkg/lib.cpython-312-x86_64-linux-gnu.so") == b"CODE"
-        assert z.read("pkg/__init__.py") == b"x = 1\n"
-        rows = dict((r.split(",")[0], r.split(",")[1:]) for r in z.read("pkg-1.dist-info/RECORD").decode().split())
-    # every file's RECORD line matches the file now in the wheel; RECORD's own line stays empty
-    assert rows["pkg/lib.cpython-312-x86_64-linux-gnu.so"] == [slim.record_hash(b"CODE"), "4"]
-    assert rows["pkg/__init__.py"] == [slim.record_hash(b"x = 1\n"), "6"] and rows["pkg-1.dist-info/RECORD"] == ["", ""]
-    assert sorted(p.name for p in tmp_path.iterdir() if "slim" in p.name) == ["slim.whl"]     # no temporary left
-    # what cannot be slimmed: one message, exit status 1, no output wheel
-    _wheel(tmp_path / "bad.whl", b"bad")
-    (tmp_path / "text.whl").write_text("not a zip")
-    for src, strip_path, says in ((tmp_path / "bad.whl", str(strip), "not an ELF file"),
-                                  (tmp_path / "text.whl", str(strip), "not a wheel"),
-                                  (tmp_path / "built.whl", None, "no `strip` on PATH")):
-        with pytest.raises(slim.SlimError, match=re.escape(says)):
-            monkeypatch.setattr(slim.shutil, "which", lambda name: None)     # binutils not installed
-            slim.slim(str(src), str(tmp_path / "out.whl"), strip=strip_path)
-    assert not (tmp_path / "out.whl").exists()
-    hang = tmp_path / "hang"                      # a strip that never finishes is stopped, with one message
-    hang.write_text("#!/bin/sh\nexec sleep 30\n")
-    hang.chmod(0o755)
-    monkeypatch.setattr(slim, "STRIP_TIMEOUT_S", 0.5)
-    with pytest.raises(slim.SlimError, match="did not finish in 0.5 s"):
-        slim.slim(str(tmp_path / "built.whl"), str(tmp_path / "out.whl"), strip=str(hang))
-    assert not (tmp_path / "out.whl").exists()
-    assert slim.main([str(tmp_path / "text.whl"), str(tmp_path / "out.whl")]) == 1
-    assert "[slim_wheel] " in capsys.readouterr().err and slim.main([]) == 2
 
 
 def _strong_part(batches, date):

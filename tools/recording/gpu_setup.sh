@@ -28,7 +28,7 @@ python3 -c 'import jsonschema' 2>/dev/null || echo "[gpu_setup] jsonschema is mi
   "scripts will refuse to start: copy .whl/ (prepare_offline.sh gathers it) beside the repository"
 # Horovod: already importable, else a wheel from .offline/ (whole or in parts) that imports here, else a
 # build from the sdist. A wheel built on another machine image (another PyTorch or Python) installs but does
-# not import: then the sdist is built. After a build, the wheel, stripped of its debug sections, is written
+# not import: then the sdist is built. After a build, the wheel is written
 # to $OUT in 15 MB parts (when OUT is a folder), so the next fresh machine can be given it in .offline/ and
 # skip the build.
 HVD_OK=0
@@ -60,10 +60,6 @@ else
       if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
         for w in "$_hvd_tmp"/hvdcache/wheels/horovod-*.whl; do
           [ -f "$w" ] || continue
-          # Without its debug sections the wheel is under a tenth of its size (slim_wheel.py, which
-          # exits 0 only once it has written the copy); if that fails, the wheel as built is kept.
-          _hvd_slim=$_hvd_tmp/slim/$(basename "$w")
-          python3 tools/recording/slim_wheel.py "$w" "$_hvd_slim" && w=$_hvd_slim
           split -b 15M "$w" "$OUT/$(basename "$w").part" \
             && echo "[gpu_setup] the built wheel is in \$OUT as $(basename "$w").part*: put the parts in .offline/ next time"
         done
@@ -75,7 +71,7 @@ else
     echo "[gpu_setup] Horovod is not installed and .offline/ holds neither a wheel that imports here nor" \
       "$DDLAB_HOROVOD_SDIST: Horovod's JOBs will be skipped (copy .offline/ beside the repository on every fresh machine)"
   fi
-  unset _hvd_wheel _hvd_slim
+  unset _hvd_wheel
 fi
 export HVD_OK
 echo "[gpu_setup] HVD_OK=$HVD_OK python=$(python3 -V 2>&1) torch=$(python3 -c 'import torch;print(torch.__version__, torch.cuda.device_count(), "GPUs")' 2>&1)"
