@@ -123,7 +123,7 @@ setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
 test: setup
 	cd source_code && $(abspath $(VENV))/bin/lint-imports --config ../pyproject.toml --no-cache
 	rm -rf $(KEPT_RUNS)
-	DDLAB_KEPT_RUNS=$(KEPT_RUNS) $(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=$(PYTEST_TIMEOUT) --durations=15 --ignore=tests/browser --nbval-lax --nbval-current-env tests Start_Here.ipynb notebooks
+	DDLAB_KEPT_RUNS=$(KEPT_RUNS) $(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=$(PYTEST_TIMEOUT) --durations=15 --ignore=tests/browser --nbval-lax --nbval-current-env Start_Here.ipynb notebooks tests
 
 lab: setup
 	@echo "Starting JupyterLab on http://$(LAB_IP):$(LAB_PORT) (Ctrl-C stops it)."
