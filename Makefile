@@ -24,7 +24,8 @@ LAB_PORT ?= 8888
 PYTEST_TIMEOUT ?= 1200
 # make test and make browser-test run in this many processes (pytest-xdist; 0: one process). In
 # make test each notebook's cells and each test module stay in one process, in order (--dist
-# loadscope); the browser test gives each process its own JupyterLab and Chromium.
+# loadscope), the notebooks first, in the order given, so the longest scopes do not start last; the
+# browser test gives each process its own JupyterLab and Chromium.
 TEST_WORKERS ?= 2
 # Offline: `make setup WHEELHOUSE=DIR` installs every wheel (Horovod's too) and the data from a
 # folder that `make wheelhouse` filled; pip then never asks an index.
@@ -123,7 +124,7 @@ setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
 test: setup
 	cd source_code && $(abspath $(VENV))/bin/lint-imports --config ../pyproject.toml --no-cache
 	rm -rf $(KEPT_RUNS)
-	DDLAB_KEPT_RUNS=$(KEPT_RUNS) $(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=$(PYTEST_TIMEOUT) --durations=15 --ignore=tests/browser --nbval-lax --nbval-current-env Start_Here.ipynb notebooks tests
+	DDLAB_KEPT_RUNS=$(KEPT_RUNS) $(VPY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --timeout=$(PYTEST_TIMEOUT) --durations=15 --ignore=tests/browser --nbval-lax --nbval-current-env Start_Here.ipynb notebooks tests
 
 lab: setup
 	@echo "Starting JupyterLab on http://$(LAB_IP):$(LAB_PORT) (Ctrl-C stops it)."
