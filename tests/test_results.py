@@ -241,3 +241,7 @@ def test_frameworks_are_compared_by_their_images_per_second_on_the_same_runs():
     only_ddp_plain.rows[:] = [r for r in only_ddp_plain.rows if r.get("path") != "plain"]
     t = result_views.images_side_by_side({"DDP": ddp, "Horovod": only_ddp_plain})
     assert not any(n.startswith("1 GPU, no wrapper") for n in t.notes)
+    # a second table of the same kind: the notes on where each result ran stay, the explanations go
+    brief = result_views.images_side_by_side({"DDP": ddp, "Horovod": hvd}, explain=False)
+    full = result_views.images_side_by_side({"DDP": ddp, "Horovod": hvd})
+    assert brief.rows == full.rows and brief.notes == full.notes[:1] and len(full.notes) == 3

@@ -83,13 +83,15 @@ def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
 
 
 def images_side_by_side(results: Mapping[str, ExperimentResult], key: str = "path",
-                        title: Optional[str] = None) -> tables.Table:
+                        title: Optional[str] = None, explain: bool = True) -> tables.Table:
     """{label: result} (e.g. {"DDP": ..., "Horovod": ...}, the same model, batch and paths) -> a
     :class:`ddlab.base.tables.Table` of absolute images/s, one row per ``key`` value (each path, or each
     tuning) and one column per result, with the ratio of each column to the first: which framework
     trains faster on the same GPUs, read off the throughput itself, not off two speedups over
     different runs. The plain one-GPU run is a row of its own where a result has it; its ratio
-    measures the machine between the results, not the frameworks, and a note says so."""
+    measures the machine between the results, not the frameworks, and a note says so. ``explain=False``
+    leaves out the notes that explain the columns (for a second table of the same kind); the notes
+    saying where each result was measured stay."""
     if not results:
         raise ValueError("no results to compare")
     labels = list(results)
@@ -127,11 +129,12 @@ def images_side_by_side(results: Mapping[str, ExperimentResult], key: str = "pat
     wheres = {res.where() for res in results.values()}
     notes = ([f"{' and '.join(labels)}: {wheres.pop()}"] if len(wheres) == 1
              else [f"{label}: {res.where()}" for label, res in results.items()])
-    notes.append("median images/s of all GPUs together; the ratio compares the frameworks on the same GPUs, model, "
-                 "batch and path")
-    if sum((baseline.PLAIN_PATH, label) in values for label in labels) > 1:
-        notes.append(f"{baseline.PLAIN_LABEL}: the same program in each column, so its ratio is how far the "
-                     "machine differed between the two results, a difference every other ratio carries too")
+    if explain:
+        notes.append("median images/s of all GPUs together; each ratio compares the frameworks on the same GPUs, "
+                     "model, batch and path")
+    if explain and sum((baseline.PLAIN_PATH, label) in values for label in labels) > 1:
+        notes.append(f"{baseline.PLAIN_LABEL}: the same program in each column; its ratio is the machine's "
+                     "difference between the two results, which every other ratio carries too")
     return tables.Table(cols, rows, title=title or "Images/s side by side: " + " and ".join(labels), notes=notes)
 
 
