@@ -249,8 +249,8 @@ def live(models: Optional[Sequence[str]] = None, global_batch: int = CPU_GLOBAL_
             ("step_ms", lambda v: f"{v:.3f}", "step ms")]
     where = ("two GPUs, NCCL path shm (peer-to-peer off)" if gpus else
              "two CPU processes over gloo (they share this machine's cores)")
-    notes = [f"Measured now: {where}; DDP, median of {repeats} runs (min-max beside it). The reports used TensorFlow's "
-             "MirroredStrategy; this is the same experiment with PyTorch DDP."]
+    notes = [f"Measured now: {where}; PyTorch DDP (the reports: TensorFlow's MirroredStrategy), median of {repeats} "
+             "runs (min-max beside it)."]
     return Table(cols, rows, title=f"The reports' experiment run now: a global batch of {global_batch} on one worker, "
                                    "then split over two", notes=notes)
 

@@ -61,8 +61,8 @@ def above_linear(name: str, rows: Sequence[dict], row: dict, label: str, base: O
             text += (", still above perfect scaling: beyond the baseline's spread, so something differs between "
                      "the runs (timed steps, warm-up, clocks, the per-GPU batch); find it before trusting the row")
     else:
-        text += (". The baseline is a single run, so this comparison has a single run on one side and is not "
-                 "conclusive: repeat both (median and spread) before reading anything into it")
+        text += (". The baseline is a single run, so this is not conclusive: repeat both (median and spread) "
+                 "first")
     return text
 
 
