@@ -18,7 +18,7 @@ SPEC = RunSpec.for_device("cpu", "mlp-small", launcher="ddp", workers=2, steps=4
 @pytest.fixture
 def kernel(tmp_path, monkeypatch):
     """As inside a Jupyter kernel, runs kept in tmp_path, each process's answered runs forgotten."""
-    monkeypatch.setattr(kept_runs, "_in_kernel", lambda: True)
+    monkeypatch.setattr(kept_runs, "in_notebook", lambda: True)
     monkeypatch.setattr(kept_runs, "_taken", set())
     monkeypatch.setattr(kept_runs, "_one_ran", False)
     monkeypatch.setenv(kept_runs.KEEP_ENV, str(tmp_path))
@@ -67,9 +67,14 @@ def test_nothing_is_kept_or_reused_without_the_folder_or_outside_a_kernel(tmp_pa
     fake = _launches(monkeypatch, 2)
     monkeypatch.setenv(kept_runs.KEEP_ENV, str(tmp_path))
     monkeypatch.setenv(kept_runs.REUSE_ENV, "1")
+
+    def no_hashing(root):
+        raise AssertionError("the code is hashed though no run is kept")
+    monkeypatch.setattr(kept_runs, "_code_hash", None)
+    monkeypatch.setattr(kept_runs, "source_hash", no_hashing)      # a launch with nothing kept reads no code
     runs.train(SPEC)                                   # a unit test's process: no kernel
     assert list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(kept_runs, "_in_kernel", lambda: True)
+    monkeypatch.setattr(kept_runs, "in_notebook", lambda: True)
     monkeypatch.delenv(kept_runs.KEEP_ENV)
     runs.train(SPEC)
     assert len(fake.argvs) == 2 and list(tmp_path.iterdir()) == []
@@ -87,7 +92,7 @@ def test_the_code_hash_follows_the_content_of_the_package_and_the_scripts(tmp_pa
 
 
 def test_a_plain_python_process_is_not_a_kernel():
-    code = "from ddlab.training import kept_runs; import IPython; print(kept_runs._in_kernel())"
+    code = "from ddlab.training import kept_runs; import IPython; print(kept_runs.in_notebook())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONPATH=SRC))
     assert out.stdout.split() == ["False"]

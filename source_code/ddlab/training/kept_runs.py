@@ -22,12 +22,12 @@ import glob
 import hashlib
 import json
 import os
-import sys
 import time
 import uuid
 from typing import Mapping, Optional
 
 from ddlab.base import files
+from ddlab.base.progress import in_notebook
 
 KEEP_ENV = "DDLAB_KEPT_RUNS"
 REUSE_ENV = "DDLAB_REUSE_KEPT_RUNS"
@@ -37,15 +37,10 @@ _taken: set = set()
 _one_ran = False          # a launch of this process has run (keep() was called)
 
 
-def _in_kernel() -> bool:
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
-
-
 def _folder() -> Optional[str]:
+    """``DDLAB_KEPT_RUNS`` where it is set and this process is a Jupyter kernel, else None."""
     folder = os.environ.get(KEEP_ENV, "")
-    return folder if folder and _in_kernel() else None
+    return folder if folder and in_notebook() else None
 
 
 def source_hash(root: str) -> str:
@@ -67,19 +62,22 @@ def code_hash() -> str:
     return _code_hash
 
 
-def launch_key(argv, launcher: str, nproc: int, env: Mapping, python: str) -> str:
-    """The key of one launch: everything that makes two launches the same run."""
+def launch_key(argv, launcher: str, nproc: int, env: Mapping, python: str) -> Optional[str]:
+    """The key of one launch: everything that makes two launches the same run; None where no run is
+    kept here (then :func:`take` and :func:`keep` do nothing, and the code is never hashed)."""
+    if _folder() is None:
+        return None
     what = {"argv": [str(a) for a in argv], "launcher": launcher, "nproc": int(nproc),
             "env": {k: (None if v is None else str(v)) for k, v in sorted(env.items())},
             "python": python, "code": code_hash()}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def take(key: str) -> Optional[dict]:
+def take(key: Optional[str]) -> Optional[dict]:
     """A kept result of this launch not yet answered in this process, when reuse is on and a launch of
     this process has already run; else None."""
     folder = _folder()
-    if folder is None or os.environ.get(REUSE_ENV, "") != "1" or not _one_ran:
+    if key is None or folder is None or os.environ.get(REUSE_ENV, "") != "1" or not _one_ran:
         return None
     for path in sorted(glob.glob(os.path.join(folder, key, "*.json"))):
         if path not in _taken:
@@ -92,11 +90,11 @@ def take(key: str) -> Optional[dict]:
     return None
 
 
-def keep(key: str, result: dict) -> None:
+def keep(key: Optional[str], result: dict) -> None:
     """Keep a finished run's result under its key, when ``DDLAB_KEPT_RUNS`` is set in a kernel."""
     global _one_ran
     folder = _folder()
-    if folder is None:
+    if key is None or folder is None:
         return
     _one_ran = True
     name = f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:6]}.json"    # sorts in the order kept
