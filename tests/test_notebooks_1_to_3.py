@@ -206,9 +206,10 @@ def test_notebook_2_sweep_fits_checks_the_prediction_and_prints_a_command_that_r
                                                                                     monkeypatch):
     from ddlab.measure import collectives_run
     real = collectives_run.sweep
-    # small and quick, yet well past the latency-bound sizes: on a busy 2-core machine a Gloo all-reduce
-    # of up to 64 KiB can take about 1 ms whatever its size, which leaves no slope to fit
-    monkeypatch.setattr(collectives_run, "sweep", lambda **kw: real(**dict(kw, max_bytes="1M")))
+    # smaller than the notebook's own sweep, yet well past the latency-bound sizes: under make test on a
+    # busy 2-core machine a Gloo all-reduce of up to 1 MiB can take about 2 ms whatever its size, which
+    # leaves no slope to fit
+    monkeypatch.setattr(collectives_run, "sweep", lambda **kw: real(**dict(kw, max_bytes="16M")))
     ns = _notebook_2(tmp_path)
     printed, _ = run(2, ["a75c02b7"], ns)
     line = printed.strip().splitlines()[-1].strip()        # the sweep's command, last
