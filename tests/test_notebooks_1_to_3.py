@@ -206,9 +206,9 @@ def test_notebook_2_sweep_fits_checks_the_prediction_and_prints_a_command_that_r
                                                                                     monkeypatch):
     from ddlab.measure import collectives_run
     real = collectives_run.sweep
-    # smaller than the notebook's own sweep, yet well past the latency-bound sizes: under make test on a
-    # busy 2-core machine a Gloo all-reduce of up to 1 MiB can take about 2 ms whatever its size, which
-    # leaves no slope to fit
+    # smaller than the notebook's own sweep, yet large enough that the biggest sizes' transfer outlasts the
+    # scheduling delay that sets every small size's time when the test workers share a few busy cores;
+    # below that no slope can be fitted
     monkeypatch.setattr(collectives_run, "sweep", lambda **kw: real(**dict(kw, max_bytes="16M")))
     ns = _notebook_2(tmp_path)
     printed, _ = run(2, ["a75c02b7"], ns)
