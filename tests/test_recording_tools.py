@@ -555,10 +555,13 @@ def test_a_strong_job_run_again_for_the_batches_left_is_joined_to_the_first_run(
     first, second = _strong_part([4, 8, 16], "2026-11-28T11:15:12+00:00"), _strong_part([32, 64], "2026-11-28T11:42:01+00:00")
     joined = rs.join_strong(second, first)                      # either order gives batch order
     assert joined.config["global_batches"] == [4, 8, 16, 32, 64]
-    assert [r["global_batch"] for r in joined.rows] == [4, 4, 8, 8, 16, 16, 32, 32, 64, 64]
+    # every row of both parts, in batch order (as many rows a batch as the committed recording has)
+    assert [r["global_batch"] for r in joined.rows] == sorted(r["global_batch"] for p in (first, second) for r in p.rows)
     for r in joined.rows:
         part = first if r["global_batch"] < 32 else second
-        mine = next(p for p in part.rows if (p["global_batch"], p["workers"]) == (r["global_batch"], r["workers"]))
+        # a row is its batch, worker count and launcher (the plain one-GPU row and the 1-worker row share a count)
+        mine = next(p for p in part.rows if (p["global_batch"], p["workers"], p.get("launcher"))
+                    == (r["global_batch"], r["workers"], r.get("launcher")))
         assert [joined.runs[i] for i in r["runs"]] == [part.runs[i] for i in mine["runs"]]
     assert joined.provenance["date"] == "2026-11-28T11:42:01+00:00"
     assert "global_batches=[4, 8, 16, 32, 64]" in joined.provenance["command"]
@@ -583,10 +586,12 @@ def test_a_batch_between_those_of_a_joined_recording_joins_in_batch_order_and_na
     first = rs.join_strong(_strong_part([4], "2026-11-28T16:40:00+00:00"), _strong_part([64], "2026-11-28T16:55:00+00:00"))
     third = _strong_part([16], "2026-11-28T17:05:00+00:00")
     joined = rs.join_strong(first, third)
-    assert [r["global_batch"] for r in joined.rows] == [4, 4, 16, 16, 64, 64]
+    assert [r["global_batch"] for r in joined.rows] == sorted(r["global_batch"] for p in (first, third) for r in p.rows)
     for r in joined.rows:
         part = third if r["global_batch"] == 16 else first
-        mine = next(p for p in part.rows if (p["global_batch"], p["workers"]) == (r["global_batch"], r["workers"]))
+        # a row is its batch, worker count and launcher (the plain one-GPU row and the 1-worker row share a count)
+        mine = next(p for p in part.rows if (p["global_batch"], p["workers"], p.get("launcher"))
+                    == (r["global_batch"], r["workers"], r.get("launcher")))
         assert [joined.runs[i] for i in r["runs"]] == [part.runs[i] for i in mine["runs"]]
     assert "global batch(es) 4 recorded 2026-11-28T16:40:00" in joined.notes[-2]
     assert "global batch(es) 4, 64 (the join above); global batch(es) 16 recorded 2026-11-28T17:05:00" in joined.notes[-1]
@@ -665,7 +670,8 @@ def test_adopt_results_joins_a_strong_part_and_leaves_what_is_already_in(tmp_pat
     assert "already in  convergence-point-2w-b64-none.json" in out and "convergence-torch-ddp-cnn.json already" in out
     assert mod.main([str(run2)]) == 0
     home = recording.load(str(ref / "experiments" / name))
-    assert home.config["global_batches"] == [4, 8, 16, 32, 64] and len(home.runs) == 30
+    parts_runs = sum(len(recording.load(str(run / name)).runs) for run in (run1, run2))
+    assert home.config["global_batches"] == [4, 8, 16, 32, 64] and len(home.runs) == parts_runs
     assert os.listdir(pending) == []
     for run in (run1, run2):
         assert mod.main([str(run)]) == 0 and f"already in  {name}" in capsys.readouterr().out
