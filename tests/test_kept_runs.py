@@ -81,14 +81,15 @@ def test_nothing_is_kept_or_reused_without_the_folder_or_outside_a_kernel(tmp_pa
 
 
 def test_the_code_hash_follows_the_content_of_the_package_and_the_scripts(tmp_path):
-    for top in ("ddlab", "train"):
+    for top in ("ddlab", "train", "handson"):
         shutil.copytree(os.path.join(SRC, top), tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
     assert kept_runs.source_hash(str(tmp_path)) == kept_runs.code_hash()
     (tmp_path / "notes.txt").write_text("not code")
     assert kept_runs.source_hash(str(tmp_path)) == kept_runs.code_hash()
-    script = tmp_path / "train" / "fmnist_torch.py"
-    script.write_text(script.read_text() + "\n# changed\n")
-    assert kept_runs.source_hash(str(tmp_path)) != kept_runs.code_hash()
+    for script in (tmp_path / "train" / "fmnist_torch.py", tmp_path / "handson" / "ddp_3_shard.py"):
+        before = kept_runs.source_hash(str(tmp_path))
+        script.write_text(script.read_text() + "\n# changed\n")
+        assert kept_runs.source_hash(str(tmp_path)) != before
 
 
 def test_a_plain_python_process_is_not_a_kernel():
@@ -125,3 +126,37 @@ def test_in_a_real_kernel_a_launch_after_the_first_shows_the_kept_run(tmp_path):
     live, again = _run_in_kernel(dict(env, **{kept_runs.REUSE_ENV: "1"}), 2)   # the browser test's kernel
     assert live.split()[:2] != first.split()[:2] and "kept" not in live
     assert again.split()[:2] == first.split()[:2] and "kept from the same launch" in again
+
+
+def test_a_hands_on_script_launched_again_is_answered_by_its_kept_run(kernel, monkeypatch, capsys):
+    from ddlab.base import worker_report
+    from ddlab.course import handson
+    from ddlab.measure import launch
+    launched = []
+
+    def fake_run(argv, launcher, nproc, **kw):
+        launched.append(list(argv))
+        out = "\n".join(worker_report.encode(handson.RESULT_KIND, rank=r, samples=100 + len(launched),
+                                             checksum=1.0) for r in range(nproc))
+        return launch.LaunchResult([launcher, *argv], 0, out, 1.5 + len(launched))
+    monkeypatch.setattr(handson.launch, "run", fake_run)
+    cpu = handson.plan(gpu_count=0)
+    first = handson.run("ddp_7_rank0", cpu, show_command=False)        # make test's kernel: runs, kept
+    monkeypatch.setattr(kept_runs, "_one_ran", False)                    # the browser test: another kernel
+    monkeypatch.setattr(kept_runs, "_taken", set())
+    monkeypatch.setenv(kept_runs.REUSE_ENV, "1")
+    single = handson.run("single_device", cpu, show_command=False)     # its first launch runs
+    again = handson.run("ddp_7_rank0", cpu, show_command=False)        # the kept one answers
+    assert len(launched) == 2 and launched[0][0].endswith("ddp_7_rank0.py")
+    assert (again.ranks, again.output, again.seconds) == (first.ranks, first.output, first.seconds)
+    assert single.ranks[0]["samples"] == 102
+    assert "kept from the same launch" in capsys.readouterr().out
+    fourth = handson.run("ddp_7_rank0", cpu, show_command=False)       # each kept run answers once
+    assert len(launched) == 3 and fourth.ranks[0]["samples"] == 103
+    mine = kernel / "my_script.py"                                      # a script outside the hashed sources
+    mine.write_text("print('first version')\n")
+    handson.run(str(mine), cpu, show_command=False)
+    monkeypatch.setattr(kept_runs, "_taken", set())
+    mine.write_text("print('edited')\n")
+    handson.run(str(mine), cpu, show_command=False)                    # edited: not the same launch
+    assert len(launched) == 5

@@ -1,9 +1,11 @@
-"""Training runs kept so that the same launch, made again in the same checkout, can be shown again.
+"""Training and hands-on runs kept so that the same launch, made again in the same checkout, can be
+shown again.
 
 The browser test (``make browser-test``) runs every notebook in JupyterLab to check what a learner
-sees: errors, tables, widgets. The notebooks' CPU experiments take most of its time, and ``make test``
-has just made the very same launches under nbval. With ``DDLAB_KEPT_RUNS=DIR`` set, every training
-run a notebook's kernel starts through :func:`ddlab.training.runs.train` is kept in ``DIR`` when it
+sees: errors, tables, widgets. The notebooks' CPU experiments take most of its time, and ``make
+test`` has just made the very same launches under nbval. With ``DDLAB_KEPT_RUNS=DIR`` set, every
+training run a notebook's kernel starts through :func:`ddlab.training.runs.train`, and every
+hands-on script started through :func:`ddlab.course.handson.run`, is kept in ``DIR`` when it
 finishes; with ``DDLAB_REUSE_KEPT_RUNS=1`` as well, a notebook's launch that is the same as a kept
 one is answered with that run's result instead of running again, and its progress line says so. The
 first launch of each kernel always runs, so the browser test still starts a real training run from
@@ -11,10 +13,11 @@ JupyterLab's own kernel in every notebook that trains.
 
 "The same" is strict: the same launcher and number of processes, the same script arguments, the same
 environment given to the workers, the same interpreter and the same code (every ``.py`` file of
-``ddlab`` and of the training scripts, by content). Each kept run is answered once per process, in
-the order the runs were kept, so an experiment's repeats stay distinct runs; when none is left the
-launch runs. Only launches made inside a Jupyter kernel are kept or reused, never a unit test's.
-A kept result is the run's own JSON, its date and provenance included.
+``ddlab``, of the training scripts and of the hands-on scripts, by content). Each kept run is
+answered once per process, in the order the runs were kept, so an experiment's repeats stay distinct
+runs; when none is left the launch runs. Only launches made inside a Jupyter kernel are kept or
+reused, never a unit test's. A kept training result is the run's own JSON, its date and provenance
+included; a kept hands-on run is its output and seconds.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from ddlab.base.progress import in_notebook
 
 KEEP_ENV = "DDLAB_KEPT_RUNS"
 REUSE_ENV = "DDLAB_REUSE_KEPT_RUNS"
-_SOURCES = ("ddlab", "train")
+_SOURCES = ("ddlab", "train", "handson")
 _code_hash: Optional[str] = None
 _taken: set = set()
 _one_ran = False          # a launch of this process has run (keep() was called)
@@ -44,14 +47,20 @@ def _folder() -> Optional[str]:
 
 
 def source_hash(root: str) -> str:
-    """SHA-256 over the names and content of every ``.py`` file of ``ddlab`` and ``train`` under ``root``."""
+    """SHA-256 over the names and content of every ``.py`` file of ``ddlab``, ``train`` and ``handson``
+    under ``root``."""
     h = hashlib.sha256()
     for top in _SOURCES:
         for path in sorted(glob.glob(os.path.join(root, top, "**", "*.py"), recursive=True)):
             h.update(os.path.relpath(path, root).encode())
-            with open(path, "rb") as f:
-                h.update(hashlib.sha256(f.read()).digest())
+            h.update(bytes.fromhex(file_digest(path)))
     return h.hexdigest()
+
+
+def file_digest(path: str) -> str:
+    """SHA-256 of one file's content."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def code_hash() -> str:
