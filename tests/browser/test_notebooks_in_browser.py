@@ -22,6 +22,9 @@ COURSE = ["Start_Here.ipynb"] + sorted((os.path.relpath(p, ROOT) for p in glob.g
 SELF_CHECK = os.path.relpath(os.path.join(os.path.dirname(__file__), "fixtures", "misbehaving.ipynb"), ROOT)
 # Run All may take this long per code cell (plus a fixed allowance) before the test gives up.
 CELL_S = float(os.environ.get("BROWSER_CELL_S", "30"))
+# How long a moved slider may take to change its widget's output. The self-check's dead slider waits
+# all of it, and its live one redraws one line of HTML, so it gets a short wait.
+SLIDER_S, SELF_CHECK_SLIDER_S = 30.0, 5.0
 
 
 def run_all_timeout_s(notebook: str) -> float:
@@ -38,7 +41,7 @@ def sha(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def run_notebook(browser, lab, shots_dir, notebook, request) -> lab_driver.NotebookReport:
+def run_notebook(browser, lab, shots_dir, notebook, request, slider_s: float = SLIDER_S) -> lab_driver.NotebookReport:
     digest = sha(notebook)
     run = lab_driver.NotebookRun(browser, lab, notebook, shots_dir)
     try:
@@ -46,7 +49,7 @@ def run_notebook(browser, lab, shots_dir, notebook, request) -> lab_driver.Noteb
         if not run.report.dialogs:
             run.run_all(run_all_timeout_s(notebook))
             if run.report.finished:      # after an error too: the sliders above it ran
-                run.move_sliders()
+                run.move_sliders(timeout_s=slider_s)
     finally:
         run.close()
         r = run.report
@@ -101,7 +104,7 @@ def test_notebook_in_browser(browser, lab, shots_dir, notebook, request):
 def test_the_checks_catch_a_misbehaving_notebook(browser, lab, shots_dir, notebook, request):
     """A notebook that does each wrong thing once: the checks above must report every one of them,
     and must not count a warning on stderr as an error."""
-    r = run_notebook(browser, lab, shots_dir, notebook, request)
+    r = run_notebook(browser, lab, shots_dir, notebook, request, slider_s=SELF_CHECK_SLIDER_S)
     assert r.dirty_on_open, "old-style metadata (language_info without the kernel's fields) must show as modified"
     assert [e[1:] for e in r.errors] == [("ZeroDivisionError", "division by zero")], r.errors
     assert any("UserWarning: a warning, not an error" in text for _, text in r.stderr), r.stderr
