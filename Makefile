@@ -73,10 +73,8 @@ $(VPY):
 	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade $(PIP_FROM) pip
 
-# --no-compile: Python compiles each module to bytecode when it is first imported; pip would compile
-# every file of every package up front (most of torch's and TensorFlow's are never imported here).
 $(STAMPS)/deps: requirements.txt requirements-lock.txt | $(VPY)
-	$(VPY) -m pip install --quiet --no-compile $(PIP_FROM) -r requirements.txt -c requirements-lock.txt
+	$(VPY) -m pip install --quiet $(PIP_FROM) -r requirements.txt -c requirements-lock.txt
 	@mkdir -p $(STAMPS) && touch $@
 
 deps: $(STAMPS)/deps
