@@ -116,7 +116,11 @@ $(LAB_SETTINGS): tools/jupyterlab-overrides.json | $(STAMPS)/deps
 
 lab-settings: $(LAB_SETTINGS)
 
+# The course's own modules compiled to bytecode, as pip does for installed packages (only changed
+# files are compiled again): where PYTHONDONTWRITEBYTECODE is set (containers, CI) Python would
+# otherwise compile them in every process it starts.
 setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
+	@$(VPY) -m compileall -q source_code tests > /dev/null
 
 # tests/browser is the browser test: `make browser-test` runs it, on its own.
 # lint-imports checks the package's layers (contracts in pyproject.toml) before any test runs.
