@@ -194,3 +194,51 @@ def test_shards_are_disjoint_equal_and_cover_the_data(world):
 def test_shard_rejects_bad_rank():
     with pytest.raises(ValueError):
         data.shard_indices(10, 2, 2, seed=0)
+
+
+def _gzipped_real_copy(folder):
+    """The real four files, gzipped, in ``folder`` (copied where the real ones are gzipped)."""
+    os.makedirs(folder)
+    for stem in data.FILES.values():
+        real = os.path.join(REAL_DIR, stem + ".gz")
+        if os.path.isfile(real):
+            shutil.copy(real, folder)
+        else:
+            with open(os.path.join(REAL_DIR, stem), "rb") as f:
+                data.files.write_bytes(os.path.join(folder, stem + ".gz"), gzip.compress(f.read(), 1))
+
+
+def test_a_verified_gzipped_file_is_read_from_its_decompressed_copy_until_it_changes(no_search_path, monkeypatch):
+    src = str(no_search_path / "gz")
+    _gzipped_real_copy(src)
+    kept = no_search_path / "cache-idx"
+    first = data.load_fashion_mnist(src)                      # verified: each file kept decompressed
+    assert sorted(p.name.rsplit("-", 1)[0] for p in kept.iterdir()) == sorted(data.FILES.values())
+
+    def no_gzip(*a, **k):
+        raise AssertionError("decompressed again")
+    with monkeypatch.context() as m:
+        m.setattr(data.gzip, "open", no_gzip)
+        for verify in (False, True):
+            again = data.load_fashion_mnist(src, verify=verify)
+            assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    labels = os.path.join(src, "t10k-labels-idx1-ubyte.gz")
+    copy = data._copy_of(labels)
+    with open(copy, "wb") as f:                               # a damaged copy: the .gz decides, and is kept again
+        f.write(b"\0\0\x08\x01" + (3).to_bytes(4, "big") + b"abc")
+    assert np.array_equal(data.load_fashion_mnist(src)[3], first[3])
+    assert os.path.getsize(copy) == data.CHECKSUMS["t10k-labels-idx1-ubyte"][1]
+    os.utime(labels, ns=(1, 1))                               # a changed .gz: a copy of its own, the old one gone
+    data.load_fashion_mnist(src)
+    assert not os.path.exists(copy) and os.path.isfile(data._copy_of(labels)) and len(list(kept.iterdir())) == 4
+
+
+def test_unverified_or_unwritable_loads_keep_nothing_and_still_load(no_search_path, monkeypatch):
+    tiny = str(no_search_path / "tiny")
+    write_tiny(tiny)
+    data.load_fashion_mnist(tiny, verify=False)               # unverified bytes are never kept
+    assert not (no_search_path / "cache-idx").exists()
+    (no_search_path / "cache-idx").write_text("a file where the folder would go")
+    src = str(no_search_path / "gz")
+    _gzipped_real_copy(src)
+    assert data.load_fashion_mnist(src)[0].shape == (60000, 28, 28)
