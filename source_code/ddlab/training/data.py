@@ -16,9 +16,10 @@ ones, so a checksum of the ``.gz`` would reject good data.
 
 A gzipped file that passed that check is kept decompressed beside the course cache
 (:func:`decompressed_dir`), named after the ``.gz`` file's path, size and modification time;
-later loads of the same ``.gz`` read that copy instead of decompressing it again (a third of a
-second per process, for every worker of every launch). A changed or replaced ``.gz`` gets a
-copy of its own; where the folder cannot be written, every load decompresses.
+later loads of the same ``.gz`` read that copy instead of decompressing it again, which every
+worker of every launch would otherwise do at start-up. A changed or replaced ``.gz`` gets a copy
+of its own; a damaged copy is dropped and the ``.gz`` read again; where the folder cannot be
+written, every load decompresses.
 """
 from __future__ import annotations
 
