@@ -56,6 +56,7 @@ def test_two_workers_faster_than_twice_one_are_flagged_not_hidden():
     assert "note: above linear: NCCL default, 2 workers ran 2.13x as fast as 1, more than the 2.0x" in text
     # the baseline here has no repeats: the note says the comparison is a single run, not conclusive
     assert "The baseline is a single run" in text and "not conclusive" in text
+    assert "median step took" not in text                    # one run each: no step times read into it
     assert "above linear" not in fake_paths_result().table()
     perf = ExperimentResult("perf-options", [{"option": "compile", "workers": 1, "images_per_s": 3.0,
                                               "speedup": 2.3}])
@@ -245,3 +246,17 @@ def test_frameworks_are_compared_by_their_images_per_second_on_the_same_runs():
     brief = result_views.images_side_by_side({"DDP": ddp, "Horovod": hvd}, explain=False)
     full = result_views.images_side_by_side({"DDP": ddp, "Horovod": hvd})
     assert brief.rows == full.rows and brief.notes == full.notes[:1] and len(full.notes) == 3
+
+
+def test_a_table_says_its_interleaving_note_without_the_list_of_what_each_round_ran():
+    from ddlab.training.experiment_kit import interleaved_note
+    stored = [interleaved_note(3, "the plain one-GPU run, the one-worker run and every path"),
+              "the repeats were interleaved: each of 2 round(s) ran every path once, in the table's order, so a "
+              "drift of the machine widens every row's min-max alike"]
+    for note, rounds in zip(stored, (3, 2)):
+        res = fake_paths_result()
+        res.notes = [note]
+        text = res.table()
+        assert f"interleaved in {rounds} round(s), each running every row once in order" in text
+        assert "one-worker run and every path" not in text and "table's order" not in text
+        assert res.notes == [note]                                # what is stored is kept as it was

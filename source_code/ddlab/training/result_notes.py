@@ -42,27 +42,25 @@ def above_linear(name: str, rows: Sequence[dict], row: dict, label: str, base: O
     text = ("above linear: " + ("" if label.endswith(" workers") else f"{label}, ")
             + f"{w} workers ran {row['speedup']:.2f}x as fast as {b}, "
             f"more than the {perfect:.1f}x of perfect scaling (marked (!))")
+    runs = [v for v in (base.get("images_per_s_runs") or []) if v]
+    if len(runs) < 2 or not base.get("images_per_s"):
+        return text + ". The baseline is a single run, so this is not conclusive: repeat both first"
     same_share = (base.get("global_batch") and row.get("global_batch")
                   and row["global_batch"] * b == base["global_batch"] * w)
     if same_share and base.get("step_ms_median") and row.get("step_ms_median"):
         text += (f". Each worker's median step took {row['step_ms_median']:.3f} ms against "
                  f"{base['step_ms_median']:.3f} ms for the baseline, on the same images per worker")
-    runs = [v for v in (base.get("images_per_s_runs") or []) if v]
-    if len(runs) > 1 and base.get("images_per_s"):
-        lo, hi = min(runs), max(runs)
-        vs_best = row["images_per_s"] / hi
-        text += (f". The baseline's {len(runs)} repeats spread from {units.format_count(lo)} to "
-                 f"{units.format_count(hi)} images/s ({(hi - lo) / base['images_per_s']:.0%} of their median); "
-                 f"against the fastest of them the speedup is {vs_best:.2f}x")
-        if vs_best <= perfect + 1e-9:
-            text += (", within perfect scaling: the excess lies inside the baseline's run-to-run spread, "
-                     "not a gain from the extra GPU")
-        else:
-            text += (", still above perfect scaling: beyond the baseline's spread, so something differs between "
-                     "the runs (timed steps, warm-up, clocks, the per-GPU batch); find it before trusting the row")
+    lo, hi = min(runs), max(runs)
+    vs_best = row["images_per_s"] / hi
+    text += (f". The baseline's {len(runs)} repeats spread from {units.format_count(lo)} to "
+             f"{units.format_count(hi)} images/s ({(hi - lo) / base['images_per_s']:.0%} of their median); "
+             f"against the fastest of them the speedup is {vs_best:.2f}x")
+    if vs_best <= perfect + 1e-9:
+        text += (", within perfect scaling: the excess lies inside the baseline's run-to-run spread, "
+                 "not a gain from the extra GPU")
     else:
-        text += (". The baseline is a single run, so this is not conclusive: repeat both (median and spread) "
-                 "first")
+        text += (", still above perfect scaling: beyond the baseline's spread, so something differs between "
+                 "the runs (timed steps, warm-up, clocks, the per-GPU batch); find it before trusting the row")
     return text
 
 

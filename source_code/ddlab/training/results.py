@@ -520,17 +520,22 @@ def split_command(line: str) -> tuple:
 _STALE_BASE = "; speedup over 1 worker at the same global batch"
 
 
-_LONG_INTERLEAVED = re.compile(r"^the repeats were interleaved: each of (\d+) round\(s\) ran (.*) once, in the "
-                               r"table's order, so a drift .*$")
+# An interleaving note as stored (ddlab.training.experiment_kit.interleaved_note, and an older wording): the
+# table shows it without the list of what each round ran, which is every row of the table.
+_INTERLEAVED = (re.compile(r"^the repeats were interleaved: each of (\d+) round\(s\) ran .* once, in the "
+                           r"table's order, so a drift .*$"),
+                re.compile(r"^the repeats were interleaved in (\d+) round\(s\), each running .* once in order: "
+                           r"a drift .*$"))
 
 
 def _current(note: str) -> str:
-    """A recorded note as it is said today: without a claim about the speedup's baseline that no longer
-    holds, and an interleaving note in its short form (:func:`ddlab.training.experiment_kit.interleaved_note`)."""
+    """A recorded note as the table says it: without a claim about the speedup's baseline that no longer
+    holds, and an interleaving note in its short form (:data:`_INTERLEAVED`)."""
     from ddlab.training.experiment_kit import interleaved_note
-    long = _LONG_INTERLEAVED.match(note)
-    if long:
-        return interleaved_note(int(long.group(1)), long.group(2))
+    for pattern in _INTERLEAVED:
+        m = pattern.match(note)
+        if m:
+            return interleaved_note(int(m.group(1)), "every row")
     return note.replace(_STALE_BASE, "") if note.startswith("strong scaling: ") else note
 
 
