@@ -402,33 +402,32 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     command = launch.shell_line(launch_name, nproc, argv, env, python=sys.executable)
     if show_command:
         print(command, flush=True)     # what runs, as one line to copy into a shell
-    output, seconds = _launch(file, argv, launch_name, nproc, env, timeout or p.timeout)
-    ranks = parse_results(output)
+    res = _launch(file, argv, launch_name, nproc, env, timeout or p.timeout)
+    ranks = parse_results(res.output)
     if sorted(r["rank"] for r in ranks) != list(range(nproc)):
-        tail = "\n".join(output.splitlines()[-launch.TAIL_LINES:])
         raise HandsOnError(f"{os.path.basename(file)} ran, but not every rank reported its result "
-                           f"(got ranks {[r['rank'] for r in ranks]} of {nproc}). Last output:\n{tail}")
-    return Run(os.path.basename(file), launch_name, nproc, device, ranks, output, seconds, command)
+                           f"(got ranks {[r['rank'] for r in ranks]} of {nproc}). Last output:\n{res.tail()}")
+    return Run(os.path.basename(file), launch_name, nproc, device, ranks, res.output, res.duration_s, command)
 
 
-def _launch(file: str, argv: list, launcher: str, nproc: int, env: dict, timeout: float) -> tuple:
-    """(output, seconds) of one launch of a hands-on script. Inside a notebook kernel with
-    ``DDLAB_KEPT_RUNS`` set, :mod:`ddlab.training.kept_runs` keeps it, and answers the same launch
-    made again in the same checkout where reuse is on (it says so)."""
+def _launch(file: str, argv: list, launcher: str, nproc: int, env: dict, timeout: float) -> "launch.LaunchResult":
+    """One launch of a hands-on script. Inside a notebook kernel with ``DDLAB_KEPT_RUNS`` set,
+    :mod:`ddlab.training.kept_runs` keeps its output and seconds, and answers the same launch made
+    again in the same checkout where reuse is on (it says so)."""
     from ddlab.training import kept_runs
     # The script's own content is part of the key: it may be a file outside the hashed sources.
     key = kept_runs.launch_key([*argv, kept_runs.file_digest(file)], launcher, nproc, env, sys.executable)
     kept = kept_runs.take(key)
     if kept is not None:
         print(f"({kept['notes'][-1]})", flush=True)
-        return kept["output"], kept["seconds"]
+        return launch.LaunchResult([launcher, *argv], 0, kept["output"], kept["seconds"])
     try:
         res = launch.run(argv, launcher=launcher, nproc=nproc, env=env, timeout=timeout, check=True,
                          python=sys.executable)
     except launch.LaunchError as exc:
         raise HandsOnError(f"{os.path.basename(file)} did not finish: {exc}") from None
     kept_runs.keep(key, {"output": res.output, "seconds": res.duration_s})
-    return res.output, res.duration_s
+    return res
 
 
 def python_path() -> str:
