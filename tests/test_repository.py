@@ -37,7 +37,8 @@ def test_ci_runs_the_readme_test_commands():
         assert re.search(rf"^{command}(\s|$)", first_block, re.M), command
     ci = open(os.path.join(ROOT, ".ci", "run")).read()
     runs = re.findall(r"^make ([\w-]+)(?=\s|$)", ci, re.M)     # each make line, redirected or in the background
-    assert runs == ["test", "browser-test", "slurm-test", "wheelhouse-test"], runs
+    # make test first: the browser test shows again the training runs it keeps
+    assert runs[0] == "test" and sorted(runs) == ["browser-test", "slurm-test", "test", "wheelhouse-test"], runs
     # every command CI runs is one the README gives (in a code block, at the start of a line), with no
     # other arguments than the README's
     blocks = "\n".join(re.findall(r"```\n(.*?)```", readme, re.S))
