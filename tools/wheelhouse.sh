@@ -56,8 +56,11 @@ test_install() {
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
   # Nothing but the wheelhouse: no pip configuration (index URLs, find-links), no pip cache,
-  # and, where this user may (root), no network at all.
-  local -a iso=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null PIP_NO_CACHE_DIR=1)
+  # and, where this user may (root), no network at all. The venv is thrown away after the smoke
+  # test, so pip does not compile every installed module to bytecode (PIP_COMPILE=0); Python
+  # compiles what the test imports, once, and keeps it (PYTHONDONTWRITEBYTECODE unset).
+  local -a iso=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PYTHONDONTWRITEBYTECODE
+                PIP_CONFIG_FILE=/dev/null PIP_NO_CACHE_DIR=1 PIP_COMPILE=0)
   if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
     iso=(unshare -n "${iso[@]}")
     say "installing with no network (unshare -n) and no pip configuration"
