@@ -31,6 +31,7 @@ TEST_WORKERS ?= 2
 # folder that `make wheelhouse` filled; pip then never asks an index.
 WHEELHOUSE ?=
 PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
+BYTECODE ?= 1
 # Containers and lab servers often run as root; Jupyter refuses that unless told.
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # With a desktop (a display, or macOS) JupyterLab opens the course in the default browser;
@@ -73,8 +74,14 @@ $(VPY):
 	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade $(PIP_FROM) pip
 
+# pip would compile every installed module to bytecode on one core; compileall does it on all of
+# them. As with pip, a module that does not compile on this Python (a file meant for a newer one)
+# is left without bytecode. BYTECODE=0 leaves it to Python (a throwaway venv: the wheelhouse test).
 $(STAMPS)/deps: requirements.txt requirements-lock.txt | $(VPY)
-	$(VPY) -m pip install --quiet $(PIP_FROM) -r requirements.txt -c requirements-lock.txt
+	$(VPY) -m pip install --quiet --no-compile $(PIP_FROM) -r requirements.txt -c requirements-lock.txt
+ifneq ($(BYTECODE),0)
+	$(VPY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
+endif
 	@mkdir -p $(STAMPS) && touch $@
 
 deps: $(STAMPS)/deps

@@ -57,8 +57,9 @@ test_install() {
   trap 'rm -rf "$tmp"' RETURN
   # Nothing but the wheelhouse: no pip configuration (index URLs, find-links), no pip cache,
   # and, where this user may (root), no network at all. The venv is thrown away after the smoke
-  # test, so pip does not compile every installed module to bytecode (PIP_COMPILE=0); Python
-  # compiles what the test imports, once, and keeps it (PYTHONDONTWRITEBYTECODE unset).
+  # test, so its modules are not all compiled to bytecode (BYTECODE=0, the Horovod wheel's
+  # PIP_COMPILE=0); Python compiles what the test imports, once, and keeps it
+  # (PYTHONDONTWRITEBYTECODE unset).
   local -a iso=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PYTHONDONTWRITEBYTECODE
                 PIP_CONFIG_FILE=/dev/null PIP_NO_CACHE_DIR=1 PIP_COMPILE=0)
   if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
@@ -68,7 +69,7 @@ test_install() {
     say "installing with pip --no-index and no pip configuration (unshare -n needs root)"
   fi
   # The data goes to a scratch cache (DDLAB_CACHE_DIR), so the course's own copy stays as it is.
-  "${iso[@]}" DDLAB_CACHE_DIR="$tmp/cache" make -C "$HERE" --no-print-directory setup VENV="$tmp/venv" WHEELHOUSE="$dir"
+  "${iso[@]}" DDLAB_CACHE_DIR="$tmp/cache" make -C "$HERE" --no-print-directory setup VENV="$tmp/venv" WHEELHOUSE="$dir" BYTECODE=0
   local py=$tmp/venv/bin/python
   say "smoke test"
   "${iso[@]}" "$py" - "$dir" <<'PY'
