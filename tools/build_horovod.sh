@@ -48,7 +48,9 @@ patch -p1 --quiet -d "$SRC" < "$PATCH" || die "the patch did not apply"
 export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MXNET=1
 export HOROVOD_CPU_OPERATIONS=GLOO
 if [ "${HOROVOD_WITH_MPI:-0}" != 1 ]; then export HOROVOD_WITHOUT_MPI=1; fi
-if "$PYTHON" -c 'import tensorflow' >/dev/null 2>&1; then
+# Found without importing it (seconds); CMake's FindTensorflow then imports it and fails loudly
+# where it is installed but broken.
+if "$PYTHON" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("tensorflow") is None)' 2>/dev/null; then
   export HOROVOD_WITH_TENSORFLOW=1
   say "TensorFlow found: building the TensorFlow and Keras bindings"
 else
