@@ -74,15 +74,21 @@ $(VPY):
 	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade $(PIP_FROM) pip
 
-# pip would compile every installed module to bytecode on one core; compileall does it on all of
-# them. As with pip, a module that does not compile on this Python (a file meant for a newer one)
-# is left without bytecode. BYTECODE=0 leaves it to Python (a throwaway venv: the wheelhouse test).
+# pip would compile every installed module to bytecode on one core, before anything else can start.
+# It installs without, and the bytecode stamp compiles them with compileall on every core, at low
+# priority beside the Horovod build (setup runs the two together: the build leaves a core idle while
+# it configures and while it compiles its last files). As with pip, a module that does not compile
+# on this Python (a file meant for a newer one) is left without bytecode. BYTECODE=0 leaves it to
+# Python (a throwaway venv: the wheelhouse test).
 $(STAMPS)/deps: requirements.txt requirements-lock.txt | $(VPY)
 	$(VPY) -m pip install --quiet --no-compile $(PIP_FROM) -r requirements.txt -c requirements-lock.txt
-ifneq ($(BYTECODE),0)
-	$(VPY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
-endif
 	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/bytecode: $(STAMPS)/deps
+ifneq ($(BYTECODE),0)
+	nice -n 10 $(VPY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
+endif
+	@touch $@
 
 deps: $(STAMPS)/deps
 
@@ -126,7 +132,9 @@ lab-settings: $(LAB_SETTINGS)
 # The course's own modules compiled to bytecode, as pip does for installed packages (only changed
 # files are compiled again): where PYTHONDONTWRITEBYTECODE is set (containers, CI) Python would
 # otherwise compile them in every process it starts.
-setup: $(STAMPS)/deps $(STAMPS)/horovod $(STAMPS)/kernel $(LAB_SETTINGS) data
+setup: $(STAMPS)/deps
+	@$(MAKE) --no-print-directory -j2 $(STAMPS)/bytecode $(STAMPS)/horovod
+	@$(MAKE) --no-print-directory $(STAMPS)/kernel $(LAB_SETTINGS) data
 	@$(VPY) -m compileall -q source_code tests > /dev/null
 
 # tests/browser is the browser test: `make browser-test` runs it, on its own.
