@@ -87,8 +87,8 @@ $(STAMPS)/deps: requirements.txt requirements-lock.txt | $(VPY)
 $(STAMPS)/bytecode: $(STAMPS)/deps
 ifneq ($(BYTECODE),0)
 	nice -n 10 $(VPY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
-endif
 	@touch $@
+endif
 
 deps: $(STAMPS)/deps
 
