@@ -47,7 +47,7 @@ RUN grep -v -E '^(torch|triton)==' requirements.txt > /tmp/requirements-image.tx
  && grep -v -E '^(torch|triton)==' requirements-lock.txt > /tmp/constraints-image.txt \
  && python -m pip install --no-cache-dir -r /tmp/requirements-image.txt -c /tmp/constraints-image.txt
 
-COPY tools/build_horovod.sh tools/get_data.sh tools/
+COPY tools/build_horovod.sh tools/check_horovod.py tools/get_data.sh tools/
 COPY source_code/patches source_code/patches
 RUN PYTHON=python HOROVOD_BUILD_CUDA_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST} bash tools/build_horovod.sh \
  && rm -rf .cache/horovod/build.log

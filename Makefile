@@ -97,7 +97,7 @@ ifeq ($(WHEELHOUSE),)
 	PYTHON=$(abspath $(VPY)) bash tools/build_horovod.sh
 else
 	$(VPY) -m pip install --quiet --no-deps --only-binary=horovod $(PIP_FROM) horovod==$(HOROVOD_VERSION)
-	$(VENV)/bin/horovodrun --check-build
+	$(VPY) tools/check_horovod.py
 endif
 	@mkdir -p $(STAMPS) && touch $@
 

@@ -1,4 +1,6 @@
 """ddlab.system.software: torch, CUDA and NCCL versions read from files, Horovod's build."""
+import os
+
 import pytest
 
 from ddlab.system import software
@@ -121,3 +123,48 @@ def test_horovod_build_runs_the_horovodrun_beside_the_interpreter(tmp_path, monk
     monkeypatch.setattr(software, "package_version", lambda name: "0.28.1")
     notes = []
     assert software.horovod_build(notes)["frameworks"] == ["PyTorch"] and notes == []
+
+
+def _horovod_package(root, bindings: dict):
+    """A horovod package under ``root``: {module: source of its __init__}, each with a library file."""
+    pkg = root / "horovod"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("__version__ = '9.9.9'\n")
+    for module, source in bindings.items():
+        (pkg / module).mkdir()
+        (pkg / module / "__init__.py").write_text(source)
+        (pkg / module / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_text("")
+    return root
+
+
+def _check_horovod(path):
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "check_horovod.py")
+    return subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(path)))
+
+
+BUILT = "".join(f"def {k}_built():\n    return {v}\n" for k, v in
+                dict(gloo=True, mpi=False, nccl=2, ddl=False, ccl=False).items())
+
+
+def test_check_horovod_loads_each_built_binding_and_says_what_it_has(tmp_path):
+    out = _check_horovod(_horovod_package(tmp_path, {"torch": BUILT}))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "v9.9.9" in lines[0]
+    assert lines[1:] == ["    [X] PyTorch: controllers Gloo; tensor operations NCCL, Gloo",
+                         "    [ ] TensorFlow: not built"]
+
+
+def test_check_horovod_fails_when_a_built_binding_does_not_load(tmp_path):
+    out = _check_horovod(_horovod_package(tmp_path, {"torch": BUILT,
+                                                  "tensorflow": "raise ImportError('undefined symbol: _ZN10tensorflow')\n"}))
+    assert out.returncode == 1
+    assert "[X] PyTorch" in out.stdout and "TensorFlow: built, but does not load" in out.stderr
+    assert "undefined symbol" in out.stderr
+    empty = tmp_path / "none"
+    empty.mkdir()
+    out = _check_horovod(_horovod_package(empty, {}))
+    assert out.returncode == 1 and "no binding was built" in out.stderr

@@ -18,6 +18,7 @@ T0=$(date +%s); step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 step "Horovod GPU build"
 PYTHON=python3 HOROVOD_SDIST=$DDLAB_HOROVOD_SDIST HOROVOD_CACHE=/tmp/hvdcache \
   timeout 400 bash tools/build_horovod.sh > "$W/hvd_build.txt" 2>&1; echo "build rc=$?" | tee -a "$W/hvd_build.txt"
+timeout 300 horovodrun --check-build >> "$W/hvd_build.txt" 2>&1    # record_horovod_smoke.py reads its report
 tail -18 "$W/hvd_build.txt"; cp /tmp/hvdcache/build.log "$W/hvd_build_full.log" 2>/dev/null
 for path in default shm; do
   e=$(python3 -m ddlab.system.nccl env $path)
