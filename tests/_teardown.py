@@ -12,8 +12,9 @@ RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "t
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "source_code")
 
 
-def threads_left(script: str, *args: str, timeout: float = 240.0) -> dict:
-    """{rank: [thread names]} after ``script args...`` ran as 2 torchrun processes on CPU."""
+def launch_and_read_threads(script: str, *args: str, timeout: float = 240.0) -> tuple:
+    """({rank: [thread names]}, the launch's output) after ``script args...`` ran as 2 torchrun
+    processes on CPU."""
     env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join([SOURCE_DIR] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     res = launch.run([RUNNER, script, *args], launcher="torchrun", nproc=2, env=env, timeout=timeout,
@@ -24,7 +25,12 @@ def threads_left(script: str, *args: str, timeout: float = 240.0) -> dict:
         row = json.loads(text)
         found[row["rank"]] = row["threads"]
     assert sorted(found) == [0, 1], res.tail()
-    return found
+    return found, res.output
+
+
+def threads_left(script: str, *args: str, timeout: float = 240.0) -> dict:
+    """{rank: [thread names]} after ``script args...`` ran as 2 torchrun processes on CPU."""
+    return launch_and_read_threads(script, *args, timeout=timeout)[0]
 
 
 def gloo_threads(found: dict) -> dict:
