@@ -32,6 +32,8 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1400, "height": 900}
+# Resolves after the browser has drawn two more frames (the second one follows a layout of what changed).
+_TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
 # A learner's fresh settings, plus one change: autosave off, so that running a notebook
 # in the browser never writes its outputs into the committed file.
 USER_SETTINGS = {"@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False}}
@@ -394,7 +396,8 @@ class NotebookRun:
         }}"""
         self.page.evaluate(f"() => {{ {outer}.scrollTop = 0; }}")
         for i in range(max_pages):
-            self.page.wait_for_timeout(400)
+            self.page.evaluate(_TWO_FRAMES_JS)     # the cells scrolled into view are laid out and painted
+            self.page.wait_for_timeout(100)
             self.shot(f"{name}-p{i + 1:02d}")
             at = self.page.evaluate(where)
             if at["lastBottom"] <= at["view"]:
