@@ -274,3 +274,19 @@ def test_experiment_result_round_trips_through_save_and_load(tmp_path):
     res = recording.load_recorded("nccl-paths", "torch", "ddp", "cnn")
     back = recording.load(recording.save(res, str(tmp_path / "r.json")))
     assert isinstance(back, ExperimentResult) and back.rows == res.rows and back.provenance == res.provenance
+
+
+def test_checking_a_recording_leaves_out_the_slow_iri_checker_and_does_not_block_it():
+    """A fresh process that loads a recording imports jsonschema without rfc3987-syntax (it
+    builds its parsers on import, seconds per process), and may still import it afterwards."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from ddlab.base import reference\n"
+            "reference.load('horovod', 'h200x2')\n"
+            "print('jsonschema' in sys.modules, 'rfc3987_syntax' in sys.modules)\n")
+    source_code = os.path.dirname(os.path.dirname(os.path.dirname(schemas.__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=source_code))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]

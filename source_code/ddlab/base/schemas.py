@@ -14,6 +14,7 @@ is made by :mod:`ddlab.base.files`.
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 _NUM = {"type": ["number", "null"]}          # a measurement: a number, or null where none was made
@@ -111,12 +112,27 @@ SCHEMAS = {
 }
 
 
+def _jsonschema():
+    """jsonschema, imported without its optional checker of the "iri" formats when that would be
+    rfc3987-syntax, which builds about 35 parsers when imported (1-2 s in every process that
+    loads a recording: each notebook's kernel, each ``python -m ddlab`` command). No schema here
+    has a format; a process that imported rfc3987-syntax or jsonschema before keeps what it has."""
+    if "jsonschema" not in sys.modules and "rfc3987_syntax" not in sys.modules:
+        sys.modules["rfc3987_syntax"] = None       # makes jsonschema's optional import of it fail, at once
+        try:
+            import jsonschema
+        finally:
+            del sys.modules["rfc3987_syntax"]      # anything later may still import it
+    import jsonschema
+    return jsonschema
+
+
 def validator_missing() -> Optional[str]:
     """None when recordings can be checked on save and load (jsonschema imports); otherwise one
     message saying what is missing and how to install it. A recording script asks first, before
     it spends any time measuring what it could not then save."""
     try:
-        import jsonschema  # noqa: F401
+        _jsonschema()
     except ImportError:
         return ("jsonschema is not installed, and every recording is checked against its schema when it is "
                 "saved: install it (pip install jsonschema; it is one of ddlab's dependencies in pyproject.toml)")
@@ -127,7 +143,7 @@ def first_error(obj, name: str) -> Optional[tuple]:
     """Where ``obj`` first breaks the schema ``name``: ``(field, what is wrong)`` with the field
     as a path (``rows[2].images_per_s``; ``(top)`` for the object itself), or None when it fits.
     "First" is the error nearest the top of the file (then the first in the file's order)."""
-    import jsonschema
+    jsonschema = _jsonschema()
     if name not in SCHEMAS:
         raise KeyError(f"no schema {name!r}; the schemas are: {', '.join(sorted(SCHEMAS))}")
     validator = jsonschema.Draft202012Validator(SCHEMAS[name])
