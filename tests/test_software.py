@@ -1,9 +1,10 @@
 """ddlab.system.software: torch, CUDA and NCCL versions read from files, Horovod's build."""
+import json
 import os
 
 import pytest
 
-from ddlab.system import software
+from ddlab.system import frameworks, software
 
 
 def test_parse_check_build():
@@ -168,3 +169,26 @@ def test_check_horovod_fails_when_a_built_binding_does_not_load(tmp_path):
     empty.mkdir()
     out = _check_horovod(_horovod_package(empty, {}))
     assert out.returncode == 1 and "no binding was built" in out.stderr
+
+
+def test_horovodrun_learns_that_gloo_was_built_without_loading_a_framework():
+    """The patched build writes gloo_built and mpi_built to horovod/metadata.json; horovodrun's
+    checks before a launch read them there instead of importing a framework's binding in a
+    new process (seconds before every launch)."""
+    ok, why = frameworks.availability("torch", "horovod")
+    if not ok:
+        pytest.skip(why)
+    import subprocess
+    import sys
+    code = ("import json, os, sys\n"
+            "import horovod\n"
+            "from horovod.common import util\n"
+            "def refuse(*args):\n"
+            "    raise AssertionError('a binding was loaded in a new process to answer')\n"
+            "util._check_extension_lambda = refuse\n"
+            "meta = json.load(open(os.path.join(os.path.dirname(horovod.__file__), 'metadata.json')))\n"
+            "print(json.dumps([meta['gloo_built'], meta['mpi_built'], util.gloo_built(), util.mpi_built(),\n"
+            "                  'torch' in sys.modules or 'tensorflow' in sys.modules]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [True, False, True, False, False]
