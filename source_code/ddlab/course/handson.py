@@ -391,7 +391,9 @@ def run(name: str, plan_: Optional[Plan] = None, args: Sequence[str] = (), timeo
     env = dict(p.env)
     env["PYTHONPATH"] = python_path()
     if framework == "keras" or launcher == "horovod":
-        env.update(TF_ENVIRONMENT)       # horovodrun imports TensorFlow too: tf-keras, no INFO lines
+        # tf-keras and no INFO lines; horovodrun may load TensorFlow too (a Horovod built
+        # without the course's patch does, before each launch)
+        env.update(TF_ENVIRONMENT)
     device = p.device if launcher != "none" else ("cuda" if p.gpu_count >= 1 else "cpu")
     if framework == "keras" and device == "cuda" and experiments.gpu_count("keras") < 1:
         device = "cpu"          # a TensorFlow without GPU support runs the Keras scripts on the CPU
