@@ -62,13 +62,22 @@ def test_nccl_library_version_of_a_missing_or_foreign_library(tmp_path):
     assert libm and software.nccl_library_version(libm) is None   # loads, but has no ncclGetVersion
 
 
-def _fake_horovod(tmp_path, monkeypatch, libs):
-    pkg = tmp_path / "horovod"
+def _horovod_package(root, libraries: dict, inits: dict = None, version: str = ""):
+    """A horovod package under ``root``: {module: bytes of its compiled library}, and for the modules
+    in ``inits`` {module: source of its __init__}; ``version`` its __version__."""
+    pkg = root / "horovod"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    for sub, body in libs.items():
-        (pkg / sub).mkdir()
-        (pkg / sub / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_bytes(body)
+    (pkg / "__init__.py").write_text(f"__version__ = {version!r}\n" if version else "")
+    for module, body in libraries.items():
+        (pkg / module).mkdir()
+        (pkg / module / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_bytes(body)
+        if module in (inits or {}):
+            (pkg / module / "__init__.py").write_text(inits[module])
+    return root
+
+
+def _fake_horovod(tmp_path, monkeypatch, libs):
+    _horovod_package(tmp_path, libs)
     monkeypatch.syspath_prepend(str(tmp_path))
     import sys
     for m in [m for m in sys.modules if m == "horovod" or m.startswith("horovod.")]:
@@ -126,16 +135,9 @@ def test_horovod_build_runs_the_horovodrun_beside_the_interpreter(tmp_path, monk
     assert software.horovod_build(notes)["frameworks"] == ["PyTorch"] and notes == []
 
 
-def _horovod_package(root, bindings: dict):
-    """A horovod package under ``root``: {module: source of its __init__}, each with a library file."""
-    pkg = root / "horovod"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("__version__ = '9.9.9'\n")
-    for module, source in bindings.items():
-        (pkg / module).mkdir()
-        (pkg / module / "__init__.py").write_text(source)
-        (pkg / module / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_text("")
-    return root
+def _bindings(root, inits: dict):
+    """A horovod package under ``root`` whose bindings ({module: source of its __init__}) each have a library."""
+    return _horovod_package(root, dict.fromkeys(inits, b""), inits, version="9.9.9")
 
 
 def _check_horovod(path):
@@ -151,7 +153,7 @@ BUILT = "".join(f"def {k}_built():\n    return {v}\n" for k, v in
 
 
 def test_check_horovod_loads_each_built_binding_and_says_what_it_has(tmp_path):
-    out = _check_horovod(_horovod_package(tmp_path, {"torch": BUILT}))
+    out = _check_horovod(_bindings(tmp_path, {"torch": BUILT}))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "v9.9.9" in lines[0]
@@ -160,14 +162,14 @@ def test_check_horovod_loads_each_built_binding_and_says_what_it_has(tmp_path):
 
 
 def test_check_horovod_fails_when_a_built_binding_does_not_load(tmp_path):
-    out = _check_horovod(_horovod_package(tmp_path, {"torch": BUILT,
-                                                  "tensorflow": "raise ImportError('undefined symbol: _ZN10tensorflow')\n"}))
+    out = _check_horovod(_bindings(tmp_path, {"torch": BUILT,
+                                            "tensorflow": "raise ImportError('undefined symbol: _ZN10tensorflow')\n"}))
     assert out.returncode == 1
     assert "[X] PyTorch" in out.stdout and "TensorFlow: built, but does not load" in out.stderr
     assert "undefined symbol" in out.stderr
     empty = tmp_path / "none"
     empty.mkdir()
-    out = _check_horovod(_horovod_package(empty, {}))
+    out = _check_horovod(_bindings(empty, {}))
     assert out.returncode == 1 and "no binding was built" in out.stderr
 
 
