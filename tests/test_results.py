@@ -260,3 +260,31 @@ def test_a_table_says_its_interleaving_note_without_the_list_of_what_each_round_
         assert f"interleaved in {rounds} round(s), each running every row once in order" in text
         assert "one-worker run and every path" not in text and "table's order" not in text
         assert res.notes == [note]                                # what is stored is kept as it was
+
+
+def _on_cpu(res):
+    """The same result as its workers had been CPU processes (Gloo), as the notebooks' CPU mode records it."""
+    res = ExperimentResult.from_dict(res.to_dict())
+    res.config["device"] = "cpu"
+    for r in res.rows:
+        r["device"] = "cpu"
+    return res
+
+
+def test_a_cpu_run_is_not_called_a_gpu_in_its_tables():
+    """On CPU the plain run is one CPU process: the row, the speedup heading, the plot's line and the
+    side-by-side tables name it so; a GPU result keeps "1 GPU"."""
+    gpu, cpu = fake_paths_result(), _on_cpu(fake_paths_result())
+    heads = [c.label for c in cpu.as_table().columns]
+    assert "speedup vs plain 1 process" in heads and not any("GPU" in h for h in heads if h)
+    assert "speedup vs plain 1 GPU" in [c.label for c in gpu.as_table().columns]
+    assert "\n1 CPU process, no wrapper " in cpu.table() and "1 GPU" not in cpu.table()
+    assert "\n1 GPU, no wrapper " in gpu.table()
+    assert "1 CPU process, no wrapper" in [t.get_text() for t in cpu.plot().texts]
+    assert result_views.compare_speedups({"cpu": cpu}).splitlines()[2].startswith("1 CPU process, no wrapper")
+    side = result_views.images_side_by_side({"DDP": cpu, "Horovod": _on_cpu(fake_paths_result())})
+    assert side.rows[0]["what"] == "1 CPU process, no wrapper"
+    assert sum(n.startswith("1 CPU process, no wrapper: the same program") for n in side.notes) == 1
+    tuned = ExperimentResult("tuning", [dict(r, tuning="1 GPU, no wrapper") if r.get("path") == "plain" else r
+                                        for r in cpu.rows], "live", cpu.provenance, [], cpu.config, [])
+    assert "1 CPU process, no wrapper" in tuned.table() and "1 GPU, no wrapper" not in tuned.table()

@@ -32,6 +32,9 @@ from ddlab.base import reference
 
 PLAIN_PATH = "plain"                  # the ``path`` of a plain row in an experiment's rows
 PLAIN_LABEL = "1 GPU, no wrapper"     # how tables name it
+PLAIN_LABEL_CPU = "1 CPU process, no wrapper"    # the same run where the workers are CPU processes
+SPEEDUP_HEAD = "speedup vs plain 1 GPU"
+SPEEDUP_HEAD_CPU = "speedup vs plain 1 process"
 WRAPPER_PATH = "1 worker"             # the ``path`` of the wrapper's one-worker row
 PLAIN_RECORDING = "plain-baselines-torch"
 # The recordings of plain one-GPU runs, in the order they are looked in: (name, what its rows are).
@@ -103,6 +106,17 @@ def is_wrapper_one(row: dict) -> bool:
 
 def framework_name(launcher: Optional[str]) -> str:
     return _FRAMEWORK_NAMES.get(launcher or "", str(launcher))
+
+
+def plain_label(device: Optional[str] = None) -> str:
+    """The plain run as tables name it: "1 GPU, no wrapper", or on a CPU run (``device`` "cpu")
+    "1 CPU process, no wrapper"."""
+    return PLAIN_LABEL_CPU if device == "cpu" else PLAIN_LABEL
+
+
+def speedup_head(device: Optional[str] = None) -> str:
+    """A speedup column's heading: over the plain one-GPU run, or on a CPU run over the plain process."""
+    return SPEEDUP_HEAD_CPU if device == "cpu" else SPEEDUP_HEAD
 
 
 def wrapper_label(launcher: Optional[str]) -> str:

@@ -61,7 +61,8 @@ def compare_speedups(results: Mapping[str, ExperimentResult]) -> str:
                 continue
             sp = r.get("speedup")
             mark = "!" if r.get("above_linear") else " "
-            names.setdefault(r.get("path"), baseline.PLAIN_LABEL if baseline.is_plain(r) else
+            plain = baseline.plain_label(r.get("device") or res.config.get("device"))
+            names.setdefault(r.get("path"), plain if baseline.is_plain(r) else
                              "1 worker (the wrapper's)" if r.get("path") == baseline.WRAPPER_PATH else
                              path_name(r, res.provenance))
             cells[(r.get("path"), label)] = (f"{units.format_count(r['images_per_s']):>9} "
@@ -101,7 +102,7 @@ def images_side_by_side(results: Mapping[str, ExperimentResult], key: str = "pat
             if r.get("error") or r.get("images_per_s") is None:
                 continue
             if baseline.is_plain(r):
-                k, name = baseline.PLAIN_PATH, baseline.PLAIN_LABEL
+                k, name = baseline.PLAIN_PATH, baseline.plain_label(r.get("device") or res.config.get("device"))
             elif r.get("workers") == 1:
                 k, name = baseline.WRAPPER_PATH, "1 worker (each wrapper's own)"
             else:
@@ -133,7 +134,7 @@ def images_side_by_side(results: Mapping[str, ExperimentResult], key: str = "pat
         notes.append("median images/s of all GPUs together; each ratio compares the frameworks on the same GPUs, "
                      "model, batch and path")
     if explain and sum((baseline.PLAIN_PATH, label) in values for label in labels) > 1:
-        notes.append(f"{baseline.PLAIN_LABEL}: the same program in each column; its ratio is the machine's "
+        notes.append(f"{names[baseline.PLAIN_PATH]}: the same program in each column; its ratio is the machine's "
                      "difference between the two results, which every other ratio carries too")
     return tables.Table(cols, rows, title=title or "Images/s side by side: " + " and ".join(labels), notes=notes)
 

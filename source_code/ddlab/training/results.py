@@ -132,11 +132,12 @@ def _wrapped(label: str, width: int = 11) -> str:
 
 
 def run_label(r: dict, launcher: Optional[str] = None) -> str:
-    """Which run a row is: "1 GPU, no wrapper" (the plain run every speedup divides by), "DDP, 1 worker"
+    """Which run a row is: "1 GPU, no wrapper" (the plain run every speedup divides by; "1 CPU process, no
+    wrapper" on CPU), "DDP, 1 worker"
     (the wrapper's own one-worker run), else the launcher's name."""
     if baseline.is_plain(r):
         beside = r.get("recorded_with")           # a side-by-side view: each recording has its own plain run
-        return baseline.PLAIN_LABEL + (f" (beside {baseline.framework_name(beside)})" if beside else "")
+        return baseline.plain_label(r.get("device")) + (f" (beside {baseline.framework_name(beside)})" if beside else "")
     launcher = r.get("launcher") or launcher
     if r.get("workers") == 1:
         return baseline.wrapper_label(launcher)
@@ -363,14 +364,17 @@ class ExperimentResult:
         if not any(r.get("cuda_graph") for r in self.rows):      # no row captured a CUDA graph: no column for it
             cols = [c for c in cols if c[1] != "cuda_graph"]
         spread = any((r.get("repeats") or 1) > 1 for r in self.rows)
-        columns = [tables.Column(key, "images/s median (min-max)" if spread and key == "images_per_s" else head,
+        speedup = baseline.speedup_head(self.config.get("device"))
+        columns = [tables.Column(key, "images/s median (min-max)" if spread and key == "images_per_s"
+                                 else speedup if key == "speedup" and head == baseline.SPEEDUP_HEAD else head,
                                  "text", "right" if key in _NUMERIC else "left") for head, key in cols]
         launcher = self.config.get("launcher")
         rows = []
         for row in self.shown_rows():
-            row = dict(row, run_label=run_label(row, launcher))
+            row = dict(row, device=row.get("device") or self.config.get("device"))
+            row["run_label"] = run_label(row, launcher)
             if self.name == "tuning" and baseline.is_plain(row):
-                row.setdefault("tuning", baseline.PLAIN_LABEL)
+                row["tuning"] = row["run_label"]
             if row.get("error"):
                 what = "not run" if row.get("not_run") else "failed"   # not_run: refused before any launch
                 # shown shortened, whole in the data and in the HTML cell's title (ddlab.base.tables)
@@ -478,7 +482,8 @@ class ExperimentResult:
         base = plains[0].images_per_s if len(plains) == 1 else None
         if base and self.name in ("nccl-paths", "tuning"):
             ax.axhline(base, color="grey", linestyle="--", linewidth=1)
-            ax.annotate(baseline.PLAIN_LABEL, (len(ok) - 0.5, base), ha="right", va="bottom", fontsize=8,
+            ax.annotate(baseline.plain_label(self.config.get("device")), (len(ok) - 0.5, base), ha="right",
+                        va="bottom", fontsize=8,
                         color="grey")
         ax.set_xticks(range(len(ok)))
         ax.set_xticklabels([_wrapped(label) for label in labels], fontsize=8)
@@ -545,21 +550,21 @@ def _base_workers(rows) -> int:
 
 _COLUMNS = {
     "scaling": [("workers", "workers"), ("run", "run_label"), ("images/s", "images_per_s"),
-                ("speedup vs plain 1 GPU", "speedup"), ("efficiency", "efficiency"), ("step ms median", "step_ms_median"),
+                (baseline.SPEEDUP_HEAD, "speedup"), ("efficiency", "efficiency"), ("step ms median", "step_ms_median"),
                 ("p10-p90", "step_ms_spread"), ("global batch", "global_batch"), ("test acc", "test_accuracy")],
     "nccl-paths": [("path", "path"), ("NCCL settings", "env_text"), ("workers", "workers"),
-                   ("images/s", "images_per_s"), ("speedup vs plain 1 GPU", "speedup"),
+                   ("images/s", "images_per_s"), (baseline.SPEEDUP_HEAD, "speedup"),
                    ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("transport", "transport"), ("graph", "cuda_graph"),
                    ("test acc", "test_accuracy")],
     "launchers": [("path", "path"), ("launcher", "launcher"), ("images/s", "images_per_s"),
-                  ("speedup vs plain 1 GPU", "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
+                  (baseline.SPEEDUP_HEAD, "speedup"), ("step ms median", "step_ms_median"), ("transport", "transport"),
                   ("graph", "cuda_graph")],
     "tuning": [("tuning", "tuning"), ("flags", "flags"), ("workers", "workers"), ("global batch", "global_batch"),
-               ("images/s", "images_per_s"), ("speedup vs plain 1 GPU", "speedup"),
+               ("images/s", "images_per_s"), (baseline.SPEEDUP_HEAD, "speedup"),
                ("step ms median", "step_ms_median"), ("test acc", "test_accuracy"), ("ranks agree", "ranks_agree")],
     "strong-scaling": [("global batch", "global_batch"), ("run", "run_label"), ("workers", "workers"),
                        ("batch/worker", "batch_per_worker"), ("images/s", "images_per_s"),
-                       ("speedup vs plain 1 GPU", "speedup"),
+                       (baseline.SPEEDUP_HEAD, "speedup"),
                        ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("test acc", "test_accuracy")],
     "one-gpu": [("model", "model"), ("precision", "precision"), ("images/s", "images_per_s"),
                 ("step ms median", "step_ms_median"), ("p10-p90", "step_ms_spread"), ("params", "params"),
