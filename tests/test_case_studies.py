@@ -407,3 +407,37 @@ def test_second_gpu_live_on_two_gpus_compares_the_paths_and_predicts_each_from_a
     assert rows["default"]["measured"] == pytest.approx(1.85) and rows["shm"]["measured"] == pytest.approx(0.86)
     assert rows["default"]["predicted"] > rows["shm"]["predicted"] > 0
     assert any(n.startswith("Wrapper cost:") for n in t.notes)
+
+
+def _tuning(launcher, gpu_model, images: dict, path="default"):
+    """A recorded tuning comparison of ``launcher``: the plain run, the one-worker run and ``images``
+    ({tuning: 2-GPU images/s}), with the provenance of ``gpu_model``."""
+    rows = [{"tuning": "1 GPU, no wrapper", "path": "plain", "launcher": "none", "plain": True, "workers": 1,
+             "images_per_s": 100.0, "global_batch": 512},
+            {"tuning": "1 worker, untuned", "path": "1 worker", "workers": 1, "images_per_s": 90.0,
+             "global_batch": 512}]
+    rows += [{"tuning": name, "path": path, "workers": 2, "images_per_s": v, "global_batch": 1024}
+             for name, v in images.items()]
+    prov = {"machine": f"2x {gpu_model}", "gpu_model": gpu_model, "gpu_count": 2}
+    return ExperimentResult("tuning", rows, "recorded", prov, [], {"launcher": launcher, "path": path,
+                                                                    "device": "cuda"})
+
+
+def test_ddp_and_horovod_are_set_side_by_side_by_images_per_second_untuned_and_tuned():
+    ddp = _tuning("ddp", "NVIDIA H200", {"untuned": 180.0, "bf16 hook": 170.0, "bucket 100 MB": 190.0,
+                                          "combined": 185.0, "accumulate 2": 300.0})
+    hvd = _tuning("horovod", "NVIDIA H200", {"untuned": 150.0, "fp16 compression": 160.0,
+                                              "fusion 256 MB": 155.0, "combined": 170.0})
+    table, line = cs.tunings_side_by_side([ddp, hvd], "default")
+    rows = {r["what"]: r for r in table.rows}
+    assert list(rows) == ["1 GPU, no wrapper", "1 worker (each wrapper's own)", "untuned", "16-bit grads",
+                          "buckets / fusion", "combined"]            # a setting that grows the batch is left out
+    assert (rows["16-bit grads"]["v0"], rows["16-bit grads"]["v1"]) == (170.0, 160.0)   # bf16 hook beside fp16
+    assert rows["untuned"]["r1"] == pytest.approx(150.0 / 180.0)
+    assert "NVIDIA H200" in line
+    other = _tuning("horovod", "NVIDIA H100 80GB HBM3", {"untuned": 150.0})
+    table, line = cs.tunings_side_by_side([ddp, other], "default")
+    assert table is None and "NVIDIA H200" in line and "NVIDIA H100 80GB HBM3" in line
+    table, line = cs.tunings_side_by_side([ddp], "default")
+    assert table is None and "horovod" in line
+    assert cs.tunings_side_by_side([ddp, hvd], "shm")[0] is None

@@ -558,6 +558,38 @@ def tuning_effects(found: Optional[list] = None) -> Table:
     return Table(cols, rows, title="Recorded tunings of the wide model on two GPUs, against untuned", notes=notes)
 
 
+def tunings_side_by_side(found: Optional[list] = None, path: str = "default") -> tuple:
+    """(a table or None, one line): DDP and Horovod by absolute images/s on two GPUs over ``path``,
+    untuned and with each setting of :data:`TUNING_SHOWN` (the same model, batch per GPU and path), from the
+    recorded tuning comparisons (:func:`recorded_tunings`): which framework trains faster, tuned or not,
+    read off the throughput (:func:`ddlab.training.result_views.images_side_by_side`); the plain one-GPU run
+    and each wrapper's one worker are rows of their own (the plain run's ratio is the difference between the two
+    recordings' machines, which every ratio carries). No table unless both frameworks are recorded over
+    ``path`` on the same GPU model and count; the line says which is missing or where each ran."""
+    from ddlab.training.result_views import images_side_by_side
+    from ddlab.training.results import ExperimentResult
+    found = found if found is not None else recorded_tunings()[0]
+    by_launcher = {r.config.get("launcher"): r for r in found if r.config.get("path") == path}
+    missing = [name for name in ("ddp", "horovod") if name not in by_launcher]
+    if missing:
+        return None, f"DDP against Horovod over {path}: {' and '.join(missing)} not recorded."
+    gpus = {name: "{}x {}".format((r.provenance or {}).get("gpu_count", "?"), (r.provenance or {}).get("gpu_model", "?"))
+            for name, r in by_launcher.items()}
+    if gpus["ddp"] != gpus["horovod"]:
+        return None, (f"DDP against Horovod over {path}: not compared, recorded on different GPUs "
+                      f"(DDP on {gpus['ddp']}, Horovod on {gpus['horovod']}).")
+    shown = {}
+    for launcher, label in (("ddp", "DDP"), ("horovod", "Horovod")):
+        res = ExperimentResult.from_dict(by_launcher[launcher].to_dict())
+        names = dict(zip(("untuned",) + TUNING_SHOWN[launcher], ("untuned",) + _TUNING_HEADS))
+        res.rows[:] = [dict(r, setting=names.get(r.get("tuning"))) for r in res.rows
+                       if r.get("workers") == 1 or r.get("tuning") in names]
+        shown[label] = res
+    title = f"The {TUNED_MODEL} model on two GPUs over {path}: DDP and Horovod by images/s, untuned and tuned"
+    return images_side_by_side(shown, key="setting", title=title, explain=False), \
+        f"DDP against Horovod over {path}, both on {gpus['ddp']}."
+
+
 def tuning_commands(launcher: str = "ddp", path: str = "default", found: Optional[list] = None) -> str:
     """The exact command line (:func:`ddlab.course.field_reports.run_command`) of the first recorded run of
     the untuned 2-GPU comparison and of the two single settings of :data:`TUNING_SHOWN`, for ``launcher`` over ``path``."""
