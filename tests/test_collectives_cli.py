@@ -102,3 +102,16 @@ def test_json_round_trip(ar, tmp_path):
     cut.write_text(open(path).read()[:200])
     with pytest.raises(ValueError, match="all-reduce sweep file .*cut.json is truncated or corrupt"):
         collectives.read_json(str(cut))
+
+
+def test_cli_isolated_asks_the_sweep_to_time_each_call_alone(monkeypatch, capsys):
+    seen = []
+
+    def sweep(**kw):
+        seen.append(kw["isolated"])
+        raise ValueError("stop here")            # reported as a failed path: nothing is launched
+    monkeypatch.setattr(frameworks, "gpu_count", lambda framework="torch": 0)
+    monkeypatch.setattr(collectives_cli.collectives_run, "sweep", sweep)
+    collectives_cli.cli(["--max-bytes", "64K", "--isolated"])
+    collectives_cli.cli(["--max-bytes", "64K"])
+    assert seen == [True, False]

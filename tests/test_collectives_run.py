@@ -39,6 +39,19 @@ def test_gloo_all_gather_sweep():
 
 
 @pytest.mark.slow
+def test_an_isolated_sweep_times_each_call_alone():
+    """isolated=True: each call after a barrier, timed alone; the row is the median over the calls of
+    the shortest rank's time, beside the median of the longest."""
+    res = collectives_run.sweep(sizes=[1024, 65536], isolated=True, **QUICK)
+    check_rows(res, "all_reduce", 2)
+    assert all(r["isolated"] for r in res.rows)
+    assert res.meta["timing"].endswith(", each call alone")
+    assert res.provenance["command"].endswith("isolated=True)")
+    plain = collectives_run.sweep(sizes=[1024], **QUICK)
+    assert "isolated" not in plain.rows[0] and "isolated" not in plain.provenance["command"]
+
+
+@pytest.mark.slow
 def test_wrong_result_is_caught():
     # reduce-scatter, 64 bytes on 2 ranks: 8 floats per rank; the last rank's element 4 is
     # corrupted after the call. The message names the rank, the size and the first wrong index,

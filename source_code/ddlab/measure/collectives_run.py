@@ -30,7 +30,7 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
           warmup: Optional[int] = None, dtype: str = "float32",
           env: Optional[Mapping[str, Optional[str]]] = None, timeout: Optional[float] = None,
           nccl_debug: bool = False, command=None, inventory=None, echo: bool = False,
-          multicast_off: bool = False, _inject_error: bool = False) -> SweepResult:
+          multicast_off: bool = False, isolated: bool = False, _inject_error: bool = False) -> SweepResult:
     """Measure ``op`` over message sizes with ``nproc`` processes; returns a :class:`SweepResult`.
 
     backend: ``"nccl"`` (one process per GPU; the default when this machine has 2 or more) or
@@ -41,7 +41,9 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
     from ``min_bytes`` to ``max_bytes`` (default 1 GiB on GPUs, 64 MiB on CPU; ``"512M"``-style strings accepted)
     by ``factor``, or exactly ``sizes``. ``iters``/``warmup`` default to an automatic choice
     that keeps each size to a fraction of a second. ``nccl_debug`` runs with NCCL_DEBUG=INFO
-    and keeps the log in ``.nccl_log_text``. A wrong result raises
+    and keeps the log in ``.nccl_log_text``. ``isolated`` times each call alone, after a barrier with the
+    devices idle, as a training step's all-reduce of one bucket runs (:mod:`ddlab.measure.collectives_worker`),
+    instead of back-to-back calls as nccl-tests does. A wrong result raises
     :class:`~ddlab.measure.collectives.CollectiveValidationError`; a crash or timeout raises
     :class:`ddlab.measure.launch.LaunchError`.
     """
@@ -64,10 +66,11 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
     auto = AUTO_ITERS[backend]
 
     launched, worker = _run_workers(op, backend, dtype, sizes, iters, warmup, auto, nproc, overrides, timeout,
-                                    echo, _inject_error)
+                                    echo, _inject_error, isolated)
     if command is None:
         command = (f"ddlab.measure.collectives_run.sweep(op={op!r}, backend={backend!r}, path={path!r}, nproc={nproc}, "
-                   f"sizes={format_bytes(sizes[0])}..{format_bytes(sizes[-1])}, dtype={dtype!r})")
+                   f"sizes={format_bytes(sizes[0])}..{format_bytes(sizes[-1])}, dtype={dtype!r}"
+                   + (", isolated=True" if isolated else "") + ")")
     prov = provenance.collect(command, inventory=inventory)
     # Record the NCCL variables the workers saw (this process's environment is not theirs).
     prov["nccl_env"] = nccl.recorded_environment(launch.worker_environment(overrides))
@@ -127,7 +130,7 @@ def _sweep_sizes(op: str, sizes, min_bytes, max_bytes, factor: int, nproc: int, 
 
 
 def _run_workers(op: str, backend: str, dtype: str, sizes: list, iters, warmup, auto: dict, nproc: int,
-                 overrides: dict, timeout: float, echo: bool, inject_error: bool) -> tuple:
+                 overrides: dict, timeout: float, echo: bool, inject_error: bool, isolated: bool = False) -> tuple:
     """Launch the workers under torchrun: (the launch's result, the workers' result JSON). Wrong
     values a worker reports raise :class:`CollectiveValidationError`."""
     with tempfile.TemporaryDirectory(prefix="ddlab-coll-") as tmp:
@@ -139,6 +142,8 @@ def _run_workers(op: str, backend: str, dtype: str, sizes: list, iters, warmup, 
                 "--max-iters", str(auto["max_iters"])]
         if inject_error:
             argv.append("--inject-error")
+        if isolated:
+            argv.append("--isolated")
         try:
             launched = launch.run(argv, launcher="torchrun", nproc=nproc, env=overrides,
                                   timeout=timeout, echo=echo)

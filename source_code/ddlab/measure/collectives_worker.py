@@ -17,6 +17,13 @@ message size each worker
    iterations, then averaged over the ranks (nccl-tests' ``-a 1``; the slowest rank is
    kept too, as ``time_us_max``).
 
+With ``--isolated`` each timed call runs alone instead, as a training step's all-reduce of one
+bucket does: the ranks meet at a barrier and wait for their devices before every call, and each
+call is timed by itself. A rank that reached the call early also times its wait for the other, so a
+call's time is the shortest any rank measured (the last to arrive waited for nobody); the row
+reports the median over the calls (``time_us``) and the median of each call's longest
+(``time_us_max``).
+
 It writes the rows (and the devices, torch and NCCL versions it saw) as JSON to ``--out``; a
 wrong element is reported (:mod:`ddlab.base.worker_report`, kind
 :data:`ddlab.measure.collectives.VALIDATION_KIND`, by the rank that saw it) and the worker exits 3.
@@ -47,6 +54,8 @@ def _parser():
     p.add_argument("--target-s", type=float, default=0.1)
     p.add_argument("--min-iters", type=int, default=5)
     p.add_argument("--max-iters", type=int, default=1000)
+    p.add_argument("--isolated", action="store_true",
+                   help="time each call alone, after a barrier and an idle device (a training step's all-reduce)")
     p.add_argument("--inject-error", action="store_true",
                    help="corrupt one element of the last rank's result (proves validation fires)")
     return p
@@ -107,16 +116,40 @@ class _Rank:
             fn()      # gloo calls on CPU tensors return when the collective is complete
         return (time.perf_counter() - t0) / k
 
+    def time_alone(self, fn, k) -> list:
+        """Seconds of each of ``k`` calls of ``fn`` on this rank, each started after a barrier with
+        the device idle."""
+        out = []
+        for _ in range(k):
+            self.dist.barrier()
+            self.sync()
+            if self.gpu:
+                start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                out.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
+        return out
+
     def across_ranks(self, values, op):
         t = self.torch.tensor(values, dtype=self.torch.float64, device=self.dev)
         self.dist.all_reduce(t, op=op)
         return t.tolist()
 
     def gather_times(self, sec):
-        mine = self.torch.tensor([sec], dtype=self.torch.float64, device=self.dev)
-        every = self.torch.empty(self.n, dtype=self.torch.float64, device=self.dev)
+        """Every rank's ``sec``, rank by rank: a number from each rank gives a list of numbers, a list
+        (of the same length on every rank) gives a list of lists."""
+        values = sec if isinstance(sec, list) else [sec]
+        mine = self.torch.tensor(values, dtype=self.torch.float64, device=self.dev)
+        every = self.torch.empty(self.n * len(values), dtype=self.torch.float64, device=self.dev)
         self.all_gather(every, mine)
-        return every.tolist()
+        flat, k = every.tolist(), len(values)
+        return [flat[i * k:(i + 1) * k] for i in range(self.n)] if isinstance(sec, list) else flat
 
     def connect(self):
         """NCCL connects lazily at the first collective; do that before the first timed size."""
@@ -178,12 +211,30 @@ def _timed_row(r: _Rank, a, nbytes: int, count: int, fn, probe: float) -> dict:
         est = r.across_ranks([r.time_calls(fn, warm)], r.dist.ReduceOp.MAX)[0]
     iters = a.iters or max(a.min_iters, min(a.max_iters, math.ceil(a.target_s / max(est, 1e-9))))
 
+    if a.isolated:
+        return _isolated_row(r, a, nbytes, count, fn, min(iters, ISOLATED_MAX_ITERS), warm)
     # 3. timed calls: average per call on each rank, then over ranks (nccl-tests' default).
     per_rank = r.gather_times(r.time_calls(fn, iters))
     sec = sum(per_rank) / r.n
     algbw, busbw = bandwidths(a.op, nbytes, sec, r.n)
     return {"bytes": nbytes, "count": count, "time_us": sec * 1e6, "time_us_max": max(per_rank) * 1e6,
             "algbw_gbps": algbw, "busbw_gbps": busbw, "iters": iters, "warmup": warm}
+
+
+ISOLATED_MAX_ITERS = 200      # each isolated call adds a barrier and a synchronize: fewer of them
+
+
+def _isolated_row(r: _Rank, a, nbytes: int, count: int, fn, iters: int, warm: int) -> dict:
+    """Step 3 with ``--isolated``: each call timed alone on every rank; a call's time is the shortest
+    any rank measured, the row's the median over the calls."""
+    import statistics
+    per_rank = r.gather_times(r.time_alone(fn, iters))          # [rank][call]
+    shortest = [min(calls) for calls in zip(*per_rank)]
+    longest = [max(calls) for calls in zip(*per_rank)]
+    sec = statistics.median(shortest)
+    algbw, busbw = bandwidths(a.op, nbytes, sec, r.n)
+    return {"bytes": nbytes, "count": count, "time_us": sec * 1e6, "time_us_max": statistics.median(longest) * 1e6,
+            "algbw_gbps": algbw, "busbw_gbps": busbw, "iters": iters, "warmup": warm, "isolated": True}
 
 
 def _write_meta(r: _Rank, a, rows: list) -> None:
@@ -194,7 +245,8 @@ def _write_meta(r: _Rank, a, rows: list) -> None:
     r.dist.all_gather_object(devices, name)
     if r.rank == 0:
         meta = {"op": a.op, "backend": a.backend, "nproc": r.n, "dtype": a.dtype, "torch": torch.__version__,
-                "devices": devices, "timing": "cuda events" if r.gpu else "perf_counter between barriers",
+                "devices": devices, "timing": ("cuda events" if r.gpu else "perf_counter between barriers")
+                + (", each call alone" if a.isolated else ""),
                 "rows": rows}
         if r.gpu:
             v = torch.cuda.nccl.version()
