@@ -585,7 +585,7 @@ def tunings_side_by_side(found: Optional[list] = None, path: str = "default") ->
         res.rows[:] = [dict(r, setting=names.get(r.get("tuning"))) for r in res.rows
                        if r.get("workers") == 1 or r.get("tuning") in names]
         shown[label] = res
-    title = f"The {TUNED_MODEL} model on two GPUs over {path}: DDP and Horovod by images/s, untuned and tuned"
+    title = f"DDP and Horovod by images/s: {TUNED_MODEL} model, two GPUs, {path}"
     return images_side_by_side(shown, key="setting", title=title, explain=False), \
         f"DDP against Horovod over {path}, both on {gpus['ddp']}."
 
