@@ -17,6 +17,7 @@ from ddlab.system import frameworks
     (dict(backend="gloo", op="all_gather", sizes=[4]), "multiples of 8"),
     (dict(backend="gloo", iters=0), "iters"),
     (dict(backend="mpi"), "backend"),
+    (dict(backend="gloo", graph=True), "nccl backend"),
 ])
 def test_sweep_rejects_bad_arguments_before_launching(kwargs, match):
     with pytest.raises(ValueError, match=match):

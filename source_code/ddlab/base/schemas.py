@@ -62,7 +62,8 @@ STEP_PROFILE = _obj({"model": _STR, "batch": _INT, "device": _STR, "precision": 
 
 # ---------------------------------------------------------------- measurements (measure.*)
 _SWEEP_ROW = _obj({"bytes": _INT, "time_us": {"type": "number"}, "algbw_gbps": {"type": "number"},
-                   "busbw_gbps": {"type": "number"}}, {"count": _INT, "time_us_max": _NUM, "iters": _INT})
+                   "busbw_gbps": {"type": "number"}}, {"count": _INT, "time_us_max": _NUM, "iters": _INT,
+                                                      "isolated": {"type": "boolean"}, "graph": {"type": "boolean"}})
 _SWEEP = _obj({"op": _STR, "backend": _STR, "path": _STR, "nproc": _INT, "rows": _rows_of(_SWEEP_ROW),
                "provenance": _OBJ},
               {"env": {"type": "object", "additionalProperties": _STR}, "dtype": _STR, "meta": _OBJ,

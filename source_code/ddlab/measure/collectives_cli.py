@@ -45,6 +45,8 @@ def _parser():
     p.add_argument("--isolated", action="store_true",
                    help="time each call alone after a barrier, as a training step's all-reduce runs "
                         "(default: back-to-back calls, as nccl-tests)")
+    p.add_argument("--graph", action="store_true",
+                   help="capture each call in a CUDA graph and time each replay alone (GPUs only)")
     p.add_argument("--log-dir", default=None, help="write each run's output (NCCL log) to DIR/nccl_<path>.log "
                                                    "(implies --nccl-debug)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
@@ -89,7 +91,7 @@ def cli(argv: list) -> int:
             r = collectives_run.sweep(op=a.op, nproc=a.nproc, backend=backend, path=path, min_bytes=min_bytes,
                                       max_bytes=max_bytes, factor=a.factor, iters=a.iters, warmup=a.warmup,
                                       dtype=a.dtype, timeout=a.timeout, nccl_debug=nccl_debug, inventory=inv,
-                                      multicast_off=a.multicast_off, isolated=a.isolated,
+                                      multicast_off=a.multicast_off, isolated=a.isolated, graph=a.graph,
                                       command=["ddlab", "allreduce", *argv])
         except (ValueError, CollectiveValidationError, RuntimeError) as exc:
             print(f"ddlab allreduce: {where} failed: {exc}", file=sys.stderr)

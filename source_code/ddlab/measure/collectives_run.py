@@ -30,7 +30,8 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
           warmup: Optional[int] = None, dtype: str = "float32",
           env: Optional[Mapping[str, Optional[str]]] = None, timeout: Optional[float] = None,
           nccl_debug: bool = False, command=None, inventory=None, echo: bool = False,
-          multicast_off: bool = False, isolated: bool = False, _inject_error: bool = False) -> SweepResult:
+          multicast_off: bool = False, isolated: bool = False, graph: bool = False,
+          _inject_error: bool = False) -> SweepResult:
     """Measure ``op`` over message sizes with ``nproc`` processes; returns a :class:`SweepResult`.
 
     backend: ``"nccl"`` (one process per GPU; the default when this machine has 2 or more) or
@@ -43,7 +44,8 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
     that keeps each size to a fraction of a second. ``nccl_debug`` runs with NCCL_DEBUG=INFO
     and keeps the log in ``.nccl_log_text``. ``isolated`` times each call alone, after a barrier with the
     devices idle, as a training step's all-reduce of one bucket runs (:mod:`ddlab.measure.collectives_worker`),
-    instead of back-to-back calls as nccl-tests does. A wrong result raises
+    instead of back-to-back calls as nccl-tests does; ``graph`` (NCCL only) captures each call in a CUDA
+    graph and times its replays so. A wrong result raises
     :class:`~ddlab.measure.collectives.CollectiveValidationError`; a crash or timeout raises
     :class:`ddlab.measure.launch.LaunchError`.
     """
@@ -52,6 +54,8 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
     check_op(op)
     path = nccl.get(path).name
     backend, nproc = _backend_and_nproc(backend, nproc, path, dtype, iters, warmup)
+    if graph and backend != "nccl":
+        raise ValueError("graph=True captures the call in a CUDA graph: it needs the nccl backend (GPUs)")
     sizes = _sweep_sizes(op, sizes, min_bytes, max_bytes, factor, nproc, dtype, backend)
     timeout = timeout if timeout is not None else (600.0 if backend == "nccl" else 300.0)
 
@@ -66,11 +70,11 @@ def sweep(op: str = "all_reduce", nproc: Optional[int] = None, backend: Optional
     auto = AUTO_ITERS[backend]
 
     launched, worker = _run_workers(op, backend, dtype, sizes, iters, warmup, auto, nproc, overrides, timeout,
-                                    echo, _inject_error, isolated)
+                                    echo, _inject_error, isolated, graph)
     if command is None:
         command = (f"ddlab.measure.collectives_run.sweep(op={op!r}, backend={backend!r}, path={path!r}, nproc={nproc}, "
                    f"sizes={format_bytes(sizes[0])}..{format_bytes(sizes[-1])}, dtype={dtype!r}"
-                   + (", isolated=True" if isolated else "") + ")")
+                   + (", isolated=True" if isolated else "") + (", graph=True" if graph else "") + ")")
     prov = provenance.collect(command, inventory=inventory)
     # Record the NCCL variables the workers saw (this process's environment is not theirs).
     prov["nccl_env"] = nccl.recorded_environment(launch.worker_environment(overrides))
@@ -130,7 +134,8 @@ def _sweep_sizes(op: str, sizes, min_bytes, max_bytes, factor: int, nproc: int, 
 
 
 def _run_workers(op: str, backend: str, dtype: str, sizes: list, iters, warmup, auto: dict, nproc: int,
-                 overrides: dict, timeout: float, echo: bool, inject_error: bool, isolated: bool = False) -> tuple:
+                 overrides: dict, timeout: float, echo: bool, inject_error: bool, isolated: bool = False,
+                 graph: bool = False) -> tuple:
     """Launch the workers under torchrun: (the launch's result, the workers' result JSON). Wrong
     values a worker reports raise :class:`CollectiveValidationError`."""
     with tempfile.TemporaryDirectory(prefix="ddlab-coll-") as tmp:
@@ -142,8 +147,7 @@ def _run_workers(op: str, backend: str, dtype: str, sizes: list, iters, warmup, 
                 "--max-iters", str(auto["max_iters"])]
         if inject_error:
             argv.append("--inject-error")
-        if isolated:
-            argv.append("--isolated")
+        argv += ["--isolated"] * isolated + ["--graph"] * graph
         try:
             launched = launch.run(argv, launcher="torchrun", nproc=nproc, env=overrides,
                                   timeout=timeout, echo=echo)

@@ -22,7 +22,8 @@ bucket does: the ranks meet at a barrier and wait for their devices before every
 call is timed by itself. A rank that reached the call early also times its wait for the other, so a
 call's time is the shortest any rank measured (the last to arrive waited for nobody); the row
 reports the median over the calls (``time_us``) and the median of each call's longest
-(``time_us_max``).
+(``time_us_max``). ``--graph`` (GPUs only) captures the call in a CUDA graph and times each replay
+alone the same way, as a step captured whole (``--cuda-graph`` training) replays its all-reduces.
 
 It writes the rows (and the devices, torch and NCCL versions it saw) as JSON to ``--out``; a
 wrong element is reported (:mod:`ddlab.base.worker_report`, kind
@@ -56,6 +57,8 @@ def _parser():
     p.add_argument("--max-iters", type=int, default=1000)
     p.add_argument("--isolated", action="store_true",
                    help="time each call alone, after a barrier and an idle device (a training step's all-reduce)")
+    p.add_argument("--graph", action="store_true",
+                   help="capture the call in a CUDA graph and time each replay alone (GPUs only)")
     p.add_argument("--inject-error", action="store_true",
                    help="corrupt one element of the last rank's result (proves validation fires)")
     return p
@@ -136,6 +139,21 @@ class _Rank:
                 out.append(time.perf_counter() - t0)
         return out
 
+    def graphed(self, fn):
+        """``fn`` captured in a CUDA graph, after a warm-up on a side stream: returns the replay."""
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        self.sync()
+        return graph.replay
+
     def across_ranks(self, values, op):
         t = self.torch.tensor(values, dtype=self.torch.float64, device=self.dev)
         self.dist.all_reduce(t, op=op)
@@ -211,8 +229,10 @@ def _timed_row(r: _Rank, a, nbytes: int, count: int, fn, probe: float) -> dict:
         est = r.across_ranks([r.time_calls(fn, warm)], r.dist.ReduceOp.MAX)[0]
     iters = a.iters or max(a.min_iters, min(a.max_iters, math.ceil(a.target_s / max(est, 1e-9))))
 
-    if a.isolated:
-        return _isolated_row(r, a, nbytes, count, fn, min(iters, ISOLATED_MAX_ITERS), warm)
+    if a.isolated or a.graph:
+        row = _isolated_row(r, a, nbytes, count, r.graphed(fn) if a.graph else fn, min(iters, ISOLATED_MAX_ITERS),
+                            warm)
+        return dict(row, graph=True) if a.graph else row
     # 3. timed calls: average per call on each rank, then over ranks (nccl-tests' default).
     per_rank = r.gather_times(r.time_calls(fn, iters))
     sec = sum(per_rank) / r.n
@@ -246,7 +266,8 @@ def _write_meta(r: _Rank, a, rows: list) -> None:
     if r.rank == 0:
         meta = {"op": a.op, "backend": a.backend, "nproc": r.n, "dtype": a.dtype, "torch": torch.__version__,
                 "devices": devices, "timing": ("cuda events" if r.gpu else "perf_counter between barriers")
-                + (", each call alone" if a.isolated else ""),
+                + (", each call alone" if a.isolated or a.graph else "")
+                + (", captured in a CUDA graph" if a.graph else ""),
                 "rows": rows}
         if r.gpu:
             v = torch.cuda.nccl.version()
