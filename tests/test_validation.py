@@ -168,12 +168,16 @@ def test_miss_notes_say_by_how_much_and_why_by_hand():
                  model_pred=4 / 3, step_s=3e-3, bound="host"),
             # measured step 4 ms, predicted 5 ms, 4 ms of it the all-reduce: predicted too slow by 1 ms
             dict(base, launcher="horovod", model="wide", path="socket", measured=1.0, model_err=-20.0,
-                 model_pred=0.8, step_s=5e-3, comm_s=4e-3, bound="host")]
+                 model_pred=0.8, step_s=5e-3, comm_s=4e-3, bound="host"),
+            # the same run, but the path's own sweeps predict 0.7x to 1.1x: the measured 1.0x lies between
+            dict(base, launcher="ddp", model="wide", path="socket", measured=1.0, model_err=-20.0,
+                 model_pred=0.8, step_s=5e-3, comm_s=4e-3, bound="host", path_range=(0.7, 1.1))]
     # m1...: the same ratios over the one-worker run, which the model predicts from (here the same numbers)
     rows = [dict(r, m1=r["measured"], model_p1=r["model_pred"], m1_min=r.get("measured_min"),
                  m1_max=r.get("measured_max")) for r in rows]
     notes = "\n".join(val.miss_notes(rows, "model"))
-    assert notes.startswith("Misses (4 of 5 with each model held out)")
+    assert notes.startswith("Misses (5 of 6 with each model held out)")
+    assert "within what the path's own all-reduce varies by: ddp wide socket (-20.0%)" in notes
     assert "ddp cnn shm" not in notes
     assert "measured above 2x" in notes and "ddp cnn x (-16.7%)" in notes
     assert "inside the min-max of the measured repeats" in notes and "ddp mlp y (+20.0%)" in notes
@@ -296,4 +300,31 @@ def test_the_module_prints_the_held_out_table_from_the_command_line():
     done = subprocess.run([sys.executable, "-m", "ddlab.cost.validation"], capture_output=True, text=True,
                           timeout=120, cwd=os.path.join(root, "source_code"))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("Held out:") and "Horovod, host-bound:" in done.stdout
+    assert done.stdout.startswith("Held out:") and "Misses (" in done.stdout
+    assert "within what the path's own all-reduce varies by" in done.stdout
+
+
+def test_a_path_measured_again_brackets_each_prediction_over_it(tmp_path, monkeypatch):
+    """allreduce/h200x2-repeats holds the course machine's sweeps measured again: each row is also
+    predicted with every sweep of its path, and the range holds the model's own prediction; the notes
+    quote how far the sweeps differ. Without the file nothing of it shows and the table is the same."""
+    import os
+    import shutil
+    from ddlab.base import reference
+    rec = recorded_points()
+    assert len(rec.path_fits["socket"]) >= 3 and rec.path_fits["socket"][0] is rec.fits["socket"]
+    table = val.held_out(rec)
+    rows = table.rows
+    for r in rows:
+        lo, hi = r["path_range"]
+        assert lo * (1 - 1e-9) <= r["all_pred"] <= hi * (1 + 1e-9)
+    socket = [r["path_range"][1] / r["path_range"][0] for r in rows if r["path"] == "socket"]
+    assert max(socket) > 1.1                              # the socket sweeps differ enough to matter
+    assert any(n.startswith("The same all-reduce sweeps measured again") and "socket" in n for n in table.notes)
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    os.remove(tmp_path / "ref" / "allreduce" / "h200x2-repeats.json")
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    without = val.held_out(recorded_points())
+    assert all(r["path_range"] is None for r in without.rows)
+    assert not any(n.startswith("The same all-reduce sweeps measured again") for n in without.notes)
+    assert [r["all_pred"] for r in without.rows] == [r["all_pred"] for r in rows]

@@ -114,6 +114,8 @@ class RecordedSet:
     # probe recorded on this set's machine (two_worker_terms); predict_point adds it to eager steps
     two_workers: dict = field(default_factory=dict)
     probe_points: list = field(default_factory=list)   # the probe's 2-GPU runs on this machine, the term's source
+    # {path: [fit of each sweep of the path on this machine]}: the recorded sweep's, then its repeats' (path_fits)
+    path_fits: dict = field(default_factory=dict)
 
     def made_here(self, provenance: Optional[dict]) -> bool:
         """Whether a recording with ``provenance`` was made on this set's machine (the machine of its
@@ -140,11 +142,12 @@ COURSE_SWEEPS = "h200x2"       # the all-reduce sweeps of the course's own 2-GPU
 
 def recorded_sets(models: Sequence[str] = None, others_only: bool = False) -> list:
     """A :class:`RecordedSet` for every machine whose all-reduce sweeps under the NCCL paths are
-    recorded (``reference/allreduce/<name>.json``; a level sweep, ``<name>-levels``, is not one) and
+    recorded (``reference/allreduce/<name>.json``; a level sweep, ``<name>-levels``, and repeats,
+    ``<name>-repeats``, are not one) and
     that has runs of its own recorded: the course's machine (:data:`COURSE_SWEEPS`) first, or with
     ``others_only`` left out (not built)."""
     from ddlab.base import reference
-    names = sorted((n for n in reference.names("allreduce") if not n.endswith("-levels")
+    names = sorted((n for n in reference.names("allreduce") if not n.endswith(("-levels", REPEATS_SUFFIX))
                     and not (others_only and n == COURSE_SWEEPS)), key=lambda n: (n != COURSE_SWEEPS, n))
     sets = [recorded_points(models, sweeps=n) for n in names]
     return [rec for rec in sets if rec.points]
@@ -172,7 +175,28 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
                       _gpu_profiles(names, gpu_model), channels, sweeps, elsewhere)
     rec.probe_points = _probe_points(rec, recs)
     rec.two_workers = two_worker_terms(rec)
+    rec.path_fits = path_fits(sweeps, fits, machine)
     return rec
+
+
+REPEATS_SUFFIX = "-repeats"     # reference/allreduce/<sweeps>-repeats.json: the same sweeps measured again
+
+
+def path_fits(sweeps: str, fits: dict, machine: str) -> dict:
+    """{path: [alpha-beta fit of each sweep of the path on ``machine``]}: the recorded sweep's (``fits``),
+    then those of ``reference/allreduce/<sweeps>-repeats.json`` (the same sweep measured again, on
+    another day or another machine of the same kind) made on ``machine``. How far they differ is how far
+    the path's own all-reduce varies. Paths with no repeat are left out; {} without the file."""
+    from ddlab.base import reference
+    from ddlab.measure import collectives
+    name = sweeps + REPEATS_SUFFIX
+    if name not in reference.names("allreduce"):
+        return {}
+    out: dict = {}
+    for s in collectives.results_from_json(reference.load("allreduce", name), source="recorded"):
+        if s.op == "all_reduce" and s.path in fits and _made_on(s.provenance, machine):
+            out.setdefault(s.path, [fits[s.path]]).append(fit_sweep(s))
+    return out
 
 
 PROBE_TERM_NOTE = ("the probe's two-worker step (one 784x10 layer at batch 4: compute and all-reduce close to "

@@ -35,14 +35,15 @@ from its own sweeps), then the plain one.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from ddlab.base.units import format_ratio, format_time
 
 from ddlab.cost.alpha_beta import AlphaBeta
 from ddlab.cost import wrapper_cost
-from ddlab.cost.recorded_runs import (COURSE_SWEEPS, RecordedPoint, RecordedSet, path_labels, predict_point,
-                                      recorded_points, two_worker_terms)
+from ddlab.cost.recorded_runs import (COURSE_SWEEPS, REPEATS_SUFFIX, RecordedPoint, RecordedSet, path_labels,
+                                      predict_point, recorded_points, two_worker_terms)
 
 TOLERANCE = 0.10     # a prediction within ±10% of the measured speedup counts as right
 # What a held-out check leaves out: every recorded run of one model, one path or one batch per
@@ -113,6 +114,39 @@ def link_effect(rec: RecordedSet, p: RecordedPoint, wrappers: Optional[dict] = N
     return abs(free / real - 1)
 
 
+def path_range(rec: RecordedSet, p: RecordedPoint, wrappers: dict, **kwargs) -> Optional[tuple]:
+    """(lowest, highest) ratio of ``p``'s 2-GPU images/s to its one-worker run's, predicted with each
+    recorded sweep of its path on this machine in turn (:attr:`RecordedSet.path_fits`: the sweep the
+    model uses and its repeats), the two-worker term measured again with each; None where the path
+    has no repeat. How far the predictions spread is how far the path's own all-reduce varies."""
+    fits = rec.path_fits.get(p.path) or []
+    if len(fits) < 2:
+        return None
+    out = []
+    for fit in fits:
+        other = replace(rec, fits=dict(rec.fits, **{p.path: fit}))
+        out.append(p.speedup(_predict(other, p, wrappers, two_worker_terms(other, wrappers), **kwargs)))
+    return min(out), max(out)
+
+
+SWEEP_SHOWN_BYTES = 8 * 1024 * 1024       # the size at which the repeated sweeps' spread is quoted
+
+
+def repeats_note(rec: RecordedSet) -> Optional[str]:
+    """One line: how far the recorded sweeps of each path on this machine differ (:attr:`RecordedSet.path_fits`),
+    as the time of one all-reduce of :data:`SWEEP_SHOWN_BYTES`; None without repeats."""
+    if not rec.path_fits:
+        return None
+    parts = []
+    for path, fits in rec.path_fits.items():
+        t = sorted(f.predict(SWEEP_SHOWN_BYTES) for f in fits)
+        parts.append(f"{rec.path_label(path)} {format_time(t[0])} to {format_time(t[-1])} ({len(fits)} sweeps)")
+    return (f"The same all-reduce sweeps measured again on this machine (allreduce/{rec.sweeps}{REPEATS_SUFFIX}, "
+            f"other days and machines of the same kind): one all-reduce of {SWEEP_SHOWN_BYTES // 2**20} MiB, fitted, "
+            "took " + "; ".join(parts) + f". The model uses allreduce/{rec.sweeps}; a run over a path whose sweeps differ "
+            "this much cannot be predicted closer than they differ.")
+
+
 def _err(pred, measured):
     return None if pred is None else 100 * (pred / measured - 1)
 
@@ -157,7 +191,8 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
                "m1_max": p.measured_max, "all_pred": p.speedup(pred), "step_s": pred.total_s, "comm_s": pred.comm_s,
                "compute_s": p.compute_s, "n_gpus": p.n_gpus, "images_factor": p.images_factor,
                "plain_source": p.plain_source, "bound": pred.bound,
-               "path_matters": "yes" if link_effect(rec, p, wrappers, **kwargs) > PATH_INDEPENDENT else "NO"}
+               "path_matters": "yes" if link_effect(rec, p, wrappers, **kwargs) > PATH_INDEPENDENT else "NO",
+               "path_range": path_range(rec, p, wrappers, **kwargs)}
         for by in schemes:
             row[f"{by}_p1"] = held[by][i]
             row[f"{by}_pred"] = p.over_plain(held[by][i])
@@ -314,6 +349,8 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
                      f"them by less than {100 * PATH_INDEPENDENT:.1f}%: marked NO): those rows test the one-GPU step "
                      f"and the wrapper, not the link. Of the {len(rest)} that do, {k} of {m} are within {band}.")
     notes += miss_notes(rows, schemes[0] if schemes else None)
+    if repeats_note(rec):
+        notes.append(repeats_note(rec))
     notes.append("Terms: " + "; ".join(f"{name} ({basis})" for name, basis in term_bases(rec).items()) + ".")
     notes += baseline_notes(rows)
     if any(r["launcher"].endswith(" strong") for r in rows):
@@ -385,6 +422,8 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
             why = "above_linear"
         elif lo is not None and hi is not None and lo <= pred <= hi:
             why = "in_spread"
+        elif r.get("path_range") and r["path_range"][0] <= r["m1"] <= r["path_range"][1]:
+            why = "path_spread"
         elif pred < r["m1"]:
             why = "too_long"
         elif r["bound"] in ("host", "serial"):
@@ -417,6 +456,10 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
         elif why == "in_spread":
             notes.append(f"  inside the min-max of the measured repeats, so within what the runs themselves vary by: "
                          f"{names(rs)}.")
+        elif why == "path_spread":
+            notes.append(f"  within what the path's own all-reduce varies by: {names(rs)}; predicted with each "
+                         "recorded sweep of its path in turn, the measured speedup lies between the lowest and the "
+                         "highest prediction.")
         elif why == "host_horovod":
             notes.append(f"  Horovod, host-bound: {names(rs)}; the measured step is longer than predicted by "
                          f"{gaps(rs)}: " + _horovod_host_gap())
