@@ -322,3 +322,11 @@ def test_the_summary_shows_a_failed_training_path_shortened():
     [text] = [t for topic, t, _ in items if topic == "Training speedup over the plain one-GPU run"]
     assert text.startswith("default: 1.90x; shm: failed (" + tables.shorten(first, 60) + ")")
     assert tables.shorten(first, 60).endswith("\u2026") and first not in text
+
+
+def test_compare_names_machines_not_their_companion_sweeps(tmp_path, capsys):
+    """reference/allreduce/ also holds each machine's level sweep and its repeated sweeps: they are not
+    machines to compare with."""
+    report.main(out=str(tmp_path / "rep"), machine=machine(), steps=[], compare="no-such-machine")
+    err = capsys.readouterr().err
+    assert "h200x2" in err and "h200x2-levels" not in err and "h200x2-repeats" not in err

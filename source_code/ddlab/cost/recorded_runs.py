@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 from ddlab.cost.alpha_beta import fit_sweep
 from ddlab.cost.step_model import Overheads, StepPrediction, predict_step, slower_rank_wait
 from ddlab.cost.wrapper_cost import measured as measured_wrapper
+from ddlab.measure.collectives import REPEATS_SUFFIX, recorded_machines
 from ddlab.training.baseline import is_wrapper_one
 
 
@@ -146,9 +147,8 @@ def recorded_sets(models: Sequence[str] = None, others_only: bool = False) -> li
     ``<name>-repeats``, are not one) and
     that has runs of its own recorded: the course's machine (:data:`COURSE_SWEEPS`) first, or with
     ``others_only`` left out (not built)."""
-    from ddlab.base import reference
-    names = sorted((n for n in reference.names("allreduce") if not n.endswith(("-levels", REPEATS_SUFFIX))
-                    and not (others_only and n == COURSE_SWEEPS)), key=lambda n: (n != COURSE_SWEEPS, n))
+    names = sorted((n for n in recorded_machines() if not (others_only and n == COURSE_SWEEPS)),
+                   key=lambda n: (n != COURSE_SWEEPS, n))
     sets = [recorded_points(models, sweeps=n) for n in names]
     return [rec for rec in sets if rec.points]
 
@@ -177,9 +177,6 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     rec.two_workers = two_worker_terms(rec)
     rec.path_fits = path_fits(sweeps, fits, machine)
     return rec
-
-
-REPEATS_SUFFIX = "-repeats"     # reference/allreduce/<sweeps>-repeats.json: the same sweeps measured again
 
 
 def path_fits(sweeps: str, fits: dict, machine: str) -> dict:

@@ -323,6 +323,19 @@ def level_table(results: Mapping[str, "SweepResult"]):
 
 
 # ----------------------------------------------------------------------------- recorded sweeps
+# reference/allreduce/<machine><suffix>.json beside a machine's sweeps: its NCCL_P2P_LEVEL sweep, and the
+# same sweeps measured again; neither is a machine of its own.
+LEVELS_SUFFIX, REPEATS_SUFFIX = "-levels", "-repeats"
+COMPANION_SUFFIXES = (LEVELS_SUFFIX, REPEATS_SUFFIX)
+
+
+def recorded_machines() -> list:
+    """The machines whose all-reduce sweeps are recorded (``reference/allreduce/<name>.json``), without
+    the companion files of :data:`COMPANION_SUFFIXES`."""
+    from ddlab.base import reference
+    return [n for n in reference.names("allreduce") if not n.endswith(COMPANION_SUFFIXES)]
+
+
 def load_recorded(name: str, op: str = "all_reduce") -> dict:
     """Recorded sweeps of ``op`` from ``source_code/reference/allreduce/<name>.json``, as a dict
     path -> SweepResult with ``source == "recorded"``."""

@@ -78,7 +78,8 @@ def load_other(spec: str) -> dict:
             raise ValueError(f"{spec} holds no report steps (doctor.json, p2p.json, ...)")
         return {"label": machine_of(steps), "source": spec, "steps": steps}
     from ddlab.measure import host_link
-    known = sorted(set(reference.names("p2p")) | set(reference.names("allreduce")) | set(topology.recorded_names())
+    known = sorted(set(reference.names("p2p")) | set(collectives.recorded_machines())
+                   | set(topology.recorded_names())
                    | set(host_link.recorded_names()))
     if spec not in known:
         raise ValueError(f"not a report folder nor a recorded machine; recorded machines: {', '.join(known)}")
@@ -92,7 +93,7 @@ def load_other(spec: str) -> dict:
         prov = r.provenance
         names = [d.get("name", "") for d in r.devices] or [prov.get("gpu_model") or ""]
         steps["p2p"] = {"status": "done", "data": p2p_data(r, link_peaks(topo, names)), "provenance": prov}
-    if spec in reference.names("allreduce"):
+    if spec in collectives.recorded_machines():
         sweeps = list(collectives.load_recorded(spec).values())
         prov = prov or sweeps[0].provenance
         from ddlab.report.steps import slowest_peak
