@@ -555,7 +555,7 @@ def tuning_effects(found: Optional[list] = None) -> Table:
     notes = ["Each cell: 2-GPU images/s with the setting over untuned (medians); faster or slower: min-max ranges "
              "apart. 16-bit: bf16 hook (DDP), fp16 (Horovod); buckets / fusion: 100 MB (DDP), 256 MB (Horovod).",
              "Recorded on " + "; ".join(f"{m} ({', '.join(w)})" for m, w in machines.items()) + "."]
-    return Table(cols, rows, title="Recorded tunings of the wide model on two GPUs, against untuned", notes=notes)
+    return Table(cols, rows, title=f"Each setting over untuned ({TUNED_MODEL} model, 2 GPUs)", notes=notes)
 
 
 def tunings_side_by_side(found: Optional[list] = None, path: str = "default") -> tuple:
