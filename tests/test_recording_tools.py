@@ -322,17 +322,24 @@ def test_gpu_nbval_keeps_every_notebooks_time_across_runs_into_one_folder(tmp_pa
 
 
 def test_pending_points_are_real_convergence_points_and_gpu_batch_takes_them_by_default(tmp_path):
-    """tools/recording/pending/ keeps the finished points of a sweep across runs: each file
-    there loads as a one-point convergence result measured on GPUs, with its provenance; and
-    gpu_batch.sh, with no PENDING set, copies exactly those files into its results."""
+    """tools/recording/pending/ keeps what a recording cut short finished, across runs: each convergence
+    point there loads as a one-point convergence result measured on GPUs, with its provenance, and each
+    tuning comparison as one with fewer rounds than its repeats; gpu_batch.sh, with no PENDING set, copies
+    exactly those files into its results (record_experiments.py resumes a tuning comparison found there)."""
     import subprocess
     import tarfile
     from ddlab.course import convergence_sweep as cs
+    from ddlab.training import recording
     pending = os.path.join(RECORDING, "pending")
     assert os.path.isfile(os.path.join(pending, "README.md"))
     points = sorted(f for f in os.listdir(pending) if f.endswith(".json"))
     for f in points:
-        assert f.startswith("convergence-point-"), f"{f}: only convergence points belong in pending/"
+        if f.startswith("tuning-"):
+            res = recording.load(os.path.join(pending, f))
+            assert 0 < res.config["rounds"] < res.config["repeats"], f
+            assert res.provenance.get("gpu_count", 0) >= 1 and res.provenance.get("date"), f
+            continue
+        assert f.startswith("convergence-point-"), f"{f}: only what a recording cut short belongs in pending/"
         res = cs.ConvergenceResult.from_dict(json.load(open(os.path.join(pending, f))))
         assert res.provenance.get("gpu_count", 0) >= 1 and res.provenance.get("date"), f
         assert len(res.config.get("points", [])) == 1 and res.config.get("seeds"), f
@@ -716,3 +723,32 @@ def test_plain_methods_times_each_way_interleaved_and_writes_their_ratio(tmp_pat
     assert row["launched_images_per_s"] == 200.0 and row["launched_min"] == 100.0 and row["launched_max"] == 300.0
     assert row["in_process_over_launched"] == pytest.approx(0.75)
     assert "0.75" in capsys.readouterr().out
+
+
+def test_adopt_results_keeps_a_tuning_comparison_cut_short_in_pending_until_it_is_finished(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """A tuning comparison with fewer rounds than its repeats waits in pending/ (the next tune JOB resumes
+    it); the finished one goes to experiments/ and the partial leaves pending/."""
+    mod = load("adopt_results.py")
+    ref, pending, res = tmp_path / "reference", tmp_path / "pending", tmp_path / "results"
+    for d in (ref / "experiments", pending, res):
+        d.mkdir(parents=True)
+    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    monkeypatch.setattr(mod, "PENDING", str(pending))
+    prov = {"machine": "2x NVIDIA H200, NV18", "gpu_model": "NVIDIA H200", "gpu_count": 2, "driver": "580.159.04",
+            "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0", "date": "2026-11-30"}
+    name = "tuning-torch-ddp-wide-shm.json"
+
+    def put(rounds, date):
+        (res / name).write_text(json.dumps({"experiment": "tuning", "rows": [{}] * rounds,
+                                            "config": {"rounds": rounds, "repeats": 3},
+                                            "provenance": dict(prov, date=date)}))
+    put(1, "2026-11-30T19:00:00")
+    assert mod.main([str(res)]) == 0
+    assert (pending / name).exists() and not (ref / "experiments" / name).exists()
+    first = capsys.readouterr().out
+    assert first.startswith("new") and "pending" in first
+    put(3, "2026-12-01T10:00:00")
+    assert mod.main([str(res)]) == 0
+    assert (ref / "experiments" / name).exists() and not (pending / name).exists()
+    assert "the comparison it began is complete" in capsys.readouterr().out

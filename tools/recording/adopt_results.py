@@ -7,6 +7,8 @@ RESULTS_DIR is the folder a run wrote (``gpu_batch.sh``'s results, unpacked from
 file there goes to its home:
 
 * ``convergence-point-*.json``            -> tools/recording/pending/ (a sweep still in progress)
+* ``tuning-*.json`` cut short (fewer interleaved rounds than its repeats) -> tools/recording/pending/ (the
+  next tune JOB resumes it); the finished comparison goes to experiments/ and removes it from pending/
 * ``reference_allreduce_<NAME>.json``     -> source_code/reference/allreduce/<NAME>.json
 * ``levels_<NAME>.json``                  -> source_code/reference/allreduce/<NAME>-levels.json
 * ``p2p_<NAME>.json``, ``topology_<NAME>.json`` -> source_code/reference/p2p/, topologies/ (gpu_lab_server.py)
@@ -80,6 +82,17 @@ def home_of(name: str, reference: str = None, pending: str = None):
     return None
 
 
+def partial_tuning(src: str) -> bool:
+    """Whether ``src`` is a tuning comparison cut short (fewer interleaved rounds than its repeats), which
+    waits in pending/ for the run that finishes it."""
+    if not os.path.basename(src).startswith("tuning-"):
+        return False
+    data = files.read_json(src, "recording")
+    c = (data.get("config") if isinstance(data, dict) else None) or {}
+    rounds, repeats = c.get("rounds"), c.get("repeats")
+    return isinstance(rounds, int) and isinstance(repeats, int) and rounds < repeats
+
+
 def tag_mismatch(name: str, prov: dict) -> str:
     """Why a file named for a machine of N GPUs (``4xh200-nv18`` in its name) does not come from one: its
     provenance counts another number of GPUs; "" when it does, or the name carries no such tag."""
@@ -145,6 +158,8 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
         if home is None:
             continue
         here = _provenance(src)           # read first: a truncated result is never copied
+        if partial_tuning(src):
+            home = os.path.join(pending or PENDING, os.path.basename(src))
         if not here:
             out.append((src, home, "refuse", "it has no provenance (which machine, software and command made it)"))
             continue
@@ -211,6 +226,10 @@ def main(argv=None) -> int:
         if action in ("new", "replace") and not a.dry_run:
             with open(src, "rb") as f:
                 files.write_bytes(home, f.read())
+            begun = os.path.join(PENDING, os.path.basename(src))     # the partial comparison this one finished
+            if home != begun and os.path.basename(src).startswith("tuning-") and os.path.exists(begun):
+                os.remove(begun)
+                print(f"{'removed':11} {os.path.relpath(begun, ROOT)}: the comparison it began is complete")
         if action == "join" and not a.dry_run:
             recording.save(joined[0], home)
         verb = {"new": "new", "replace": "replaced", "same": "unchanged", "older": "older", "join": "joined",
