@@ -119,26 +119,6 @@ class _Rank:
             fn()      # gloo calls on CPU tensors return when the collective is complete
         return (time.perf_counter() - t0) / k
 
-    def time_alone(self, fn, k) -> list:
-        """Seconds of each of ``k`` calls of ``fn`` on this rank, each started after a barrier with
-        the device idle."""
-        out = []
-        for _ in range(k):
-            self.dist.barrier()
-            self.sync()
-            if self.gpu:
-                start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                out.append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                out.append(time.perf_counter() - t0)
-        return out
-
     def graphed(self, fn):
         """``fn`` captured in a CUDA graph, after a warm-up on a side stream: returns the replay."""
         torch = self.torch
@@ -159,15 +139,13 @@ class _Rank:
         self.dist.all_reduce(t, op=op)
         return t.tolist()
 
-    def gather_times(self, sec):
-        """Every rank's ``sec``, rank by rank: a number from each rank gives a list of numbers, a list
-        (of the same length on every rank) gives a list of lists."""
-        values = sec if isinstance(sec, list) else [sec]
+    def gather_times(self, values: list) -> list:
+        """Every rank's ``values`` (a list of numbers, as long on every rank), rank by rank."""
         mine = self.torch.tensor(values, dtype=self.torch.float64, device=self.dev)
         every = self.torch.empty(self.n * len(values), dtype=self.torch.float64, device=self.dev)
         self.all_gather(every, mine)
         flat, k = every.tolist(), len(values)
-        return [flat[i * k:(i + 1) * k] for i in range(self.n)] if isinstance(sec, list) else flat
+        return [flat[i * k:(i + 1) * k] for i in range(self.n)]
 
     def connect(self):
         """NCCL connects lazily at the first collective; do that before the first timed size."""
@@ -234,7 +212,7 @@ def _timed_row(r: _Rank, a, nbytes: int, count: int, fn, probe: float) -> dict:
                             warm)
         return dict(row, graph=True) if a.graph else row
     # 3. timed calls: average per call on each rank, then over ranks (nccl-tests' default).
-    per_rank = r.gather_times(r.time_calls(fn, iters))
+    per_rank = [t for (t,) in r.gather_times([r.time_calls(fn, iters)])]
     sec = sum(per_rank) / r.n
     algbw, busbw = bandwidths(a.op, nbytes, sec, r.n)
     return {"bytes": nbytes, "count": count, "time_us": sec * 1e6, "time_us_max": max(per_rank) * 1e6,
@@ -248,7 +226,8 @@ def _isolated_row(r: _Rank, a, nbytes: int, count: int, fn, iters: int, warm: in
     """Step 3 with ``--isolated``: each call timed alone on every rank; a call's time is the shortest
     any rank measured, the row's the median over the calls."""
     import statistics
-    per_rank = r.gather_times(r.time_alone(fn, iters))          # [rank][call]
+    # [rank][call]: each call timed by itself, after a barrier with the device idle
+    per_rank = r.gather_times([r.time_calls(fn, 1) for _ in range(iters)])
     shortest = [min(calls) for calls in zip(*per_rank)]
     longest = [max(calls) for calls in zip(*per_rank)]
     sec = statistics.median(shortest)
