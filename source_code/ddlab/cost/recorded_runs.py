@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from ddlab.cost.alpha_beta import fit_sweep
 from ddlab.cost.step_model import Overheads, StepPrediction, predict_step, slower_rank_wait
 from ddlab.cost.wrapper_cost import measured as measured_wrapper
-from ddlab.measure.collectives import REPEATS_SUFFIX, recorded_machines
+from ddlab.measure import collectives
 from ddlab.training.baseline import is_wrapper_one
 
 
@@ -147,7 +147,7 @@ def recorded_sets(models: Sequence[str] = None, others_only: bool = False) -> li
     ``<name>-repeats``, are not one) and
     that has runs of its own recorded: the course's machine (:data:`COURSE_SWEEPS`) first, or with
     ``others_only`` left out (not built)."""
-    names = sorted((n for n in recorded_machines() if not (others_only and n == COURSE_SWEEPS)),
+    names = sorted((n for n in collectives.recorded_machines() if not (others_only and n == COURSE_SWEEPS)),
                    key=lambda n: (n != COURSE_SWEEPS, n))
     sets = [recorded_points(models, sweeps=n) for n in names]
     return [rec for rec in sets if rec.points]
@@ -158,7 +158,6 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     default batch and at every other batch per GPU recorded (``-b<N>``), and the recorded all-reduce
     sweeps ``reference/allreduce/<sweeps>.json``, fitted per path. Only runs recorded on the sweeps'
     machine become points; the others are named in ``elsewhere`` (each with its machine)."""
-    from ddlab.measure import collectives
     from ddlab.training import models as _models
     names = tuple(models) if models is not None else _models.MODELS
     for m in names:
@@ -185,8 +184,7 @@ def path_fits(sweeps: str, fits: dict, machine: str) -> dict:
     another day or another machine of the same kind) made on ``machine``. How far they differ is how far
     the path's own all-reduce varies. Paths with no repeat are left out; {} without the file."""
     from ddlab.base import reference
-    from ddlab.measure import collectives
-    name = sweeps + REPEATS_SUFFIX
+    name = sweeps + collectives.REPEATS_SUFFIX
     if name not in reference.names("allreduce"):
         return {}
     out: dict = {}

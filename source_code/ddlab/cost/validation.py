@@ -42,8 +42,9 @@ from ddlab.base.units import format_ratio, format_time
 
 from ddlab.cost.alpha_beta import AlphaBeta
 from ddlab.cost import wrapper_cost
-from ddlab.cost.recorded_runs import (COURSE_SWEEPS, REPEATS_SUFFIX, RecordedPoint, RecordedSet, path_labels,
-                                      predict_point, recorded_points, two_worker_terms)
+from ddlab.cost.recorded_runs import (COURSE_SWEEPS, RecordedPoint, RecordedSet, path_labels, predict_point,
+                                      recorded_points, two_worker_terms)
+from ddlab.measure.collectives import REPEATS_SUFFIX
 
 TOLERANCE = 0.10     # a prediction within ±10% of the measured speedup counts as right
 # What a held-out check leaves out: every recorded run of one model, one path or one batch per
@@ -114,19 +115,24 @@ def link_effect(rec: RecordedSet, p: RecordedPoint, wrappers: Optional[dict] = N
     return abs(free / real - 1)
 
 
-def path_range(rec: RecordedSet, p: RecordedPoint, wrappers: dict, **kwargs) -> Optional[tuple]:
+def path_variants(rec: RecordedSet, wrappers: dict) -> dict:
+    """{path: [(``rec`` with that sweep's fit for the path, the two-worker term measured with it)]}, one
+    entry per recorded sweep of each path that has repeats (:attr:`RecordedSet.path_fits`)."""
+    out = {}
+    for path, fits in rec.path_fits.items():
+        if len(fits) > 1:
+            others = [replace(rec, fits=dict(rec.fits, **{path: fit})) for fit in fits]
+            out[path] = [(other, two_worker_terms(other, wrappers)) for other in others]
+    return out
+
+
+def path_range(p: RecordedPoint, variants: dict, wrappers: dict, **kwargs) -> Optional[tuple]:
     """(lowest, highest) ratio of ``p``'s 2-GPU images/s to its one-worker run's, predicted with each
-    recorded sweep of its path on this machine in turn (:attr:`RecordedSet.path_fits`: the sweep the
-    model uses and its repeats), the two-worker term measured again with each; None where the path
-    has no repeat. How far the predictions spread is how far the path's own all-reduce varies."""
-    fits = rec.path_fits.get(p.path) or []
-    if len(fits) < 2:
-        return None
-    out = []
-    for fit in fits:
-        other = replace(rec, fits=dict(rec.fits, **{p.path: fit}))
-        out.append(p.speedup(_predict(other, p, wrappers, two_worker_terms(other, wrappers), **kwargs)))
-    return min(out), max(out)
+    recorded sweep of its path on this machine in turn (``variants``, :func:`path_variants`: the sweep the
+    model uses and its repeats); None where the path has no repeat. How far the predictions spread is
+    how far the path's own all-reduce varies."""
+    out = [p.speedup(_predict(other, p, wrappers, two, **kwargs)) for other, two in variants.get(p.path, ())]
+    return (min(out), max(out)) if out else None
 
 
 SWEEP_SHOWN_BYTES = 8 * 1024 * 1024       # the size at which the repeated sweeps' spread is quoted
@@ -143,8 +149,8 @@ def repeats_note(rec: RecordedSet) -> Optional[str]:
         parts.append(f"{rec.path_label(path)} {format_time(t[0])} to {format_time(t[-1])} ({len(fits)} sweeps)")
     return (f"The same all-reduce sweeps measured again on this machine (allreduce/{rec.sweeps}{REPEATS_SUFFIX}, "
             f"other days and machines of the same kind): one all-reduce of {SWEEP_SHOWN_BYTES // 2**20} MiB, fitted, "
-            "took " + "; ".join(parts) + f". The model uses allreduce/{rec.sweeps}; a run over a path whose sweeps differ "
-            "this much cannot be predicted closer than they differ.")
+            "took " + "; ".join(parts) + f". The model uses allreduce/{rec.sweeps}; a run over a path whose sweeps "
+            "differ this much cannot be predicted closer than they differ.")
 
 
 def _err(pred, measured):
@@ -181,6 +187,7 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     schemes = [by for by in HELD_OUT if len({HELD_OUT[by](p) for p in rec.points}) > 1]
     held = {by: held_out_speedups(rec, by, **kwargs) for by in schemes}
     wrappers = rec.wrappers()
+    variants = path_variants(rec, wrappers)
     rows = []
     for i, p in enumerate(rec.points):
         pred = _predict(rec, p, wrappers, **kwargs)
@@ -192,7 +199,7 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
                "compute_s": p.compute_s, "n_gpus": p.n_gpus, "images_factor": p.images_factor,
                "plain_source": p.plain_source, "bound": pred.bound,
                "path_matters": "yes" if link_effect(rec, p, wrappers, **kwargs) > PATH_INDEPENDENT else "NO",
-               "path_range": path_range(rec, p, wrappers, **kwargs)}
+               "path_range": path_range(p, variants, wrappers, **kwargs)}
         for by in schemes:
             row[f"{by}_p1"] = held[by][i]
             row[f"{by}_pred"] = p.over_plain(held[by][i])
@@ -349,8 +356,9 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
                      f"them by less than {100 * PATH_INDEPENDENT:.1f}%: marked NO): those rows test the one-GPU step "
                      f"and the wrapper, not the link. Of the {len(rest)} that do, {k} of {m} are within {band}.")
     notes += miss_notes(rows, schemes[0] if schemes else None)
-    if repeats_note(rec):
-        notes.append(repeats_note(rec))
+    repeats = repeats_note(rec)
+    if repeats:
+        notes.append(repeats)
     notes.append("Terms: " + "; ".join(f"{name} ({basis})" for name, basis in term_bases(rec).items()) + ".")
     notes += baseline_notes(rows)
     if any(r["launcher"].endswith(" strong") for r in rows):
