@@ -573,11 +573,11 @@ def tunings_side_by_side(found: Optional[list] = None, path: str = "default") ->
     missing = [name for name in ("ddp", "horovod") if name not in by_launcher]
     if missing:
         return None, f"DDP against Horovod over {path}: {' and '.join(missing)} not recorded."
-    gpus = {name: "{}x {}".format((r.provenance or {}).get("gpu_count", "?"), (r.provenance or {}).get("gpu_model", "?"))
-            for name, r in by_launcher.items()}
-    if gpus["ddp"] != gpus["horovod"]:
+    from ddlab.system.provenance import differences, machine_of
+    ddp_prov, hvd_prov = by_launcher["ddp"].provenance, by_launcher["horovod"].provenance
+    if differences(ddp_prov, hvd_prov, ("gpu_model", "gpu_count")):
         return None, (f"DDP against Horovod over {path}: not compared, recorded on different GPUs "
-                      f"(DDP on {gpus['ddp']}, Horovod on {gpus['horovod']}).")
+                      f"(DDP on {machine_of(ddp_prov)}, Horovod on {machine_of(hvd_prov)}).")
     shown = {}
     for launcher, label in (("ddp", "DDP"), ("horovod", "Horovod")):
         res = ExperimentResult.from_dict(by_launcher[launcher].to_dict())
@@ -587,7 +587,7 @@ def tunings_side_by_side(found: Optional[list] = None, path: str = "default") ->
         shown[label] = res
     title = f"DDP and Horovod by images/s: {TUNED_MODEL} model, two GPUs, {path}"
     return images_side_by_side(shown, key="setting", title=title, explain=False), \
-        f"DDP against Horovod over {path}, both on {gpus['ddp']}."
+        f"DDP against Horovod over {path}, both on {machine_of(ddp_prov)}."
 
 
 def tuning_commands(launcher: str = "ddp", path: str = "default", found: Optional[list] = None) -> str:
