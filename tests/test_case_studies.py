@@ -117,6 +117,11 @@ def test_run_command_puts_the_runs_nccl_variables_before_its_launch():
     assert fr.run_command(run) == ("NCCL_NVLS_ENABLE=0 NCCL_P2P_LEVEL=LOC python3 -m torch.distributed.run "
                                    "--nproc-per-node=2 train.py")
     assert fr.run_command({}) == "not recorded"
+    # a command that sets a variable itself: the variable is not put before it a second time
+    given = {"nccl_env": {"NCCL_NVLS_ENABLE": "0", "NCCL_P2P_LEVEL": "LOC"},
+             "provenance": {"command": "NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node=2 fmnist_torch.py"}}
+    assert fr.run_command(given) == ("NCCL_P2P_LEVEL=LOC NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node=2 "
+                                     "fmnist_torch.py")
 
 
 def test_the_tuning_effects_compare_each_setting_with_the_untuned_two_gpu_run():

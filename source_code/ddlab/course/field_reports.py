@@ -28,6 +28,7 @@ from ddlab.base.tables import Table, formatted
 from ddlab.cost import predict as _predict
 from ddlab.cost import recorded_runs, wrapper_cost
 from ddlab.system import provenance
+from ddlab.training.results import split_command
 from ddlab.training.runs import launch_bar
 
 CITED_KIND = "cited"
@@ -272,10 +273,12 @@ def recordings() -> list:
 def run_command(run: dict) -> str:
     """The exact command line of one recorded run, copyable: the NCCL variables the run was given (its
     ``nccl_env``, less NCCL_VERSION, which reports the library) before the launch command its provenance
-    recorded (the launcher, the script and its flags)."""
+    recorded (the launcher, the script and its flags), each variable once: one the command sets already
+    is not put before it again."""
     env = {k: v for k, v in sorted((run.get("nccl_env") or {}).items()) if k != "NCCL_VERSION"}
     command = (run.get("provenance") or {}).get("command") or "not recorded"
-    return " ".join([f"{k}={v}" for k, v in env.items()] + [command])
+    given = {w.split("=", 1)[0] for w in split_command(command)[0]}
+    return " ".join([f"{k}={v}" for k, v in env.items() if k not in given] + [command])
 
 
 def recording(model: str = "mlp-small", launcher: str = "ddp", path: str = "shm"):
