@@ -105,16 +105,19 @@ def test_the_recorded_tunings_of_the_wide_model():
 
 
 def test_another_machines_tunings_are_checked_against_its_own_sweeps():
-    """The H100 pair's recorded tuning comparison (the wide model over shm) is not in the course's table;
-    it gets a table of its own, predicted from that pair's all-reduce sweeps and its own one-GPU run."""
+    """The H100 pair's recorded tuning comparison (the wide model over shm, kept under a name with its
+    machine) is not in the course's table, which has the course machine's own comparison of the same
+    JOB; it gets a table of its own, predicted from that pair's all-reduce sweeps and its own one-GPU run."""
     from ddlab.training import recording
-    course = {(r["launcher"], r["path"]) for r in tc.tuning_check().rows}
+    course = tc.tuning_check()
     (other,) = tc.tuning_check_other_machines()
-    assert "2x NVIDIA H100 80GB HBM3" in other.title
+    assert "2x NVIDIA H100 80GB HBM3" in other.title and "2x NVIDIA H100" not in course.title
     rows = other.rows
-    assert rows and {(r["launcher"], r["path"]) for r in rows} == {("ddp", "shm")} and ("ddp", "shm") not in course
-    res = recording.load_recorded("tuning", "torch", "ddp", "wide", "shm")
+    assert rows and {(r["launcher"], r["path"]) for r in rows} == {("ddp", "shm")}
+    found = dict(recording.recorded_with_prefix(tc.PREFIX))
+    res = found["tuning-torch-ddp-wide-shm-2xh100-80gb-hbm3-nv18"]
     assert res.provenance["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    assert found["tuning-torch-ddp-wide-shm"].provenance["gpu_model"] != res.provenance["gpu_model"]
     # no plain one-GPU run is recorded on that GPU: its speedups show as "-" and the notes say which run is
     # missing; the errors (of the 2-GPU images/s) are still there
     assert all(r["measured"] is None and r["predicted"] is None for r in rows)
