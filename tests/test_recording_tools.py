@@ -752,3 +752,29 @@ def test_adopt_results_keeps_a_tuning_comparison_cut_short_in_pending_until_it_i
     assert mod.main([str(res)]) == 0
     assert (ref / "experiments" / name).exists() and not (pending / name).exists()
     assert "the comparison it began is complete" in capsys.readouterr().out
+
+
+def test_adopt_results_leaves_a_cut_tuning_comparison_out_of_pending_once_the_finished_one_holds_its_runs(
+        tmp_path, monkeypatch, capsys):
+    """A results folder that still carries the partial copy a resumed tune JOB began from: once the finished
+    comparison in experiments/ holds every run of it, it is "already in" and pending/ stays empty, so the next
+    tune JOB does not resume a comparison that is done."""
+    mod = load("adopt_results.py")
+    ref, pending, res = tmp_path / "reference", tmp_path / "pending", tmp_path / "results"
+    for d in (ref / "experiments", pending, res):
+        d.mkdir(parents=True)
+    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    monkeypatch.setattr(mod, "PENDING", str(pending))
+    name = "tuning-torch-ddp-wide-shm.json"
+    finished = json.loads(open(os.path.join(reference.REFERENCE_DIR, "experiments", name)).read())
+    (ref / "experiments" / name).write_text(json.dumps(finished))
+    cut = dict(finished, config=dict(finished["config"], rounds=1))
+    (res / name).write_text(json.dumps(cut))
+    assert mod.main([str(res)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("already in") and "experiments" in out
+    assert not list(pending.iterdir())
+    cut["runs"] = cut["runs"] + [dict(cut["runs"][0], images_per_s=1.0)]      # a run the finished one lacks
+    (res / name).write_text(json.dumps(cut))
+    assert mod.main([str(res)]) == 0
+    assert (pending / name).exists()

@@ -8,7 +8,8 @@ file there goes to its home:
 
 * ``convergence-point-*.json``            -> tools/recording/pending/ (a sweep still in progress)
 * ``tuning-*.json`` cut short (fewer interleaved rounds than its repeats) -> tools/recording/pending/ (the
-  next tune JOB resumes it); the finished comparison goes to experiments/ and removes it from pending/
+  next tune JOB resumes it); the finished comparison goes to experiments/ and removes it from pending/,
+  and a cut copy whose runs the finished one in experiments/ holds stays out of pending/
 * ``reference_allreduce_<NAME>.json``     -> source_code/reference/allreduce/<NAME>.json
 * ``levels_<NAME>.json``                  -> source_code/reference/allreduce/<NAME>-levels.json
 * ``p2p_<NAME>.json``, ``topology_<NAME>.json`` -> source_code/reference/p2p/, topologies/ (gpu_lab_server.py)
@@ -158,6 +159,7 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
         if home is None:
             continue
         here = _provenance(src)           # read first: a truncated result is never copied
+        finished_home = home
         if partial_tuning(src):
             home = os.path.join(pending or PENDING, os.path.basename(src))
         if not here:
@@ -167,7 +169,8 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
         if wrong:
             out.append((src, home, "refuse", wrong))
             continue
-        inside = _already_in(src, home, reference or REFERENCE)
+        inside = _already_in(src, home, reference or REFERENCE) or (   # a cut run the finished one holds
+            home != finished_home and _already_in(src, finished_home, reference or REFERENCE))
         if inside:
             out.append((src, home, "inside", inside))
             continue
