@@ -1,5 +1,7 @@
 """The step model against the recorded runs (ddlab.cost.validation): every term measured, modelled
 or assumed, nothing fitted to the 2-GPU runs; the held-out table, its counts and why its misses miss."""
+import json
+
 import pytest
 
 from ddlab.cost import validation as val
@@ -214,6 +216,54 @@ def test_the_candidate_wait_for_the_slower_rank_is_counted_beside_the_model_not_
     for other in val.held_out_other_machines():                        # runs it was not built on
         assert any(n.startswith("A candidate term") and "these runs are ones it was not built on" in n
                    for n in other.notes)
+
+
+def test_the_gpu_time_at_a_strong_runs_share_is_a_candidate_counted_beside_the_model_not_in_it():
+    """The step JOB's one-GPU CUDA-graph runs at a strong run's share (mlp-large and mlp-small at 2, 16 and 64 per
+    GPU, same GPU model) reach the strong points as a candidate: the model's own predictions do not use it, and
+    a note counts the table with it and names each run it moves across the band, each from predictions."""
+    from ddlab.training import recording
+    rec = recorded_points()
+    strong = [p for p in rec.points if p.strong and p.share_device_s]
+    assert {(p.model, p.batch) for p in strong} == {(m, b) for m in ("mlp-small", "mlp-large") for b in (2, 16, 64)}
+    p = next(p for p in strong if p.model == "mlp-large" and p.batch == 2)
+    graph = recording.load_recorded("scaling", "torch", "ddp", "mlp-large", "graph-b2")
+    one = next(r for r in graph.rows if r.get("launcher") != "none")
+    assert p.share_device_s == pytest.approx(one["global_batch"] / one["images_per_s"])
+    assert "batch 2" in p.share_device_source and p.device_s is None
+    # not in the model: the same point predicted with and without it differs only when asked for
+    plain = predict_point(p, rec.fits, two_workers=rec.two_workers)
+    given = predict_point(p, rec.fits, two_workers=rec.two_workers, share_device=True)
+    assert plain.bound == "serial" and given.bound in ("host", "device") and given.total_s != plain.total_s
+    t = val.held_out(rec)
+    note = next(n for n in t.notes if n.startswith("A candidate input, not in the model"))
+    rows = t.rows
+    k0, m0 = val.hits(rows, "model_err")
+    with_it = val.held_out_speedups(rec, "model", profiles=rec.profiles, channels=rec.channels, share_device=True)
+    errs = [100 * (w / r["m1"] - 1) for w, r in zip(with_it, rows)]
+    k, m = val.hits([{"e": e} for e in errs], "e")
+    assert f"{k} of {m} would be within ±10% ({k0} of {m0} without it)" in note
+    came_in = [r for r, e in zip(rows, errs) if abs(e) <= 10 < abs(r["model_err"])]
+    assert all(f"{r['launcher']} {r['model']} {r['path']} {r['batch']}/GPU" in note.split("Out:")[0].split("In:")[1]
+               for r in came_in)
+    # the weak runs, and every Horovod run, predict the same either way
+    assert all(w == pytest.approx(r["model_p1"]) for w, r in zip(with_it, rows)
+               if not r["launcher"].startswith("ddp strong"))
+
+
+def test_a_gpu_time_at_the_share_is_taken_only_from_the_same_gpu_model(tmp_path, monkeypatch):
+    import shutil
+    from ddlab.base import reference
+    from ddlab.cost import recorded_runs
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    path = tmp_path / "ref" / "experiments" / "scaling-torch-ddp-mlp-large-graph-b16.json"
+    data = json.loads(path.read_text())
+    data["provenance"]["gpu_model"] = "NVIDIA A100-SXM4-80GB"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    rec = recorded_runs.recorded_points()
+    got = {(p.model, p.batch): p.share_device_s for p in rec.points if p.strong and p.launcher == "ddp strong"}
+    assert got[("mlp-large", 16)] is None and got[("mlp-large", 2)] is not None
 
 
 def test_term_bases_name_how_each_term_is_known():

@@ -65,6 +65,11 @@ class RecordedPoint:
     rank_wait_source: str = ""
     plain_ratio: Optional[float] = None
     plain_source: str = ""          # where the plain run came from, or which one is missing
+    # strong scaling: the GPU's busy time at the share (the step JOB's one-GPU CUDA-graph run at that batch), a
+    # candidate input used only when asked for (predict_point(..., share_device=True)): with it a DDP step may
+    # overlap its all-reduce with the host's work instead of adding it
+    share_device_s: Optional[float] = None
+    share_device_source: str = ""
 
     @property
     def framework(self) -> str:
@@ -169,7 +174,7 @@ def recorded_points(models: Sequence[str] = None, sweeps: str = COURSE_SWEEPS) -
     machine = next((_machine_text(s.provenance) for s in sweeps_.values() if s.provenance), "")
     recs = _Recordings(machine)
     points, missing, gpu_model = _nccl_path_points(names, fits, recs)
-    elsewhere = recs.elsewhere + _strong_points(points, names, fits, recs.machine)
+    elsewhere = recs.elsewhere + _strong_points(points, names, fits, recs)
     rec = RecordedSet(points, fits, missing, recs.machine, recs.device_elsewhere, recs.device_check,
                       _gpu_profiles(names, gpu_model), channels, sweeps, elsewhere)
     rec.probe_points = _probe_points(rec, recs)
@@ -241,6 +246,7 @@ class _Recordings:
         self.device_elsewhere, self.device_check = {}, {}
         self._loaded = {}
         self._graph = {}      # the one-GPU graph recordings, each read once
+        self._graph_at = {}   # {(model, batch, GPU): (GPU busy time, source)}: the step JOB's graph recordings
 
     def load(self, launcher, model, variant):
         """The recording, when it was made on the set's machine (else None, and named in ``elsewhere``)."""
@@ -272,6 +278,28 @@ class _Recordings:
             except ReferenceMissing:
                 self._graph[model] = (None, "")
         return self._graph[model]
+
+    def device_step_at(self, model, batch, gpu_model):
+        """(the GPU's busy time per step of ``model`` at ``batch`` per GPU, where it came from): the one-worker
+        row of the one-GPU CUDA-graph recording at that batch (``scaling-torch-ddp-<model>-graph[-b<N>]``,
+        the step JOB's) made on ``gpu_model``; (None, "") where none is recorded."""
+        from ddlab.base.reference import ReferenceMissing
+        from ddlab.training import recording
+        key = (model, batch, gpu_model)
+        if key not in self._graph_at:
+            self._graph_at[key] = (None, "")
+            for variant in (f"graph-b{batch}", "graph"):     # the live default batch's has no -b<N>
+                try:
+                    res = recording.load_recorded("scaling", "torch", "ddp", model, variant)
+                except ReferenceMissing:
+                    continue
+                row = _one_worker_row(res)
+                if row is not None and row.get("global_batch") == batch and \
+                        (res.provenance or {}).get("gpu_model") == gpu_model:
+                    self._graph_at[key] = (_step_of(row), f"the one-GPU CUDA-graph run of {model} at batch "
+                                                          f"{batch} ({_machine_text(res.provenance)})")
+                    break
+        return self._graph_at[key]
 
     def device_step(self, model, batch):
         """The GPU's busy time per step of ``model`` at ``batch``: the two-GPU machine's own
@@ -372,14 +400,17 @@ def _gpu_profiles(names, gpu_model: str) -> dict:
 STRONG_PREFIX = "strong-scaling-torch-"
 
 
-def _strong_points(points: list, names, fits: dict, machine: str) -> list:
+def _strong_points(points: list, names, fits: dict, recs: _Recordings) -> list:
     """Adds to ``points`` the recorded strong-scaling runs (``strong-scaling-torch-<launcher>-<model>-<path>``)
-    made on ``machine`` (the machine of the sweeps' fits), each 2-GPU row with the one-GPU row of the
-    same global batch. Returns [(recording, machine)] of those made elsewhere, not predicted."""
+    made on the machine of the sweeps' fits (``recs.machine``), each 2-GPU row with the one-GPU row of the
+    same global batch and, where the step JOB recorded it on the same GPU, the GPU's busy time at the
+    per-GPU share (:meth:`_Recordings.device_step_at`, a candidate input: :attr:`RecordedPoint.share_device_s`).
+    Returns [(recording, machine)] of those made
+    elsewhere, not predicted."""
     from ddlab.system.provenance import machine_of
     from ddlab.training import recording
     from ddlab.training.results import path_name
-    elsewhere = []
+    machine, elsewhere = recs.machine, []
     for name, res in recording.recorded_with_prefix(STRONG_PREFIX):
         c = res.config
         path = c.get("path") or "default"
@@ -393,10 +424,13 @@ def _strong_points(points: list, names, fits: dict, machine: str) -> list:
                         and not o.get("error")), None)
             if r.get("workers", 1) < 2 or r.get("error") or not r.get("images_per_s") or one is None:
                 continue
+            share = r["global_batch"] // r["workers"]
+            device, where = recs.device_step_at(c["model"], share, (res.provenance or {}).get("gpu_model"))
             points.append(RecordedPoint(f"{c.get('launcher')} strong", c["model"], path, r["workers"],
-                                        r["global_batch"] // r["workers"], one["global_batch"] / one["images_per_s"],
+                                        share, one["global_batch"] / one["images_per_s"],
                                         None, True, *ratios_to_one(r, one), c.get("launcher") == "ddp", "",
                                         path_name(dict(r, path=path), res.provenance), strong=True,
+                                        share_device_s=device, share_device_source=where,
                                         **rank_wait(res, one, r["workers"]), **plain_fields(res, one)))
     return elsewhere
 
@@ -477,7 +511,8 @@ def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] =
     same wrapper) and, when ``profiles`` ({model: StepProfile}) has one for its model, that
     measured profile (with ``channels``, {path: NCCL channels}, the all-reduce's share of the GPU).
     ``rank_wait=True`` adds the candidate wait for the slower rank from the run's one-worker step
-    times (:func:`rank_wait`), which the model leaves out by default. ``two_worker``: the cost of two
+    times (:func:`rank_wait`), which the model leaves out by default; ``share_device=True`` gives a strong run
+    the candidate GPU busy time at its share (:attr:`RecordedPoint.share_device_s`). ``two_worker``: the cost of two
     workers measured on the probe (``two_workers``, {(framework, path): (seconds, source)}, a
     :class:`RecordedSet`'s), added to an eager step on two or more GPUs; ``False`` leaves it out
     (a CUDA-graph step replays its all-reduce without the host, so it never gets it)."""
@@ -494,11 +529,14 @@ def predict_point(p: RecordedPoint, fits: dict, overheads: Optional[Overheads] =
     if kwargs.pop("rank_wait", False) and p.rank_wait_source:     # the candidate term (see rank_wait)
         sources["slower rank"] = ("measured", p.rank_wait_source)
         kwargs["slower_rank_s"] = p.rank_wait_s
+    device_s = p.device_s
+    if kwargs.pop("share_device", False) and p.share_device_s:     # the candidate input (RecordedPoint)
+        device_s, sources["GPU busy time"] = p.share_device_s, ("measured", f"recorded: {p.share_device_source}")
     term = (two_workers or {}).get((p.framework, p.path)) if two_worker is not False else None
     if term and p.host_work and p.n_gpus >= 2:
         kwargs["two_worker_s"], sources["two workers"] = term[0], ("measured", term[1])
     kwargs.setdefault("sources", sources)
-    return predict_step(p.model, p.compute_s, fit, p.n_gpus, batch=p.batch, device_s=p.device_s,
+    return predict_step(p.model, p.compute_s, fit, p.n_gpus, batch=p.batch, device_s=device_s,
                         overheads=overheads if p.host_work else None, framework=p.framework,
                         wrapper_in_step=p.wrapper_in_step, **kwargs)
 

@@ -211,6 +211,8 @@ def held_out(recorded: Optional[RecordedSet] = None, **kwargs):
     notes = held_out_notes(rows, schemes, rec)
     if schemes and any(p.rank_wait_s for p in rec.points):
         notes.insert(1, _rank_wait_note(rec, rows, schemes[0], kwargs))
+    if schemes and any(p.share_device_s for p in rec.points):
+        notes.insert(1, _share_device_note(rec, rows, schemes[0], kwargs))
     if schemes and rec.two_workers:
         without = held_out_speedups(rec, schemes[0], **dict(kwargs, two_worker=False))
         for r, w in zip(rows, without):      # the model without the term measured on the probe: before and after
@@ -254,6 +256,31 @@ def _rank_wait_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> str:
                if rec.sweeps == COURSE_SWEEPS else
                "It was built after the host-bound misses of the course's machine (validation.held_out()); these runs "
                "are ones it was not built on."))
+
+
+def _share_device_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> str:
+    """What the candidate GPU busy time at a strong run's share (:attr:`RecordedPoint.share_device_s`) would do
+    to this table: the count within the band with it, beside the model's, and each run it moves across the band."""
+    given = held_out_speedups(rec, by, **dict(kwargs, share_device=True))
+    errs = [_err(g, r["m1"]) for g, r in zip(given, rows)]
+    k, m = hits([{"e": e} for e in errs], "e")
+    k0, _ = hits(rows, f"{by}_err")
+    inside = lambda e: e is not None and abs(e) <= 100 * TOLERANCE      # noqa: E731
+    name = lambda r: f"{r['launcher']} {r['model']} {r['path']} {r['batch']}/GPU"    # noqa: E731
+
+    def change(kind):       # "in", "out", or "still out" (out both ways, the error moved by more than the band)
+        def keep(r, e):
+            was, now = inside(r[f"{by}_err"]), inside(e)
+            return {"in": now and not was, "out": was and not now}.get(
+                kind, e is not None and not (was or now) and abs(e - r[f"{by}_err"]) > 100 * TOLERANCE)
+        return "; ".join(f"{name(r)} {err_text(r[by + '_err'])} -> {err_text(e)}"
+                         for r, e in zip(rows, errs) if keep(r, e)) or "none"
+    batches = sorted({p.batch for p in rec.points if p.share_device_s})
+    return (f"A candidate input, not in the model: the GPU's busy time at a strong run's share (the one-GPU "
+            f"CUDA-graph run at {', '.join(map(str, batches))} per GPU), which lets a DDP step overlap its all-reduce "
+            f"with the host's work instead of adding it. Given, leaving each {by} out, {k} of {m} would be within "
+            f"±{100 * TOLERANCE:.0f}% ({k0} of {m} without it). In: {change('in')}. Out: {change('out')}. "
+            f"Still out, moved by more than the band: {change('still out')}.")
 
 
 def _two_worker_note(rec: RecordedSet, rows: list, by: str) -> str:
