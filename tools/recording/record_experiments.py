@@ -34,7 +34,8 @@ times (at least 3) and the result keeps every value, the median and the min-max.
 machine is named by its hardware in the results' provenance (e.g. "2x NVIDIA H200, NV18").
 
 --batch N runs the launcher:model and step:model jobs at N images per GPU instead of the live
-default (the batch sweep of notebook 10's first case) and adds "-bN" to their names.
+default (the batch sweep of notebook 10's first case; step:model at a strong run's share gives the GPU's
+busy time there, which ddlab.cost.validation counts as a candidate input) and adds "-bN" to their names.
 
 Writes OUT_DIR/nccl-paths-torch-<launcher>-<model>[-graph][-bN].json and, for an eager
 comparison at the default batch, OUT_DIR/scaling-torch-<launcher>-<model>.json; a tune JOB writes
@@ -53,8 +54,9 @@ slowest path (about 0.1 s a step). A tune JOB is (2 + 9 DDP or 8 Horovod tunings
 launches, 33 or 30 with 3 repeats, each about as long as a comparison's: plan a run of about 11
 minutes for each tune JOB, and a second one where launches are slower (it resumes). A strong JOB
 is (2 + paths) x repeats launches per global batch (the plain run and the one-worker run, then
-each path). The plain-baselines JOB is one process: its imports once, then 17 configurations
-(on 2x H200's recordings) x 3 repeats of a few seconds each.
+each path). The plain-baselines JOB is one process: its imports once, then each configuration the
+recordings of this GPU model need (ddlab.training.plain_runs.configs_from_recordings) x 3 repeats of a
+few seconds each.
 """
 import argparse
 import os
