@@ -405,8 +405,7 @@ def _strong_points(points: list, names, fits: dict, recs: _Recordings) -> list:
     made on the machine of the sweeps' fits (``recs.machine``), each 2-GPU row with the one-GPU row of the
     same global batch and, where the step JOB recorded it on the same GPU, the GPU's busy time at the
     per-GPU share (:meth:`_Recordings.device_step_at`, a candidate input: :attr:`RecordedPoint.share_device_s`).
-    Returns [(recording, machine)] of those made
-    elsewhere, not predicted."""
+    Returns [(recording, machine)] of those made elsewhere, not predicted."""
     from ddlab.system.provenance import machine_of
     from ddlab.training import recording
     from ddlab.training.results import path_name
