@@ -260,27 +260,29 @@ def _rank_wait_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> str:
 
 def _share_device_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> str:
     """What the candidate GPU busy time at a strong run's share (:attr:`RecordedPoint.share_device_s`) would do
-    to this table: the count within the band with it, beside the model's, and each run it moves across the band."""
+    to this table: the count within the band with it, beside the model's, each run it moves across the band,
+    and each run outside it both ways whose error moves by more than the band."""
     given = held_out_speedups(rec, by, **dict(kwargs, share_device=True))
-    errs = [_err(g, r["m1"]) for g, r in zip(given, rows)]
-    k, m = hits([{"e": e} for e in errs], "e")
+    band = 100 * TOLERANCE
+    groups = {"In": [], "Out": [], "Still out, moved by more than the band": []}
+    for g, r in zip(given, rows):
+        before, after = r[f"{by}_err"], _err(g, r["m1"])
+        if before is None or after is None:
+            continue
+        was, now = abs(before) <= band, abs(after) <= band
+        group = ("In" if now and not was else "Out" if was and not now else
+                 "Still out, moved by more than the band" if not (was or now) and abs(after - before) > band else None)
+        if group:
+            groups[group].append(f"{r['launcher']} {r['model']} {r['path']} {r['batch']}/GPU {err_text(before)} -> "
+                                 f"{err_text(after)}")
+    k, m = hits([{"e": _err(g, r["m1"])} for g, r in zip(given, rows)], "e")
     k0, _ = hits(rows, f"{by}_err")
-    inside = lambda e: e is not None and abs(e) <= 100 * TOLERANCE      # noqa: E731
-    name = lambda r: f"{r['launcher']} {r['model']} {r['path']} {r['batch']}/GPU"    # noqa: E731
-
-    def change(kind):       # "in", "out", or "still out" (out both ways, the error moved by more than the band)
-        def keep(r, e):
-            was, now = inside(r[f"{by}_err"]), inside(e)
-            return {"in": now and not was, "out": was and not now}.get(
-                kind, e is not None and not (was or now) and abs(e - r[f"{by}_err"]) > 100 * TOLERANCE)
-        return "; ".join(f"{name(r)} {err_text(r[by + '_err'])} -> {err_text(e)}"
-                         for r, e in zip(rows, errs) if keep(r, e)) or "none"
     batches = sorted({p.batch for p in rec.points if p.share_device_s})
     return (f"A candidate input, not in the model: the GPU's busy time at a strong run's share (the one-GPU "
             f"CUDA-graph run at {', '.join(map(str, batches))} per GPU), which lets a DDP step overlap its all-reduce "
             f"with the host's work instead of adding it. Given, leaving each {by} out, {k} of {m} would be within "
-            f"±{100 * TOLERANCE:.0f}% ({k0} of {m} without it). In: {change('in')}. Out: {change('out')}. "
-            f"Still out, moved by more than the band: {change('still out')}.")
+            f"±{band:.0f}% ({k0} of {m} without it). "
+            + " ".join(f"{head}: {'; '.join(runs) or 'none'}." for head, runs in groups.items()))
 
 
 def _two_worker_note(rec: RecordedSet, rows: list, by: str) -> str:
