@@ -45,3 +45,13 @@ def test_recorded_captions_name_the_hardware_not_how_the_machine_was_obtained():
     text = topology_report.report(topo)
     assert f"captured on {machine_label(topo.provenance, topo)}, " in text
     assert topo.provenance["machine"] == machine_label(topo.provenance, topo) == "2x NVIDIA H200, NV18"
+
+
+def test_a_provenance_names_its_machine_as_a_file_tag():
+    from ddlab.system.machine_name import provenance_slug
+    h100 = {"machine": "2x NVIDIA H100 80GB HBM3, NV18", "gpu_count": 2, "gpu_model": "NVIDIA H100 80GB HBM3"}
+    assert provenance_slug(h100) == "2xh100-80gb-hbm3-nv18"
+    v100 = {"machine": "8x Tesla V100-SXM2-16GB, NV2/NV1/SYS", "gpu_count": 8, "gpu_model": "Tesla V100-SXM2-16GB"}
+    assert provenance_slug(v100) == "8xtesla-v100-sxm2-16gb-nv2-nv1-sys"
+    assert provenance_slug({"gpu_count": 1, "gpu_model": "NVIDIA H200"}) == "1xh200"        # no links named
+    assert provenance_slug({}) == "cpu"

@@ -133,3 +133,24 @@ def test_the_wait_for_the_slower_rank_comes_from_the_one_gpu_runs_step_times():
     t = pred.term("slower rank")
     assert (t.seconds, t.basis, t.source) == (p.rank_wait_s, "measured", p.rank_wait_source)
     assert pred.total_s == plain.total_s + p.rank_wait_s          # a serial (host-bound) step
+
+
+def test_a_batch_recording_kept_under_its_machines_name_is_still_that_machines_point(tmp_path, monkeypatch):
+    """``adopt_results.py --keep-other-machine`` moves another machine's ``-b<N>`` recording to
+    ``-b<N>-<machine tag>`` when the course machine's takes its name: it is still a batch variant at N, a point
+    of its own machine's set and named elsewhere in the course's, so both held-out tables are unchanged."""
+    import shutil
+    from ddlab.base import reference
+    from ddlab.cost import validation
+    from ddlab.training import recording
+    before = [t.to_dict()["rows"] for t in [validation.held_out()] + validation.held_out_other_machines()]
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    exp = tmp_path / "ref" / "experiments"
+    (exp / "nccl-paths-torch-ddp-mlp-small-b128.json").rename(exp / "nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18.json")
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    assert recording.batch_variants("nccl-paths", "torch", "ddp", "mlp-small") == \
+        [(128, "b128-2xh100-80gb-hbm3-nv18"), (2048, "b2048")]
+    after = [t.to_dict()["rows"] for t in [validation.held_out()] + validation.held_out_other_machines()]
+    assert after == before and any(r["batch"] == 128 for r in after[1])
+    names = dict(rr.recorded_points().elsewhere)
+    assert names["nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18"] == "2x NVIDIA H100 80GB HBM3, NV18"

@@ -778,3 +778,35 @@ def test_adopt_results_leaves_a_cut_tuning_comparison_out_of_pending_once_the_fi
     (res / name).write_text(json.dumps(cut))
     assert mod.main([str(res)]) == 0
     assert (pending / name).exists()
+
+
+def test_adopt_results_can_keep_another_machines_recording_under_its_machine_name(tmp_path, monkeypatch, capsys):
+    """``--keep-other-machine``: the recording of another machine at home moves to ``<name>-<its machine tag>``
+    and the new result takes home; a second run changes nothing; a tag name already taken is refused, with
+    nothing moved; the flag and --replace-other-machine cannot be given together."""
+    mod = load("adopt_results.py")
+    ref, res = tmp_path / "reference", tmp_path / "results"
+    (ref / "experiments").mkdir(parents=True)
+    res.mkdir()
+    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    monkeypatch.setattr(mod, "PENDING", str(tmp_path / "pending"))
+    h100 = {"machine": "2x NVIDIA H100 80GB HBM3, NV18", "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2,
+            "driver": "580.159.04", "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0", "date": "2026-11-28"}
+    h200 = dict(h100, machine="2x NVIDIA H200, NV18", gpu_model="NVIDIA H200", date="2026-12-01")
+    name = "nccl-paths-torch-ddp-mlp-small-b128.json"
+    home, aside = ref / "experiments" / name, ref / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18.json"
+    home.write_text(json.dumps({"rows": [{"h100": 1}], "provenance": h100}))
+    (res / name).write_text(json.dumps({"rows": [{"h200": 1}], "provenance": h200}))
+    assert mod.main([str(res), "--keep-other-machine", "--dry-run"]) == 0
+    assert "kept as nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18.json" in capsys.readouterr().out
+    assert not aside.exists() and json.loads(home.read_text())["provenance"] == h100
+    assert mod.main([str(res), "--keep-other-machine"]) == 0
+    assert json.loads(aside.read_text())["provenance"] == h100 and json.loads(home.read_text())["provenance"] == h200
+    capsys.readouterr()
+    assert mod.main([str(res), "--keep-other-machine"]) == 0 and "unchanged" in capsys.readouterr().out
+    home.write_text(json.dumps({"rows": [{"h100 again": 1}], "provenance": h100}))    # the tag name is taken now
+    assert mod.main([str(res), "--keep-other-machine"]) == 1
+    assert "exists already" in capsys.readouterr().out
+    assert json.loads(home.read_text())["rows"] == [{"h100 again": 1}] and json.loads(aside.read_text())["rows"] == [{"h100": 1}]
+    with pytest.raises(SystemExit):
+        mod.main([str(res), "--keep-other-machine", "--replace-other-machine"])

@@ -22,7 +22,10 @@ A file whose home already holds a recording made on another machine or software 
 driver, CUDA, NCCL or PyTorch: ``ddlab.system.provenance.SAME_MACHINE``) is not copied: the notebooks
 compare that recording with others of its machine, and a result of another machine under its name would
 mix two machines in one table. The tool names each such file and what differs, and exits 1; record it on
-that machine, or give the new result a name of its own. ``--replace-other-machine`` copies it anyway.
+that machine, or give the new result a name of its own. ``--replace-other-machine`` copies it anyway;
+``--keep-other-machine`` first moves the one there to ``<name>-<machine tag>.json`` (its provenance's
+machine, ``ddlab.system.machine_name.provenance_slug``): the strong-scaling, tuning and batch-sweep checks of
+other machines still find it there.
 A file with the same content as its home is left alone; a newer recording of the same machine replaces
 the old one (the old stays in git's history), unless it is older than the one there: a results folder on
 a GPU machine can keep files of earlier runs, and those never replace a later recording (named "older",
@@ -48,7 +51,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "source_code"))
 
 from ddlab.base import files  # noqa: E402
-from ddlab.system import provenance  # noqa: E402
+from ddlab.system import machine_name, provenance  # noqa: E402
 from ddlab.recording import sets as recording_sets  # noqa: E402
 from ddlab.training import recording  # noqa: E402
 
@@ -145,14 +148,16 @@ def _batches_lost(at_home, this) -> list:
     return sorted(batches(at_home) - batches(this))
 
 
-def plan(results: str, reference: str = None, pending: str = None, replace_other: bool = False) -> list:
+def plan(results: str, reference: str = None, pending: str = None, replace_other: bool = False,
+         keep_other: bool = False) -> list:
     """(source, home, action, why) for each recording in ``results``: action "new", "replace",
     "same" (already there), "inside" (its runs are already in its home or in the committed sweep),
     "join" (a strong-scaling part joined to the one there; the step then has a fifth item, the joined
-    result), "older" (the recording there is of the same machine and later), or "refuse" (home holds
-    another machine's recording, the result has no provenance, or a strong-scaling result would drop
-    global batches of the one there; ``why`` says which). A result that cannot be read raises
-    ResultFileError (a ValueError)."""
+    result), "older" (the recording there is of the same machine and later), "aside" (with ``keep_other``:
+    home holds another machine's recording, which moves to the fifth item, its name with that machine's
+    tag, and the result takes home), or "refuse" (home holds another machine's recording, the result has
+    no provenance, or a strong-scaling result would drop global batches of the one there; ``why`` says
+    which). A result that cannot be read raises ResultFileError (a ValueError)."""
     out = []
     for src in sorted(glob.glob(os.path.join(results, "*.json"))):
         home = home_of(os.path.basename(src), reference, pending)
@@ -194,6 +199,13 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
             lost = _batches_lost(at_home, this)
         if not differ and new_at and old_at and new_at < old_at:
             out.append((src, home, "older", f"recorded {here.get('date')}, the one there {there.get('date')}"))
+        elif differ and keep_other:
+            aside = f"{os.path.splitext(home)[0]}-{machine_name.provenance_slug(there)}.json"
+            if os.path.exists(aside):
+                out.append((src, home, "refuse", f"{os.path.relpath(aside, ROOT)} exists already: keep aside by hand"))
+            else:
+                out.append((src, home, "aside", f"the recording of {provenance.machine_of(there)} there is kept as "
+                            f"{os.path.basename(aside)}", aside))
         elif differ and not replace_other:
             out.append((src, home, "refuse", f"{os.path.relpath(home, ROOT)} was recorded on "
                         f"{provenance.machine_of(there)}, this result on {provenance.machine_of(here)} "
@@ -212,13 +224,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results", help="the folder a recording run wrote (unpacked results.tgz)")
     p.add_argument("--dry-run", action="store_true", help="say what would be copied, copy nothing")
-    p.add_argument("--replace-other-machine", action="store_true",
-                   help="replace a recording even when it was made on another machine or software")
+    other = p.add_mutually_exclusive_group()
+    other.add_argument("--replace-other-machine", action="store_true",
+                       help="replace a recording even when it was made on another machine or software")
+    other.add_argument("--keep-other-machine", action="store_true",
+                       help="keep a recording made on another machine under its machine's name "
+                            "(<name>-<machine tag>.json) and copy the new one to its home")
     a = p.parse_args(argv)
     if not os.path.isdir(a.results):
         p.error(f"{a.results} is not a folder (unpack results.tgz first: tar xzf results.tgz)")
     try:
-        steps = plan(a.results, replace_other=a.replace_other_machine)
+        steps = plan(a.results, replace_other=a.replace_other_machine, keep_other=a.keep_other_machine)
     except (ValueError, OSError) as exc:
         print(f"adopt_results: error: {exc}", file=sys.stderr)
         return 2
@@ -235,8 +251,12 @@ def main(argv=None) -> int:
                 print(f"{'removed':11} {os.path.relpath(begun, ROOT)}: the comparison it began is complete")
         if action == "join" and not a.dry_run:
             recording.save(joined[0], home)
+        if action == "aside" and not a.dry_run:
+            os.replace(home, joined[0])
+            with open(src, "rb") as f:
+                files.write_bytes(home, f.read())
         verb = {"new": "new", "replace": "replaced", "same": "unchanged", "older": "older", "join": "joined",
-                "inside": "already in", "refuse": "NOT copied"}[action]
+                "inside": "already in", "refuse": "NOT copied", "aside": "copied"}[action]
         print(f"{verb:11} {os.path.basename(src)} -> {os.path.relpath(home, ROOT)}" + (f": {why}" if why else ""))
     if any(s[2] == "older" for s in steps):
         print("adopt_results: the files marked older were left in the results folder by an earlier run on the same "
@@ -245,7 +265,8 @@ def main(argv=None) -> int:
     if refused:
         print(f"adopt_results: {len(refused)} file(s) not copied (each line above says why). A home that holds "
               "another machine's recording: record the result on that machine, or name it apart (e.g. a variant); "
-              "--replace-other-machine copies it anyway.", file=sys.stderr)
+              "--keep-other-machine keeps the one there under its machine's name, --replace-other-machine "
+              "replaces it.", file=sys.stderr)
     if a.dry_run:
         print("adopt_results: dry run, nothing copied")
     return 1 if refused else 0

@@ -70,6 +70,15 @@ def machine_slug(inventory, topology=None) -> str:
     return "-".join(p for p in parts if p)
 
 
+def provenance_slug(prov: dict) -> str:
+    """:func:`machine_slug` of the machine a provenance record names: its GPUs (``gpu_count``, ``gpu_model``)
+    and the links its label (``machine``) carries after them, e.g. "2x NVIDIA H100 80GB HBM3, NV18" ->
+    "2xh100-80gb-hbm3-nv18"; the name a recording of that machine is kept under beside the course's."""
+    label = str(prov.get("machine") or "")
+    links = label.split(", ", 1)[1].split("/") if ", " in label else []
+    return "-".join([machine_slug(prov)] + [s for s in (_slug(link) for link in links) if s])
+
+
 def this_machine() -> tuple:
     """(:func:`machine_label`, :func:`machine_slug`) of this machine, its links read from
     ``nvidia-smi topo -m`` when it answers (else the label has no link part)."""

@@ -11,6 +11,7 @@ JSON Schema (``experiments`` in :mod:`ddlab.base.schemas`). What the course reco
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
 from ddlab.base import files, reference, schemas
@@ -38,11 +39,13 @@ def load_recorded(experiment: str, framework: str = "torch", launcher: str = "dd
 
 def batch_variants(experiment: str, framework: str = "torch", launcher: str = "ddp", model: str = "cnn") -> list:
     """[(batch per GPU, variant)] of the recordings of an experiment made at another batch than the
-    live default (``<name>-b<N>.json``, e.g. (128, "b128")), in batch order; load each with
-    :func:`load_recorded`'s ``variant``."""
+    live default (``<name>-b<N>.json``, e.g. (128, "b128"), and ``<name>-b<N>-<machine>.json``, one kept
+    under its machine's name beside another machine's, e.g. (128, "b128-2xh100-80gb-hbm3-nv18")), in batch
+    order; load each with :func:`load_recorded`'s ``variant``."""
     name = reference_name(experiment, framework, launcher, model)
-    return sorted((int(n[len(name) + 2:]), n[len(name) + 1:]) for n in reference.names(REFERENCE_KIND)
-                  if n.startswith(name + "-b") and n[len(name) + 2:].isdigit())
+    found = (re.fullmatch(r"b(\d+)(-\d+x[a-z0-9-]+)?", n[len(name) + 1:]) for n in reference.names(REFERENCE_KIND)
+             if n.startswith(name + "-b"))
+    return sorted((int(m.group(1)), m.group(0)) for m in found if m)
 
 
 def recorded_with_prefix(prefix: str) -> list:
