@@ -251,10 +251,10 @@ def main(argv=None) -> int:
                 print(f"{'removed':11} {os.path.relpath(begun, ROOT)}: the comparison it began is complete")
         if action == "join" and not a.dry_run:
             recording.save(joined[0], home)
-        if action == "aside" and not a.dry_run:
-            os.replace(home, joined[0])
-            with open(src, "rb") as f:
-                files.write_bytes(home, f.read())
+        if action == "aside" and not a.dry_run:     # the other machine's copied aside first: home is never lost
+            with open(home, "rb") as old, open(src, "rb") as new:
+                files.write_bytes(joined[0], old.read())
+                files.write_bytes(home, new.read())
         verb = {"new": "new", "replace": "replaced", "same": "unchanged", "older": "older", "join": "joined",
                 "inside": "already in", "refuse": "NOT copied", "aside": "copied"}[action]
         print(f"{verb:11} {os.path.basename(src)} -> {os.path.relpath(home, ROOT)}" + (f": {why}" if why else ""))
