@@ -32,6 +32,19 @@ def machine_label_put_back(monkeypatch):
     monkeypatch.delenv("DDLAB_MACHINE")
 
 
+@pytest.fixture
+def adopt(tmp_path, monkeypatch):
+    """adopt_results.py loaded with its homes in ``tmp_path``: (module, reference/ with experiments/ and
+    allreduce/, pending/, results/), each folder made."""
+    mod = load("adopt_results.py")
+    ref, pending, res = tmp_path / "reference", tmp_path / "pending", tmp_path / "results"
+    for d in (ref / "experiments", ref / "allreduce", pending, res):
+        d.mkdir(parents=True)
+    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    monkeypatch.setattr(mod, "PENDING", str(pending))
+    return mod, ref, pending, res
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 @pytest.mark.parametrize("script", sorted(f for f in os.listdir(RECORDING) if f.endswith(".sh")))
 def test_shell_scripts_parse(script):
@@ -388,15 +401,10 @@ def test_the_validator_is_there_here():
     assert schemas.validator_missing() is None
 
 
-def test_adopt_results_puts_each_recording_home_and_never_replaces_another_machines(tmp_path, monkeypatch, capsys):
+def test_adopt_results_puts_each_recording_home_and_never_replaces_another_machines(adopt, tmp_path, capsys):
     """A run's results go to their homes (experiments, all-reduce sweeps, pending points); a result whose
     name is taken by another machine's recording is not copied, and the tool names both machines."""
-    mod = load("adopt_results.py")
-    ref, pending, res = tmp_path / "reference", tmp_path / "pending", tmp_path / "results"
-    for d in (ref / "experiments", ref / "allreduce", pending, res):
-        d.mkdir(parents=True)
-    monkeypatch.setattr(mod, "REFERENCE", str(ref))
-    monkeypatch.setattr(mod, "PENDING", str(pending))
+    mod, ref, pending, res = adopt
     h200 = {"machine": "2x NVIDIA H200, NV18", "gpu_model": "NVIDIA H200", "gpu_count": 2, "driver": "580.95.05",
             "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0", "date": "2026-11-23"}
     h100 = dict(h200, machine="2x NVIDIA H100 80GB HBM3, NV18", gpu_model="NVIDIA H100 80GB HBM3",
@@ -443,16 +451,10 @@ def test_adopt_results_puts_each_recording_home_and_never_replaces_another_machi
     assert "is not a folder" in capsys.readouterr().err
 
 
-def test_adopt_results_never_replaces_a_later_recording_with_a_file_an_earlier_run_left(tmp_path, monkeypatch,
-                                                                                        capsys):
+def test_adopt_results_never_replaces_a_later_recording_with_a_file_an_earlier_run_left(adopt, capsys):
     """A GPU machine's results folder can hold files of earlier runs: one older than the same machine's
     recording at home is left alone (and named), a later one replaces it, dates with or without a zone."""
-    mod = load("adopt_results.py")
-    ref, res = tmp_path / "reference", tmp_path / "results"
-    (ref / "experiments").mkdir(parents=True)
-    res.mkdir()
-    monkeypatch.setattr(mod, "REFERENCE", str(ref))
-    monkeypatch.setattr(mod, "PENDING", str(tmp_path / "pending"))
+    mod, ref, _, res = adopt
     prov = {"machine": "2x NVIDIA H100 80GB HBM3, NV18", "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2,
             "driver": "580.159.04", "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0"}
     home = ref / "experiments" / "tuning-torch-ddp-wide-shm.json"
@@ -624,14 +626,11 @@ def test_strong_parts_whose_repeats_ran_in_another_order_are_joined_and_the_note
     assert both.config["order"] == "interleaved" and "repeats" not in both.notes[-1].split("):")[-1]
 
 
-def test_adopt_results_never_replaces_a_strong_recording_with_one_that_drops_its_batches(tmp_path, monkeypatch, capsys):
+def test_adopt_results_never_replaces_a_strong_recording_with_one_that_drops_its_batches(adopt, tmp_path, capsys):
     """A later strong-scaling result of the same machine that cannot be joined (a batch in both) and lacks
     batches of the one at home is not copied: named, exit 1, the home file unchanged."""
     from ddlab.training import recording
-    mod = load("adopt_results.py")
-    ref = tmp_path / "reference"
-    (ref / "experiments").mkdir(parents=True)
-    monkeypatch.setattr(mod, "REFERENCE", str(ref))
+    mod, ref, _, _ = adopt
     name = "strong-scaling-torch-horovod-mlp-small-shm.json"
     home = ref / "experiments" / name
     recording.save(_strong_part([4, 8, 16], "2026-11-28T11:15:12+00:00"), str(home))
@@ -648,17 +647,12 @@ def test_adopt_results_never_replaces_a_strong_recording_with_one_that_drops_its
     assert recording.load(str(home)).config["global_batches"] == [4, 8, 16, 32]
 
 
-def test_adopt_results_joins_a_strong_part_and_leaves_what_is_already_in(tmp_path, monkeypatch, capsys):
+def test_adopt_results_joins_a_strong_part_and_leaves_what_is_already_in(adopt, tmp_path, capsys):
     """adopt_results joins a second run's strong-scaling batches to the first's at home; adopting either
     folder again changes nothing ("already in"), and a convergence point an earlier run left, whose runs
     are in the committed sweep, is not put back into pending/."""
     from ddlab.training import recording
-    mod = load("adopt_results.py")
-    ref, pending = tmp_path / "reference", tmp_path / "pending"
-    (ref / "experiments").mkdir(parents=True)
-    pending.mkdir()
-    monkeypatch.setattr(mod, "REFERENCE", str(ref))
-    monkeypatch.setattr(mod, "PENDING", str(pending))
+    mod, ref, pending, _ = adopt
     name = "strong-scaling-torch-horovod-mlp-small-shm.json"
     run1, run2 = tmp_path / "run1", tmp_path / "run2"
     run1.mkdir(), run2.mkdir()
@@ -725,16 +719,10 @@ def test_plain_methods_times_each_way_interleaved_and_writes_their_ratio(tmp_pat
     assert "0.75" in capsys.readouterr().out
 
 
-def test_adopt_results_keeps_a_tuning_comparison_cut_short_in_pending_until_it_is_finished(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_adopt_results_keeps_a_tuning_comparison_cut_short_in_pending_until_it_is_finished(adopt, capsys):
     """A tuning comparison with fewer rounds than its repeats waits in pending/ (the next tune JOB resumes
     it); the finished one goes to experiments/ and the partial leaves pending/."""
-    mod = load("adopt_results.py")
-    ref, pending, res = tmp_path / "reference", tmp_path / "pending", tmp_path / "results"
-    for d in (ref / "experiments", pending, res):
-        d.mkdir(parents=True)
-    monkeypatch.setattr(mod, "REFERENCE", str(ref))
-    monkeypatch.setattr(mod, "PENDING", str(pending))
+    mod, ref, pending, res = adopt
     prov = {"machine": "2x NVIDIA H200, NV18", "gpu_model": "NVIDIA H200", "gpu_count": 2, "driver": "580.159.04",
             "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0", "date": "2026-11-30"}
     name = "tuning-torch-ddp-wide-shm.json"
@@ -755,16 +743,11 @@ def test_adopt_results_keeps_a_tuning_comparison_cut_short_in_pending_until_it_i
 
 
 def test_adopt_results_leaves_a_cut_tuning_comparison_out_of_pending_once_the_finished_one_holds_its_runs(
-        tmp_path, monkeypatch, capsys):
+        adopt, capsys):
     """A results folder that still carries the partial copy a resumed tune JOB began from: once the finished
     comparison in experiments/ holds every run of it, it is "already in" and pending/ stays empty, so the next
     tune JOB does not resume a comparison that is done."""
-    mod = load("adopt_results.py")
-    ref, pending, res = tmp_path / "reference", tmp_path / "pending", tmp_path / "results"
-    for d in (ref / "experiments", pending, res):
-        d.mkdir(parents=True)
-    monkeypatch.setattr(mod, "REFERENCE", str(ref))
-    monkeypatch.setattr(mod, "PENDING", str(pending))
+    mod, ref, pending, res = adopt
     name = "tuning-torch-ddp-wide-shm.json"
     finished = json.loads(open(os.path.join(reference.REFERENCE_DIR, "experiments", name)).read())
     (ref / "experiments" / name).write_text(json.dumps(finished))
@@ -780,21 +763,17 @@ def test_adopt_results_leaves_a_cut_tuning_comparison_out_of_pending_once_the_fi
     assert (pending / name).exists()
 
 
-def test_adopt_results_can_keep_another_machines_recording_under_its_machine_name(tmp_path, monkeypatch, capsys):
+def test_adopt_results_can_keep_another_machines_recording_under_its_machine_name(adopt, capsys):
     """``--keep-other-machine``: the recording of another machine at home moves to ``<name>-<its machine tag>``
     and the new result takes home; a second run changes nothing; a tag name already taken is refused, with
     nothing moved; the flag and --replace-other-machine cannot be given together."""
-    mod = load("adopt_results.py")
-    ref, res = tmp_path / "reference", tmp_path / "results"
-    (ref / "experiments").mkdir(parents=True)
-    res.mkdir()
-    monkeypatch.setattr(mod, "REFERENCE", str(ref))
-    monkeypatch.setattr(mod, "PENDING", str(tmp_path / "pending"))
+    mod, ref, _, res = adopt
     h100 = {"machine": "2x NVIDIA H100 80GB HBM3, NV18", "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2,
             "driver": "580.159.04", "cuda_runtime": "13.0", "nccl": "2.28.9", "torch": "2.11.0", "date": "2026-11-28"}
     h200 = dict(h100, machine="2x NVIDIA H200, NV18", gpu_model="NVIDIA H200", date="2026-12-01")
     name = "nccl-paths-torch-ddp-mlp-small-b128.json"
-    home, aside = ref / "experiments" / name, ref / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18.json"
+    home = ref / "experiments" / name
+    aside = ref / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18.json"
     home.write_text(json.dumps({"rows": [{"h100": 1}], "provenance": h100}))
     (res / name).write_text(json.dumps({"rows": [{"h200": 1}], "provenance": h200}))
     assert mod.main([str(res), "--keep-other-machine", "--dry-run"]) == 0
@@ -807,6 +786,7 @@ def test_adopt_results_can_keep_another_machines_recording_under_its_machine_nam
     home.write_text(json.dumps({"rows": [{"h100 again": 1}], "provenance": h100}))    # the tag name is taken now
     assert mod.main([str(res), "--keep-other-machine"]) == 1
     assert "exists already" in capsys.readouterr().out
-    assert json.loads(home.read_text())["rows"] == [{"h100 again": 1}] and json.loads(aside.read_text())["rows"] == [{"h100": 1}]
+    assert json.loads(home.read_text())["rows"] == [{"h100 again": 1}]
+    assert json.loads(aside.read_text())["rows"] == [{"h100": 1}]
     with pytest.raises(SystemExit):
         mod.main([str(res), "--keep-other-machine", "--replace-other-machine"])
