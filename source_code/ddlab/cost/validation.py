@@ -262,11 +262,11 @@ def _share_device_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> s
     """What the candidate GPU busy time at a strong run's share (:attr:`RecordedPoint.share_device_s`) would do
     to this table: the count within the band with it, beside the model's, each run it moves across the band,
     and each run outside it both ways whose error moves by more than the band."""
-    given = held_out_speedups(rec, by, **dict(kwargs, share_device=True))
+    errs = [_err(g, r["m1"]) for g, r in zip(held_out_speedups(rec, by, **dict(kwargs, share_device=True)), rows)]
     band = 100 * TOLERANCE
     groups = {"In": [], "Out": [], "Still out, moved by more than the band": []}
-    for g, r in zip(given, rows):
-        before, after = r[f"{by}_err"], _err(g, r["m1"])
+    for after, r in zip(errs, rows):
+        before = r[f"{by}_err"]
         if before is None or after is None:
             continue
         was, now = abs(before) <= band, abs(after) <= band
@@ -275,7 +275,7 @@ def _share_device_note(rec: RecordedSet, rows: list, by: str, kwargs: dict) -> s
         if group:
             groups[group].append(f"{r['launcher']} {r['model']} {r['path']} {r['batch']}/GPU {err_text(before)} -> "
                                  f"{err_text(after)}")
-    k, m = hits([{"e": _err(g, r["m1"])} for g, r in zip(given, rows)], "e")
+    k, m = hits([{"e": e} for e in errs], "e")
     k0, _ = hits(rows, f"{by}_err")
     batches = sorted({p.batch for p in rec.points if p.share_device_s})
     return (f"A candidate input, not in the model: the GPU's busy time at a strong run's share (the one-GPU "
