@@ -245,7 +245,7 @@ class _Recordings:
         self.away = set()
         self.device_elsewhere, self.device_check = {}, {}
         self._loaded = {}
-        self._graph = {}      # the one-GPU graph recordings, each read once
+        self._graph = {}      # {(model, variant): recording or None}: the one-GPU graph recordings, each read once
         self._graph_at = {}   # {(model, batch, GPU): (GPU busy time, source)}: the step JOB's graph recordings
 
     def load(self, launcher, model, variant):
@@ -267,33 +267,33 @@ class _Recordings:
             self._loaded[key] = res
         return self._loaded[key]
 
-    def one_gpu_graph(self, model):
-        """(one-GPU row, machine) of the one-GPU CUDA-graph recording of ``model`` (scaling, "graph")."""
+    def _graph_recording(self, model, variant):
+        """The one-GPU CUDA-graph recording ``scaling-torch-ddp-<model>-<variant>`` (None where none is)."""
         from ddlab.base.reference import ReferenceMissing
         from ddlab.training import recording
-        if model not in self._graph:
+        key = (model, variant)
+        if key not in self._graph:
             try:
-                res = recording.load_recorded("scaling", "torch", "ddp", model, "graph")
-                self._graph[model] = (_one_worker_row(res), _machine_text(res.provenance))
+                self._graph[key] = recording.load_recorded("scaling", "torch", "ddp", model, variant)
             except ReferenceMissing:
-                self._graph[model] = (None, "")
-        return self._graph[model]
+                self._graph[key] = None
+        return self._graph[key]
+
+    def one_gpu_graph(self, model):
+        """(one-GPU row, machine) of the one-GPU CUDA-graph recording of ``model`` (scaling, "graph")."""
+        res = self._graph_recording(model, "graph")
+        return (None, "") if res is None else (_one_worker_row(res), _machine_text(res.provenance))
 
     def device_step_at(self, model, batch, gpu_model):
         """(the GPU's busy time per step of ``model`` at ``batch`` per GPU, where it came from): the one-worker
         row of the one-GPU CUDA-graph recording at that batch (``scaling-torch-ddp-<model>-graph[-b<N>]``,
         the step JOB's) made on ``gpu_model``; (None, "") where none is recorded."""
-        from ddlab.base.reference import ReferenceMissing
-        from ddlab.training import recording
         key = (model, batch, gpu_model)
         if key not in self._graph_at:
             self._graph_at[key] = (None, "")
             for variant in (f"graph-b{batch}", "graph"):     # the live default batch's has no -b<N>
-                try:
-                    res = recording.load_recorded("scaling", "torch", "ddp", model, variant)
-                except ReferenceMissing:
-                    continue
-                row = _one_worker_row(res)
+                res = self._graph_recording(model, variant)
+                row = None if res is None else _one_worker_row(res)
                 if row is not None and row.get("global_batch") == batch and \
                         (res.provenance or {}).get("gpu_model") == gpu_model:
                     self._graph_at[key] = (_step_of(row), f"the one-GPU CUDA-graph run of {model} at batch "
