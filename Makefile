@@ -154,14 +154,13 @@ lab: setup
 lab-command:
 	@echo '$(LAB_CMD)'
 
-# Debian's Chromium and the fonts the notebooks need (emoji, DejaVu), installed when missing.
+# Debian's Chromium and the fonts the notebooks need (emoji, DejaVu), installed when missing
+# (tools/apt_install.sh: one install at a time, so the Slurm test's beside it waits its turn).
 chromium:
 	@missing=$$(for p in $(CHROMIUM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -x "$(CHROMIUM)" ] && { [ "$(CHROMIUM)" != /usr/bin/chromium ] || [ -z "$$missing" ]; }; then echo "chromium: $(CHROMIUM)"; exit 0; fi; \
 	if ! command -v apt-get >/dev/null; then echo "no apt-get here: install Chromium and pass CHROMIUM=/path/to/chromium"; exit 1; fi; \
-	sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	echo "installing $$missing"; \
-	$$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y --no-install-recommends $$missing
+	bash tools/apt_install.sh $$missing
 
 # Start_Here and every notebook in JupyterLab in Chromium; screenshots in results/browser/
 # (or BROWSER_SCREENSHOTS=...). A timeout bounds the whole run.
