@@ -145,6 +145,21 @@ def test_the_probe_jobs_parse_and_dry_run_on_cpu_processes(tmp_path, monkeypatch
     assert not os.path.exists(tmp_path / "nccl-paths-torch-ddp-probe.json")     # adopt_results reads OUT only
 
 
+def test_a_dry_run_at_another_batch_writes_the_gpu_runs_file_name(tmp_path, monkeypatch):
+    """--batch N names the comparison -b<N> and writes no scaling file (the batch sweep), in a dry run as on
+    the GPU machine, so the dry run checks the names adopt_results will see."""
+    from _experiment_fakes import FakeLaunches, script_result
+    from ddlab.training import runs
+    mod = _record_experiments()
+    fake = FakeLaunches(*[dict(script_result(100.0 * w, workers=w), device="cpu", backend="gloo")
+                          for _ in range(3) for w in (1, 1, 2)])
+    monkeypatch.setattr(runs.launch, "run", fake)
+    monkeypatch.setattr(recording, "use_hardware_label", lambda: "this machine")
+    assert mod.main([str(tmp_path), "ddp:mlp-small", "--batch", "128", "--dry-run"]) == 0
+    assert sorted(os.listdir(tmp_path / "dry-run")) == ["nccl-paths-torch-ddp-mlp-small-b128.json"]
+    assert all(a[a.index("--batch-size") + 1] == "128" for a in fake.argvs)
+
+
 def test_a_wrapper_faster_than_a_plain_run_recorded_apart_is_flagged():
     from ddlab.training import baseline
     apart = baseline.Plain(None, 100.0, 95.0, 105.0, 1.0, 3, "1x GPU, another day")

@@ -260,14 +260,15 @@ def run_job(a: argparse.Namespace, launcher: str, model, graph) -> tuple:
     if launcher == "perf":
         return job, recording_sets.record_gpu_set(a.out, sections=("perf",), repeats=a.repeats, timeout=a.timeout,
                                                   echo=a.echo, progress=say)
+    # the file's variant: a dry run writes the same names as the GPU run (no graph: --dry-run refuses it)
+    variant = "-".join(v for v in ("graph" if graph else "", f"b{a.batch}" if a.batch else "") if v) or None
     if a.dry_run:       # tiny, on CPU processes: gloo all-reduces, so only the default path runs
         base = RunSpec.for_device("cpu", model, launcher=launcher, workers=2, repeats=a.repeats, steps=4,
                                   warmup_steps=1, test_samples=100, timeout=a.timeout, batch=a.batch)
         say(f"\n== {job} (dry run): CPU processes, {base.steps} steps, batch {base.batch}, {base.repeats} repeats")
-        return job, recording_sets.record_paths(a.out, base, None, a.echo, say)
+        return job, recording_sets.record_paths(a.out, base, variant, a.echo, say)
     base = recording.gpu_spec(model, a.repeats, launcher=launcher, workers=2, timeout=a.timeout,
                               cuda_graph="on" if graph else None, batch=a.batch)
-    variant = "-".join(v for v in ("graph" if graph else "", f"b{a.batch}" if a.batch else "") if v) or None
     say(f"\n== {job}: {base.steps} steps ({base.warmup_steps} warm-up), batch {base.batch}/GPU, "
         f"{base.precision}, {base.repeats} repeats")
     return job, recording_sets.record_paths(a.out, base, variant, a.echo, say)
