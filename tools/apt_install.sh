@@ -15,7 +15,11 @@ LOCK=${APT_LOCK_FILE:-/var/lock/ddlab-apt.lock}
 case "$WAIT" in ''|*[!0-9]*) echo "apt_install: APT_LOCK_WAIT must be a whole number of seconds, got '$WAIT'" >&2; exit 2;; esac
 
 if [ "${DDLAB_APT_LOCKED:-}" != 1 ]; then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "apt_install: not root and no sudo here: as root, apt-get install $*" >&2; exit 1; }
+    sudo=sudo
+  fi
   exec $sudo env DDLAB_APT_LOCKED=1 APT_LOCK_WAIT="$WAIT" DEBIAN_FRONTEND=noninteractive \
     flock -w "$WAIT" "$LOCK" bash "$0" "$@"
 fi
