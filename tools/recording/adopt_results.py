@@ -220,6 +220,12 @@ def plan(results: str, reference: str = None, pending: str = None, replace_other
     return out
 
 
+def _copy(src: str, dst: str) -> None:
+    """Copies ``src`` to ``dst`` atomically (ddlab.base.files): ``dst`` is the old file or the whole new one."""
+    with open(src, "rb") as f:
+        files.write_bytes(dst, f.read())
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results", help="the folder a recording run wrote (unpacked results.tgz)")
@@ -243,8 +249,7 @@ def main(argv=None) -> int:
         return 0
     for src, home, action, why, *joined in steps:
         if action in ("new", "replace") and not a.dry_run:
-            with open(src, "rb") as f:
-                files.write_bytes(home, f.read())
+            _copy(src, home)
             begun = os.path.join(PENDING, os.path.basename(src))     # the partial comparison this one finished
             if home != begun and os.path.basename(src).startswith("tuning-") and os.path.exists(begun):
                 os.remove(begun)
@@ -252,9 +257,8 @@ def main(argv=None) -> int:
         if action == "join" and not a.dry_run:
             recording.save(joined[0], home)
         if action == "aside" and not a.dry_run:     # the other machine's copied aside first: home is never lost
-            with open(home, "rb") as old, open(src, "rb") as new:
-                files.write_bytes(joined[0], old.read())
-                files.write_bytes(home, new.read())
+            _copy(home, joined[0])
+            _copy(src, home)
         verb = {"new": "new", "replace": "replaced", "same": "unchanged", "older": "older", "join": "joined",
                 "inside": "already in", "refuse": "NOT copied", "aside": "copied"}[action]
         print(f"{verb:11} {os.path.basename(src)} -> {os.path.relpath(home, ROOT)}" + (f": {why}" if why else ""))
