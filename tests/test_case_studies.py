@@ -20,7 +20,8 @@ def test_second_gpu_table_puts_prediction_beside_the_recorded_median_and_spread(
     ddp = [p for p in rec.points if p.launcher == "ddp"]
     assert len(rows) == len(ddp) and {r["model"] for r in rows} >= {"cnn", "wide"}
     for r, p in zip(rows, sorted(ddp, key=lambda p: (["mlp-small", "cnn", "mlp-large", "wide"].index(p.model),
-                                                       p.path))):
+                                                       p.batch, p.path))):
+        assert (r["model"], r["batch"], r["path"]) == (p.model, p.batch, p.path)
         assert r["ratio"] == pytest.approx(r["compute"] / r["allreduce"])
         # shown over the plain one-GPU run where one is recorded, else "-"; the error is the 2-GPU images/s'
         assert (r["measured"] is None) == (p.plain_ratio is None)
@@ -337,31 +338,55 @@ def test_recorded_batch_sweep_never_joins_batches_of_two_machines(monkeypatch):
     assert "512 on 2x NVIDIA H200, NV18" in line and "128 on 2x Other GPU, NV4" in line
 
 
-def test_recorded_batch_sweep_of_another_machine_says_whose_links_predict_it():
-    # the recorded MLP sweeps at batch 128 and 2048 ran on another machine than the all-reduce sweeps
+def test_recorded_batch_sweep_shows_the_held_out_checks_runs_and_predictions():
+    # the course machine has the most batches recorded: its table, with the predictions of second_gpu_table
+    t, line = cs.recorded_batch_sweep("mlp-small")
+    rows = t.to_dict()["rows"]
+    assert "2x NVIDIA H200" in t.title and {r["batch"] for r in rows} == {128, 512, 2048}
+    assert "on 2x NVIDIA H200, NV18" in line and "on 2x NVIDIA H100 80GB HBM3, NV18" in line
+    same = [{k: v for k, v in r.items() if k != "model"}      # the title names the model
+            for r in cs.second_gpu_table("ddp", ("mlp-small",)).to_dict()["rows"]]
+    key = lambda r: (r["batch"], r["path"])                                   # noqa: E731
+    assert sorted(rows, key=key) == sorted(same, key=key) and rows == sorted(rows, key=key)
+    assert any(n.startswith("In each prediction, what two workers cost") for n in t.notes)
+    above = [r for r in rows if (r["measured"] or 0) > 2]
+    note = [n for n in t.notes if n.startswith("Measured above 2x (linear) at ")]
+    assert len(note) == bool(above) and all(f"batch {r['batch']} over " in note[0] for r in above)
+
+
+def test_recorded_batch_sweep_of_another_machine_says_whose_links_predict_it(tmp_path, monkeypatch):
+    # without the course machine's batch sweep, the H100 pair's (two batches) is the table, predicted
+    # from that machine's own recorded all-reduce sweeps
+    import shutil
     from ddlab.training import recording
-    res = recording.load_recorded("nccl-paths", "torch", "ddp", "mlp-small", "b128")
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    for b in ("b128", "b2048"):
+        (tmp_path / "ref" / "experiments" / f"nccl-paths-torch-ddp-mlp-small-{b}.json").unlink()
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    res = recording.load_recorded("nccl-paths", "torch", "ddp", "mlp-small", "b128-2xh100-80gb-hbm3-nv18")
     machine = res.provenance["machine"]
     t, line = cs.recorded_batch_sweep("mlp-small")
-    assert machine in t.title and f"on {machine}" in line
+    assert machine in t.title and f"on {machine}" in line and "512 on 2x NVIDIA H200, NV18" in line
     assert {r["batch"] for r in t.to_dict()["rows"]} == {128, 2048}
-    # that machine's own all-reduce sweeps are recorded: its runs are predicted from them, not the course's
     own = next(r for r in recorded_runs.recorded_sets(others_only=True) if r.made_here(res.provenance))
     assert any(n.startswith("Link fits:") and own.machine in n for n in t.notes)
     assert not any("not swept" in n for n in t.notes)
-    above = [r for r in t.to_dict()["rows"] if (r["measured"] or 0) > 2]
-    note = [n for n in t.notes if n.startswith("Measured above 2x (linear) at ")]
-    assert len(note) == bool(above) and all(f"batch {r['batch']} over " in note[0] for r in above)
+    # the same runs as that machine's held-out table, with the same predictions
+    h100 = cs.second_gpu_table("ddp", ("mlp-small",), own).to_dict()["rows"]
+    assert sorted(r["predicted"] or 0 for r in t.to_dict()["rows"]) == sorted(r["predicted"] or 0 for r in h100)
+    assert sorted(r["error_pct"] for r in t.to_dict()["rows"]) == sorted(r["error_pct"] for r in h100)
 
 
 def test_the_weak_scaling_table_says_only_what_its_rows_hold():
     t = cs.second_gpu_table("ddp", models=("mlp-small", "mlp-large"))
     rows = t.to_dict()["rows"]
     assert {r["model"] for r in rows} == {"mlp-small", "mlp-large"}
-    points = {(p.model, p.path): p for p in recorded_runs.recorded_points().points if p.launcher == "ddp"}
+    points = {(p.model, p.batch, p.path): p for p in recorded_runs.recorded_points().points if p.launcher == "ddp"}
     assert len(rows) == len([k for k in points if k[0] in ("mlp-small", "mlp-large")])
+    # more than one batch per GPU recorded: a batch column tells the rows apart
+    assert "batch" in [c.key for c in t.columns] and len({(r["model"], r["batch"], r["path"]) for r in rows}) == len(rows)
     for r in rows:          # over the plain one-GPU run: the one-worker speedup times that run's ratio to plain
-        p = points[(r["model"], r["path"])]
+        p = points[(r["model"], r["batch"], r["path"])]
         assert r["measured"] == (p.measured * p.plain_ratio if p.plain_ratio else None)
     # the wrapper's source is named only where a wrapper cost is added
     assert not any(n.startswith("Wrapper cost:") for n in t.notes)

@@ -41,8 +41,12 @@ def test_every_committed_recording_has_its_plain_runs_listed():
         batches = res.config["global_batches"] if res.name == "strong-scaling" else [spec.batch]
         for b in batches:
             assert (spec.model, b, spec.precision, spec.cuda_graph == "on", spec.steps) in have, (res.name, b)
+    # by GPU model: the H100 pair's recordings (MLP batch sweeps, one strong-scaling and one tuning run) need fewer
     h200 = plain_runs.configs_from_recordings("NVIDIA H200")
-    assert 0 < len(h200) < len(specs) and {plain_runs._key(s) for s in h200} <= {plain_runs._key(s) for s in specs}
+    h100 = plain_runs.configs_from_recordings("NVIDIA H100 80GB HBM3")
+    assert {plain_runs._key(s) for s in h200} <= {plain_runs._key(s) for s in specs}
+    assert 0 < len(h100) < len(h200) and {s.model for s in h100} == {"mlp-small", "mlp-large", "wide"}
+    assert {plain_runs._key(s) for s in h100} <= {plain_runs._key(s) for s in specs}
 
 
 def test_the_runs_are_interleaved_and_each_configuration_is_a_row(tmp_path):
@@ -73,9 +77,11 @@ def test_a_recording_without_its_own_plain_run_divides_by_the_recorded_one(tmp_p
     here = os.path.join(ROOT, "source_code", "reference", "experiments")
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path))
     os.makedirs(tmp_path / "experiments")
-    name = "nccl-paths-torch-ddp-mlp-small-b2048"   # recorded without its own plain run
-    for n in (name, "wrapper-cost-torch"):
-        with open(os.path.join(here, n + ".json")) as f, open(tmp_path / "experiments" / f"{n}.json", "w") as g:
+    # the H100 pair's batch sweep, recorded without its own plain run, put at its home name
+    kept = {"nccl-paths-torch-ddp-mlp-small-b2048": "nccl-paths-torch-ddp-mlp-small-b2048-2xh100-80gb-hbm3-nv18",
+            "wrapper-cost-torch": "wrapper-cost-torch"}
+    for n, src in kept.items():
+        with open(os.path.join(here, src + ".json")) as f, open(tmp_path / "experiments" / f"{n}.json", "w") as g:
             g.write(f.read())
     before = recording.load_recorded("nccl-paths", "torch", "ddp", "mlp-small", variant="b2048")
     assert all(r["speedup"] is None for r in before.rows if not r.get("error"))   # no plain run at 2048

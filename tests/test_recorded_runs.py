@@ -63,24 +63,27 @@ def test_runs_at_other_batches_join_the_set_only_from_the_sweeps_machine(tmp_pat
     import json
     import shutil
     from ddlab.base import reference
-    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
-    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
-    sweeps_prov = json.loads((tmp_path / "ref" / "allreduce" / "h200x2.json").read_text())["provenance"]
-    before = len(rr.recorded_points().points)
-    moved = tmp_path / "ref" / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128.json"
-    data = json.loads(moved.read_text())          # a stand-in: the same runs, said to come from the sweeps' machine
-    data["provenance"].update({k: sweeps_prov[k] for k in ("gpu_model", "gpu_count", "driver", "nccl")})
-    moved.write_text(json.dumps(data))
     rec = rr.recorded_points()
     at_128 = [p for p in rec.points if p.batch == 128]
-    assert {(p.launcher, p.model) for p in at_128} == {("ddp", "mlp-small")}
+    assert {(p.launcher, p.model) for p in at_128} == {("ddp", "mlp-small"), ("ddp", "mlp-large")}
     assert {p.path for p in at_128} == {"default", "shm", "socket"}
-    one = next(r for r in data["rows"] if r["workers"] == 1)
-    assert all(abs(p.compute_s - 128 / one["images_per_s"]) < 1e-12 for p in at_128)
-    names = dict(rec.elsewhere)
+    data = reference.load("experiments", "nccl-paths-torch-ddp-mlp-small-b128")
+    one = next(r for r in data["rows"] if r["workers"] == 1 and not r.get("plain"))
+    small = [p for p in at_128 if p.model == "mlp-small"]
+    assert all(abs(p.compute_s - 128 / one["images_per_s"]) < 1e-12 for p in small)
+    names = dict(rec.elsewhere)               # the H100 pair's sweeps at the same batches, kept under its name
     assert "nccl-paths-torch-ddp-mlp-small-b128" not in names
-    assert names["nccl-paths-torch-ddp-mlp-small-b2048"] == "2x NVIDIA H100 80GB HBM3, NV18"
-    assert len(rec.points) == before + len(at_128)
+    assert names["nccl-paths-torch-ddp-mlp-small-b2048-2xh100-80gb-hbm3-nv18"] == "2x NVIDIA H100 80GB HBM3, NV18"
+    # the same runs said to come from another machine leave the set and are named with that machine
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    moved = tmp_path / "ref" / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128.json"
+    data["provenance"].update(machine="2x Other GPU, NV4", gpu_model="Other GPU")
+    moved.write_text(json.dumps(data))
+    other = rr.recorded_points()
+    assert len(other.points) == len(rec.points) - len(small)
+    assert not any(p.batch == 128 and p.model == "mlp-small" for p in other.points)
+    assert dict(other.elsewhere)["nccl-paths-torch-ddp-mlp-small-b128"] == "2x Other GPU, NV4"
 
 
 def test_a_second_machines_sweeps_make_a_set_of_that_machines_runs_only(tmp_path, monkeypatch):
@@ -92,7 +95,8 @@ def test_a_second_machines_sweeps_make_a_set_of_that_machines_runs_only(tmp_path
     from ddlab.base import reference
     shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
     monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
-    h100 = json.loads((tmp_path / "ref" / "experiments" / "nccl-paths-torch-ddp-mlp-small-b128.json").read_text())
+    h100 = json.loads((tmp_path / "ref" / "experiments" /
+                       "nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18.json").read_text())
     sweeps = json.loads((tmp_path / "ref" / "allreduce" / "h200x2.json").read_text())
     sweeps["provenance"].update({k: h100["provenance"][k] for k in ("gpu_model", "gpu_count", "driver", "nccl")})
     for s in sweeps["sweeps"]:
@@ -136,21 +140,26 @@ def test_the_wait_for_the_slower_rank_comes_from_the_one_gpu_runs_step_times():
 
 
 def test_a_batch_recording_kept_under_its_machines_name_is_still_that_machines_point(tmp_path, monkeypatch):
-    """``adopt_results.py --keep-other-machine`` moves another machine's ``-b<N>`` recording to
-    ``-b<N>-<machine tag>`` when the course machine's takes its name: it is still a batch variant at N, a point
-    of its own machine's set and named elsewhere in the course's, so both held-out tables are unchanged."""
+    """``adopt_results.py --keep-other-machine`` moved the H100 pair's ``-b<N>`` recordings to
+    ``-b<N>-<machine tag>`` when the course machine's took their names: each is still a batch variant at N, a
+    point of its own machine's set and named elsewhere in the course's; without the course machine's
+    recording at home, the same runs give the same H100 table."""
     import shutil
     from ddlab.base import reference
     from ddlab.cost import validation
     from ddlab.training import recording
-    before = [t.to_dict()["rows"] for t in [validation.held_out()] + validation.held_out_other_machines()]
-    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
-    exp = tmp_path / "ref" / "experiments"
-    (exp / "nccl-paths-torch-ddp-mlp-small-b128.json").rename(exp / "nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18.json")
-    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
     assert recording.batch_variants("nccl-paths", "torch", "ddp", "mlp-small") == \
-        [(128, "b128-2xh100-80gb-hbm3-nv18"), (2048, "b2048")]
-    after = [t.to_dict()["rows"] for t in [validation.held_out()] + validation.held_out_other_machines()]
-    assert after == before and any(r["batch"] == 128 for r in after[1])
+        [(128, "b128"), (128, "b128-2xh100-80gb-hbm3-nv18"), (2048, "b2048"), (2048, "b2048-2xh100-80gb-hbm3-nv18")]
     names = dict(rr.recorded_points().elsewhere)
     assert names["nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18"] == "2x NVIDIA H100 80GB HBM3, NV18"
+    before = [t.to_dict()["rows"] for t in validation.held_out_other_machines()]
+    assert any(r["batch"] == 128 for r in before[0])
+    shutil.copytree(reference.REFERENCE_DIR, tmp_path / "ref")
+    exp = tmp_path / "ref" / "experiments"
+    for b in ("b128", "b2048"):               # the H100 recordings back at their home names, as before adoption
+        for model in ("mlp-small", "mlp-large"):
+            home = exp / f"nccl-paths-torch-ddp-{model}-{b}.json"
+            (exp / f"nccl-paths-torch-ddp-{model}-{b}-2xh100-80gb-hbm3-nv18.json").replace(home)
+    monkeypatch.setattr(reference, "REFERENCE_DIR", str(tmp_path / "ref"))
+    assert recording.batch_variants("nccl-paths", "torch", "ddp", "mlp-small") == [(128, "b128"), (2048, "b2048")]
+    assert [t.to_dict()["rows"] for t in validation.held_out_other_machines()] == before

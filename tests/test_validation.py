@@ -62,14 +62,17 @@ def test_held_out_on_the_recorded_runs():
     notes = " ".join(t.notes)
     assert notes.startswith("Held out: leaving each model out, ") and "leaving each batch out, " in notes
     assert "no in-sample count" in notes and "the field reports' experiment" in notes
-    # the shm recording of the reports' experiment was made on another machine: named, not predicted
-    # and so were the MLPs' batch sweeps at 128 and 2048 per GPU: the note names each under its machine
+    # the recordings kept under another machine's name (the reports' experiment over shm, the MLPs' batch
+    # sweeps on the H100 pair) are named under their machine, not predicted from this machine's sweeps
     elsewhere = next(n for n in t.notes if n.startswith("Not predicted here"))
     h100 = elsewhere.split("2x NVIDIA H100 80GB HBM3, NV18: ")[1]
-    for name in ("strong-scaling-torch-ddp-mlp-small-shm", "nccl-paths-torch-ddp-mlp-small-b128",
-                 "nccl-paths-torch-ddp-mlp-large-b2048"):
+    for name in ("strong-scaling-torch-ddp-mlp-small-shm-2xh100-80gb-hbm3-nv18",
+                 "nccl-paths-torch-ddp-mlp-small-b128-2xh100-80gb-hbm3-nv18",
+                 "nccl-paths-torch-ddp-mlp-large-b2048-2xh100-80gb-hbm3-nv18"):
         assert name in h100
-    assert {p.batch for p in rec.points} == {512, 2, 4, 8, 16, 32, 64}
+    # this machine's own batch sweeps (128 and 2048 per GPU) are predicted beside the 512 runs
+    assert {p.batch for p in rec.points} == {512, 128, 2048, 2, 4, 8, 16, 32, 64}
+    assert {p.model for p in rec.points if p.batch in (128, 2048)} == {"mlp-small", "mlp-large"}
     for by in ("model", "path", "batch"):             # the counts in the notes are the rows' own
         k, m = val.hits(rows, f"{by}_err")
         assert f"leaving each {by} out, {k} of {m} within" in notes
@@ -313,7 +316,7 @@ def test_each_other_machine_with_its_own_sweeps_gets_its_own_held_out_table(tmp_
     assert [rec.sweeps for rec in recorded_runs.recorded_sets()] == ["h200x2", "2xh100-80gb-hbm3-nv18"]
     assert [rec.sweeps for rec in recorded_runs.recorded_sets(others_only=True)] == ["2xh100-80gb-hbm3-nv18"]
     first = val.held_out().to_dict()["rows"]
-    assert {r["batch"] for r in first} == {512, 2, 4, 8, 16, 32, 64}
+    assert {r["batch"] for r in first} == {512, 128, 2048, 2, 4, 8, 16, 32, 64}
     (other,) = val.held_out_other_machines()
     assert "2x NVIDIA H100 80GB HBM3" in other.title
     rows = other.to_dict()["rows"]

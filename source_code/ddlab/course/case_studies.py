@@ -86,7 +86,8 @@ def _case_table(columns: list, rows: list, title: str, notes: list) -> Table:
 def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = None,
                      recorded: Optional[recorded_runs.RecordedSet] = None) -> Table:
     """Case 1 on the recorded 2-GPU machine: for every recorded model x path of ``launcher``
-    ("ddp", "ddp-graph" or "horovod"), the one-GPU step, the all-reduce of the gradients on
+    ("ddp", "ddp-graph" or "horovod"), and each batch per GPU where more than one is recorded (then a
+    batch column), the one-GPU step, the all-reduce of the gradients on
     that path, the ratio of the two (the rule of thumb), the predicted 2-GPU step split and
     speedup, and the measured median with its min-max over the repeats. The wrapper's cost is
     the one measured on one worker (:meth:`ddlab.cost.recorded_runs.RecordedSet.wrappers`)."""
@@ -97,13 +98,13 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
         raise ValueError(f"no recorded 2-GPU runs for launcher {launcher!r}"
                          + (f" and models {', '.join(models)}" if models else ""))
     order = {m: i for i, m in enumerate(models or ("mlp-small", "cnn", "mlp-large", "wide"))}
-    pts.sort(key=lambda p: (order.get(p.model, 99), p.path))
+    pts.sort(key=lambda p: (order.get(p.model, 99), p.batch, p.path))
     rows = []
     for p in pts:
         pred = recorded_runs.predict_point(p, rec.fits, over.get(p.framework), profiles=rec.profiles,
                                            channels=rec.channels, sweeps=rec.sweeps, two_workers=rec.two_workers)
-        rows.append(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
-                         p.repeats, p.plain_ratio))
+        rows.append(dict(_row(p.model, p.path, p.compute_s, pred, p.measured, (p.measured_min, p.measured_max),
+                              p.repeats, p.plain_ratio), batch=p.batch))
     notes = [_LEGEND + " " + PATHS_NOTE]
     if any(r["overhead"] for r in rows):
         notes.append(f"Wrapper cost: {pred.term('wrapper').source}.")
@@ -115,7 +116,8 @@ def second_gpu_table(launcher: str = "ddp", models: Optional[Sequence[str]] = No
     plains = sorted({p.plain_source for p in pts if p.plain_source})
     if plains:
         notes.append("Plain one-GPU runs: " + "; ".join(plains) + ".")
-    cols = formatted(_COLUMNS, "path", recorded_runs.path_labels(rec))
+    batch = [("batch", "int", "batch/GPU")] if len({p.batch for p in pts}) > 1 else []
+    cols = formatted(_COLUMNS[:1] + batch + _COLUMNS[1:], "path", recorded_runs.path_labels(rec))
     return _case_table(cols, rows, f"When a second GPU pays: {launcher}, 2 GPUs over 1"
                        + (f" ({rec.machine})" if rec.machine else ""), notes)
 
@@ -409,12 +411,30 @@ def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, mac
 
 
 # ----------------------------------------------------------------------------- case 1, batches
+def _batch_rows(rec: recorded_runs.RecordedSet, results: list, launcher: str, model: str, batches: list) -> tuple:
+    """(columns, rows by batch then path, notes) of the recorded NCCL-path comparisons ``results`` of one
+    machine: where ``rec`` holds their runs at every batch, the same predictions as the held-out check
+    (:func:`second_gpu_table`); else each result predicted from its own one-worker step and ``rec``'s fits."""
+    if rec.made_here(results[0].provenance) and \
+            sorted({p.batch for p in rec.points if (p.launcher, p.model) == (launcher, model)}) == batches:
+        t = second_gpu_table(launcher, (model,), rec)
+        notes = list(t.notes)
+    else:
+        over = wrapper_cost.over_one_worker_step("horovod" if launcher == "horovod" else "ddp")
+        tables = [predicted_vs_measured(res, rec.fits, over, rec) for res in results]
+        t = Table(tables[0].columns, [r for tb in tables for r in tb.rows])
+        notes = [_LEGEND]
+    rows = sorted(t.rows, key=lambda r: (r["batch"], r["path"]))
+    return [c for c in t.columns if c.key != "model"], rows, notes      # the title names the model
+
+
 def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tuple:
     """(Table, or None until one machine has two batches recorded; one line naming the recorded
     batches and, where they differ, their machines): the recorded NCCL-path comparisons of ``model``
     at every batch per GPU recorded (``record_experiments.py --batch N`` writes them with the
     variant ``bN``; the live default batch has no suffix), each 2-GPU row with the step model's
-    prediction from that recording's own one-GPU step and the recorded sweeps' fits. Batches
+    prediction: :func:`second_gpu_table`'s where a recorded set holds that machine's runs at every batch,
+    else one from each recording's own one-GPU step and the recorded sweeps' fits. Batches
     recorded on different machines are never joined in one table: the table holds the machine
     with the most batches (the sweeps' machine on a tie), and a note says when the fits come from
     another machine than its runs."""
@@ -449,16 +469,9 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
     if not rec.made_here(by_machine[machine][0].provenance):
         rec = next((r for r in recorded_runs.recorded_sets(others_only=True)
                     if r.made_here(by_machine[machine][0].provenance)), rec)
-    here = lambda m: rec.made_here(by_machine[m][0].provenance)     # noqa: E731
-    over = wrapper_cost.over_one_worker_step("horovod" if launcher == "horovod" else "ddp")
-    rows, cols = [], None
-    for res in by_machine[machine]:
-        t = predicted_vs_measured(res, rec.fits, over, rec)
-        rows += t.rows
-        cols = [c for c in t.columns if c.key != "model"]   # the title names it
-    rows.sort(key=lambda r: (r["batch"], r["path"]))
-    notes = [_LEGEND, f"Link fits: the all-reduce sweeps recorded on {rec.machine} ({rec.sweeps})."]
-    if not here(machine):
+    cols, rows, notes = _batch_rows(rec, by_machine[machine], launcher, model, batches[machine])
+    notes.append(f"Link fits: the all-reduce sweeps recorded on {rec.machine} ({rec.sweeps}).")
+    if not rec.made_here(by_machine[machine][0].provenance):
         notes.append(f"Predicted with the link fits of the all-reduce sweeps recorded on {rec.machine}; these runs "
                      f"were recorded on {machine}, whose links are not swept.")
     title = f"When a second GPU pays, by batch: {model}, {launcher}, 2 GPUs over 1 ({machine})"
