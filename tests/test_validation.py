@@ -190,6 +190,17 @@ def test_miss_notes_say_by_how_much_and_why_by_hand():
         in notes
     assert "predicted too slow: horovod wide socket (-20.0%)" in notes and "by 1 ms, with the all-reduce 80%" in notes
     assert val.miss_notes(rows[:1], "model") == ["Every held-out prediction is within the band."]
+    # a host-bound DDP miss: without the probe's term nothing of two workers is in the prediction, so the
+    # note names the probe JOBs; with it, what is missing grows with the model and a timeline would measure it
+    host = dict(rows[3], launcher="ddp")
+    without = "\n".join(val.miss_notes([host], "model"))
+    with_term = "\n".join(val.miss_notes([host], "model", two_workers=True))
+    assert "ddp:probe" in without and "ddp:probe" not in with_term
+    assert "Missing term: a two-worker cost per bucket" in with_term and "torch.profiler" in with_term
+    horovod = "\n".join(val.miss_notes(rows[3:4], "model", two_workers=True))
+    assert "the two-worker term on the probe" in horovod and "HOROVOD_TIMELINE" in horovod
+    slow = "\n".join(val.miss_notes(rows[4:5], "model"))
+    assert "Missing term: how much of the all-reduce overlaps the host's own work" in slow
 
 
 def test_link_effect_says_whether_the_path_decides_the_prediction():

@@ -384,7 +384,7 @@ def held_out_notes(rows, schemes, rec: RecordedSet) -> list:
         notes.append(f"{len(flat)} of {n} predictions do not depend on the path (a link that cost nothing would change "
                      f"them by less than {100 * PATH_INDEPENDENT:.1f}%: marked NO): those rows test the one-GPU step "
                      f"and the wrapper, not the link. Of the {len(rest)} that do, {k} of {m} are within {band}.")
-    notes += miss_notes(rows, schemes[0] if schemes else None)
+    notes += miss_notes(rows, schemes[0] if schemes else None, two_workers=bool(rec.two_workers))
     repeats = repeats_note(rec)
     if repeats:
         notes.append(repeats)
@@ -442,11 +442,16 @@ def _gap_ms(r) -> float:
     return 1e3 * (measured_step - r["step_s"])
 
 
-def miss_notes(rows, by: Optional[str] = "model") -> list:
+_TIMELINE = "a profiler timeline of one two-GPU step (torch.profiler) beside the one-worker step's would measure it"
+
+
+def miss_notes(rows, by: Optional[str] = "model", two_workers: bool = False) -> list:
     """By how much and why the rows outside the band miss, grouped by what the row's own numbers
     say: measured above linear, predicted inside the repeats' spread, or a step whose predicted
     time is too short (host-bound: host time the model does not have) or off on the device path
-    (the all-reduce during training against the sweep timed alone)."""
+    (the all-reduce during training against the sweep timed alone); each group that a missing term
+    explains names that term and what would measure it. ``two_workers``: the predictions hold the
+    two-worker term measured on the probe."""
     key = f"{by}_err" if by else None
     out_rows = [r for r in rows if key and r.get(key) is not None and abs(r[key]) > 100 * TOLERANCE]
     if not out_rows:
@@ -492,27 +497,41 @@ def miss_notes(rows, by: Optional[str] = "model") -> list:
                          f"{names(rs)}; two processes ran faster than {rs[0]['n_gpus']} times the plain one-GPU run.")
         elif why == "in_spread":
             notes.append(f"  inside the min-max of the measured repeats, so within what the runs themselves vary by: "
-                         f"{names(rs)}.")
+                         f"{names(rs)}; no missing term shows here: more interleaved repeats would narrow the spread.")
         elif why == "path_spread":
             notes.append(f"  within what the path's own all-reduce varies by: {names(rs)}; predicted with each "
                          "recorded sweep of its path in turn, the measured speedup lies between the lowest and the "
-                         "highest prediction.")
+                         "highest prediction, so no missing term shows here.")
         elif why == "host_horovod":
             notes.append(f"  Horovod, host-bound: {names(rs)}; the measured step is longer than predicted by "
-                         f"{gaps(rs)}: " + _horovod_host_gap())
+                         f"{gaps(rs)}: " + _horovod_host_gap(two_workers))
         elif why.startswith("host_"):
             notes.append(f"  {rs[0]['launcher']}, host-bound: {names(rs)}; the measured step is longer than predicted by "
-                         f"{gaps(rs)}: what two processes cost beyond one (waiting for the slower rank, sharing the "
-                         "host) is not measured by the course and is modelled as 0.")
+                         f"{gaps(rs)}: " + _ddp_host_gap(two_workers))
         elif why == "too_long":
             notes.append(f"  predicted too slow: {names(rs)}; the predicted step is longer than the measured one by "
                          f"{gaps(rs)}, with the all-reduce {share(rs)} of the predicted step: the path's fit, from a "
-                         "sweep timed alone, charges more for these messages than the training step took.")
+                         "sweep timed alone, charges more for these messages than the training step took. Missing "
+                         "term: how much of the all-reduce overlaps the host's own work in the step (the model adds "
+                         f"it in full to a host-bound step); {_TIMELINE}.")
         else:
             notes.append(f"  decided by the device path: {names(rs)}; the measured step is longer than predicted by "
                          f"{gaps(rs)}: the all-reduce during training is not the sweep timed alone (the backward "
-                         "pass shares the GPU and the link, and a slow path's threads share the host).")
+                         "pass shares the GPU and the link, and a slow path's threads share the host). Missing term: "
+                         "the all-reduce's slowdown inside the step; the NCCL kernels' time in a profiler timeline of one "
+                         "two-GPU step (torch.profiler), against the sweep, would measure it.")
     return notes
+
+
+def _ddp_host_gap(two_workers: bool) -> str:
+    """Why a host-bound DDP step can be longer than predicted: the term that is missing and what would measure it."""
+    if two_workers:
+        return ("the two-worker term measured on the probe (one small layer) is in the prediction, so what is missing "
+                "grows with the model: the host work of two processes per gradient bucket (each bucket handed to NCCL, "
+                f"the other process's launches on the same cores). Missing term: a two-worker cost per bucket; {_TIMELINE}.")
+    return ("what two processes cost beyond one (waiting for the slower rank, sharing the host) is not measured on this "
+            "machine and is modelled as 0: the probe JOBs of tools/recording/record_experiments.py (ddp:probe, "
+            "horovod:probe) measure it.")
 
 
 def recorded_terms(launcher: str = "ddp", model: str = "wide", path: str = "shm",
@@ -600,20 +619,25 @@ def _input_notes(rec: RecordedSet, kwargs: dict) -> list:
     return notes
 
 
-def _horovod_host_gap() -> str:
-    """Why a host-bound Horovod step can be longer than predicted, as far as the recorded one-worker
-    measurement reaches: with its hooks measured on one worker, what two workers add beyond that
-    (the negotiation over the controller, waiting for the other rank); else all of Horovod's own host work."""
+def _horovod_host_gap(two_workers: bool = False) -> str:
+    """Why a host-bound Horovod step can be longer than predicted, as far as the recorded measurements
+    reach: with its hooks measured on one worker, what two workers add beyond that (beyond the probe's
+    two-worker term where ``two_workers``); else all of Horovod's own host work. Names what would measure it."""
     try:
         hooked = wrapper_cost.measured("horovod").cycle_s is not None
     except (ValueError, OSError):
         hooked = False
+    timeline = "Horovod's timeline (HOROVOD_TIMELINE) of a two-GPU run would measure it."
+    if hooked and two_workers:
+        return ("Horovod's host work is measured on one worker with its hooks on, and the two-worker term on the probe "
+                "(one small layer); what is missing grows with the model: the negotiation of each tensor over the "
+                "controller, and waiting for the other rank. " + timeline)
     if hooked:
         return ("Horovod's host work is measured on one worker with its hooks on; what two workers add to it (the "
-                "negotiation of each cycle over its controller, waiting for the other rank) is not measured by the "
-                "course and is modelled as 0.")
+                "negotiation of each cycle over its controller, waiting for the other rank) is not measured and is "
+                "modelled as 0. " + timeline)
     return ("Horovod's own host work on two workers (its hooks, the negotiation of each cycle over its controller, "
-            "synchronize) is not measured by the course and is modelled as 0.")
+            "synchronize) is not measured and is modelled as 0. " + timeline)
 
 
 if __name__ == "__main__":     # python -m ddlab.cost.validation: each machine's held-out table, then the plain one
