@@ -50,3 +50,11 @@ def test_plot_validation_draws_every_point_and_the_band():
     assert len(ax.collections) == 1                      # the ±10% band
     with pytest.raises(ValueError, match="nothing to plot"):
         cp.plot_validation(Table([("predicted", "ratio")], []))
+    # before and after: each run's earlier prediction (from its error) is a grey dot joined to its marker
+    rows[0]["without_err"], rows[1]["without_err"] = 10.0, None
+    ax = cp.plot_validation(rows, before="without_err")
+    dots = [line for line in ax.get_lines() if line.get_marker() == "."]
+    assert [(d.get_xdata()[0], d.get_ydata()[0]) for d in dots] == [(2.0, pytest.approx(2.2))]
+    joins = [line for line in ax.get_lines() if len(line.get_xdata()) == 2 and line.get_color() == "gray"]
+    assert [list(j.get_ydata()) for j in joins] == [[pytest.approx(2.2), 1.9]]
+    assert "before: without" in [t.get_text() for t in ax.get_legend().get_texts()]

@@ -65,13 +65,15 @@ def plot_sweep_fit(result, ax=None, fit: Optional[AlphaBeta] = None):
                            title=f"{result.op} time per call and the alpha-beta fit")
 
 
-def plot_validation(table, ax=None, predicted: str = "predicted"):
+def plot_validation(table, ax=None, predicted: str = "predicted", before: Optional[str] = None):
     """Predicted against measured speedup (log-log), one marker per run, coloured by
     launcher, with the line predicted = measured and the ±10% band. ``table``: what
     :func:`ddlab.cost.validation.validate` or :func:`ddlab.cost.validation.held_out` returned
-    (then ``predicted="model_pred"``: each model held out), or its rows. Returns the axes."""
+    (then ``predicted="model_pred"``: each model held out), or its rows. ``before``: the key of
+    each row's error (in %) under an earlier model, e.g. ``"without_two_workers_err"``; that
+    prediction is drawn as a small grey dot joined to the run's marker. Returns the axes."""
     import matplotlib.pyplot as plt
-    rows = table.to_dict()["rows"] if hasattr(table, "to_dict") else list(table)
+    rows = list(table.rows) if hasattr(table, "rows") else list(table)      # a table's rows keep every key
     # a run whose plain one-GPU run is not recorded has no speedup to place (its table shows "-")
     rows = [dict(r, predicted=r[predicted]) for r in rows if r.get(predicted) is not None
             and r.get("measured") is not None]
@@ -79,7 +81,13 @@ def plot_validation(table, ax=None, predicted: str = "predicted"):
         raise ValueError("nothing to plot: the table has no rows")
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 6))
-    vals = [r["measured"] for r in rows] + [r["predicted"] for r in rows]
+    # the error is of the predicted images/s, so the earlier prediction is the measured speedup times it
+    earlier = [(r["measured"], r["measured"] * (1 + r[before] / 100), r["predicted"]) for r in rows
+               if before and r.get(before) is not None]
+    for x, was, now in earlier:
+        ax.plot([x, x], [was, now], color="gray", lw=0.6, alpha=0.6)
+        ax.plot(x, was, ".", color="gray", ms=4)
+    vals = [r["measured"] for r in rows] + [r["predicted"] for r in rows] + [was for _, was, _ in earlier]
     lo, hi = min(vals) / 1.5, max(vals) * 1.5
     grid = np.geomspace(lo, hi, 50)
     ax.fill_between(grid, grid * (1 - TOLERANCE), grid * (1 + TOLERANCE), color="tab:green", alpha=0.15,
@@ -95,6 +103,9 @@ def plot_validation(table, ax=None, predicted: str = "predicted"):
     handles = [Line2D([], [], color=c, marker="o", ls="", label=la) for la, c in colours.items()]
     handles += [Line2D([], [], color="gray", marker=m, ls="", label=f"path {p}") for p, m in markers.items()]
     handles += [Line2D([], [], color="gray", marker="o", ls="", mfc="gray", label="filled: wide, open: others")]
+    if earlier:
+        handles.append(Line2D([], [], color="gray", marker=".", lw=0.6, label="before: " + before.replace("_err", "")
+                              .replace("_", " ")))
     ax.legend(handles=handles, fontsize="small", loc="upper left")
     ax.set_xscale("log")
     ax.set_yscale("log")
