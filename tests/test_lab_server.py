@@ -61,14 +61,20 @@ def test_level_sweep_runs_on_the_farthest_pair_or_says_every_pair_is_nvlink():
 def test_scaling_covers_every_launcher_model_and_mode_up_to_all_gpus(gpus, workers):
     steps, _ = planned(gpus=gpus, topo="pcie-4gpu" if gpus == 4 else "dgx-a100")
     scaling = [s for n, s in steps.items() if n.startswith("scaling-")]
-    assert len(scaling) == 2 * 3 * 2
+    assert len(scaling) == 2 * 4 * 2
     jobs = {s["argv"][3] for s in scaling}
-    assert jobs == {f"{la}:{m}:{mode}" for la in ("ddp", "horovod") for m in ("cnn", "mlp-small", "mlp-large")
+    assert jobs == {f"{la}:{m}:{mode}" for la in ("ddp", "horovod") for m in ("cnn", "wide", "mlp-small", "mlp-large")
                     for mode in ("weak", "strong")}
     for s in scaling:
         argv = s["argv"]
         assert argv[argv.index("--workers") + 1] == workers and argv[argv.index("--repeats") + 1] == "3"
         assert argv[argv.index("--paths") + 1] == "default,shm,socket"
+        # the wide model's launches (288 MiB a step over sockets) get longer than the default launch timeout
+        wide = ":wide:" in argv[3]
+        assert ("--timeout" in argv) == wide and (not wide or float(argv[argv.index("--timeout") + 1]) > 240)
+        assert s["timeout"] >= 2 * s["est"]
+    est = {s["argv"][3]: s["est"] for s in scaling}
+    assert est["ddp:wide:weak"] > est["ddp:cnn:weak"]
 
 
 def test_every_step_has_a_timeout_and_nbval_runs_with_all_and_with_two_gpus():
@@ -84,7 +90,7 @@ def test_every_step_has_a_timeout_and_nbval_runs_with_all_and_with_two_gpus():
 def test_only_and_skip_pick_steps_and_an_unknown_name_is_refused():
     steps, args = planned()
     got = lab.pick(list(steps.values()), ["scaling-ddp", "levels"], ["scaling-ddp-cnn"])
-    assert [s["name"] for s in got][0] == "levels" and len(got) == 1 + 4
+    assert [s["name"] for s in got][0] == "levels" and len(got) == 1 + 6     # wide and the MLPs, weak and strong
     with pytest.raises(SystemExit):
         lab.pick(list(steps.values()), ["no-such-step"], None)
 

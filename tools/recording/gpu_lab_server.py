@@ -19,8 +19,8 @@ gpu_setup.sh, Horovod where no wheel imports; it edits nothing in the checkout. 
                       the default path); then one file of the NVLS-off sweeps (for reference/allreduce/)
   levels              the NCCL_P2P_LEVEL sweep (one 256 MiB all-reduce under each level) on one pair: the
                       farthest pair, or GPUs 0 and 1 with one line saying that every pair is NVLink
-  scaling-L-M-MODE    1 -> 2 -> 4 (-> 8) GPUs over the plain one-GPU run, for DDP and Horovod (L), the CNN
-                      and the two MLPs (M), weak and strong (MODE), under each NCCL path, 3 interleaved
+  scaling-L-M-MODE    1 -> 2 -> 4 (-> 8) GPUs over the plain one-GPU run, for DDP and Horovod (L), the CNN,
+                      the wide model and the two MLPs (M), weak and strong (MODE), under each NCCL path, 3 interleaved
                       repeats (record_scaling.py; Horovod's steps are recorded as skipped without Horovod)
   nbval-all, nbval-2  every notebook under nbval with all GPUs visible, then with CUDA_VISIBLE_DEVICES
                       naming two (gpu_nbval.sh)
@@ -37,9 +37,9 @@ every step's record in steps.json and every result in the pack.
 Unpack the tar and run adopt_results.py on its results/ folder.
 
 Time (design estimates, not timed yet): on 8 GPUs about 10 minutes for the report, 5-10 for the p2p
-test, 5-8 for the sweeps, 2 for the level sweep, 12 scaling steps of 33 launches (15-30 s each) at
-10-17 minutes each (about 2.5-3.5 hours), and 25-60 minutes for each nbval pass: about 4-5.5 hours in
-all; on 4 GPUs the scaling steps are 24 launches each (about 2 hours), about 3-4 hours in all.
+test, 5-8 for the sweeps, 2 for the level sweep, 16 scaling steps of 33 launches (15-30 s each, the wide
+model's about twice that) at 8-33 minutes each (about 3-5.5 hours), and 25-60 minutes for each nbval pass:
+about 4.5-7.5 hours in all; on 4 GPUs the scaling steps are 24 launches each, about 3.5-5.5 hours in all.
 --dry-run prints every step's command and estimate and runs nothing (``--only``/``--skip`` split a run).
 """
 import argparse
@@ -59,10 +59,13 @@ from ddlab.system import nccl  # noqa: E402
 
 PATHS = ("default", "shm", "socket")
 LAUNCHERS = ("ddp", "horovod")
-MODELS = ("cnn", "mlp-small", "mlp-large")
+MODELS = ("cnn", "wide", "mlp-small", "mlp-large")
 MODES = ("weak", "strong")
 COMPARE_WITH = "h200x2"
 LAUNCH_S = 22.0          # one training launch on 4-8 GPUs, a design estimate (15-30 s)
+# the wide model all-reduces 288 MiB a step: over sockets on 4-8 GPUs a launch takes longer (design
+# estimates), so its launches get more time than runspec's default before they are killed
+WIDE_LAUNCH_S, WIDE_TIMEOUT_S = 45.0, 600
 
 
 def say(line: str, log=None) -> None:
@@ -158,13 +161,14 @@ def plan(args, gpus: int, facts: dict, name: str) -> list:
     launches = (2 + (len(workers) - 1) * len(PATHS)) * args.repeats
     for la in LAUNCHERS:
         for m in MODELS:
+            each, limit = (WIDE_LAUNCH_S, ["--timeout", str(WIDE_TIMEOUT_S)]) if m == "wide" else (LAUNCH_S, [])
             for mode in MODES:
                 steps.append(step(f"scaling-{la}-{m}-{mode}",
                                   [py, os.path.join(ROOT, "tools", "recording", "record_scaling.py"),
                                    os.path.join(res, "experiments"), f"{la}:{m}:{mode}",
                                    "--workers", ",".join(map(str, workers)), "--paths", ",".join(PATHS),
-                                   "--repeats", str(args.repeats), "--tag", name], 3 * launches * LAUNCH_S,
-                                  launches * LAUNCH_S))
+                                   "--repeats", str(args.repeats), "--tag", name] + limit, 3 * launches * each,
+                                  launches * each))
     nb = os.path.join(ROOT, "tools", "recording", "gpu_nbval.sh")
     steps.append(step("nbval-all", ["bash", nb], 5400, 2400, env={"OUT": os.path.join(res, "nbval-all")}))
     steps.append(step("nbval-2", ["bash", nb], 5400, 1800, env={"OUT": os.path.join(res, "nbval-2"),
