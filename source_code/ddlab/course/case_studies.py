@@ -411,12 +411,13 @@ def tuning_live(launcher: str = "ddp", repeats: int = 3, echo: bool = False, mac
 
 
 # ----------------------------------------------------------------------------- case 1, batches
-def _batch_rows(rec: recorded_runs.RecordedSet, results: list, launcher: str, model: str, batches: list) -> tuple:
+def _batch_rows(rec: recorded_runs.RecordedSet, results: list, launcher: str, model: str, batches: list,
+                own: bool) -> tuple:
     """(columns, rows by batch then path, notes) of the recorded NCCL-path comparisons ``results`` of one
-    machine: where ``rec`` holds their runs at every batch, the same predictions as the held-out check
-    (:func:`second_gpu_table`); else each result predicted from its own one-worker step and ``rec``'s fits."""
-    if rec.made_here(results[0].provenance) and \
-            sorted({p.batch for p in rec.points if (p.launcher, p.model) == (launcher, model)}) == batches:
+    machine (``own``: the machine of ``rec``'s sweeps): where ``rec`` holds their runs at every batch, the same
+    predictions as the held-out check (:func:`second_gpu_table`); else each result predicted from its own
+    one-worker step and ``rec``'s fits."""
+    if own and sorted({p.batch for p in rec.points if (p.launcher, p.model) == (launcher, model)}) == batches:
         t = second_gpu_table(launcher, (model,), rec)
         notes = list(t.notes)
     else:
@@ -466,12 +467,13 @@ def recorded_batch_sweep(model: str = "mlp-small", launcher: str = "ddp") -> tup
     here = lambda m: rec.made_here(by_machine[m][0].provenance)
     machine = max(batches, key=lambda m: (len(batches[m]), here(m)))
     # each machine's runs are predicted from its own recorded all-reduce sweeps, where they are recorded
-    if not rec.made_here(by_machine[machine][0].provenance):
-        rec = next((r for r in recorded_runs.recorded_sets(others_only=True)
-                    if r.made_here(by_machine[machine][0].provenance)), rec)
-    cols, rows, notes = _batch_rows(rec, by_machine[machine], launcher, model, batches[machine])
+    prov = by_machine[machine][0].provenance
+    if not rec.made_here(prov):
+        rec = next((r for r in recorded_runs.recorded_sets(others_only=True) if r.made_here(prov)), rec)
+    own = rec.made_here(prov)
+    cols, rows, notes = _batch_rows(rec, by_machine[machine], launcher, model, batches[machine], own)
     notes.append(f"Link fits: the all-reduce sweeps recorded on {rec.machine} ({rec.sweeps}).")
-    if not rec.made_here(by_machine[machine][0].provenance):
+    if not own:
         notes.append(f"Predicted with the link fits of the all-reduce sweeps recorded on {rec.machine}; these runs "
                      f"were recorded on {machine}, whose links are not swept.")
     title = f"When a second GPU pays, by batch: {model}, {launcher}, 2 GPUs over 1 ({machine})"
