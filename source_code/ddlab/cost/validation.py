@@ -442,7 +442,8 @@ def _gap_ms(r) -> float:
     return 1e3 * (measured_step - r["step_s"])
 
 
-_TIMELINE = "a profiler timeline of one two-GPU step (torch.profiler) beside the one-worker step's would measure it"
+_TIMELINE_OF = "a profiler timeline of one two-GPU step (torch.profiler)"
+_TIMELINE = f"{_TIMELINE_OF} beside the one-worker step's would measure it"
 
 
 def miss_notes(rows, by: Optional[str] = "model", two_workers: bool = False) -> list:
@@ -518,8 +519,8 @@ def miss_notes(rows, by: Optional[str] = "model", two_workers: bool = False) -> 
             notes.append(f"  decided by the device path: {names(rs)}; the measured step is longer than predicted by "
                          f"{gaps(rs)}: the all-reduce during training is not the sweep timed alone (the backward "
                          "pass shares the GPU and the link, and a slow path's threads share the host). Missing term: "
-                         "the all-reduce's slowdown inside the step; the NCCL kernels' time in a profiler timeline of one "
-                         "two-GPU step (torch.profiler), against the sweep, would measure it.")
+                         f"the all-reduce's slowdown inside the step; the NCCL kernels' time in {_TIMELINE_OF}, "
+                         "against the sweep, would measure it.")
     return notes
 
 
